@@ -1,0 +1,127 @@
+/* rap.h — the public C API of rap: memory-pool strategies for GPU and host memory.
+ *
+ * Every function returns an int status: 0 (RAP_OK) or a negative RAP_ERR_* code, with a sentence in
+ * rap_last_error(); out-params are untouched on error. Nouns (platform allocator, strategy,
+ * allocator, resource, event, block, chunk, state) are defined in docs/DESIGN.md.
+ */
+#ifndef RAP_RAP_H
+#define RAP_RAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RAP_VERSION_MAJOR 0
+#define RAP_VERSION_MINOR 1
+#define RAP_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes: one list, which also generates rap_status_name and rap_strerror.
+ * ------------------------------------------------------------------------------------------- */
+#define RAP_STATUS_LIST(X)                                                                         \
+  X(RAP_OK, 0, "success")                                                                          \
+  X(RAP_ERR_INVALID, -1, "invalid argument")                                                       \
+  X(RAP_ERR_NOMEM, -2, "out of memory")                                                            \
+  X(RAP_ERR_NOT_FOUND, -3, "no such name")                                                         \
+  X(RAP_ERR_EXISTS, -4, "name already exists")                                                     \
+  X(RAP_ERR_BUSY, -5, "still in use: live blocks, children or queued work")                        \
+  X(RAP_ERR_UNSUPPORTED, -6, "not supported by this build, this machine or this allocator")        \
+  X(RAP_ERR_WRONG_RESOURCE, -7, "the block is owned by another resource")                          \
+  X(RAP_ERR_UNKNOWN_POINTER, -8, "pointer was not handed out by this allocator or is not live")    \
+  X(RAP_ERR_BACKEND, -9, "the platform runtime (CUDA, HIP, threads) reported an error")         \
+  X(RAP_ERR_CORRUPT, -10, "an internal invariant of the allocator is broken")
+
+#define RAP_STATUS_ENUM_(name, value, text) name = value,
+typedef enum rap_status { RAP_STATUS_LIST(RAP_STATUS_ENUM_) } rap_status;
+#undef RAP_STATUS_ENUM_
+
+const char *rap_status_name(int status);   /* "RAP_ERR_NOMEM"; "RAP_ERR_UNKNOWN_STATUS" otherwise */
+const char *rap_strerror(int status);      /* static text for the code */
+const char *rap_last_error(void);          /* thread-local sentence about the last failure */
+
+/* ---------------------------------------------------------------------------------------------
+ * Logging: the library prints nothing except through this logger. The default handler writes to
+ * stderr messages at or above RAP_LOG_LEVEL (env: error, warn, info, debug, off; default warn).
+ * ------------------------------------------------------------------------------------------- */
+typedef enum rap_log_level {
+  RAP_LOG_DEBUG = 0, RAP_LOG_INFO = 1, RAP_LOG_WARN = 2, RAP_LOG_ERROR = 3, RAP_LOG_OFF = 4
+} rap_log_level;
+typedef void (*rap_log_fn)(int level, const char *message, void *user);
+int  rap_log_set_handler(rap_log_fn fn, void *user);   /* NULL restores the stderr handler */
+int  rap_log_set_level(int level);
+int  rap_log_get_level(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Handles.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct rap_manager rap_manager;       /* registry of strategies, allocators and resources */
+typedef struct rap_allocator rap_allocator;   /* borrowed handle, owned by its manager */
+typedef struct rap_resource rap_resource;     /* a stream of execution */
+
+/* ---------------------------------------------------------------------------------------------
+ * Manager.
+ * ------------------------------------------------------------------------------------------- */
+int  rap_manager_create(rap_manager **out);
+int  rap_manager_destroy(rap_manager *rm);    /* always destroys; RAP_ERR_BUSY if blocks leaked */
+
+/* ---------------------------------------------------------------------------------------------
+ * Allocators. Platform names: "HOST"; with CUDA "DEVICE", "DEVICE::N", "PINNED", "UM".
+ * Options: space- or comma-separated key=value; sizes accept B, KiB, MiB, GiB (and KB, MB, GB).
+ * ------------------------------------------------------------------------------------------- */
+int  rap_allocator_get(rap_manager *rm, const char *name, rap_allocator **out);
+int  rap_allocator_make(rap_manager *rm, const char *name, const char *strategy,
+                        const char *parent, const char *options, rap_allocator **out);
+int  rap_allocator_destroy(rap_allocator *a);   /* RAP_ERR_BUSY while it has live blocks or children */
+int  rap_allocator_find(rap_manager *rm, const void *ptr, rap_allocator **out);
+const char *rap_allocator_name(const rap_allocator *a);
+const char *rap_allocator_strategy(const rap_allocator *a);
+rap_allocator *rap_allocator_parent(const rap_allocator *a);   /* NULL for platform allocators */
+
+/* ---------------------------------------------------------------------------------------------
+ * Blocks. r NULL = the host resource on allocate, the owning resource on deallocate.
+ * Zero bytes gives a unique, valid, non-NULL pointer that must be deallocated like any other.
+ * ------------------------------------------------------------------------------------------- */
+int  rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r);
+int  rap_deallocate(rap_allocator *a, void *ptr, rap_resource *r);   /* ptr NULL: RAP_OK, no-op */
+int  rap_release(rap_allocator *a);          /* give every wholly free chunk back to the parent */
+int  rap_allocator_check(rap_allocator *a);  /* walk the invariants: RAP_OK or the first broken one */
+int  rap_record_resource(rap_allocator *a, void *ptr, rap_resource *r);
+int  rap_pointer_resource(rap_allocator *a, const void *ptr, rap_resource **out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Statistics. Bytes are as requested unless named aligned or actual.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct rap_stats {
+  size_t current_bytes, high_watermark;        /* live user bytes now / at peak */
+  size_t actual_bytes, actual_high_watermark;  /* bytes held from the parent */
+  size_t releasable_bytes, free_bytes, pending_bytes, largest_free_block;
+  size_t allocation_count, block_count, pending_count, chunk_count;
+  size_t used_bytes;                           /* aligned bytes of live blocks */
+} rap_stats;
+int  rap_allocator_stats(rap_allocator *a, rap_stats *out);
+int  rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Resources (streams of execution). The host resource is borrowed from the manager.
+ * ------------------------------------------------------------------------------------------- */
+int  rap_resource_host(rap_manager *rm, rap_resource **out);
+int  rap_resource_synchronize(rap_resource *r);
+int  rap_resource_destroy(rap_resource *r);   /* the host resource cannot be destroyed */
+const char *rap_resource_kind(const rap_resource *r);   /* "host", "host_async", "cuda", ... */
+
+/* ---------------------------------------------------------------------------------------------
+ * Testing: the Fault strategy passes requests to its parent and fails them on demand with
+ * RAP_ERR_NOMEM. Options (also at make time): fail_next=N fails the next N requests,
+ * fail_after=N lets N more requests through and then fails every one, budget=SIZE fails any
+ * request that would take the live bytes above SIZE; "reset" clears all three.
+ * ------------------------------------------------------------------------------------------- */
+int  rap_fault_configure(rap_allocator *fault, const char *options);
+int  rap_fault_requests(rap_allocator *fault, size_t *out);   /* allocation requests seen so far */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RAP_RAP_H */

@@ -1,0 +1,87 @@
+/* index.c — the two-level segregated-fit index of free blocks (TLSF's scheme, host-side records).
+ *
+ * A size maps to a first-level class (its highest set bit) and a second-level class (the next
+ * RAPI_SL_LOG2 bits). Searching rounds the request up to the next class boundary, so every block
+ * of the class found fits: two bit scans, no list walk. One bounded walk of the request's own
+ * class runs only when nothing larger exists, so an exact fit is not missed before the pool grows.
+ */
+#include "rap_internal.h"
+
+#define RAPI_FALLBACK_SCAN 32
+
+static inline unsigned fls_size(size_t x) { return 63u - (unsigned)__builtin_clzll((unsigned long long)x); }
+
+static inline void mapping(size_t s, unsigned *fl, unsigned *sl) {
+  if (s < RAPI_SL_COUNT) {
+    *fl = 0;
+    *sl = (unsigned)s;
+  } else {
+    unsigned f = fls_size(s);
+    *fl = f - RAPI_SL_LOG2 + 1;
+    *sl = (unsigned)(s >> (f - RAPI_SL_LOG2)) - RAPI_SL_COUNT;
+  }
+}
+
+void rapi_index_insert(rapi_index *ix, rapi_block *b) {
+  unsigned fl, sl;
+  mapping(b->size, &fl, &sl);
+  b->fl = (uint16_t)fl;
+  b->sl = (uint16_t)sl;
+  rapi_block *head = ix->heads[fl][sl];
+  b->link_prev = NULL;
+  b->link_next = head;
+  if (head) head->link_prev = b;
+  ix->heads[fl][sl] = b;
+  ix->fl_bitmap |= UINT64_C(1) << fl;
+  ix->sl_bitmap[fl] |= 1u << sl;
+  ix->count++;
+  ix->bytes += b->size;
+}
+
+void rapi_index_remove(rapi_index *ix, rapi_block *b) {
+  unsigned fl = b->fl, sl = b->sl;
+  if (b->link_prev) b->link_prev->link_next = b->link_next;
+  else ix->heads[fl][sl] = b->link_next;
+  if (b->link_next) b->link_next->link_prev = b->link_prev;
+  b->link_prev = b->link_next = NULL;
+  if (ix->heads[fl][sl] == NULL) {
+    ix->sl_bitmap[fl] &= ~(1u << sl);
+    if (ix->sl_bitmap[fl] == 0) ix->fl_bitmap &= ~(UINT64_C(1) << fl);
+  }
+  ix->count--;
+  ix->bytes -= b->size;
+}
+
+rapi_block *rapi_index_find(rapi_index *ix, size_t size) {
+  size_t s = size;
+  if (s >= RAPI_SL_COUNT) s += ((size_t)1 << (fls_size(s) - RAPI_SL_LOG2)) - 1;
+  unsigned fl, sl;
+  mapping(s, &fl, &sl);
+  if (RAPI_LIKELY(fl < RAPI_FL_COUNT)) {
+    uint32_t slmap = ix->sl_bitmap[fl] & (~0u << sl);
+    if (slmap == 0) {
+      uint64_t flmap = fl + 1 < 64 ? ix->fl_bitmap & (~UINT64_C(0) << (fl + 1)) : 0;
+      if (flmap != 0) {
+        fl = (unsigned)__builtin_ctzll(flmap);
+        slmap = ix->sl_bitmap[fl];
+      }
+    }
+    if (slmap != 0) return ix->heads[fl][(unsigned)__builtin_ctz(slmap)];
+  }
+  /* Nothing in a larger class: a block of the request's own class may still fit. */
+  mapping(size, &fl, &sl);
+  unsigned n = 0;
+  for (rapi_block *b = ix->heads[fl][sl]; b != NULL && n < RAPI_FALLBACK_SCAN; b = b->link_next, n++)
+    if (b->size >= size) return b;
+  return NULL;
+}
+
+size_t rapi_index_largest(const rapi_index *ix) {
+  if (ix->fl_bitmap == 0) return 0;
+  unsigned fl = fls_size(ix->fl_bitmap);
+  unsigned sl = 31u - (unsigned)__builtin_clz(ix->sl_bitmap[fl]);
+  size_t best = 0;
+  for (const rapi_block *b = ix->heads[fl][sl]; b != NULL; b = b->link_next)
+    if (b->size > best) best = b->size;
+  return best;
+}

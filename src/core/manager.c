@@ -1,0 +1,417 @@
+/* manager.c — the manager: allocators by name, their life cycle, and the public entry points.
+ *
+ * Allocators form a forest: each one has at most one parent, and a parent outlives its children
+ * (creation order is kept, so destroying newest-first is children-first). Registry operations take
+ * the manager's lock; allocate and deallocate never do, they go straight to the strategy's table.
+ */
+#include "rap_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- manager --------------------------------------------------------------------------------- */
+
+int rap_manager_create(rap_manager **out) {
+  if (out == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_manager_create: out is NULL");
+  rap_manager *rm = calloc(1, sizeof *rm);
+  if (rm == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_manager_create: out of host memory");
+  if (pthread_mutex_init(&rm->lock, NULL) != 0) {
+    free(rm);
+    return rapi_fail(RAP_ERR_BACKEND, "rap_manager_create: pthread_mutex_init failed");
+  }
+  rm->host.ops = &rapi_host_resource_ops;
+  rm->host.rm = rm;
+  rm->host.id = 0;
+  rm->next_resource_id = 1;
+  *out = rm;
+  return RAP_OK;
+}
+
+static size_t live_blocks(rap_allocator *a, size_t *bytes) {
+  rap_stats s;
+  memset(&s, 0, sizeof s);
+  if (a->strategy->stats(a->state, &s) != RAP_OK) return 0;
+  *bytes = s.current_bytes;
+  return s.allocation_count;
+}
+
+static void unlink_and_free(rap_allocator *a) {
+  rap_manager *rm = a->rm;
+  HASH_DEL(rm->by_name, a);
+  for (rap_allocator **pp = &rm->allocators; *pp; pp = &(*pp)->next)
+    if (*pp == a) {
+      *pp = a->next;
+      break;
+    }
+  if (a->parent) a->parent->children--;
+  a->strategy->fini(a, a->state);
+  free(a->state);
+  free(a->name);
+  free(a);
+}
+
+int rap_manager_destroy(rap_manager *rm) {
+  if (rm == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_manager_destroy: manager is NULL");
+  bool leaked = false;
+  while (rm->allocators != NULL) {
+    rap_allocator *a = rm->allocators;   /* newest first: children before parents */
+    size_t bytes = 0, blocks = live_blocks(a, &bytes);
+    if (blocks > 0) {
+      char sz[32];
+      rapi_format_size(sz, sizeof sz, bytes);
+      rap_log(RAP_LOG_WARN, "allocator '%s' (%s) leaked %zu block%s, %s", a->name,
+              a->strategy->name, blocks, blocks == 1 ? "" : "s", sz);
+      leaked = true;
+    }
+    unlink_and_free(a);
+  }
+  while (rm->resources != NULL) {
+    rap_resource *r = rm->resources;
+    rapi_manager_unlink_resource(rm, r);
+    r->ops->destroy(r);
+  }
+  for (rapi_strategy_entry *e = rm->custom; e != NULL;) {
+    rapi_strategy_entry *next = e->next;
+    free(e);
+    e = next;
+  }
+  pthread_mutex_destroy(&rm->lock);
+  free(rm);
+  if (leaked)
+    return rapi_fail(RAP_ERR_BUSY, "rap_manager_destroy: blocks were still live; the log names them");
+  return RAP_OK;
+}
+
+void rapi_manager_link_resource(rap_manager *rm, rap_resource *r) {
+  pthread_mutex_lock(&rm->lock);
+  r->id = rm->next_resource_id++;
+  r->prev = NULL;
+  r->next = rm->resources;
+  if (rm->resources) rm->resources->prev = r;
+  rm->resources = r;
+  pthread_mutex_unlock(&rm->lock);
+}
+
+void rapi_manager_unlink_resource(rap_manager *rm, rap_resource *r) {
+  pthread_mutex_lock(&rm->lock);
+  if (r->prev) r->prev->next = r->next;
+  else rm->resources = r->next;
+  if (r->next) r->next->prev = r->prev;
+  r->prev = r->next = NULL;
+  pthread_mutex_unlock(&rm->lock);
+}
+
+/* ---- strategies ------------------------------------------------------------------------------ */
+
+static const rap_strategy *find_strategy(rap_manager *rm, const char *name) {
+  for (rapi_strategy_entry *e = rm->custom; e != NULL; e = e->next)
+    if (strcasecmp(e->strategy->name, name) == 0) return e->strategy;
+  return rapi_registry_builtin(name);
+}
+
+int rap_strategy_register(rap_manager *rm, const rap_strategy *s) {
+  if (rm == NULL || s == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_strategy_register: manager or strategy is NULL");
+  if (s->version != RAP_STRATEGY_VERSION)
+    return rapi_fail(RAP_ERR_UNSUPPORTED,
+                     "rap_strategy_register: strategy table version %d, this rap speaks %d",
+                     s->version, RAP_STRATEGY_VERSION);
+  if (s->name == NULL || s->name[0] == '\0' || s->init == NULL || s->fini == NULL ||
+      s->allocate == NULL || s->deallocate == NULL || s->stats == NULL || s->owns == NULL)
+    return rapi_fail(RAP_ERR_INVALID,
+                     "rap_strategy_register: a strategy needs a name and init, fini, allocate, "
+                     "deallocate, stats and owns");
+  pthread_mutex_lock(&rm->lock);
+  if (find_strategy(rm, s->name) != NULL) {
+    pthread_mutex_unlock(&rm->lock);
+    return rapi_fail(RAP_ERR_EXISTS, "rap_strategy_register: a strategy named '%s' exists", s->name);
+  }
+  rapi_strategy_entry *e = malloc(sizeof *e);
+  if (e == NULL) {
+    pthread_mutex_unlock(&rm->lock);
+    return rapi_fail(RAP_ERR_NOMEM, "rap_strategy_register: out of host memory");
+  }
+  e->strategy = s;
+  e->next = rm->custom;
+  rm->custom = e;
+  pthread_mutex_unlock(&rm->lock);
+  return RAP_OK;
+}
+
+/* ---- allocators ------------------------------------------------------------------------------ */
+
+static rap_allocator *lookup(rap_manager *rm, const char *name) {
+  rap_allocator *a = NULL;
+  HASH_FIND_STR(rm->by_name, name, a);
+  return a;
+}
+
+/* Builds, initialises and links one allocator; the lock is held. */
+static int create_locked(rap_manager *rm, const char *name, const rap_strategy *s,
+                         rap_allocator *parent, const char *options, rap_allocator **out) {
+  rap_options opts;
+  int st = rapi_options_parse(options, s->name, &opts);
+  if (st != RAP_OK) return st;
+  rap_allocator *a = calloc(1, sizeof *a);
+  void *state = calloc(1, s->state_size ? s->state_size : 1);
+  char *dup = strdup(name);
+  if (a == NULL || state == NULL || dup == NULL) {
+    free(a);
+    free(state);
+    free(dup);
+    rapi_options_free(&opts);
+    return rapi_fail(RAP_ERR_NOMEM, "rap_allocator_make('%s'): out of host memory", name);
+  }
+  a->strategy = s;
+  a->state = state;
+  a->rm = rm;
+  a->parent = parent;
+  a->name = dup;
+  a->alignment = 1;
+  st = s->init(a, state, &opts);
+  if (st == RAP_OK) {
+    st = rapi_options_check_unused(&opts);
+    if (st != RAP_OK) s->fini(a, state);
+  }
+  rapi_options_free(&opts);
+  if (st != RAP_OK) {
+    free(state);
+    free(dup);
+    free(a);
+    return st;
+  }
+  a->seq = rm->next_seq++;
+  a->next = rm->allocators;
+  rm->allocators = a;
+  rapi_hash_oom = 0;
+  HASH_ADD_KEYPTR(hh, rm->by_name, a->name, strlen(a->name), a);
+  if (rapi_hash_oom && lookup(rm, a->name) != a) {
+    /* uthash could not allocate its table: undo. */
+    rm->allocators = a->next;
+    s->fini(a, state);
+    free(state);
+    free(dup);
+    free(a);
+    return rapi_fail(RAP_ERR_NOMEM, "rap_allocator_make('%s'): out of host memory", name);
+  }
+  if (parent) parent->children++;
+  *out = a;
+  return RAP_OK;
+}
+
+static int get_locked(rap_manager *rm, const char *name, rap_allocator **out) {
+  rap_allocator *a = lookup(rm, name);
+  if (a != NULL) {
+    *out = a;
+    return RAP_OK;
+  }
+  const rap_strategy *platform = NULL;
+  char opts[64];
+  int st = rapi_registry_platform(name, &platform, opts, sizeof opts);
+  if (st != RAP_OK) return st;
+  return create_locked(rm, name, platform, NULL, opts, out);
+}
+
+int rap_allocator_get(rap_manager *rm, const char *name, rap_allocator **out) {
+  if (rm == NULL || name == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_get: manager, name or out is NULL");
+  pthread_mutex_lock(&rm->lock);
+  int st = get_locked(rm, name, out);
+  pthread_mutex_unlock(&rm->lock);
+  return st;
+}
+
+int rap_allocator_make(rap_manager *rm, const char *name, const char *strategy, const char *parent,
+                       const char *options, rap_allocator **out) {
+  if (rm == NULL || name == NULL || strategy == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_make: manager, name, strategy or out is NULL");
+  size_t len = strlen(name);
+  if (len == 0 || len >= RAPI_NAME_MAX)
+    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_make: a name has 1 to %d characters",
+                     RAPI_NAME_MAX - 1);
+  pthread_mutex_lock(&rm->lock);
+  int st;
+  const rap_strategy *s;
+  rap_allocator *p = NULL;
+  const rap_strategy *platform;
+  char scratch[64];
+  if (lookup(rm, name) != NULL ||
+      rapi_registry_platform(name, &platform, scratch, sizeof scratch) != RAP_ERR_NOT_FOUND) {
+    st = rapi_fail(RAP_ERR_EXISTS, "rap_allocator_make: the name '%s' is taken%s", name,
+                   lookup(rm, name) ? "" : " by a platform allocator");
+  } else if ((s = find_strategy(rm, strategy)) == NULL) {
+    st = rapi_fail(RAP_ERR_NOT_FOUND, "rap_allocator_make('%s'): no strategy named '%s'", name,
+                   strategy);
+  } else if (parent == NULL && (s->flags & RAP_STRATEGY_NEEDS_PARENT)) {
+    st = rapi_fail(RAP_ERR_INVALID, "rap_allocator_make('%s'): %s needs a parent allocator", name,
+                   s->name);
+  } else if (parent != NULL && (st = get_locked(rm, parent, &p)) != RAP_OK) {
+    if (st == RAP_ERR_NOT_FOUND)
+      rapi_fail(st, "rap_allocator_make('%s'): no allocator named '%s' to use as parent", name,
+                parent);
+  } else {
+    st = create_locked(rm, name, s, p, options, out);
+  }
+  pthread_mutex_unlock(&rm->lock);
+  return st;
+}
+
+int rap_allocator_destroy(rap_allocator *a) {
+  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_destroy: allocator is NULL");
+  rap_manager *rm = a->rm;
+  pthread_mutex_lock(&rm->lock);
+  size_t bytes = 0, blocks = live_blocks(a, &bytes);
+  int st = RAP_OK;
+  if (a->children > 0)
+    st = rapi_fail(RAP_ERR_BUSY, "rap_allocator_destroy('%s'): %zu allocator%s still use it",
+                   a->name, a->children, a->children == 1 ? "" : "s");
+  else if (blocks > 0)
+    st = rapi_fail(RAP_ERR_BUSY, "rap_allocator_destroy('%s'): %zu block%s still live", a->name,
+                   blocks, blocks == 1 ? " is" : "s are");
+  else
+    unlink_and_free(a);
+  pthread_mutex_unlock(&rm->lock);
+  return st;
+}
+
+int rap_allocator_find(rap_manager *rm, const void *ptr, rap_allocator **out) {
+  if (rm == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_find: manager or out is NULL");
+  if (ptr == NULL) return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_allocator_find: pointer is NULL");
+  pthread_mutex_lock(&rm->lock);
+  rap_allocator *found = NULL;
+  /* Newest first: a pool's block can share its address with the chunk it came from. */
+  for (rap_allocator *a = rm->allocators; a != NULL && found == NULL; a = a->next)
+    if (a->strategy->owns(a->state, ptr)) found = a;
+  pthread_mutex_unlock(&rm->lock);
+  if (found == NULL)
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_allocator_find: no allocator owns %p", ptr);
+  *out = found;
+  return RAP_OK;
+}
+
+const char *rap_allocator_name(const rap_allocator *a) { return a ? a->name : NULL; }
+const char *rap_allocator_strategy(const rap_allocator *a) { return a ? a->strategy->name : NULL; }
+rap_allocator *rap_allocator_parent(const rap_allocator *a) { return a ? a->parent : NULL; }
+rap_manager *rap_allocator_manager(const rap_allocator *a) { return a ? a->rm : NULL; }
+void rap_allocator_set_alignment(rap_allocator *self, size_t alignment) { self->alignment = alignment; }
+size_t rap_allocator_alignment(const rap_allocator *a) { return a ? a->alignment : 0; }
+
+/* ---- blocks: the hot entry points go straight to the strategy ------------------------------- */
+
+static RAPI_NOINLINE int bad_call(const char *fn, const rap_allocator *a, const void *out,
+                                  const rap_resource *r) {
+  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "%s: allocator is NULL", fn);
+  if (out == NULL) return rapi_fail(RAP_ERR_INVALID, "%s: out is NULL", fn);
+  (void)r;
+  return rapi_fail(RAP_ERR_INVALID, "%s('%s'): the resource belongs to another manager", fn,
+                   a->name);
+}
+
+int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
+  if (RAPI_UNLIKELY(a == NULL || out == NULL || (r != NULL && r->rm != a->rm)))
+    return bad_call("rap_allocate", a, out, r);
+  return a->strategy->allocate(a->state, out, bytes, r);
+}
+
+int rap_deallocate(rap_allocator *a, void *ptr, rap_resource *r) {
+  if (RAPI_UNLIKELY(a == NULL || (r != NULL && r->rm != a->rm)))
+    return bad_call("rap_deallocate", a, "", r);
+  if (RAPI_UNLIKELY(ptr == NULL)) return RAP_OK;
+  return a->strategy->deallocate(a->state, ptr, r);
+}
+
+int rap_release(rap_allocator *a) {
+  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_release: allocator is NULL");
+  return a->strategy->release ? a->strategy->release(a->state) : RAP_OK;
+}
+
+int rap_allocator_check(rap_allocator *a) {
+  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_check: allocator is NULL");
+  return a->strategy->check ? a->strategy->check(a->state) : RAP_OK;
+}
+
+int rap_record_resource(rap_allocator *a, void *ptr, rap_resource *r) {
+  if (a == NULL || r == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_record_resource: allocator or resource is NULL");
+  if (r->rm != a->rm) return bad_call("rap_record_resource", a, "", r);
+  if (ptr == NULL)
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_record_resource('%s'): pointer is NULL", a->name);
+  if (a->strategy->record_resource == NULL)
+    return rapi_fail(RAP_ERR_UNSUPPORTED,
+                     "rap_record_resource('%s'): %s does not track resources", a->name,
+                     a->strategy->name);
+  return a->strategy->record_resource(a->state, ptr, r);
+}
+
+int rap_pointer_resource(rap_allocator *a, const void *ptr, rap_resource **out) {
+  if (a == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_pointer_resource: allocator or out is NULL");
+  if (a->strategy->pointer_resource != NULL) return a->strategy->pointer_resource(a->state, ptr, out);
+  if (ptr == NULL || !a->strategy->owns(a->state, ptr))
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_pointer_resource('%s'): %p is not a live block",
+                     a->name, ptr);
+  *out = &a->rm->host;   /* strategies without resources hand every block to the host */
+  return RAP_OK;
+}
+
+int rap_allocator_stats(rap_allocator *a, rap_stats *out) {
+  if (a == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_stats: allocator or out is NULL");
+  rap_stats s;
+  memset(&s, 0, sizeof s);
+  int st = a->strategy->stats(a->state, &s);
+  if (st == RAP_OK) *out = s;
+  return st;
+}
+
+int rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *out) {
+  if (a == NULL || r == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID,
+                     "rap_allocator_resource_stats: allocator, resource or out is NULL");
+  if (r->rm != a->rm) return bad_call("rap_allocator_resource_stats", a, out, r);
+  rap_stats s;
+  memset(&s, 0, sizeof s);
+  int st;
+  if (a->strategy->resource_stats != NULL) {
+    st = a->strategy->resource_stats(a->state, r, &s);
+  } else {
+    /* Without resource tracking every block belongs to the host resource. */
+    st = r == &a->rm->host ? a->strategy->stats(a->state, &s) : RAP_OK;
+  }
+  if (st == RAP_OK) *out = s;
+  return st;
+}
+
+/* ---- the host resource ----------------------------------------------------------------------- */
+
+int rap_resource_host(rap_manager *rm, rap_resource **out) {
+  if (rm == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_resource_host: manager or out is NULL");
+  *out = &rm->host;
+  return RAP_OK;
+}
+
+int rap_resource_synchronize(rap_resource *r) {
+  if (r == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_resource_synchronize: resource is NULL");
+  return r->ops->synchronize(r);
+}
+
+int rap_resource_destroy(rap_resource *r) {
+  if (r == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_resource_destroy: resource is NULL");
+  if (r == &r->rm->host)
+    return rapi_fail(RAP_ERR_INVALID, "rap_resource_destroy: the host resource belongs to the manager");
+  rapi_manager_unlink_resource(r->rm, r);
+  r->ops->destroy(r);
+  return RAP_OK;
+}
+
+const char *rap_resource_kind(const rap_resource *r) { return r ? r->ops->kind : NULL; }
+
+static int host_synchronize(rap_resource *r) {
+  (void)r;
+  return RAP_OK;
+}
+static void host_destroy(rap_resource *r) { (void)r; }
+const rapi_resource_ops rapi_host_resource_ops = {"host", host_synchronize, host_destroy};

@@ -1,0 +1,153 @@
+/* options.c — parsing of option strings ("initial_size=1GiB, alignment=256") and sizes.
+ *
+ * Pairs are separated by spaces or commas; a key may stand alone (value NULL). Strategies read
+ * their keys through rap_options_get_*; after init the manager refuses any key nobody read, so a
+ * typo is an error that names the key, never a silently ignored setting.
+ */
+#include "rap_internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int rapi_parse_size(const char *text, size_t *out) {
+  if (text == NULL || !isdigit((unsigned char)*text)) return RAP_ERR_INVALID;
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (errno != 0) return RAP_ERR_INVALID;
+  while (*end == ' ') end++;
+  static const struct {
+    const char *suffix;
+    unsigned long long mult;
+  } units[] = {
+      {"", 1ULL},           {"B", 1ULL},           {"K", 1ULL << 10},     {"KiB", 1ULL << 10},
+      {"KB", 1000ULL},      {"M", 1ULL << 20},     {"MiB", 1ULL << 20},   {"MB", 1000000ULL},
+      {"G", 1ULL << 30},    {"GiB", 1ULL << 30},   {"GB", 1000000000ULL}, {"T", 1ULL << 40},
+      {"TiB", 1ULL << 40},  {"TB", 1000000000000ULL},
+  };
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcasecmp(end, units[i].suffix) == 0) {
+      if (units[i].mult != 0 && v > (unsigned long long)SIZE_MAX / units[i].mult)
+        return RAP_ERR_INVALID;
+      *out = (size_t)(v * units[i].mult);
+      return RAP_OK;
+    }
+  }
+  return RAP_ERR_INVALID;
+}
+
+int rapi_options_add(rap_options *opts, const char *key, size_t klen, const char *value,
+                     size_t vlen) {
+  for (size_t i = 0; i < opts->count; i++)
+    if (strlen(opts->items[i].key) == klen && strncmp(opts->items[i].key, key, klen) == 0)
+      return rapi_fail(RAP_ERR_INVALID, "%s: option '%.*s' is given twice", opts->owner,
+                       (int)klen, key);
+  rapi_option *items = realloc(opts->items, (opts->count + 1) * sizeof *items);
+  if (items == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory parsing options", opts->owner);
+  opts->items = items;
+  rapi_option *o = &items[opts->count];
+  o->key = strndup(key, klen);
+  o->value = value ? strndup(value, vlen) : NULL;
+  o->used = false;
+  if (o->key == NULL || (value && o->value == NULL)) {
+    free(o->key);
+    free(o->value);
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory parsing options", opts->owner);
+  }
+  opts->count++;
+  return RAP_OK;
+}
+
+int rapi_options_parse(const char *text, const char *owner, rap_options *out) {
+  out->items = NULL;
+  out->count = 0;
+  out->owner = owner;
+  if (text == NULL) return RAP_OK;
+  const char *p = text;
+  for (;;) {
+    while (*p == ' ' || *p == ',' || *p == '\t') p++;
+    if (*p == '\0') return RAP_OK;
+    const char *key = p;
+    while (*p && *p != '=' && *p != ' ' && *p != ',' && *p != '\t') p++;
+    size_t klen = (size_t)(p - key);
+    const char *value = NULL;
+    size_t vlen = 0;
+    if (*p == '=') {
+      value = ++p;
+      while (*p && *p != ' ' && *p != ',' && *p != '\t') p++;
+      vlen = (size_t)(p - value);
+    }
+    int st = klen == 0 ? rapi_fail(RAP_ERR_INVALID, "%s: option string '%s' has a value with no key",
+                                   owner, text)
+                       : rapi_options_add(out, key, klen, value, vlen);
+    if (st != RAP_OK) {
+      rapi_options_free(out);
+      return st;
+    }
+  }
+}
+
+static rapi_option *find(rap_options *opts, const char *key) {
+  if (opts == NULL) return NULL;
+  for (size_t i = 0; i < opts->count; i++)
+    if (strcmp(opts->items[i].key, key) == 0) {
+      opts->items[i].used = true;
+      return &opts->items[i];
+    }
+  return NULL;
+}
+
+int rap_options_get_size(rap_options *opts, const char *key, size_t *out) {
+  rapi_option *o = find(opts, key);
+  if (o == NULL) return RAP_OK;
+  size_t v;
+  if (o->value == NULL || rapi_parse_size(o->value, &v) != RAP_OK)
+    return rapi_fail(RAP_ERR_INVALID,
+                     "%s: option '%s' needs a size such as 4096, 64KiB or 1GiB, not '%s'",
+                     opts->owner, key, o->value ? o->value : "");
+  *out = v;
+  return RAP_OK;
+}
+
+int rap_options_get_uint(rap_options *opts, const char *key, uint64_t *out) {
+  rapi_option *o = find(opts, key);
+  if (o == NULL) return RAP_OK;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = o->value && isdigit((unsigned char)o->value[0])
+                             ? strtoull(o->value, &end, 10) : 0;
+  if (o->value == NULL || end == NULL || *end != '\0' || errno != 0)
+    return rapi_fail(RAP_ERR_INVALID, "%s: option '%s' needs a whole number, not '%s'",
+                     opts->owner, key, o->value ? o->value : "");
+  *out = v;
+  return RAP_OK;
+}
+
+int rap_options_get_string(rap_options *opts, const char *key, const char **out) {
+  rapi_option *o = find(opts, key);
+  if (o == NULL) return RAP_OK;
+  if (o->value == NULL || o->value[0] == '\0')
+    return rapi_fail(RAP_ERR_INVALID, "%s: option '%s' needs a value", opts->owner, key);
+  *out = o->value;
+  return RAP_OK;
+}
+
+int rapi_options_check_unused(const rap_options *opts) {
+  for (size_t i = 0; i < opts->count; i++)
+    if (!opts->items[i].used)
+      return rapi_fail(RAP_ERR_INVALID, "%s: unknown option '%s'", opts->owner, opts->items[i].key);
+  return RAP_OK;
+}
+
+void rapi_options_free(rap_options *opts) {
+  for (size_t i = 0; i < opts->count; i++) {
+    free(opts->items[i].key);
+    free(opts->items[i].value);
+  }
+  free(opts->items);
+  opts->items = NULL;
+  opts->count = 0;
+}

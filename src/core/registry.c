@@ -1,0 +1,48 @@
+/* registry.c — the built-in strategies, in one table, and the platform allocator names.
+ *
+ * Strategy names are matched without regard to case ("QuickPool", "quickpool"). Platform names are
+ * exact: HOST, DEVICE, DEVICE::N, PINNED, UM. A platform allocator is created the first time its
+ * name is asked for.
+ */
+#include "rap_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const rap_strategy *const builtins[] = {
+    &rapi_quick_pool_strategy,
+    &rapi_fault_strategy,
+};
+
+const rap_strategy *rapi_registry_builtin(const char *name) {
+  for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
+    if (strcasecmp(builtins[i]->name, name) == 0) return builtins[i];
+  return NULL;
+}
+
+int rapi_registry_platform(const char *name, const rap_strategy **strategy, char *opts, size_t cap) {
+  if (strcmp(name, "HOST") == 0) {
+    *strategy = &rapi_host_platform;
+    snprintf(opts, cap, "%s", "");
+    return RAP_OK;
+  }
+  if (strcmp(name, "DEVICE") == 0 || strcmp(name, "PINNED") == 0 || strcmp(name, "UM") == 0) {
+    *strategy = &rapi_cuda_platform;
+    snprintf(opts, cap, "kind=%s", name[0] == 'D' ? "device" : name[0] == 'P' ? "pinned" : "managed");
+    return RAP_OK;
+  }
+  if (strncmp(name, "DEVICE::", 8) == 0) {
+    const char *n = name + 8;
+    char *end = NULL;
+    unsigned long id = (*n >= '0' && *n <= '9') ? strtoul(n, &end, 10) : 0;
+    if (end == NULL || *end != '\0' || id > 4096)
+      return rapi_fail(RAP_ERR_NOT_FOUND, "'%s' is not a platform allocator: DEVICE::N needs a "
+                       "device number", name);
+    *strategy = &rapi_cuda_platform;
+    snprintf(opts, cap, "kind=device device=%lu", id);
+    return RAP_OK;
+  }
+  return rapi_fail(RAP_ERR_NOT_FOUND, "no allocator named '%s'", name);
+}

@@ -1,0 +1,265 @@
+/* rap_internal.h — what the library's files share, grouped by the file that defines it.
+ *
+ * Public types are completed here. Internal non-static names are rapi_<module>_<verb>.
+ * Nothing here is installed.
+ */
+#ifndef RAP_INTERNAL_H
+#define RAP_INTERNAL_H
+
+#include <rap/rap.h>
+#include <rap/strategy.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* uthash keyed by pointers: a multiplicative hash beats the default Jenkins hash on this key. */
+#define HASH_FUNCTION(keyptr, keylen, hashv)                                                       \
+  do {                                                                                             \
+    uintptr_t k_ = *(const uintptr_t *)(const void *)(keyptr);                                     \
+    (void)(keylen);                                                                                \
+    k_ ^= k_ >> 29;                                                                                \
+    k_ *= UINT64_C(0xbf58476d1ce4e5b9);                                                            \
+    (hashv) = (unsigned)(k_ >> 32);                                                                \
+  } while (0)
+/* uthash never aborts here: a failed table allocation sets rapi_hash_oom, and callers check it. */
+extern _Thread_local int rapi_hash_oom;
+#define HASH_NONFATAL_OOM 1
+#define uthash_nonfatal_oom(obj) (rapi_hash_oom = 1)
+#include <uthash.h>
+
+#if defined(__GNUC__)
+#define RAPI_LIKELY(x) __builtin_expect(!!(x), 1)
+#define RAPI_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define RAPI_NOINLINE __attribute__((noinline))
+#else
+#define RAPI_LIKELY(x) (x)
+#define RAPI_UNLIKELY(x) (x)
+#define RAPI_NOINLINE
+#endif
+
+#define RAPI_NAME_MAX 256
+
+/* ---- core/status.c --------------------------------------------------------------------------- */
+int  rapi_fail(int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void rapi_format_size(char *buf, size_t cap, size_t bytes);   /* "256 MiB", "1.5 KiB", "17 B" */
+
+/* ---- core/options.c -------------------------------------------------------------------------- */
+typedef struct rapi_option {
+  char *key, *value;
+  bool used;
+} rapi_option;
+struct rap_options {
+  rapi_option *items;
+  size_t count;
+  const char *owner;   /* strategy name, for sentences */
+};
+int  rapi_options_parse(const char *text, const char *owner, rap_options *out);
+int  rapi_options_add(rap_options *opts, const char *key, size_t klen, const char *value, size_t vlen);
+int  rapi_options_check_unused(const rap_options *opts);
+void rapi_options_free(rap_options *opts);
+int  rapi_parse_size(const char *text, size_t *out);   /* RAP_OK or RAP_ERR_INVALID, no sentence */
+
+/* ---- core/slab.c: fixed-size records from malloc'd slabs, never freed one by one ----------- */
+typedef struct rapi_slab {
+  void *free_list;
+  void *slabs;           /* singly linked list of slab allocations */
+  size_t object_size, per_slab, live;
+} rapi_slab;
+void  rapi_slab_init(rapi_slab *s, size_t object_size, size_t per_slab);
+void *rapi_slab_alloc_slow(rapi_slab *s);
+void  rapi_slab_destroy(rapi_slab *s);
+static inline void *rapi_slab_alloc(rapi_slab *s) {
+  void *p = s->free_list;
+  if (RAPI_UNLIKELY(p == NULL)) return rapi_slab_alloc_slow(s);
+  s->free_list = *(void **)p;
+  s->live++;
+  return p;
+}
+static inline void rapi_slab_free(rapi_slab *s, void *p) {
+  *(void **)p = s->free_list;
+  s->free_list = p;
+  s->live--;
+}
+
+/* ---- core/manager.c -------------------------------------------------------------------------- */
+struct rap_allocator {
+  const rap_strategy *strategy;   /* hot fields first */
+  void *state;
+  rap_manager *rm;
+  rap_allocator *parent;
+  char *name;
+  size_t alignment;
+  size_t children;
+  uint64_t seq;                   /* creation order: children are always newer than parents */
+  rap_allocator *next;            /* manager's list, newest first */
+  UT_hash_handle hh;              /* manager's name map */
+};
+
+typedef struct rapi_resource_ops {
+  const char *kind;
+  int  (*synchronize)(rap_resource *r);
+  void (*destroy)(rap_resource *r);    /* frees r itself, except for the embedded host resource */
+} rapi_resource_ops;
+
+struct rap_resource {
+  const rapi_resource_ops *ops;
+  rap_manager *rm;
+  uint64_t id;
+  rap_resource *prev, *next;       /* manager's list of created resources */
+};
+
+typedef struct rapi_strategy_entry {
+  const rap_strategy *strategy;
+  struct rapi_strategy_entry *next;
+} rapi_strategy_entry;
+
+struct rap_manager {
+  pthread_mutex_t lock;            /* registry operations only; never taken on the hot path */
+  rap_allocator *allocators;       /* newest first */
+  rap_allocator *by_name;          /* uthash on name */
+  rapi_strategy_entry *custom;     /* strategies registered at run time */
+  rap_resource host;               /* the one synchronous host resource */
+  rap_resource *resources;         /* created resources */
+  uint64_t next_seq, next_resource_id;
+};
+void rapi_manager_link_resource(rap_manager *rm, rap_resource *r);
+void rapi_manager_unlink_resource(rap_manager *rm, rap_resource *r);
+
+/* ---- core/registry.c: the built-in strategies and platform allocators ---------------------- */
+const rap_strategy *rapi_registry_builtin(const char *name);
+/* Platform allocator by name: fills *strategy and the options text; RAP_ERR_NOT_FOUND if none. */
+int  rapi_registry_platform(const char *name, const rap_strategy **strategy, char *opts, size_t cap);
+
+/* ---- resources/platform.c: allocators that track every live pointer ------------------------
+ * HOST, the CUDA platform allocators and Fault share this: a locked map pointer -> size, the
+ * statistics, and two raw operations. Platform allocators are safe for concurrent callers. */
+typedef struct rapi_prec {
+  void *ptr;
+  size_t bytes;
+  UT_hash_handle hh;
+} rapi_prec;
+typedef struct rapi_platform rapi_platform;
+struct rapi_platform {
+  pthread_mutex_t lock;
+  rapi_prec *map;
+  rapi_slab recs;
+  size_t current, hwm, count, actual, actual_hwm;
+  int (*raw_alloc)(rapi_platform *p, void **out, size_t bytes);
+  int (*raw_free)(rapi_platform *p, void *ptr, size_t bytes);
+  rap_allocator *self;
+  void *impl;   /* the backend's own state */
+};
+int  rapi_platform_init(rapi_platform *p, rap_allocator *self);
+void rapi_platform_fini(rap_allocator *self, void *state);
+int  rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *r);
+int  rapi_platform_deallocate(void *state, void *ptr, rap_resource *r);
+int  rapi_platform_stats(void *state, rap_stats *out);
+int  rapi_platform_owns(void *state, const void *ptr);
+int  rapi_platform_check(void *state);
+
+/* ---- strategies/block_pool.c: chunks, blocks and the segregated-fit index -------------------
+ * The machinery QuickPool and ResourceAwarePool share. A chunk comes from the parent; blocks tile
+ * it in address order (prev/next), so freed neighbours merge in O(1). Free blocks sit in a
+ * two-level segregated-fit index (TLSF): first level by power of two, second level by 2^SL_LOG2
+ * subdivisions, a bitmap at each level, so a fitting class is found with two bit scans.
+ * All records live in host memory, from slabs. */
+enum { RAPI_FREE = 0, RAPI_USED = 1, RAPI_PENDING = 2 };
+#define RAPI_SL_LOG2 5
+#define RAPI_SL_COUNT (1u << RAPI_SL_LOG2)
+#define RAPI_FL_COUNT (64 - RAPI_SL_LOG2 + 1)
+
+typedef struct rapi_chunk rapi_chunk;
+typedef struct rapi_block rapi_block;
+struct rapi_block {
+  char *ptr;
+  size_t size;                       /* aligned extent of the block */
+  size_t requested;                  /* user bytes while used */
+  rapi_block *prev, *next;           /* address neighbours inside the chunk */
+  rapi_block *link_prev, *link_next; /* index class list, or a resource's pending list */
+  rapi_chunk *chunk;
+  rap_resource *owner;               /* used or pending: the owning resource (resource-aware) */
+  void *fence;                       /* pending: what must complete before it is free */
+  uint64_t tag;                      /* pending: the owner's batch number */
+  uint16_t fl, sl;                   /* index class while indexed */
+  uint8_t state;
+  UT_hash_handle hh;                 /* the used map, keyed by ptr */
+};
+struct rapi_chunk {
+  char *base;                        /* what the parent returned */
+  size_t size;                       /* bytes asked of the parent */
+  size_t usable;                     /* bytes the blocks tile, from the first aligned address */
+  rapi_block *first;
+  rapi_chunk *prev, *next;
+};
+
+typedef struct rapi_index {
+  uint64_t fl_bitmap;
+  uint32_t sl_bitmap[RAPI_FL_COUNT];
+  rapi_block *heads[RAPI_FL_COUNT][RAPI_SL_COUNT];
+  size_t count, bytes;
+} rapi_index;
+void        rapi_index_insert(rapi_index *ix, rapi_block *b);
+void        rapi_index_remove(rapi_index *ix, rapi_block *b);
+rapi_block *rapi_index_find(rapi_index *ix, size_t size);   /* a block of at least size, or NULL */
+size_t      rapi_index_largest(const rapi_index *ix);
+
+typedef enum { RAPI_H_NEVER, RAPI_H_PERCENT, RAPI_H_BLOCKS } rapi_heuristic_kind;
+typedef struct rapi_heuristic {
+  rapi_heuristic_kind kind;
+  bool hwm;
+  uint64_t value;                    /* percent, or number of releasable chunks */
+} rapi_heuristic;
+
+typedef struct rapi_bp {
+  rap_allocator *self, *parent;
+  size_t alignment, initial_size, next_size, parent_alignment;
+  rapi_heuristic heuristic;
+  rapi_index free;
+  rapi_block *used;                  /* uthash on ptr */
+  rapi_chunk *chunks;
+  rapi_slab block_recs, chunk_recs;
+  size_t current, hwm, used_bytes, used_hwm, actual, actual_hwm;
+  size_t releasable_bytes, releasable_chunks, pending_bytes, pending_count;
+  size_t allocation_count, block_count, chunk_count;
+  size_t max_request;
+} rapi_bp;
+int   rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts);
+void  rapi_bp_fini(rapi_bp *bp);
+/* Rounds a request to the pool's block size; RAP_ERR_NOMEM for sizes no pool can hold. */
+int   rapi_bp_round(rapi_bp *bp, size_t bytes, size_t *out);
+rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size);     /* from the free index, split */
+int   rapi_bp_grow(rapi_bp *bp, size_t size, rapi_block **out); /* a new chunk; block free, unindexed */
+int   rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out);
+rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size); /* remainder or NULL; b keeps size */
+int   rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes);   /* used map, then counters */
+rapi_block *rapi_bp_find_used(rapi_bp *bp, const void *ptr);
+void  rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b);       /* counters and used map */
+rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
+void  rapi_bp_index_free(rapi_bp *bp, rapi_block *b);
+void  rapi_bp_unindex_free(rapi_bp *bp, rapi_block *b);
+size_t rapi_bp_release(rapi_bp *bp);                          /* wholly free chunks; bytes returned */
+void  rapi_bp_after_free(rapi_bp *bp, rapi_block *merged);   /* runs the coalesce heuristic */
+void  rapi_bp_stats(rapi_bp *bp, rap_stats *out);
+int   rapi_bp_check(rapi_bp *bp);
+int   rapi_bp_unknown_pointer(rapi_bp *bp, const void *ptr, const char *fn);
+static inline bool rapi_bp_whole_chunk(const rapi_block *b) { return b->prev == NULL && b->next == NULL; }
+
+/* ---- strategies, one table each -------------------------------------------------------------- */
+extern const rap_strategy rapi_quick_pool_strategy;
+extern const rap_strategy rapi_fault_strategy;
+/* ---- resources/host_platform.c, resources/cuda_platform.c -------------------------------- */
+extern const rap_strategy rapi_host_platform;
+extern const rap_strategy rapi_cuda_platform;   /* DEVICE, DEVICE::N, PINNED, UM by option kind= */
+extern const rapi_resource_ops rapi_host_resource_ops;
+bool rapi_cuda_compiled(void);
+
+/* ---- helpers ---------------------------------------------------------------------------------- */
+static inline size_t rapi_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+static inline bool rapi_is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+#endif /* RAP_INTERNAL_H */

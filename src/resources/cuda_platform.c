@@ -1,0 +1,128 @@
+/* cuda_platform.c — the CUDA platform allocators: DEVICE, DEVICE::N, PINNED and UM.
+ *
+ * Each is the shared platform body (platform.c) over cudaMalloc, cudaMallocHost or
+ * cudaMallocManaged. Every CUDA call is checked and turned into a status and a sentence. The
+ * runtime is linked statically, so a machine without a GPU or driver still loads rap: asking for
+ * one of these there is RAP_ERR_UNSUPPORTED.
+ */
+#include "rap_internal.h"
+
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { KIND_DEVICE, KIND_PINNED, KIND_MANAGED };
+
+typedef struct cuda_impl {
+  int kind;
+  int device;
+} cuda_impl;
+
+bool rapi_cuda_compiled(void) { return true; }
+
+static const char *call_name(int kind) {
+  return kind == KIND_DEVICE ? "cudaMalloc" : kind == KIND_PINNED ? "cudaMallocHost"
+                                                                  : "cudaMallocManaged";
+}
+
+/* Runs f on the allocator's device, restoring the caller's current device afterwards. */
+static int enter_device(rapi_platform *p, int *saved) {
+  cuda_impl *c = p->impl;
+  cudaError_t e = cudaGetDevice(saved);
+  if (e == cudaSuccess && *saved != c->device) e = cudaSetDevice(c->device);
+  if (e != cudaSuccess)
+    return rapi_fail(RAP_ERR_BACKEND, "%s: cudaSetDevice(%d): %s", rap_allocator_name(p->self),
+                     c->device, cudaGetErrorString(e));
+  return RAP_OK;
+}
+
+static void leave_device(rapi_platform *p, int saved) {
+  cuda_impl *c = p->impl;
+  if (saved != c->device) (void)cudaSetDevice(saved);
+}
+
+static int cuda_raw_alloc(rapi_platform *p, void **out, size_t bytes) {
+  cuda_impl *c = p->impl;
+  int saved = 0;
+  int st = enter_device(p, &saved);
+  if (st != RAP_OK) return st;
+  void *ptr = NULL;
+  cudaError_t e = c->kind == KIND_DEVICE   ? cudaMalloc(&ptr, bytes)
+                  : c->kind == KIND_PINNED ? cudaMallocHost(&ptr, bytes)
+                                           : cudaMallocManaged(&ptr, bytes, cudaMemAttachGlobal);
+  leave_device(p, saved);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();   /* clear the sticky copy of a non-sticky error */
+    char sz[32];
+    rapi_format_size(sz, sizeof sz, bytes);
+    return rapi_fail(e == cudaErrorMemoryAllocation ? RAP_ERR_NOMEM : RAP_ERR_BACKEND,
+                     "%s: %s(%s): %s", rap_allocator_name(p->self), call_name(c->kind), sz,
+                     cudaGetErrorString(e));
+  }
+  *out = ptr;
+  return RAP_OK;
+}
+
+static int cuda_raw_free(rapi_platform *p, void *ptr, size_t bytes) {
+  (void)bytes;
+  cuda_impl *c = p->impl;
+  int saved = 0;
+  int st = enter_device(p, &saved);
+  if (st != RAP_OK) return st;
+  cudaError_t e = c->kind == KIND_PINNED ? cudaFreeHost(ptr) : cudaFree(ptr);
+  leave_device(p, saved);
+  if (e != cudaSuccess)
+    return rapi_fail(RAP_ERR_BACKEND, "%s: %s(%p): %s", rap_allocator_name(p->self),
+                     c->kind == KIND_PINNED ? "cudaFreeHost" : "cudaFree", ptr,
+                     cudaGetErrorString(e));
+  return RAP_OK;
+}
+
+static int cuda_init(rap_allocator *self, void *state, rap_options *opts) {
+  rapi_platform *p = state;
+  const char *kind = "device";
+  uint64_t device = 0;
+  int st = rap_options_get_string(opts, "kind", &kind);
+  if (st == RAP_OK) st = rap_options_get_uint(opts, "device", &device);
+  if (st != RAP_OK) return st;
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: no CUDA device is usable here (%s)",
+                     rap_allocator_name(self),
+                     e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none");
+  }
+  if (device >= (uint64_t)count)
+    return rapi_fail(RAP_ERR_NOT_FOUND, "%s: device %llu does not exist; this machine has %d",
+                     rap_allocator_name(self), (unsigned long long)device, count);
+  cuda_impl *c = malloc(sizeof *c);
+  if (c == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
+  c->kind = strcmp(kind, "pinned") == 0    ? KIND_PINNED
+            : strcmp(kind, "managed") == 0 ? KIND_MANAGED
+                                           : KIND_DEVICE;
+  c->device = (int)device;
+  p->impl = c;
+  p->raw_alloc = cuda_raw_alloc;
+  p->raw_free = cuda_raw_free;
+  rap_allocator_set_alignment(self, 256);   /* the runtime's documented least alignment */
+  st = rapi_platform_init(p, self);
+  if (st != RAP_OK) {
+    free(c);
+    p->impl = NULL;
+  }
+  return st;
+}
+
+const rap_strategy rapi_cuda_platform = {
+    .version = RAP_STRATEGY_VERSION,
+    .name = "CUDA",
+    .state_size = sizeof(rapi_platform),
+    .init = cuda_init,
+    .fini = rapi_platform_fini,
+    .allocate = rapi_platform_allocate,
+    .deallocate = rapi_platform_deallocate,
+    .stats = rapi_platform_stats,
+    .owns = rapi_platform_owns,
+    .check = rapi_platform_check,
+};

@@ -1,0 +1,31 @@
+/* no_cuda.c — stands in for the CUDA platform allocators in a build without CUDA.
+ *
+ * The names DEVICE, PINNED and UM still resolve, and asking for one says why it is missing.
+ */
+#include "rap_internal.h"
+
+bool rapi_cuda_compiled(void) { return false; }
+
+static int no_cuda_init(rap_allocator *self, void *state, rap_options *opts) {
+  (void)state;
+  (void)opts;
+  return rapi_fail(RAP_ERR_UNSUPPORTED,
+                   "%s: rap was built without CUDA (RAP_WITH_CUDA=OFF or no toolkit found)",
+                   rap_allocator_name(self));
+}
+
+static void no_cuda_fini(rap_allocator *self, void *state) {
+  (void)self;
+  (void)state;
+}
+
+const rap_strategy rapi_cuda_platform = {
+    .version = RAP_STRATEGY_VERSION,
+    .name = "CUDA",
+    .init = no_cuda_init,
+    .fini = no_cuda_fini,
+    .allocate = rapi_platform_allocate,
+    .deallocate = rapi_platform_deallocate,
+    .stats = rapi_platform_stats,
+    .owns = rapi_platform_owns,
+};

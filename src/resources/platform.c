@@ -1,0 +1,182 @@
+/* platform.c — the shared body of the platform allocators, and HOST.
+ *
+ * A platform allocator hands out raw memory and remembers every live pointer with its size, so that
+ * it can answer rap_allocator_find, refuse a double free or a foreign pointer, and report leaks.
+ * The map is locked per allocator: many pools over one platform may run on many threads.
+ */
+#include "rap_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int rapi_platform_init(rapi_platform *p, rap_allocator *self) {
+  if (pthread_mutex_init(&p->lock, NULL) != 0)
+    return rapi_fail(RAP_ERR_BACKEND, "%s: pthread_mutex_init failed", rap_allocator_name(self));
+  rapi_slab_init(&p->recs, sizeof(rapi_prec), 256);
+  p->self = self;
+  return RAP_OK;
+}
+
+void rapi_platform_fini(rap_allocator *self, void *state) {
+  rapi_platform *p = state;
+  rapi_prec *rec, *tmp;
+  HASH_ITER(hh, p->map, rec, tmp) {
+    HASH_DEL(p->map, rec);
+    int st = p->raw_free(p, rec->ptr, rec->bytes);
+    if (st != RAP_OK)
+      rap_log(RAP_LOG_WARN, "%s: freeing %p at teardown failed: %s", rap_allocator_name(self),
+              rec->ptr, rap_last_error());
+  }
+  rapi_slab_destroy(&p->recs);
+  pthread_mutex_destroy(&p->lock);
+  free(p->impl);
+}
+
+int rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+  rapi_platform *p = state;
+  (void)r;   /* platform memory is not stream-ordered: any resource gets it at once */
+  void *ptr = NULL;
+  pthread_mutex_lock(&p->lock);
+  rapi_prec *rec = rapi_slab_alloc(&p->recs);
+  if (rec == NULL) {
+    pthread_mutex_unlock(&p->lock);
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for block records",
+                     rap_allocator_name(p->self));
+  }
+  size_t raw = bytes ? bytes : 1;   /* zero bytes: still a unique pointer */
+  int st = p->raw_alloc(p, &ptr, raw);
+  if (st == RAP_OK) {
+    rec->ptr = ptr;
+    rec->bytes = bytes;
+    rapi_hash_oom = 0;
+    HASH_ADD_PTR(p->map, ptr, rec);
+    if (rapi_hash_oom) {
+      rapi_prec *chk = NULL;
+      HASH_FIND_PTR(p->map, &ptr, chk);
+      if (chk == NULL) {
+        p->raw_free(p, ptr, bytes);
+        st = rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for the pointer map",
+                       rap_allocator_name(p->self));
+      }
+    }
+  }
+  if (st != RAP_OK) {
+    rapi_slab_free(&p->recs, rec);
+    pthread_mutex_unlock(&p->lock);
+    return st;
+  }
+  p->current += bytes;
+  p->actual += raw;
+  p->count++;
+  if (p->current > p->hwm) p->hwm = p->current;
+  if (p->actual > p->actual_hwm) p->actual_hwm = p->actual;
+  pthread_mutex_unlock(&p->lock);
+  *out = ptr;
+  return RAP_OK;
+}
+
+int rapi_platform_deallocate(void *state, void *ptr, rap_resource *r) {
+  rapi_platform *p = state;
+  (void)r;
+  pthread_mutex_lock(&p->lock);
+  rapi_prec *rec = NULL;
+  HASH_FIND_PTR(p->map, &ptr, rec);
+  if (rec == NULL) {
+    pthread_mutex_unlock(&p->lock);
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER,
+                     "%s: %p is not a live block of this allocator (double free, interior or "
+                     "foreign pointer)", rap_allocator_name(p->self), ptr);
+  }
+  int st = p->raw_free(p, ptr, rec->bytes);
+  if (st == RAP_OK) {
+    HASH_DEL(p->map, rec);
+    p->current -= rec->bytes;
+    p->actual -= rec->bytes ? rec->bytes : 1;
+    p->count--;
+    rapi_slab_free(&p->recs, rec);
+  }
+  pthread_mutex_unlock(&p->lock);
+  return st;
+}
+
+int rapi_platform_stats(void *state, rap_stats *out) {
+  rapi_platform *p = state;
+  pthread_mutex_lock(&p->lock);
+  out->current_bytes = p->current;
+  out->high_watermark = p->hwm;
+  out->actual_bytes = p->actual;
+  out->actual_high_watermark = p->actual_hwm;
+  out->allocation_count = p->count;
+  out->block_count = p->count;
+  out->used_bytes = p->actual;
+  pthread_mutex_unlock(&p->lock);
+  return RAP_OK;
+}
+
+int rapi_platform_owns(void *state, const void *ptr) {
+  rapi_platform *p = state;
+  pthread_mutex_lock(&p->lock);
+  rapi_prec *rec = NULL;
+  HASH_FIND_PTR(p->map, &ptr, rec);
+  pthread_mutex_unlock(&p->lock);
+  return rec != NULL;
+}
+
+int rapi_platform_check(void *state) {
+  rapi_platform *p = state;
+  pthread_mutex_lock(&p->lock);
+  size_t n = 0, bytes = 0;
+  for (rapi_prec *rec = p->map; rec != NULL; rec = rec->hh.next) {
+    n++;
+    bytes += rec->bytes;
+  }
+  int ok = n == p->count && bytes == p->current && p->recs.live == n;
+  pthread_mutex_unlock(&p->lock);
+  if (!ok)
+    return rapi_fail(RAP_ERR_CORRUPT, "%s: the pointer map holds %zu blocks of %zu bytes, the "
+                     "counters say %zu of %zu", rap_allocator_name(p->self), n, bytes, p->count,
+                     p->current);
+  return RAP_OK;
+}
+
+/* ---- HOST ------------------------------------------------------------------------------------ */
+
+static int host_raw_alloc(rapi_platform *p, void **out, size_t bytes) {
+  void *ptr = malloc(bytes);
+  if (ptr == NULL) {
+    char sz[32];
+    rapi_format_size(sz, sizeof sz, bytes);
+    return rapi_fail(RAP_ERR_NOMEM, "%s: malloc(%s) failed", rap_allocator_name(p->self), sz);
+  }
+  *out = ptr;
+  return RAP_OK;
+}
+
+static int host_raw_free(rapi_platform *p, void *ptr, size_t bytes) {
+  (void)p;
+  (void)bytes;
+  free(ptr);
+  return RAP_OK;
+}
+
+static int host_init(rap_allocator *self, void *state, rap_options *opts) {
+  (void)opts;
+  rapi_platform *p = state;
+  p->raw_alloc = host_raw_alloc;
+  p->raw_free = host_raw_free;
+  rap_allocator_set_alignment(self, 16);   /* what glibc's malloc guarantees on 64-bit targets */
+  return rapi_platform_init(p, self);
+}
+
+const rap_strategy rapi_host_platform = {
+    .version = RAP_STRATEGY_VERSION,
+    .name = "HOST",
+    .state_size = sizeof(rapi_platform),
+    .init = host_init,
+    .fini = rapi_platform_fini,
+    .allocate = rapi_platform_allocate,
+    .deallocate = rapi_platform_deallocate,
+    .stats = rapi_platform_stats,
+    .owns = rapi_platform_owns,
+    .check = rapi_platform_check,
+};

@@ -1,0 +1,449 @@
+/* block_pool.c — chunks, blocks, splitting, merging and the coalesce heuristics.
+ *
+ * The machinery under QuickPool and ResourceAwarePool. Invariants, checked by rapi_bp_check:
+ * blocks tile each chunk in address order; a block is in exactly one of {free index, used map,
+ * a pending list}; two free blocks are never neighbours; every counter equals what a walk finds.
+ */
+#include "rap_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RAPI_BLOCKS_PER_SLAB 512
+
+/* ---- options ---------------------------------------------------------------------------------- */
+
+static int parse_heuristic(rapi_bp *bp, const char *text) {
+  static const struct {
+    const char *name;
+    rapi_heuristic_kind kind;
+    bool hwm;
+  } names[] = {
+      {"percent_releasable", RAPI_H_PERCENT, false}, {"percent_releasable_hwm", RAPI_H_PERCENT, true},
+      {"blocks_releasable", RAPI_H_BLOCKS, false},   {"blocks_releasable_hwm", RAPI_H_BLOCKS, true},
+  };
+  const char *who = rap_allocator_name(bp->self);
+  if (strcmp(text, "never") == 0) {
+    bp->heuristic.kind = RAPI_H_NEVER;
+    return RAP_OK;
+  }
+  const char *colon = strchr(text, ':');
+  size_t len = colon ? (size_t)(colon - text) : strlen(text);
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    if (strlen(names[i].name) != len || strncmp(names[i].name, text, len) != 0) continue;
+    char *end = NULL;
+    unsigned long long v = colon && colon[1] >= '0' && colon[1] <= '9' ? strtoull(colon + 1, &end, 10) : 0;
+    if (end == NULL || *end != '\0')
+      return rapi_fail(RAP_ERR_INVALID, "%s: option 'heuristic' needs a number after '%s:', as in "
+                       "%s:75", who, names[i].name, names[i].name);
+    if (names[i].kind == RAPI_H_PERCENT && v > 100)
+      return rapi_fail(RAP_ERR_INVALID, "%s: option 'heuristic': a percentage is 0 to 100, not %llu",
+                       who, v);
+    if (names[i].kind == RAPI_H_BLOCKS && v == 0)
+      return rapi_fail(RAP_ERR_INVALID, "%s: option 'heuristic': blocks_releasable needs at least 1",
+                       who);
+    bp->heuristic.kind = names[i].kind;
+    bp->heuristic.hwm = names[i].hwm;
+    bp->heuristic.value = v;
+    if (names[i].kind == RAPI_H_PERCENT && v == 0) bp->heuristic.kind = RAPI_H_NEVER;
+    return RAP_OK;
+  }
+  return rapi_fail(RAP_ERR_INVALID, "%s: option 'heuristic' is one of percent_releasable:P, "
+                   "percent_releasable_hwm:P, blocks_releasable:N, blocks_releasable_hwm:N or never, "
+                   "not '%s'", who, text);
+}
+
+int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts) {
+  bp->self = self;
+  bp->parent = rap_allocator_parent(self);
+  bp->alignment = 256;
+  bp->initial_size = (size_t)512 << 20;
+  bp->next_size = (size_t)1 << 20;
+  const char *heuristic = "percent_releasable_hwm:100";
+  int st = rap_options_get_size(opts, "initial_size", &bp->initial_size);
+  if (st == RAP_OK) st = rap_options_get_size(opts, "next_size", &bp->next_size);
+  if (st == RAP_OK) st = rap_options_get_size(opts, "alignment", &bp->alignment);
+  if (st == RAP_OK) st = rap_options_get_string(opts, "heuristic", &heuristic);
+  if (st != RAP_OK) return st;
+  if (!rapi_is_pow2(bp->alignment) || bp->alignment > ((size_t)1 << 30))
+    return rapi_fail(RAP_ERR_INVALID, "%s: option 'alignment' must be a power of two up to 1GiB, "
+                     "not %zu", rap_allocator_name(self), bp->alignment);
+  if (bp->initial_size > SIZE_MAX / 4 || bp->next_size > SIZE_MAX / 4)
+    return rapi_fail(RAP_ERR_INVALID, "%s: options 'initial_size' and 'next_size' must be below "
+                     "a quarter of the address space", rap_allocator_name(self));
+  st = parse_heuristic(bp, heuristic);
+  if (st != RAP_OK) return st;
+  bp->parent_alignment = rap_allocator_alignment(bp->parent);
+  if (bp->parent_alignment == 0) bp->parent_alignment = 1;
+  bp->max_request = SIZE_MAX / 4;
+  rapi_slab_init(&bp->block_recs, sizeof(rapi_block), RAPI_BLOCKS_PER_SLAB);
+  rapi_slab_init(&bp->chunk_recs, sizeof(rapi_chunk), 64);
+  rap_allocator_set_alignment(self, bp->alignment);
+  return RAP_OK;
+}
+
+void rapi_bp_fini(rapi_bp *bp) {
+  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
+    if (rap_deallocate(bp->parent, c->base, NULL) != RAP_OK)
+      rap_log(RAP_LOG_WARN, "%s: returning a chunk of %zu bytes to '%s' failed: %s",
+              rap_allocator_name(bp->self), c->size, rap_allocator_name(bp->parent),
+              rap_last_error());
+  }
+  HASH_CLEAR(hh, bp->used);
+  rapi_slab_destroy(&bp->block_recs);
+  rapi_slab_destroy(&bp->chunk_recs);
+  bp->chunks = NULL;
+}
+
+int rapi_bp_round(rapi_bp *bp, size_t bytes, size_t *out) {
+  if (RAPI_UNLIKELY(bytes > bp->max_request)) {
+    return rapi_fail(RAP_ERR_NOMEM, "%s: a request of %zu bytes is larger than any pool can hold",
+                     rap_allocator_name(bp->self), bytes);
+  }
+  *out = bytes == 0 ? bp->alignment : rapi_align_up(bytes, bp->alignment);
+  return RAP_OK;
+}
+
+/* ---- the free index, with the releasable counters ------------------------------------------ */
+
+void rapi_bp_index_free(rapi_bp *bp, rapi_block *b) {
+  b->state = RAPI_FREE;
+  rapi_index_insert(&bp->free, b);
+  if (rapi_bp_whole_chunk(b)) {
+    bp->releasable_bytes += b->chunk->size;
+    bp->releasable_chunks++;
+  }
+}
+
+void rapi_bp_unindex_free(rapi_bp *bp, rapi_block *b) {
+  rapi_index_remove(&bp->free, b);
+  if (rapi_bp_whole_chunk(b)) {
+    bp->releasable_bytes -= b->chunk->size;
+    bp->releasable_chunks--;
+  }
+}
+
+/* ---- blocks ----------------------------------------------------------------------------------- */
+
+rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size) {
+  if (b->size - size < bp->alignment) return NULL;
+  rapi_block *rem = rapi_slab_alloc(&bp->block_recs);
+  if (rem == NULL) return NULL;   /* no record: the block stays whole, which is still correct */
+  memset(rem, 0, sizeof *rem);
+  rem->ptr = b->ptr + size;
+  rem->size = b->size - size;
+  rem->chunk = b->chunk;
+  rem->prev = b;
+  rem->next = b->next;
+  if (b->next) b->next->prev = rem;
+  b->next = rem;
+  b->size = size;
+  bp->block_count++;
+  return rem;
+}
+
+rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size) {
+  rapi_block *b = rapi_index_find(&bp->free, size);
+  if (b == NULL) return NULL;
+  rapi_bp_unindex_free(bp, b);
+  rapi_block *rem = rapi_bp_split(bp, b, size);
+  if (rem) rapi_bp_index_free(bp, rem);   /* its neighbours were not free: no merge */
+  return b;
+}
+
+int rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
+  rapi_hash_oom = 0;
+  HASH_ADD_PTR(bp->used, ptr, b);
+  if (RAPI_UNLIKELY(rapi_hash_oom) && rapi_bp_find_used(bp, b->ptr) != b)
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for the pointer map",
+                     rap_allocator_name(bp->self));
+  b->state = RAPI_USED;
+  b->requested = bytes;
+  bp->current += bytes;
+  bp->used_bytes += b->size;
+  bp->allocation_count++;
+  if (bp->current > bp->hwm) bp->hwm = bp->current;
+  if (bp->used_bytes > bp->used_hwm) bp->used_hwm = bp->used_bytes;
+  return RAP_OK;
+}
+
+rapi_block *rapi_bp_find_used(rapi_bp *bp, const void *ptr) {
+  rapi_block *b = NULL;
+  HASH_FIND_PTR(bp->used, &ptr, b);
+  return b;
+}
+
+void rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b) {
+  HASH_DELETE(hh, bp->used, b);
+  bp->current -= b->requested;
+  bp->used_bytes -= b->size;
+  bp->allocation_count--;
+  b->requested = 0;
+}
+
+static void absorb_next(rapi_bp *bp, rapi_block *b) {
+  rapi_block *n = b->next;
+  b->size += n->size;
+  b->next = n->next;
+  if (n->next) n->next->prev = b;
+  rapi_slab_free(&bp->block_recs, n);
+  bp->block_count--;
+}
+
+rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b) {
+  if (b->prev && b->prev->state == RAPI_FREE) {
+    rapi_block *p = b->prev;
+    rapi_bp_unindex_free(bp, p);
+    absorb_next(bp, p);
+    b = p;
+  }
+  if (b->next && b->next->state == RAPI_FREE) {
+    rapi_bp_unindex_free(bp, b->next);
+    absorb_next(bp, b);
+  }
+  rapi_bp_index_free(bp, b);
+  return b;
+}
+
+/* ---- chunks ----------------------------------------------------------------------------------- */
+
+int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
+  size_t pad = bp->parent_alignment >= bp->alignment ? 0 : bp->alignment - bp->parent_alignment;
+  size_t request = usable + pad;
+  rapi_chunk *c = rapi_slab_alloc(&bp->chunk_recs);
+  rapi_block *b = c ? rapi_slab_alloc(&bp->block_recs) : NULL;
+  if (b == NULL) {
+    if (c) rapi_slab_free(&bp->chunk_recs, c);
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for block records",
+                     rap_allocator_name(bp->self));
+  }
+  void *base = NULL;
+  int st = rap_allocate(bp->parent, &base, request, NULL);
+  if (st != RAP_OK) {
+    rapi_slab_free(&bp->block_recs, b);
+    rapi_slab_free(&bp->chunk_recs, c);
+    return st;
+  }
+  memset(c, 0, sizeof *c);
+  memset(b, 0, sizeof *b);
+  c->base = base;
+  c->size = request;
+  c->usable = usable;
+  c->first = b;
+  c->next = bp->chunks;
+  if (bp->chunks) bp->chunks->prev = c;
+  bp->chunks = c;
+  b->ptr = (char *)rapi_align_up((uintptr_t)base, bp->alignment);
+  b->size = usable;
+  b->chunk = c;
+  b->state = RAPI_FREE;
+  bp->actual += request;
+  if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
+  bp->chunk_count++;
+  bp->block_count++;
+  *out = b;
+  return RAP_OK;
+}
+
+int rapi_bp_grow(rapi_bp *bp, size_t size, rapi_block **out) {
+  size_t least = bp->chunk_count == 0 ? bp->initial_size : bp->next_size;
+  size_t usable = rapi_align_up(size > least ? size : least, bp->alignment);
+  return rapi_bp_grow_exact(bp, usable, out);
+}
+
+static void drop_chunk(rapi_bp *bp, rapi_chunk *c) {
+  if (c->prev) c->prev->next = c->next;
+  else bp->chunks = c->next;
+  if (c->next) c->next->prev = c->prev;
+  bp->actual -= c->size;
+  bp->chunk_count--;
+  bp->block_count--;
+  rapi_slab_free(&bp->block_recs, c->first);
+  rapi_slab_free(&bp->chunk_recs, c);
+}
+
+size_t rapi_bp_release(rapi_bp *bp) {
+  size_t released = 0;
+  for (rapi_chunk *c = bp->chunks, *next; c != NULL; c = next) {
+    next = c->next;
+    rapi_block *b = c->first;
+    if (b->state != RAPI_FREE || !rapi_bp_whole_chunk(b)) continue;
+    if (rap_deallocate(bp->parent, c->base, NULL) != RAP_OK) {
+      rap_log(RAP_LOG_WARN, "%s: the parent '%s' refused a chunk back: %s",
+              rap_allocator_name(bp->self), rap_allocator_name(bp->parent), rap_last_error());
+      continue;
+    }
+    rapi_bp_unindex_free(bp, b);
+    released += c->size;
+    drop_chunk(bp, c);
+  }
+  return released;
+}
+
+/* ---- the coalesce heuristics ------------------------------------------------------------------
+ * A heuristic is evaluated only when a deallocation left a whole chunk free, from counters kept
+ * up to date, so the test costs a few compares. Firing releases every wholly free chunk and takes
+ * one chunk back: of the released size, or (the _hwm variants) of what the peak of used bytes
+ * needs beyond the chunks still held, never below initial_size. It fires only when that changes
+ * something, so it can never fire twice in a row on the same state, and it never recurses. */
+
+static bool heuristic_fires(const rapi_bp *bp) {
+  const rapi_heuristic *h = &bp->heuristic;
+  if (h->kind == RAPI_H_PERCENT)
+    return (double)bp->releasable_bytes * 100.0 >= (double)h->value * (double)bp->actual;
+  if (h->kind == RAPI_H_BLOCKS) return bp->releasable_chunks >= h->value;
+  return false;
+}
+
+static void coalesce(rapi_bp *bp) {
+  size_t releasable_usable = 0, total_usable = 0;
+  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
+    total_usable += c->usable;
+    if (c->first->state == RAPI_FREE && rapi_bp_whole_chunk(c->first)) releasable_usable += c->usable;
+  }
+  size_t want = releasable_usable;
+  if (bp->heuristic.hwm) {
+    size_t target = bp->used_hwm > bp->initial_size ? bp->used_hwm : bp->initial_size;
+    size_t kept = total_usable - releasable_usable;
+    want = target > kept ? rapi_align_up(target - kept, bp->alignment) : 0;
+    if (want > releasable_usable) want = releasable_usable;
+  }
+  if (bp->releasable_chunks == 0 || (bp->releasable_chunks == 1 && want >= releasable_usable))
+    return;
+  rapi_bp_release(bp);
+  rapi_block *b;
+  if (want > 0 && rapi_bp_grow_exact(bp, want, &b) == RAP_OK) rapi_bp_index_free(bp, b);
+}
+
+void rapi_bp_after_free(rapi_bp *bp, rapi_block *merged) {
+  if (RAPI_LIKELY(!rapi_bp_whole_chunk(merged)) || bp->heuristic.kind == RAPI_H_NEVER) return;
+  if (heuristic_fires(bp)) coalesce(bp);
+}
+
+/* ---- statistics, checks, diagnostics --------------------------------------------------------- */
+
+void rapi_bp_stats(rapi_bp *bp, rap_stats *out) {
+  out->current_bytes = bp->current;
+  out->high_watermark = bp->hwm;
+  out->actual_bytes = bp->actual;
+  out->actual_high_watermark = bp->actual_hwm;
+  out->releasable_bytes = bp->releasable_bytes;
+  out->free_bytes = bp->free.bytes;
+  out->pending_bytes = bp->pending_bytes;
+  out->largest_free_block = rapi_index_largest(&bp->free);
+  out->allocation_count = bp->allocation_count;
+  out->block_count = bp->block_count;
+  out->pending_count = bp->pending_count;
+  out->chunk_count = bp->chunk_count;
+  out->used_bytes = bp->used_bytes;
+}
+
+#define CORRUPT(...) rapi_fail(RAP_ERR_CORRUPT, __VA_ARGS__)
+
+static int check_chunk(rapi_bp *bp, rapi_chunk *c, size_t sums[3], size_t counts[3],
+                       size_t *requested) {
+  const char *who = rap_allocator_name(bp->self);
+  rapi_block *b = c->first;
+  if (b == NULL || b->prev != NULL || b->chunk != c)
+    return CORRUPT("%s: chunk %p does not start with its first block", who, (void *)c->base);
+  if ((uintptr_t)b->ptr % bp->alignment != 0 || b->ptr < c->base ||
+      (size_t)(b->ptr - c->base) + c->usable > c->size)
+    return CORRUPT("%s: chunk %p: the first block %p is misplaced", who, (void *)c->base, (void *)b->ptr);
+  size_t tiled = 0;
+  for (; b != NULL; b = b->next) {
+    if (b->chunk != c) return CORRUPT("%s: block %p names another chunk", who, (void *)b->ptr);
+    if (b->size == 0 || b->size % bp->alignment != 0)
+      return CORRUPT("%s: block %p has size %zu, not a multiple of %zu", who, (void *)b->ptr,
+                     b->size, bp->alignment);
+    if (b->state > RAPI_PENDING) return CORRUPT("%s: block %p has state %d", who, (void *)b->ptr, b->state);
+    if (b->next && (b->next->prev != b || b->next->ptr != b->ptr + b->size))
+      return CORRUPT("%s: blocks %p and its successor do not touch", who, (void *)b->ptr);
+    if (b->next && b->state == RAPI_FREE && b->next->state == RAPI_FREE)
+      return CORRUPT("%s: free blocks %p and %p are neighbours but were not merged", who,
+                     (void *)b->ptr, (void *)b->next->ptr);
+    if (b->state == RAPI_USED) {
+      if (rapi_bp_find_used(bp, b->ptr) != b)
+        return CORRUPT("%s: used block %p is missing from the pointer map", who, (void *)b->ptr);
+      if (b->requested > b->size)
+        return CORRUPT("%s: block %p holds %zu requested bytes in %zu", who, (void *)b->ptr,
+                       b->requested, b->size);
+      *requested += b->requested;
+    }
+    sums[b->state] += b->size;
+    counts[b->state]++;
+    tiled += b->size;
+  }
+  if (tiled != c->usable)
+    return CORRUPT("%s: chunk %p: blocks tile %zu of %zu bytes", who, (void *)c->base, tiled, c->usable);
+  return RAP_OK;
+}
+
+int rapi_bp_check(rapi_bp *bp) {
+  const char *who = rap_allocator_name(bp->self);
+  size_t sums[3] = {0, 0, 0}, counts[3] = {0, 0, 0}, requested = 0, chunks = 0, actual = 0;
+  size_t rel_bytes = 0, rel_chunks = 0;
+  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
+    if (c->next && c->next->prev != c) return CORRUPT("%s: the chunk list is broken", who);
+    int st = check_chunk(bp, c, sums, counts, &requested);
+    if (st != RAP_OK) return st;
+    chunks++;
+    actual += c->size;
+    if (c->first->state == RAPI_FREE && rapi_bp_whole_chunk(c->first)) {
+      rel_bytes += c->size;
+      rel_chunks++;
+    }
+  }
+  size_t indexed = 0, indexed_bytes = 0;
+  for (unsigned fl = 0; fl < RAPI_FL_COUNT; fl++)
+    for (unsigned sl = 0; sl < RAPI_SL_COUNT; sl++) {
+      bool bit = (bp->free.sl_bitmap[fl] >> sl) & 1u;
+      if (bit != (bp->free.heads[fl][sl] != NULL) || (bp->free.sl_bitmap[fl] != 0) != ((bp->free.fl_bitmap >> fl) & 1u))
+        return CORRUPT("%s: the free index bitmaps disagree with its lists", who);
+      for (rapi_block *b = bp->free.heads[fl][sl]; b != NULL; b = b->link_next) {
+        if (b->state != RAPI_FREE || b->fl != fl || b->sl != sl)
+          return CORRUPT("%s: block %p is in the free index but is not free there", who, (void *)b->ptr);
+        indexed++;
+        indexed_bytes += b->size;
+      }
+    }
+  size_t total_blocks = counts[0] + counts[1] + counts[2];
+  if (indexed != counts[RAPI_FREE] || indexed_bytes != sums[RAPI_FREE] || bp->free.count != indexed ||
+      bp->free.bytes != indexed_bytes)
+    return CORRUPT("%s: %zu free blocks (%zu bytes) in chunks, %zu (%zu bytes) in the index", who,
+                   counts[RAPI_FREE], sums[RAPI_FREE], indexed, indexed_bytes);
+  if (HASH_COUNT(bp->used) != counts[RAPI_USED] || bp->allocation_count != counts[RAPI_USED] ||
+      bp->used_bytes != sums[RAPI_USED] || bp->current != requested)
+    return CORRUPT("%s: %zu used blocks in chunks, %u in the map, %zu counted", who,
+                   counts[RAPI_USED], HASH_COUNT(bp->used), bp->allocation_count);
+  if (bp->pending_count != counts[RAPI_PENDING] || bp->pending_bytes != sums[RAPI_PENDING])
+    return CORRUPT("%s: %zu pending blocks in chunks, %zu counted", who, counts[RAPI_PENDING],
+                   bp->pending_count);
+  if (chunks != bp->chunk_count || actual != bp->actual || total_blocks != bp->block_count ||
+      bp->block_recs.live != total_blocks || bp->chunk_recs.live != chunks)
+    return CORRUPT("%s: %zu chunks and %zu blocks found, %zu and %zu counted", who, chunks,
+                   total_blocks, bp->chunk_count, bp->block_count);
+  if (rel_bytes != bp->releasable_bytes || rel_chunks != bp->releasable_chunks)
+    return CORRUPT("%s: %zu releasable bytes found, %zu counted", who, rel_bytes, bp->releasable_bytes);
+  return RAP_OK;
+}
+
+int rapi_bp_unknown_pointer(rapi_bp *bp, const void *ptr, const char *fn) {
+  const char *who = rap_allocator_name(bp->self);
+  const char *p = ptr;
+  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
+    if (p < c->first->ptr || p >= c->first->ptr + c->usable) continue;
+    for (rapi_block *b = c->first; b != NULL; b = b->next) {
+      if (p < b->ptr || p >= b->ptr + b->size) continue;
+      if (p == b->ptr)
+        return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "%s('%s'): %p is already %s (double free?)", fn,
+                         who, ptr, b->state == RAPI_FREE ? "free" : "pending");
+      return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "%s('%s'): %p points %zu bytes into the %s block %p",
+                       fn, who, ptr, (size_t)(p - b->ptr),
+                       b->state == RAPI_USED ? "used" : b->state == RAPI_FREE ? "free" : "pending",
+                       (void *)b->ptr);
+    }
+  }
+  return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "%s('%s'): %p was not handed out by this allocator", fn,
+                   who, ptr);
+}

@@ -1,0 +1,133 @@
+/* fault.c — Fault: passes requests to its parent and fails them on demand, for tests.
+ *
+ * fail_next=N fails the next N requests; fail_after=N lets N more through, then fails every one
+ * until reconfigured; budget=SIZE fails any request that would take this allocator's live bytes
+ * above SIZE. A failure is RAP_ERR_NOMEM, as a real parent running dry would give. Every live
+ * pointer is tracked, so the allocator also catches double and foreign frees.
+ */
+#include "rap_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fault_impl {
+  uint64_t fail_next, pass_left;   /* pass_left == UINT64_MAX: fail_after is off */
+  size_t budget;                   /* SIZE_MAX: no budget */
+  size_t requests, failures;
+} fault_impl;
+
+static int fault_raw_alloc(rapi_platform *p, void **out, size_t bytes) {
+  fault_impl *f = p->impl;
+  f->requests++;
+  const char *why = NULL;
+  if (f->fail_next > 0) {
+    f->fail_next--;
+    why = "fail_next";
+  } else if (f->pass_left == 0) {
+    why = "fail_after";
+  } else if (f->budget != SIZE_MAX && (bytes > f->budget || p->current > f->budget - bytes)) {
+    why = "budget";
+  }
+  if (why != NULL) {
+    f->failures++;
+    return rapi_fail(RAP_ERR_NOMEM, "%s: request %zu of %zu bytes failed on purpose (%s)",
+                     rap_allocator_name(p->self), f->requests, bytes, why);
+  }
+  if (f->pass_left != UINT64_MAX) f->pass_left--;
+  return rap_allocate(rap_allocator_parent(p->self), out, bytes, NULL);
+}
+
+static int fault_raw_free(rapi_platform *p, void *ptr, size_t bytes) {
+  (void)bytes;
+  return rap_deallocate(rap_allocator_parent(p->self), ptr, NULL);
+}
+
+static int apply(fault_impl *f, rap_options *opts) {
+  for (size_t i = 0; i < opts->count; i++)
+    if (strcmp(opts->items[i].key, "reset") == 0 && opts->items[i].value == NULL) {
+      opts->items[i].used = true;
+      f->fail_next = 0;
+      f->pass_left = UINT64_MAX;
+      f->budget = SIZE_MAX;
+    }
+  uint64_t next = f->fail_next, after = f->pass_left;
+  size_t budget = f->budget;
+  int st = rap_options_get_uint(opts, "fail_next", &next);
+  if (st == RAP_OK) st = rap_options_get_uint(opts, "fail_after", &after);
+  if (st == RAP_OK) st = rap_options_get_size(opts, "budget", &budget);
+  if (st == RAP_OK) st = rapi_options_check_unused(opts);
+  if (st != RAP_OK) return st;
+  f->fail_next = next;
+  f->pass_left = after;
+  f->budget = budget;
+  return RAP_OK;
+}
+
+static int fault_init(rap_allocator *self, void *state, rap_options *opts) {
+  rapi_platform *p = state;
+  fault_impl *f = calloc(1, sizeof *f);
+  if (f == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
+  f->pass_left = UINT64_MAX;
+  f->budget = SIZE_MAX;
+  int st = apply(f, opts);
+  if (st == RAP_OK) {
+    p->impl = f;
+    p->raw_alloc = fault_raw_alloc;
+    p->raw_free = fault_raw_free;
+    rap_allocator_set_alignment(self, rap_allocator_alignment(rap_allocator_parent(self)));
+    st = rapi_platform_init(p, self);
+  }
+  if (st != RAP_OK) {
+    free(f);
+    p->impl = NULL;
+  }
+  return st;
+}
+
+const rap_strategy rapi_fault_strategy = {
+    .version = RAP_STRATEGY_VERSION,
+    .name = "Fault",
+    .flags = RAP_STRATEGY_NEEDS_PARENT,
+    .state_size = sizeof(rapi_platform),
+    .init = fault_init,
+    .fini = rapi_platform_fini,
+    .allocate = rapi_platform_allocate,
+    .deallocate = rapi_platform_deallocate,
+    .stats = rapi_platform_stats,
+    .owns = rapi_platform_owns,
+    .check = rapi_platform_check,
+};
+
+static int as_fault(rap_allocator *a, const char *fn, rapi_platform **out) {
+  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "%s: allocator is NULL", fn);
+  if (a->strategy != &rapi_fault_strategy)
+    return rapi_fail(RAP_ERR_INVALID, "%s: '%s' is a %s, not a Fault allocator", fn, a->name,
+                     a->strategy->name);
+  *out = a->state;
+  return RAP_OK;
+}
+
+int rap_fault_configure(rap_allocator *a, const char *options) {
+  rapi_platform *p;
+  int st = as_fault(a, "rap_fault_configure", &p);
+  if (st != RAP_OK) return st;
+  rap_options opts;
+  st = rapi_options_parse(options, "Fault", &opts);
+  if (st != RAP_OK) return st;
+  pthread_mutex_lock(&p->lock);
+  st = apply(p->impl, &opts);
+  pthread_mutex_unlock(&p->lock);
+  rapi_options_free(&opts);
+  return st;
+}
+
+int rap_fault_requests(rap_allocator *a, size_t *out) {
+  rapi_platform *p;
+  int st = as_fault(a, "rap_fault_requests", &p);
+  if (st != RAP_OK) return st;
+  if (out == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_fault_requests: out is NULL");
+  pthread_mutex_lock(&p->lock);
+  *out = ((fault_impl *)p->impl)->requests;
+  pthread_mutex_unlock(&p->lock);
+  return RAP_OK;
+}

@@ -1,0 +1,95 @@
+/* quick_pool.c — QuickPool: a coalescing pool with O(1) good-fit lookup.
+ *
+ * Chunks come from the parent; blocks are carved from chunks and linked by address so that freed
+ * neighbours merge in O(1). Free blocks are indexed by a two-level segregated-fit bitmap
+ * (block_pool.c). QuickPool does not track resources: like Umpire's, it is for one stream of
+ * execution, or for callers who order their streams themselves.
+ * Invariant: a block is in exactly one of {free index, used map}; neighbours are never both free.
+ */
+#include "rap_internal.h"
+
+static int quick_init(rap_allocator *self, void *state, rap_options *opts) {
+  return rapi_bp_init(state, self, opts);
+}
+
+static void quick_fini(rap_allocator *self, void *state) {
+  (void)self;
+  rapi_bp_fini(state);
+}
+
+/* A miss: grow by a chunk; if the parent is dry, give back wholly free chunks and try once more. */
+static RAPI_NOINLINE int quick_allocate_slow(rapi_bp *bp, void **out, size_t bytes, size_t size) {
+  rapi_block *b = NULL;
+  int st = rapi_bp_grow(bp, size, &b);
+  if (st == RAP_ERR_NOMEM && bp->releasable_chunks > 0) {
+    rapi_bp_release(bp);
+    st = rapi_bp_grow(bp, size, &b);
+  }
+  if (st != RAP_OK) return st;
+  rapi_block *rem = rapi_bp_split(bp, b, size);
+  if (rem) rapi_bp_index_free(bp, rem);
+  st = rapi_bp_mark_used(bp, b, bytes);
+  if (st != RAP_OK) {
+    rapi_bp_make_free(bp, b);
+    return st;
+  }
+  *out = b->ptr;
+  return RAP_OK;
+}
+
+/* The hit path: round, two bit scans, unlink, maybe split, one hash insert. */
+static int quick_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+  rapi_bp *bp = state;
+  (void)r;
+  size_t size;
+  int st = rapi_bp_round(bp, bytes, &size);
+  if (RAPI_UNLIKELY(st != RAP_OK)) return st;
+  rapi_block *b = rapi_bp_take_free(bp, size);
+  if (RAPI_UNLIKELY(b == NULL)) return quick_allocate_slow(bp, out, bytes, size);
+  st = rapi_bp_mark_used(bp, b, bytes);
+  if (RAPI_UNLIKELY(st != RAP_OK)) {
+    rapi_bp_make_free(bp, b);
+    return st;
+  }
+  *out = b->ptr;
+  return RAP_OK;
+}
+
+static int quick_deallocate(void *state, void *ptr, rap_resource *r) {
+  rapi_bp *bp = state;
+  (void)r;
+  rapi_block *b = rapi_bp_find_used(bp, ptr);
+  if (RAPI_UNLIKELY(b == NULL)) return rapi_bp_unknown_pointer(bp, ptr, "rap_deallocate");
+  rapi_bp_unmark_used(bp, b);
+  rapi_bp_after_free(bp, rapi_bp_make_free(bp, b));
+  return RAP_OK;
+}
+
+static int quick_release(void *state) {
+  rapi_bp_release(state);
+  return RAP_OK;
+}
+
+static int quick_stats(void *state, rap_stats *out) {
+  rapi_bp_stats(state, out);
+  return RAP_OK;
+}
+
+static int quick_owns(void *state, const void *ptr) { return rapi_bp_find_used(state, ptr) != NULL; }
+
+static int quick_check(void *state) { return rapi_bp_check(state); }
+
+const rap_strategy rapi_quick_pool_strategy = {
+    .version = RAP_STRATEGY_VERSION,
+    .name = "QuickPool",
+    .flags = RAP_STRATEGY_NEEDS_PARENT,
+    .state_size = sizeof(rapi_bp),
+    .init = quick_init,
+    .fini = quick_fini,
+    .allocate = quick_allocate,
+    .deallocate = quick_deallocate,
+    .stats = quick_stats,
+    .owns = quick_owns,
+    .release = quick_release,
+    .check = quick_check,
+};

@@ -1,0 +1,80 @@
+/* rap_test.c — the C half of the test shim: the registry of test bodies and the jump out of a
+ * failed check. The jump stays inside C frames: rap_test_run sets it, the body's check takes it.
+ */
+#include "rap_test.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct entry {
+  const char *suite, *name, *file;
+  int line;
+  rap_test_fn fn;
+} entry;
+
+static entry *entries;
+static size_t count, cap;
+static jmp_buf *current_jump;
+static char *current_msg;
+static size_t current_cap;
+static const char *fail_file;
+static int fail_line;
+
+void rap_test_register(const char *suite, const char *name, rap_test_fn fn, const char *file, int line) {
+  if (count == cap) {
+    cap = cap ? cap * 2 : 64;
+    entries = realloc(entries, cap * sizeof *entries);
+    if (entries == NULL) abort();
+  }
+  entries[count++] = (entry){suite, name, file, line, fn};
+}
+
+size_t rap_test_count(void) { return count; }
+
+void rap_test_get(size_t i, const char **suite, const char **name, rap_test_fn *fn, const char **file,
+                  int *line) {
+  *suite = entries[i].suite;
+  *name = entries[i].name;
+  *fn = entries[i].fn;
+  *file = entries[i].file;
+  *line = entries[i].line;
+}
+
+void rap_test_fail(const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(current_msg, current_cap, fmt, ap);
+  va_end(ap);
+  fail_file = file;
+  fail_line = line;
+  longjmp(*current_jump, 1);
+}
+
+void rap_test_skip(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(current_msg, current_cap, fmt, ap);
+  va_end(ap);
+  longjmp(*current_jump, 2);
+}
+
+int rap_test_run(rap_test_fn fn, char *msg, size_t msg_cap, const char **file, int *line) {
+  jmp_buf jump;
+  current_jump = &jump;
+  current_msg = msg;
+  current_cap = msg_cap;
+  msg[0] = '\0';
+  int r = setjmp(jump);
+  if (r == 0) fn();
+  current_jump = NULL;
+  *file = fail_file;
+  *line = fail_line;
+  return r;
+}
+
+bool rap_test_contains(const char *haystack, const char *needle) {
+  return haystack != NULL && needle != NULL && strstr(haystack, needle) != NULL;
+}
