@@ -12,15 +12,24 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
-/* uthash keyed by pointers: a multiplicative hash beats the default Jenkins hash on this key. */
+/* uthash keyed by pointers: a multiplicative hash beats the default Jenkins hash on this key.
+ * Keys of any other length (the manager's name map) get FNV-1a over exactly keylen bytes. */
 #define HASH_FUNCTION(keyptr, keylen, hashv)                                                       \
   do {                                                                                             \
-    uintptr_t k_ = *(const uintptr_t *)(const void *)(keyptr);                                     \
-    (void)(keylen);                                                                                \
-    k_ ^= k_ >> 29;                                                                                \
-    k_ *= UINT64_C(0xbf58476d1ce4e5b9);                                                            \
-    (hashv) = (unsigned)(k_ >> 32);                                                                \
+    if ((keylen) == sizeof(uintptr_t)) {                                                           \
+      uintptr_t k_;                                                                                \
+      memcpy(&k_, (const void *)(keyptr), sizeof k_);                                              \
+      k_ ^= k_ >> 29;                                                                              \
+      k_ *= UINT64_C(0xbf58476d1ce4e5b9);                                                          \
+      (hashv) = (unsigned)(k_ >> 32);                                                              \
+    } else {                                                                                       \
+      const unsigned char *s_ = (const unsigned char *)(const void *)(keyptr);                     \
+      unsigned h_ = 2166136261u;                                                                   \
+      for (size_t i_ = 0; i_ < (size_t)(keylen); i_++) h_ = (h_ ^ s_[i_]) * 16777619u;             \
+      (hashv) = h_;                                                                                \
+    }                                                                                              \
   } while (0)
 /* uthash never aborts here: a failed table allocation sets rapi_hash_oom, and callers check it. */
 extern _Thread_local int rapi_hash_oom;

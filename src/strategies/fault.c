@@ -108,7 +108,7 @@ static int as_fault(rap_allocator *a, const char *fn, rapi_platform **out) {
 }
 
 int rap_fault_configure(rap_allocator *a, const char *options) {
-  rapi_platform *p;
+  rapi_platform *p = NULL;
   int st = as_fault(a, "rap_fault_configure", &p);
   if (st != RAP_OK) return st;
   rap_options opts;
@@ -122,7 +122,7 @@ int rap_fault_configure(rap_allocator *a, const char *options) {
 }
 
 int rap_fault_requests(rap_allocator *a, size_t *out) {
-  rapi_platform *p;
+  rapi_platform *p = NULL;
   int st = as_fault(a, "rap_fault_requests", &p);
   if (st != RAP_OK) return st;
   if (out == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_fault_requests: out is NULL");

@@ -78,3 +78,8 @@ int rap_test_run(rap_test_fn fn, char *msg, size_t msg_cap, const char **file, i
 bool rap_test_contains(const char *haystack, const char *needle) {
   return haystack != NULL && needle != NULL && strstr(haystack, needle) != NULL;
 }
+
+/* Under AddressSanitizer a huge malloc aborts the process unless allocator_may_return_null is set;
+ * the tests ask for sizes near SIZE_MAX on purpose and expect RAP_ERR_NOMEM, as from glibc. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
