@@ -229,7 +229,8 @@ typedef struct rapi_bp {
   size_t alignment, initial_size, next_size, parent_alignment;
   rapi_heuristic heuristic;
   rapi_index free;
-  rapi_block *used;                  /* uthash on ptr */
+  rapi_block *used;                  /* uthash on ptr; never empty, see sentinel */
+  rapi_block sentinel;               /* keyed by NULL, keeps uthash from freeing its table */
   rapi_chunk *chunks;
   rapi_slab block_recs, chunk_recs;
   size_t current, hwm, used_bytes, used_hwm, actual, actual_hwm;

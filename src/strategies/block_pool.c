@@ -77,6 +77,13 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts) {
   bp->parent_alignment = rap_allocator_alignment(bp->parent);
   if (bp->parent_alignment == 0) bp->parent_alignment = 1;
   bp->max_request = SIZE_MAX / 4;
+  /* uthash frees its table when the last item leaves and allocates it again on the next add:
+   * a permanent sentinel keyed by NULL (never looked up: deallocate(NULL) returns early) keeps
+   * malloc off the hot path. */
+  bp->sentinel.ptr = NULL;
+  rapi_hash_oom = 0;
+  HASH_ADD_PTR(bp->used, ptr, &bp->sentinel);
+  if (rapi_hash_oom) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
   rapi_slab_init(&bp->block_recs, sizeof(rapi_block), RAPI_BLOCKS_PER_SLAB);
   rapi_slab_init(&bp->chunk_recs, sizeof(rapi_chunk), 64);
   rap_allocator_set_alignment(self, bp->alignment);
@@ -130,7 +137,10 @@ rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size) {
   if (b->size - size < bp->alignment) return NULL;
   rapi_block *rem = rapi_slab_alloc(&bp->block_recs);
   if (rem == NULL) return NULL;   /* no record: the block stays whole, which is still correct */
-  memset(rem, 0, sizeof *rem);
+  rem->requested = 0;
+  rem->owner = NULL;
+  rem->fence = NULL;
+  rem->tag = 0;
   rem->ptr = b->ptr + size;
   rem->size = b->size - size;
   rem->chunk = b->chunk;
@@ -171,7 +181,7 @@ int rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
 rapi_block *rapi_bp_find_used(rapi_bp *bp, const void *ptr) {
   rapi_block *b = NULL;
   HASH_FIND_PTR(bp->used, &ptr, b);
-  return b;
+  return b == &bp->sentinel ? NULL : b;
 }
 
 void rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b) {
@@ -412,10 +422,10 @@ int rapi_bp_check(rapi_bp *bp) {
       bp->free.bytes != indexed_bytes)
     return CORRUPT("%s: %zu free blocks (%zu bytes) in chunks, %zu (%zu bytes) in the index", who,
                    counts[RAPI_FREE], sums[RAPI_FREE], indexed, indexed_bytes);
-  if (HASH_COUNT(bp->used) != counts[RAPI_USED] || bp->allocation_count != counts[RAPI_USED] ||
+  if (HASH_COUNT(bp->used) != counts[RAPI_USED] + 1 || bp->allocation_count != counts[RAPI_USED] ||
       bp->used_bytes != sums[RAPI_USED] || bp->current != requested)
     return CORRUPT("%s: %zu used blocks in chunks, %u in the map, %zu counted", who,
-                   counts[RAPI_USED], HASH_COUNT(bp->used), bp->allocation_count);
+                   counts[RAPI_USED], HASH_COUNT(bp->used) - 1, bp->allocation_count);
   if (bp->pending_count != counts[RAPI_PENDING] || bp->pending_bytes != sums[RAPI_PENDING])
     return CORRUPT("%s: %zu pending blocks in chunks, %zu counted", who, counts[RAPI_PENDING],
                    bp->pending_count);

@@ -1,0 +1,94 @@
+/* test_util.h — small helpers shared by the C test bodies: managers, stats, byte patterns, a PRNG.
+ * Everything is static inline so that a file which uses only some of it compiles clean.
+ */
+#ifndef RAP_TEST_UTIL_H
+#define RAP_TEST_UTIL_H
+
+#include "rap_test.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* HOST promises malloc's alignment: 16. A pool of alignment A > 16 over HOST asks for a chunk of
+ * usable + (A - 16) bytes, so that the first A-aligned address still leaves `usable` bytes. */
+#define TU_HOST_ALIGN 16u
+
+static inline size_t tu_chunk(size_t usable, size_t alignment) {
+  return usable + (alignment > TU_HOST_ALIGN ? alignment - TU_HOST_ALIGN : 0);
+}
+
+static inline size_t tu_align(size_t n, size_t a) { return n == 0 ? a : (n + a - 1) / a * a; }
+
+static inline rap_manager *tu_manager(void) {
+  rap_manager *rm = NULL;
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  return rm;
+}
+
+static inline rap_allocator *tu_make(rap_manager *rm, const char *name, const char *strategy,
+                                     const char *parent, const char *options) {
+  rap_allocator *a = NULL;
+  RAP_CHECK_OK(rap_allocator_make(rm, name, strategy, parent, options, &a));
+  RAP_CHECK(a != NULL);
+  return a;
+}
+
+static inline rap_allocator *tu_get(rap_manager *rm, const char *name) {
+  rap_allocator *a = NULL;
+  RAP_CHECK_OK(rap_allocator_get(rm, name, &a));
+  return a;
+}
+
+static inline rap_stats tu_stats(rap_allocator *a) {
+  rap_stats s;
+  memset(&s, 0xee, sizeof s);
+  RAP_CHECK_OK(rap_allocator_stats(a, &s));
+  return s;
+}
+
+static inline void *tu_alloc(rap_allocator *a, size_t bytes) {
+  void *p = NULL;
+  RAP_CHECK_OK(rap_allocate(a, &p, bytes, NULL));
+  RAP_CHECK(p != NULL);
+  return p;
+}
+
+static inline size_t tu_requests(rap_allocator *fault) {
+  size_t n = 0;
+  RAP_CHECK_OK(rap_fault_requests(fault, &n));
+  return n;
+}
+
+/* One field of an allocator's stats: TU_EXPECT(pool, chunk_count, 3). */
+#define TU_EXPECT(a, field, value) RAP_CHECK_EQ(tu_stats(a).field, (value))
+#define TU_CHECK(a) RAP_CHECK_OK(rap_allocator_check(a))
+#define TU_STATS_EQ(x, y) RAP_CHECK(memcmp(&(x), &(y), sizeof(rap_stats)) == 0)
+
+/* A byte pattern that differs per block and per offset. */
+static inline unsigned char tu_byte(unsigned seed, size_t i) {
+  return (unsigned char)(seed * 131u + (unsigned)i * 7u + (unsigned)(i >> 8) + 1u);
+}
+
+static inline void tu_fill(void *p, size_t n, unsigned seed) {
+  unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) b[i] = tu_byte(seed, i);
+}
+
+static inline bool tu_intact(const void *p, size_t n, unsigned seed) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++)
+    if (b[i] != tu_byte(seed, i)) return false;
+  return true;
+}
+
+/* xorshift64*: fixed seeds make every run the same. */
+static inline uint64_t tu_rand(uint64_t *state) {
+  uint64_t x = *state;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *state = x;
+  return x * UINT64_C(2685821657736338717);
+}
+
+#endif /* RAP_TEST_UTIL_H */
