@@ -109,18 +109,49 @@ struct rap_allocator {
   UT_hash_handle hh;              /* manager's name map */
 };
 
+/* An event marks a point in a resource's queue; query says whether everything before it ran.
+ * Events come from the resource's own free list: the hot path never creates or destroys one. */
+typedef struct rapi_event rapi_event;
+struct rapi_event {
+  rap_resource *r;
+  uint64_t seq;              /* host_async: position in the queue */
+  void *handle;              /* cuda: the cudaEvent_t */
+  rapi_event *next_free;
+};
+
 typedef struct rapi_resource_ops {
   const char *kind;
   int  (*synchronize)(rap_resource *r);
   void (*destroy)(rap_resource *r);    /* frees r itself, except for the embedded host resource */
+  int  (*submit)(rap_resource *r, void (*fn)(void *), void *arg);
+  /* Events. record NULL: the resource is synchronous and every point of it has passed. */
+  int  (*record)(rap_resource *r, rapi_event **out);
+  int  (*query)(rapi_event *e);        /* 1 complete, 0 not yet, < 0 a status */
+  int  (*event_synchronize)(rapi_event *e);
+  void (*event_release)(rapi_event *e);
+  /* Makes r's later work wait for e without blocking the host, where the kinds allow it. */
+  int  (*wait)(rap_resource *r, rapi_event *e);
 } rapi_resource_ops;
 
 struct rap_resource {
   const rapi_resource_ops *ops;
   rap_manager *rm;
   uint64_t id;
+  uintptr_t key;                   /* stream identity: equal keys are one stream of execution */
   rap_resource *prev, *next;       /* manager's list of created resources */
+  pthread_mutex_t event_lock;      /* the free list of events */
+  rapi_event *free_events;
+  size_t events_created;
 };
+
+/* ---- events/event_pool.c --------------------------------------------------------------------- */
+void rapi_event_pool_init(rap_resource *r);
+rapi_event *rapi_event_pool_get(rap_resource *r);   /* NULL: caller must create one */
+void rapi_event_pool_put(rap_resource *r, rapi_event *e);
+void rapi_event_pool_fini(rap_resource *r, void (*destroy_handle)(void *));
+int  rapi_event_wait_host(rap_resource *waiter, rapi_event *e);   /* waits by blocking the host */
+/* Pools are told when a resource goes away, so that no pool keeps a pointer to it. */
+int  rapi_rap_forget_resource(rap_allocator *a, rap_resource *r);
 
 typedef struct rapi_strategy_entry {
   const rap_strategy *strategy;
@@ -192,7 +223,8 @@ struct rapi_block {
   rapi_block *link_prev, *link_next; /* index class list, or a resource's pending list */
   rapi_chunk *chunk;
   rap_resource *owner;               /* used or pending: the owning resource (resource-aware) */
-  void *fence;                       /* pending: what must complete before it is free */
+  struct rapi_use *uses;             /* other resources it was recorded on (record_resource) */
+  rapi_block *fifo_prev, *fifo_next; /* pending: the owner's list in deallocation order */
   uint64_t tag;                      /* pending: the owner's batch number */
   uint16_t fl, sl;                   /* index class while indexed */
   uint8_t state;
@@ -262,6 +294,7 @@ static inline bool rapi_bp_whole_chunk(const rapi_block *b) { return b->prev == 
 /* ---- strategies, one table each -------------------------------------------------------------- */
 extern const rap_strategy rapi_quick_pool_strategy;
 extern const rap_strategy rapi_fault_strategy;
+extern const rap_strategy rapi_resource_aware_pool_strategy;
 /* ---- resources/host_platform.c, resources/cuda_platform.c -------------------------------- */
 extern const rap_strategy rapi_host_platform;
 extern const rap_strategy rapi_cuda_platform;   /* DEVICE, DEVICE::N, PINNED, UM by option kind= */

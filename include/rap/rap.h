@@ -108,8 +108,10 @@ int  rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *
  * Resources (streams of execution). The host resource is borrowed from the manager.
  * ------------------------------------------------------------------------------------------- */
 int  rap_resource_host(rap_manager *rm, rap_resource **out);
-int  rap_resource_synchronize(rap_resource *r);
-int  rap_resource_destroy(rap_resource *r);   /* the host resource cannot be destroyed */
+int  rap_resource_create_host_async(rap_manager *rm, rap_resource **out);   /* a CPU work queue */
+int  rap_resource_submit(rap_resource *r, void (*fn)(void *), void *arg);  /* enqueue work on r */
+int  rap_resource_synchronize(rap_resource *r);   /* wait until r's queued work has finished */
+int  rap_resource_destroy(rap_resource *r);   /* synchronizes r first; not the host resource */
 const char *rap_resource_kind(const rap_resource *r);   /* "host", "host_async", "cuda", ... */
 
 /* ---------------------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ int rap_manager_create(rap_manager **out) {
   rm->host.ops = &rapi_host_resource_ops;
   rm->host.rm = rm;
   rm->host.id = 0;
+  rm->host.key = (uintptr_t)&rm->host;
+  rapi_event_pool_init(&rm->host);
   rm->next_resource_id = 1;
   *out = rm;
   return RAP_OK;
@@ -76,6 +78,7 @@ int rap_manager_destroy(rap_manager *rm) {
     free(e);
     e = next;
   }
+  rapi_event_pool_fini(&rm->host, NULL);
   pthread_mutex_destroy(&rm->lock);
   free(rm);
   if (leaked)
@@ -398,20 +401,63 @@ int rap_resource_synchronize(rap_resource *r) {
   return r->ops->synchronize(r);
 }
 
+int rap_resource_submit(rap_resource *r, void (*fn)(void *), void *arg) {
+  if (r == NULL || fn == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_resource_submit: resource or function is NULL");
+  return r->ops->submit(r, fn, arg);
+}
+
 int rap_resource_destroy(rap_resource *r) {
   if (r == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_resource_destroy: resource is NULL");
-  if (r == &r->rm->host)
+  rap_manager *rm = r->rm;
+  if (r == &rm->host)
     return rapi_fail(RAP_ERR_INVALID, "rap_resource_destroy: the host resource belongs to the manager");
-  rapi_manager_unlink_resource(r->rm, r);
+  int st = r->ops->synchronize(r);
+  if (st != RAP_OK) return st;
+  /* Every pool lets go of r: its pending blocks are free now that r has finished. */
+  pthread_mutex_lock(&rm->lock);
+  for (rap_allocator *a = rm->allocators; a != NULL && st == RAP_OK; a = a->next)
+    st = rapi_rap_forget_resource(a, r);
+  pthread_mutex_unlock(&rm->lock);
+  if (st != RAP_OK) return st;
+  rapi_manager_unlink_resource(rm, r);
   r->ops->destroy(r);
   return RAP_OK;
 }
 
 const char *rap_resource_kind(const rap_resource *r) { return r ? r->ops->kind : NULL; }
 
+/* The host resource runs work at once, in the caller's thread; its events have always passed. */
 static int host_synchronize(rap_resource *r) {
   (void)r;
   return RAP_OK;
 }
 static void host_destroy(rap_resource *r) { (void)r; }
-const rapi_resource_ops rapi_host_resource_ops = {"host", host_synchronize, host_destroy};
+static int host_submit(rap_resource *r, void (*fn)(void *), void *arg) {
+  (void)r;
+  fn(arg);
+  return RAP_OK;
+}
+static int host_query(rapi_event *e) {
+  (void)e;
+  return 1;
+}
+static int host_event_synchronize(rapi_event *e) {
+  (void)e;
+  return RAP_OK;
+}
+static int host_wait(rap_resource *r, rapi_event *e) {
+  /* The host waits by blocking: it is the one stream that cannot queue a wait. */
+  return rapi_event_wait_host(r, e);
+}
+const rapi_resource_ops rapi_host_resource_ops = {
+    .kind = "host",
+    .synchronize = host_synchronize,
+    .destroy = host_destroy,
+    .submit = host_submit,
+    .record = NULL,
+    .query = host_query,
+    .event_synchronize = host_event_synchronize,
+    .event_release = NULL,
+    .wait = host_wait,
+};

@@ -14,6 +14,7 @@
 static const rap_strategy *const builtins[] = {
     &rapi_quick_pool_strategy,
     &rapi_fault_strategy,
+    &rapi_resource_aware_pool_strategy,
 };
 
 const rap_strategy *rapi_registry_builtin(const char *name) {

@@ -29,3 +29,27 @@ const rap_strategy rapi_cuda_platform = {
     .stats = rapi_platform_stats,
     .owns = rapi_platform_owns,
 };
+
+/* rap/cuda.h's functions, for programs that include it against a build without CUDA. */
+struct CUstream_st;
+int rap_resource_create_cuda(rap_manager *rm, struct CUstream_st *s, rap_resource **out);
+int rap_resource_create_cuda_stream(rap_manager *rm, rap_resource **out);
+struct CUstream_st *rap_resource_cuda_stream(const rap_resource *r);
+
+int rap_resource_create_cuda(rap_manager *rm, struct CUstream_st *s, rap_resource **out) {
+  (void)rm;
+  (void)s;
+  (void)out;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_resource_create_cuda: rap was built without CUDA");
+}
+
+int rap_resource_create_cuda_stream(rap_manager *rm, rap_resource **out) {
+  (void)rm;
+  (void)out;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_resource_create_cuda_stream: rap was built without CUDA");
+}
+
+struct CUstream_st *rap_resource_cuda_stream(const rap_resource *r) {
+  (void)r;
+  return NULL;
+}

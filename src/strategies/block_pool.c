@@ -139,7 +139,8 @@ rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size) {
   if (rem == NULL) return NULL;   /* no record: the block stays whole, which is still correct */
   rem->requested = 0;
   rem->owner = NULL;
-  rem->fence = NULL;
+  rem->uses = NULL;
+  rem->fifo_prev = rem->fifo_next = NULL;
   rem->tag = 0;
   rem->ptr = b->ptr + size;
   rem->size = b->size - size;

@@ -1,8 +1,11 @@
-/* test_core.c — status codes, options, the manager's registry, platform allocators and Fault. */
-#include "rap_test.h"
+/* test_core.c — status codes, the manager's registry and names, platform allocators, Fault, and
+ * the logger's leak report. Options are in test_options.c, custom strategies in
+ * test_custom_strategy.c. */
+#include "test_util.h"
 
 #include <rap/strategy.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 RAP_TEST(Status, NamesAndTextsComeFromOneList) {
@@ -47,4 +50,325 @@ RAP_TEST(Host, AllocateFreeAndTrack) {
   RAP_CHECK_OK(rap_allocator_check(host));
   RAP_CHECK_STATUS(rap_allocate(host, &p, SIZE_MAX, NULL), RAP_ERR_NOMEM);
   RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* ---- names ---------------------------------------------------------------------------------- */
+
+RAP_TEST(Manager, DuplicateNamesExist) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", NULL);
+  rap_allocator *again = pool;
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "pool", "QuickPool", "HOST", NULL, &again), RAP_ERR_EXISTS);
+  RAP_CHECK_STR(rap_last_error(), "'pool'");
+  RAP_CHECK(again == pool);
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "pool", "Fault", "HOST", NULL, &again), RAP_ERR_EXISTS);
+  RAP_CHECK(tu_get(rm, "pool") == pool);
+  RAP_CHECK(strcmp(rap_allocator_name(pool), "pool") == 0);
+  /* Names are exact: another case is another name. */
+  rap_allocator *upper = tu_make(rm, "POOL", "QuickPool", "HOST", NULL);
+  RAP_CHECK(upper != pool);
+  RAP_CHECK_OK(rap_allocator_destroy(pool));   /* a destroyed name can be made again */
+  pool = tu_make(rm, "pool", "QuickPool", "HOST", NULL);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(Manager, PlatformNamesAreReserved) {
+  static const char *const names[] = {"HOST", "DEVICE", "PINNED", "UM", "DEVICE::0", "DEVICE::3"};
+  rap_manager *rm = tu_manager();
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    rap_allocator *a = NULL;
+    RAP_CHECK_STATUS(rap_allocator_make(rm, names[i], "QuickPool", "HOST", NULL, &a), RAP_ERR_EXISTS);
+    RAP_CHECK_STR(rap_last_error(), names[i]);
+    RAP_CHECK(a == NULL);
+  }
+  rap_allocator *host = tu_get(rm, "HOST");
+  RAP_CHECK(strcmp(rap_allocator_strategy(host), "HOST") == 0);
+  RAP_CHECK_EQ(rap_allocator_alignment(host), 16);
+  RAP_CHECK(tu_get(rm, "HOST") == host);   /* one per manager */
+  rap_allocator *a = NULL;
+  RAP_CHECK_STATUS(rap_allocator_get(rm, "host", &a), RAP_ERR_NOT_FOUND);   /* exact */
+  RAP_CHECK_STATUS(rap_allocator_get(rm, "DEVICE::x", &a), RAP_ERR_NOT_FOUND);
+  RAP_CHECK_STATUS(rap_allocator_get(rm, "nothing", &a), RAP_ERR_NOT_FOUND);
+  RAP_CHECK_STR(rap_last_error(), "nothing");
+  RAP_CHECK(a == NULL);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(Manager, NameLength) {
+  rap_manager *rm = tu_manager();
+  char name[300];
+  memset(name, 'n', sizeof name);
+  name[255] = '\0';
+  rap_allocator *a = tu_make(rm, name, "QuickPool", "HOST", NULL);
+  RAP_CHECK(tu_get(rm, name) == a);
+  name[255] = 'n';
+  name[256] = '\0';
+  rap_allocator *b = NULL;
+  RAP_CHECK_STATUS(rap_allocator_make(rm, name, "QuickPool", "HOST", NULL, &b), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "", "QuickPool", "HOST", NULL, &b), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_allocator_make(rm, NULL, "QuickPool", "HOST", NULL, &b), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "b", NULL, "HOST", NULL, &b), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "b", "QuickPool", "HOST", NULL, NULL), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_allocator_make(NULL, "b", "QuickPool", "HOST", NULL, &b), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_allocator_get(rm, NULL, &b), RAP_ERR_INVALID);
+  RAP_CHECK(b == NULL);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(Manager, UnknownStrategyOrParent) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *a = NULL;
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "a", "SlowPool", "HOST", NULL, &a), RAP_ERR_NOT_FOUND);
+  RAP_CHECK_STR(rap_last_error(), "SlowPool");
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "a", "QuickPool", "nowhere", NULL, &a), RAP_ERR_NOT_FOUND);
+  RAP_CHECK_STR(rap_last_error(), "nowhere");
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "a", "QuickPool", NULL, NULL, &a), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "parent");
+  RAP_CHECK(a == NULL);
+  RAP_CHECK_STATUS(rap_allocator_get(rm, "a", &a), RAP_ERR_NOT_FOUND);   /* nothing half-made */
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(Manager, StrategyNamesIgnoreCase) {
+  static const char *const spellings[] = {"QuickPool", "quickpool", "QUICKPOOL", "qUiCkPoOl"};
+  rap_manager *rm = tu_manager();
+  for (size_t i = 0; i < 4; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "p%zu", i);
+    rap_allocator *a = tu_make(rm, name, spellings[i], "HOST", NULL);
+    RAP_CHECK(strcmp(rap_allocator_strategy(a), "QuickPool") == 0);
+  }
+  rap_allocator *f = tu_make(rm, "f", "fault", "HOST", NULL);
+  RAP_CHECK(strcmp(rap_allocator_strategy(f), "Fault") == 0);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(Manager, DestroyAndRecreateHost) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *host = tu_get(rm, "HOST");
+  void *p = tu_alloc(host, 10);
+  RAP_CHECK_STATUS(rap_allocator_destroy(host), RAP_ERR_BUSY);
+  RAP_CHECK_STR(rap_last_error(), "HOST");
+  RAP_CHECK_OK(rap_deallocate(host, p, NULL));
+  RAP_CHECK_OK(rap_allocator_destroy(host));
+  host = tu_get(rm, "HOST");   /* made again on demand, empty */
+  TU_EXPECT(host, allocation_count, 0);
+  TU_EXPECT(host, high_watermark, 0);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* Without CUDA (or without a GPU) the device allocators say so; with one they work. */
+RAP_TEST(Manager, DeviceIsUnsupportedOrWorks) {
+  static const char *const names[] = {"DEVICE", "DEVICE::0", "PINNED", "UM"};
+  rap_manager *rm = tu_manager();
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    rap_allocator *d = NULL;
+    int st = rap_allocator_get(rm, names[i], &d);
+    RAP_CHECK(st == RAP_OK || st == RAP_ERR_UNSUPPORTED);
+    if (st == RAP_ERR_UNSUPPORTED) {
+      RAP_CHECK(strlen(rap_last_error()) > 0);
+      RAP_CHECK(d == NULL);
+      RAP_CHECK_STATUS(rap_allocator_get(rm, names[i], &d), RAP_ERR_UNSUPPORTED);   /* not cached */
+      rap_allocator *pool = NULL;
+      RAP_CHECK_STATUS(rap_allocator_make(rm, "pool", "QuickPool", names[i], NULL, &pool),
+                       RAP_ERR_UNSUPPORTED);
+      RAP_CHECK(pool == NULL);
+    } else {
+      RAP_CHECK(d != NULL);
+      RAP_CHECK(strcmp(rap_allocator_name(d), names[i]) == 0);
+    }
+  }
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* ---- Fault --------------------------------------------------------------------------------- */
+
+RAP_TEST(Fault, FailNext) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *f = tu_make(rm, "f", "Fault", "HOST", "fail_next=2");
+  RAP_CHECK(rap_allocator_parent(f) == tu_get(rm, "HOST"));
+  void *p = NULL;
+  for (int i = 0; i < 2; i++) {
+    RAP_CHECK_STATUS(rap_allocate(f, &p, 64, NULL), RAP_ERR_NOMEM);
+    RAP_CHECK_STR(rap_last_error(), "fail_next");
+    RAP_CHECK(p == NULL);
+  }
+  p = tu_alloc(f, 64);
+  void *q = tu_alloc(f, 64);
+  RAP_CHECK_EQ(tu_requests(f), 4);
+  TU_EXPECT(f, allocation_count, 2);
+  TU_EXPECT(f, current_bytes, 128);
+  RAP_CHECK_OK(rap_fault_configure(f, "fail_next=1"));
+  void *r = NULL;
+  RAP_CHECK_STATUS(rap_allocate(f, &r, 1, NULL), RAP_ERR_NOMEM);
+  r = tu_alloc(f, 1);
+  RAP_CHECK_EQ(tu_requests(f), 6);
+  RAP_CHECK_OK(rap_deallocate(f, p, NULL));
+  RAP_CHECK_OK(rap_deallocate(f, q, NULL));
+  RAP_CHECK_OK(rap_deallocate(f, r, NULL));
+  RAP_CHECK_STATUS(rap_deallocate(f, r, NULL), RAP_ERR_UNKNOWN_POINTER);   /* it tracks pointers */
+  TU_CHECK(f);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(Fault, FailAfter) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *f = tu_make(rm, "f", "Fault", "HOST", NULL);
+  RAP_CHECK_OK(rap_fault_configure(f, "fail_after=2"));
+  void *a = tu_alloc(f, 10), *b = tu_alloc(f, 10), *p = NULL;
+  for (int i = 0; i < 3; i++) {   /* every later request fails, until reconfigured */
+    RAP_CHECK_STATUS(rap_allocate(f, &p, 10, NULL), RAP_ERR_NOMEM);
+    RAP_CHECK_STR(rap_last_error(), "fail_after");
+  }
+  RAP_CHECK_OK(rap_fault_configure(f, "reset"));
+  p = tu_alloc(f, 10);
+  RAP_CHECK_EQ(tu_requests(f), 6);
+  RAP_CHECK_OK(rap_fault_configure(f, "reset fail_after=0"));
+  void *q = NULL;
+  RAP_CHECK_STATUS(rap_allocate(f, &q, 10, NULL), RAP_ERR_NOMEM);
+  RAP_CHECK_OK(rap_fault_configure(f, "fail_after=1 fail_next=1"));   /* fail_next goes first */
+  RAP_CHECK_STATUS(rap_allocate(f, &q, 10, NULL), RAP_ERR_NOMEM);
+  RAP_CHECK_STR(rap_last_error(), "fail_next");
+  q = tu_alloc(f, 10);
+  RAP_CHECK_STATUS(rap_allocate(f, &p, 10, NULL), RAP_ERR_NOMEM);
+  RAP_CHECK_STR(rap_last_error(), "fail_after");
+  void *all[] = {a, b, p, q};
+  for (int i = 0; i < 4; i++) RAP_CHECK_OK(rap_deallocate(f, all[i], NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(Fault, Budget) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *f = tu_make(rm, "f", "Fault", "HOST", "budget=1000");
+  void *a = tu_alloc(f, 600), *b = tu_alloc(f, 400), *p = NULL;   /* exactly the budget */
+  RAP_CHECK_STATUS(rap_allocate(f, &p, 1, NULL), RAP_ERR_NOMEM);
+  RAP_CHECK_STR(rap_last_error(), "budget");
+  RAP_CHECK_OK(rap_deallocate(f, b, NULL));
+  void *c = tu_alloc(f, 300);
+  RAP_CHECK_STATUS(rap_allocate(f, &p, 101, NULL), RAP_ERR_NOMEM);
+  void *d = tu_alloc(f, 100);
+  RAP_CHECK_STATUS(rap_allocate(f, &p, SIZE_MAX, NULL), RAP_ERR_NOMEM);   /* no overflow */
+  TU_EXPECT(f, current_bytes, 1000);
+  RAP_CHECK_OK(rap_fault_configure(f, "budget=1KiB"));
+  void *e = tu_alloc(f, 24);
+  RAP_CHECK_STATUS(rap_allocate(f, &p, 1, NULL), RAP_ERR_NOMEM);
+  RAP_CHECK_OK(rap_fault_configure(f, "reset"));
+  p = tu_alloc(f, 5000);
+  void *all[] = {a, c, d, e, p};
+  for (int i = 0; i < 5; i++) RAP_CHECK_OK(rap_deallocate(f, all[i], NULL));
+  TU_CHECK(f);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(Fault, ConfigureErrors) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *f = tu_make(rm, "f", "Fault", "HOST", "budget=100");
+  rap_allocator *host = tu_get(rm, "HOST");
+  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", NULL);
+  size_t n = 77;
+  RAP_CHECK_STATUS(rap_fault_configure(host, "reset"), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "not a Fault");
+  RAP_CHECK_STATUS(rap_fault_configure(pool, "fail_next=1"), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "QuickPool");
+  RAP_CHECK_STATUS(rap_fault_configure(NULL, "reset"), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_fault_requests(pool, &n), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_fault_requests(NULL, &n), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_fault_requests(f, NULL), RAP_ERR_INVALID);
+  RAP_CHECK_EQ(n, 77);
+  /* A bad string changes nothing, not even the keys before the bad one. */
+  RAP_CHECK_STATUS(rap_fault_configure(f, "budget=5 fail_next=x"), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "fail_next");
+  RAP_CHECK_STATUS(rap_fault_configure(f, "budget=5 fail_sometimes=1"), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "fail_sometimes");
+  RAP_CHECK_STATUS(rap_fault_configure(f, "reset=1"), RAP_ERR_INVALID);
+  void *p = tu_alloc(f, 100), *q = NULL;   /* budget still 100 */
+  RAP_CHECK_STATUS(rap_allocate(f, &q, 1, NULL), RAP_ERR_NOMEM);
+  RAP_CHECK_OK(rap_fault_configure(f, NULL));   /* nothing to change */
+  RAP_CHECK_OK(rap_fault_configure(f, ""));
+  RAP_CHECK_OK(rap_deallocate(f, p, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(Fault, OverAPool) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=64KiB");
+  rap_allocator *f = tu_make(rm, "f", "Fault", "pool", "fail_next=1");
+  RAP_CHECK_EQ(rap_allocator_alignment(f), 256);   /* passes its parent's alignment on */
+  void *p = NULL;
+  RAP_CHECK_STATUS(rap_allocate(f, &p, 100, NULL), RAP_ERR_NOMEM);
+  TU_EXPECT(pool, chunk_count, 0);   /* the failure never reached the pool */
+  p = tu_alloc(f, 100);
+  TU_EXPECT(pool, current_bytes, 100);
+  rap_allocator *found = NULL;
+  RAP_CHECK_OK(rap_allocator_find(rm, p, &found));
+  RAP_CHECK(found == f);
+  RAP_CHECK_OK(rap_deallocate(f, p, NULL));
+  TU_EXPECT(pool, allocation_count, 0);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* ---- logging and leaks ------------------------------------------------------------------- */
+
+static char log_text[4096];
+static int log_messages;
+
+static void collect(int level, const char *message, void *user) {
+  (void)user;
+  size_t used = strlen(log_text);
+  snprintf(log_text + used, sizeof log_text - used, "[%d] %s\n", level, message);
+  log_messages++;
+}
+
+RAP_TEST(Manager, LeaksAreReportedByNameAndSize) {
+  int level = rap_log_get_level();
+  RAP_CHECK_OK(rap_log_set_level(RAP_LOG_WARN));
+  log_text[0] = '\0';
+  log_messages = 0;
+  RAP_CHECK_OK(rap_log_set_handler(collect, NULL));
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = tu_make(rm, "leaky", "QuickPool", "HOST", "initial_size=64KiB");
+  rap_allocator *clean = tu_make(rm, "clean", "QuickPool", "HOST", "initial_size=64KiB");
+  rap_allocator *host = tu_get(rm, "HOST");
+  (void)tu_alloc(pool, 1000);
+  (void)tu_alloc(pool, 0);
+  (void)tu_alloc(host, 100);
+  RAP_CHECK_OK(rap_deallocate(clean, tu_alloc(clean, 10), NULL));
+  int st = rap_manager_destroy(rm);
+  RAP_CHECK_OK(rap_log_set_handler(NULL, NULL));
+  RAP_CHECK_OK(rap_log_set_level(level));
+  RAP_CHECK_STATUS(st, RAP_ERR_BUSY);
+  RAP_CHECK_STR(rap_last_error(), "log");
+  RAP_CHECK_EQ(log_messages, 2);   /* the pool and HOST; the pool's chunk went back to HOST */
+  RAP_CHECK_STR(log_text, "'leaky'");
+  RAP_CHECK_STR(log_text, "2 blocks, 1000 B");
+  RAP_CHECK_STR(log_text, "'HOST'");
+  RAP_CHECK_STR(log_text, "1 block, 100 B");
+  RAP_CHECK(!rap_test_contains(log_text, "clean"));
+}
+
+RAP_TEST(Manager, CleanTeardownLogsNothing) {
+  int level = rap_log_get_level();
+  RAP_CHECK_OK(rap_log_set_level(RAP_LOG_DEBUG));
+  log_text[0] = '\0';
+  log_messages = 0;
+  RAP_CHECK_OK(rap_log_set_handler(collect, NULL));
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=64KiB");
+  RAP_CHECK_OK(rap_deallocate(pool, tu_alloc(pool, 10), NULL));
+  int st = rap_manager_destroy(rm);
+  RAP_CHECK_OK(rap_log_set_handler(NULL, NULL));
+  RAP_CHECK_OK(rap_log_set_level(level));
+  RAP_CHECK_OK(st);
+  RAP_CHECK_EQ(log_messages, 0);
+}
+
+RAP_TEST(Log, Levels) {
+  int level = rap_log_get_level();
+  RAP_CHECK(level >= RAP_LOG_DEBUG && level <= RAP_LOG_OFF);
+  RAP_CHECK_STATUS(rap_log_set_level(RAP_LOG_OFF + 1), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_log_set_level(-1), RAP_ERR_INVALID);
+  RAP_CHECK_EQ(rap_log_get_level(), level);
+  RAP_CHECK_OK(rap_log_set_level(RAP_LOG_ERROR));
+  RAP_CHECK_EQ(rap_log_get_level(), RAP_LOG_ERROR);
+  RAP_CHECK_OK(rap_log_set_level(level));
 }

@@ -1,0 +1,24 @@
+/* cuda.h — CUDA streams as rap resources. Include only where the CUDA runtime headers are.
+ *
+ * A cuda resource wraps a cudaStream_t: the legacy default stream (0) and cudaStreamPerThread are
+ * valid. Two resources that wrap the same stream are the same stream of execution to every pool.
+ * In a build without CUDA these return RAP_ERR_UNSUPPORTED.
+ */
+#ifndef RAP_CUDA_H
+#define RAP_CUDA_H
+
+#include <cuda_runtime_api.h>
+#include <rap/rap.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int rap_resource_create_cuda(rap_manager *rm, cudaStream_t s, rap_resource **out);  /* caller owns s */
+int rap_resource_create_cuda_stream(rap_manager *rm, rap_resource **out);   /* creates and owns one */
+cudaStream_t rap_resource_cuda_stream(const rap_resource *r);               /* 0 if r is not cuda */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RAP_CUDA_H */

@@ -1,0 +1,179 @@
+/* host_async.c — a CPU work queue as a resource: one worker thread runs submitted work in order.
+ *
+ * Its events are positions in the queue: recording one notes how much was submitted, and it is
+ * complete once the worker has finished that much. So pending memory behaves on a host_async
+ * resource exactly as on a GPU stream, and tests can hold a queue busy with a gate, without sleeps.
+ * Waiting on another resource's event is itself queued work, so the host never blocks for it.
+ */
+#include "rap_internal.h"
+
+#include <stdlib.h>
+
+typedef struct job {
+  void (*fn)(void *);
+  void *arg;
+  struct job *next;
+} job;
+
+typedef struct host_async {
+  rap_resource base;
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t work, done;
+  job *head, *tail;
+  uint64_t submitted, completed;
+  bool stopping;
+} host_async;
+
+static void *worker(void *arg) {
+  host_async *q = arg;
+  pthread_mutex_lock(&q->lock);
+  for (;;) {
+    while (q->head == NULL && !q->stopping) pthread_cond_wait(&q->work, &q->lock);
+    if (q->head == NULL) break;
+    job *j = q->head;
+    pthread_mutex_unlock(&q->lock);
+    j->fn(j->arg);
+    pthread_mutex_lock(&q->lock);
+    q->head = j->next;
+    if (q->head == NULL) q->tail = NULL;
+    q->completed++;
+    free(j);
+    pthread_cond_broadcast(&q->done);
+  }
+  pthread_mutex_unlock(&q->lock);
+  return NULL;
+}
+
+static int ha_submit(rap_resource *r, void (*fn)(void *), void *arg) {
+  host_async *q = (host_async *)r;
+  job *j = malloc(sizeof *j);
+  if (j == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_resource_submit: out of host memory");
+  j->fn = fn;
+  j->arg = arg;
+  j->next = NULL;
+  pthread_mutex_lock(&q->lock);
+  if (q->tail) q->tail->next = j;
+  else q->head = j;
+  q->tail = j;
+  q->submitted++;
+  pthread_cond_signal(&q->work);
+  pthread_mutex_unlock(&q->lock);
+  return RAP_OK;
+}
+
+static void wait_for(host_async *q, uint64_t seq) {
+  pthread_mutex_lock(&q->lock);
+  while (q->completed < seq) pthread_cond_wait(&q->done, &q->lock);
+  pthread_mutex_unlock(&q->lock);
+}
+
+static int ha_synchronize(rap_resource *r) {
+  host_async *q = (host_async *)r;
+  pthread_mutex_lock(&q->lock);
+  uint64_t seq = q->submitted;
+  pthread_mutex_unlock(&q->lock);
+  wait_for(q, seq);
+  return RAP_OK;
+}
+
+static int ha_record(rap_resource *r, rapi_event **out) {
+  host_async *q = (host_async *)r;
+  rapi_event *e = rapi_event_pool_get(r);
+  if (e == NULL) {
+    e = calloc(1, sizeof *e);
+    if (e == NULL) return rapi_fail(RAP_ERR_NOMEM, "host_async: out of host memory for an event");
+    e->r = r;
+    r->events_created++;
+  }
+  pthread_mutex_lock(&q->lock);
+  e->seq = q->submitted;
+  pthread_mutex_unlock(&q->lock);
+  *out = e;
+  return RAP_OK;
+}
+
+static int ha_query(rapi_event *e) {
+  host_async *q = (host_async *)e->r;
+  pthread_mutex_lock(&q->lock);
+  int done = q->completed >= e->seq;
+  pthread_mutex_unlock(&q->lock);
+  return done;
+}
+
+static int ha_event_synchronize(rapi_event *e) {
+  wait_for((host_async *)e->r, e->seq);
+  return RAP_OK;
+}
+
+static void ha_event_release(rapi_event *e) { rapi_event_pool_put(e->r, e); }
+
+/* A queued wait: the job blocks the worker, not the caller, until e completes. The job keeps a
+ * copy of the event, so the pool may recycle e at once; a recycled CUDA event is only recorded
+ * later, which makes the wait longer, never unsafe. */
+static void run_wait(void *arg) {
+  rapi_event *copy = arg;
+  (void)copy->r->ops->event_synchronize(copy);
+  free(copy);
+}
+
+static int ha_wait(rap_resource *r, rapi_event *e) {
+  if (e->r == r) return RAP_OK;   /* one queue is already in order */
+  rapi_event *copy = malloc(sizeof *copy);
+  if (copy == NULL) return rapi_fail(RAP_ERR_NOMEM, "host_async: out of host memory for a wait");
+  *copy = *e;
+  int st = ha_submit(r, run_wait, copy);
+  if (st != RAP_OK) free(copy);
+  return st;
+}
+
+static void ha_destroy(rap_resource *r) {
+  host_async *q = (host_async *)r;
+  pthread_mutex_lock(&q->lock);
+  q->stopping = true;
+  pthread_cond_signal(&q->work);
+  pthread_mutex_unlock(&q->lock);
+  pthread_join(q->thread, NULL);
+  pthread_cond_destroy(&q->work);
+  pthread_cond_destroy(&q->done);
+  pthread_mutex_destroy(&q->lock);
+  rapi_event_pool_fini(r, NULL);
+  free(q);
+}
+
+static const rapi_resource_ops host_async_ops = {
+    .kind = "host_async",
+    .synchronize = ha_synchronize,
+    .destroy = ha_destroy,
+    .submit = ha_submit,
+    .record = ha_record,
+    .query = ha_query,
+    .event_synchronize = ha_event_synchronize,
+    .event_release = ha_event_release,
+    .wait = ha_wait,
+};
+
+int rap_resource_create_host_async(rap_manager *rm, rap_resource **out) {
+  if (rm == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_resource_create_host_async: manager or out is NULL");
+  host_async *q = calloc(1, sizeof *q);
+  if (q == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_resource_create_host_async: out of host memory");
+  q->base.ops = &host_async_ops;
+  q->base.rm = rm;
+  q->base.key = (uintptr_t)q;
+  rapi_event_pool_init(&q->base);
+  pthread_mutex_init(&q->lock, NULL);
+  pthread_cond_init(&q->work, NULL);
+  pthread_cond_init(&q->done, NULL);
+  if (pthread_create(&q->thread, NULL, worker, q) != 0) {
+    pthread_cond_destroy(&q->work);
+    pthread_cond_destroy(&q->done);
+    pthread_mutex_destroy(&q->lock);
+    rapi_event_pool_fini(&q->base, NULL);
+    free(q);
+    return rapi_fail(RAP_ERR_BACKEND, "rap_resource_create_host_async: pthread_create failed");
+  }
+  rapi_manager_link_resource(rm, &q->base);
+  *out = &q->base;
+  return RAP_OK;
+}

@@ -1,0 +1,583 @@
+/* resource_aware_pool.c — ResourceAwarePool: a QuickPool that knows which stream used each block.
+ *
+ * Every block is free, used or pending, and used and pending blocks have an owning resource. A
+ * block deallocated on resource r is pending on r: r may take it back at once (its own stream
+ * order makes that safe, with no event and no driver call), any other resource only once r has
+ * passed the point of the deallocation. Those points are batches: blocks freed on r carry r's open
+ * batch number, and one event recorded later on r fences the whole batch. Events are recorded
+ * lazily, when some caller needs the memory back (a miss, rap_release, out of memory), and are
+ * polled head-first per resource, so pending memory comes back without anyone asking for it.
+ * rap_record_resource adds uses on other resources, each fenced the same way on its resource.
+ * Invariant: a pending block sits in its owner's FIFO, and in its owner's pending index exactly
+ * when it has no uses; FIFO tags never decrease.
+ */
+#include "rap_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rstate rstate;
+
+typedef struct rapi_use {
+  rstate *rs;
+  uint64_t tag;                   /* rs's batch at the block's deallocation */
+  struct rapi_use *next;
+} rapi_use;
+
+typedef struct fence {
+  uint64_t batch;
+  rapi_event *ev;
+} fence;
+
+struct rstate {
+  rap_resource *r;
+  uintptr_t key;
+  bool sync;                      /* the host: every point of it has passed */
+  uint64_t open, done;            /* batches <= done have passed; open is not fenced yet */
+  bool open_dirty;                /* something carries the open batch number */
+  fence *fences;                  /* ring of recorded batches not known to have passed */
+  size_t fhead, fcount, fcap;
+  rapi_block *fifo_head, *fifo_tail;
+  rapi_index pending;             /* owned pending blocks without uses */
+  size_t current, hwm, used_bytes, used_count, pending_bytes, pending_count, uses_out;
+  UT_hash_handle hh;
+};
+
+typedef struct rap_pool {
+  rapi_bp bp;
+  bool cross_wait;
+  rstate *last;                   /* the resource of the last call: the hot path's lookup */
+  rstate *by_key;                 /* uthash on key */
+  rapi_slab use_recs;
+} rap_pool;
+
+/* ---- resources and batches ------------------------------------------------------------------ */
+
+static RAPI_NOINLINE rstate *lookup_slow(rap_pool *p, rap_resource *r) {
+  rstate *rs = NULL;
+  HASH_FIND(hh, p->by_key, &r->key, sizeof r->key, rs);
+  if (rs == NULL) {
+    rs = calloc(1, sizeof *rs);
+    if (rs == NULL) return NULL;
+    rs->r = r;
+    rs->key = r->key;
+    rs->sync = r->ops->record == NULL;
+    rs->open = 1;
+    rapi_hash_oom = 0;
+    HASH_ADD(hh, p->by_key, key, sizeof rs->key, rs);
+    if (rapi_hash_oom) {
+      rstate *chk = NULL;
+      HASH_FIND(hh, p->by_key, &r->key, sizeof r->key, chk);
+      if (chk != rs) {
+        free(rs);
+        return NULL;
+      }
+    }
+  }
+  p->last = rs;
+  return rs;
+}
+
+static inline rstate *lookup(rap_pool *p, rap_resource *r) {
+  if (RAPI_LIKELY(p->last != NULL && p->last->key == r->key)) return p->last;
+  return lookup_slow(p, r);
+}
+
+static inline bool passed(const rstate *rs, uint64_t tag) { return rs->sync || tag <= rs->done; }
+
+/* Records one event on rs covering every block that carries its open batch. */
+static int fence_open(rap_pool *p, rstate *rs) {
+  if (rs->sync || !rs->open_dirty) return RAP_OK;
+  if (rs->fcount == rs->fcap) {
+    size_t cap = rs->fcap ? rs->fcap * 2 : 8;
+    fence *f = malloc(cap * sizeof *f);
+    if (f == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for events",
+                                    rap_allocator_name(p->bp.self));
+    for (size_t i = 0; i < rs->fcount; i++) f[i] = rs->fences[(rs->fhead + i) % rs->fcap];
+    free(rs->fences);
+    rs->fences = f;
+    rs->fhead = 0;
+    rs->fcap = cap;
+  }
+  rapi_event *ev;
+  int st = rs->r->ops->record(rs->r, &ev);
+  if (st != RAP_OK) return st;
+  rs->fences[(rs->fhead + rs->fcount++) % rs->fcap] = (fence){rs->open, ev};
+  rs->open++;
+  rs->open_dirty = false;
+  return RAP_OK;
+}
+
+/* Moves rs->done past every fence that has completed, head first. */
+static int query_fences(rstate *rs) {
+  while (rs->fcount > 0) {
+    fence *f = &rs->fences[rs->fhead];
+    int q = rs->r->ops->query(f->ev);
+    if (q < 0) return q;
+    if (q == 0) break;
+    rs->done = f->batch;
+    rs->r->ops->event_release(f->ev);
+    rs->fhead = (rs->fhead + 1) % rs->fcap;
+    rs->fcount--;
+  }
+  return RAP_OK;
+}
+
+static rapi_event *fence_event(rstate *rs, uint64_t tag) {
+  for (size_t i = 0; i < rs->fcount; i++) {
+    fence *f = &rs->fences[(rs->fhead + i) % rs->fcap];
+    if (f->batch >= tag) return f->ev;
+  }
+  return NULL;
+}
+
+/* ---- pending blocks ------------------------------------------------------------------------- */
+
+static void fifo_insert_after(rstate *rs, rapi_block *at, rapi_block *b) {
+  b->fifo_prev = at;
+  b->fifo_next = at ? at->fifo_next : rs->fifo_head;
+  if (b->fifo_next) b->fifo_next->fifo_prev = b;
+  else rs->fifo_tail = b;
+  if (at) at->fifo_next = b;
+  else rs->fifo_head = b;
+}
+
+static void fifo_remove(rstate *rs, rapi_block *b) {
+  if (b->fifo_prev) b->fifo_prev->fifo_next = b->fifo_next;
+  else rs->fifo_head = b->fifo_next;
+  if (b->fifo_next) b->fifo_next->fifo_prev = b->fifo_prev;
+  else rs->fifo_tail = b->fifo_prev;
+  b->fifo_prev = b->fifo_next = NULL;
+}
+
+static void add_pending(rap_pool *p, rstate *rs, rapi_block *b, rapi_block *after) {
+  b->state = RAPI_PENDING;
+  b->owner = (rap_resource *)rs;
+  fifo_insert_after(rs, after, b);
+  if (b->uses == NULL) rapi_index_insert(&rs->pending, b);
+  rs->pending_bytes += b->size;
+  rs->pending_count++;
+  p->bp.pending_bytes += b->size;
+  p->bp.pending_count++;
+}
+
+/* Takes b out of the pending state; returns the FIFO position it held. */
+static rapi_block *drop_pending(rap_pool *p, rstate *rs, rapi_block *b) {
+  rapi_block *at = b->fifo_prev;
+  fifo_remove(rs, b);
+  if (b->uses == NULL) rapi_index_remove(&rs->pending, b);
+  rs->pending_bytes -= b->size;
+  rs->pending_count--;
+  p->bp.pending_bytes -= b->size;
+  p->bp.pending_count--;
+  return at;
+}
+
+static void free_uses(rap_pool *p, rapi_block *b) {
+  for (rapi_use *u = b->uses, *next; u != NULL; u = next) {
+    next = u->next;
+    u->rs->uses_out--;
+    rapi_slab_free(&p->use_recs, u);
+  }
+  b->uses = NULL;
+}
+
+static bool uses_passed(const rapi_block *b) {
+  for (const rapi_use *u = b->uses; u != NULL; u = u->next)
+    if (!passed(u->rs, u->tag)) return false;
+  return true;
+}
+
+/* Hands a pending block of size >= size to a new user, splitting off a remainder that stays
+ * pending on the same owner with the same batch, in the same place of the owner's FIFO: it never
+ * becomes free for other resources before the owner has passed that batch. */
+static void take_pending(rap_pool *p, rstate *owner, rapi_block *b, size_t size) {
+  rapi_block *at = drop_pending(p, owner, b);
+  /* A block with uses is handed out whole: a remainder would need the same uses. */
+  rapi_block *rem = b->uses == NULL ? rapi_bp_split(&p->bp, b, size) : NULL;
+  if (rem) {
+    rem->tag = b->tag;
+    add_pending(p, owner, rem, at);
+  }
+  free_uses(p, b);
+}
+
+/* Returns every pending block of rs whose owner batch and uses have passed to the free index. */
+static void drain(rap_pool *p, rstate *rs) {
+  rapi_block *b = rs->fifo_head;
+  while (b != NULL && passed(rs, b->tag)) {
+    rapi_block *next = b->fifo_next;
+    if (uses_passed(b)) {
+      drop_pending(p, rs, b);
+      free_uses(p, b);
+      b->owner = NULL;
+      rapi_bp_make_free(&p->bp, b);
+    }   /* else it waits on a use elsewhere; blocks behind it need not */
+    b = next;
+  }
+}
+
+static int poll_all(rap_pool *p, bool record) {
+  int st = RAP_OK;
+  for (rstate *rs = p->by_key; rs != NULL && st == RAP_OK; rs = rs->hh.next) {
+    if (record) st = fence_open(p, rs);
+    if (st == RAP_OK) st = query_fences(rs);
+  }
+  for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next) drain(p, rs);
+  return st;
+}
+
+/* Host-side wait for every fence: used before out of memory and at teardown. */
+static int wait_all(rap_pool *p) {
+  int st = RAP_OK;
+  for (rstate *rs = p->by_key; rs != NULL && st == RAP_OK; rs = rs->hh.next) {
+    st = fence_open(p, rs);
+    if (st == RAP_OK && rs->fcount > 0)
+      st = rs->r->ops->event_synchronize(rs->fences[(rs->fhead + rs->fcount - 1) % rs->fcap].ev);
+    if (st == RAP_OK) st = query_fences(rs);
+  }
+  if (st == RAP_OK) st = poll_all(p, false);
+  return st;
+}
+
+/* ---- cross_resource=wait -------------------------------------------------------------------- */
+
+/* Makes rs wait, without blocking the host where the kinds allow, until owner's batch and every
+ * use of b have passed. */
+static int wait_for_block(rap_pool *p, rstate *rs, rstate *owner, rapi_block *b) {
+  int st = RAP_OK;
+  if (owner != rs && !passed(owner, b->tag)) {
+    if (b->tag == owner->open) st = fence_open(p, owner);
+    rapi_event *ev = st == RAP_OK ? fence_event(owner, b->tag) : NULL;
+    if (ev) st = rs->r->ops->wait(rs->r, ev);
+  }
+  for (rapi_use *u = b->uses; u != NULL && st == RAP_OK; u = u->next) {
+    if (u->rs == rs || passed(u->rs, u->tag)) continue;
+    if (u->tag == u->rs->open) st = fence_open(p, u->rs);
+    rapi_event *ev = st == RAP_OK ? fence_event(u->rs, u->tag) : NULL;
+    if (ev) st = rs->r->ops->wait(rs->r, ev);
+  }
+  return st;
+}
+
+/* Finds a pending block of any owner that fits, for rs to take after a queued wait. */
+static rapi_block *find_waitable(rap_pool *p, rstate *rs, size_t size, rstate **owner) {
+  for (rstate *o = p->by_key; o != NULL; o = o->hh.next) {
+    rapi_block *b = o != rs ? rapi_index_find(&o->pending, size) : NULL;
+    unsigned n = 0;
+    for (rapi_block *f = o->fifo_head; b == NULL && f != NULL && n < 64; f = f->fifo_next, n++)
+      if (f->uses != NULL && f->size >= size) b = f;
+    if (b != NULL) {
+      *owner = o;
+      return b;
+    }
+  }
+  return NULL;
+}
+
+/* ---- allocate and deallocate ---------------------------------------------------------------- */
+
+static int finish_allocate(rap_pool *p, rstate *rs, rapi_block *b, size_t bytes, void **out) {
+  int st = rapi_bp_mark_used(&p->bp, b, bytes);
+  if (RAPI_UNLIKELY(st != RAP_OK)) {
+    b->owner = NULL;
+    rapi_bp_make_free(&p->bp, b);
+    return st;
+  }
+  b->owner = (rap_resource *)rs;
+  rs->current += bytes;
+  rs->used_bytes += b->size;
+  rs->used_count++;
+  if (rs->current > rs->hwm) rs->hwm = rs->current;
+  *out = b->ptr;
+  return RAP_OK;
+}
+
+static rapi_block *take_own_or_free(rap_pool *p, rstate *rs, size_t size) {
+  rapi_block *b = rapi_index_find(&rs->pending, size);
+  if (b != NULL) {
+    take_pending(p, rs, b, size);
+    return b;
+  }
+  return rapi_bp_take_free(&p->bp, size);
+}
+
+static int grow(rap_pool *p, size_t size, rapi_block **out) {
+  int st = rapi_bp_grow(&p->bp, size, out);
+  if (st == RAP_ERR_NOMEM && p->bp.releasable_chunks > 0) {
+    rapi_bp_release(&p->bp);
+    st = rapi_bp_grow(&p->bp, size, out);
+  }
+  if (st == RAP_OK) {
+    rapi_block *rem = rapi_bp_split(&p->bp, *out, size);
+    if (rem) rapi_bp_index_free(&p->bp, rem);
+  }
+  return st;
+}
+
+/* A miss: poll, then (wait mode) take another resource's block behind a queued wait, then grow,
+ * and before giving up wait on the host for every pending block. */
+static RAPI_NOINLINE int rap_allocate_slow(rap_pool *p, rstate *rs, void **out, size_t bytes,
+                                           size_t size) {
+  int st = poll_all(p, true);
+  if (st != RAP_OK) return st;
+  rapi_block *b = take_own_or_free(p, rs, size);
+  if (b == NULL && p->cross_wait) {
+    rstate *owner;
+    b = find_waitable(p, rs, size, &owner);
+    if (b != NULL) {
+      st = wait_for_block(p, rs, owner, b);
+      if (st != RAP_OK) return st;
+      take_pending(p, owner, b, size);
+    }
+  }
+  if (b == NULL) {
+    st = grow(p, size, &b);
+    if (st == RAP_ERR_NOMEM && p->bp.pending_count > 0) {
+      char saved[512];
+      strncpy(saved, rap_last_error(), sizeof saved - 1);
+      saved[sizeof saved - 1] = '\0';
+      st = wait_all(p);
+      if (st != RAP_OK) return st;
+      b = take_own_or_free(p, rs, size);
+      st = b != NULL ? RAP_OK : grow(p, size, &b);
+      if (st == RAP_ERR_NOMEM) rapi_fail(st, "%s", saved);
+    }
+    if (st != RAP_OK) return st;
+  }
+  return finish_allocate(p, rs, b, bytes, out);
+}
+
+/* The hit path: one compare finds the resource; its own pending blocks first, then free ones. */
+static int rap_allocate_fn(void *state, void **out, size_t bytes, rap_resource *r) {
+  rap_pool *p = state;
+  rstate *rs = lookup(p, r ? r : &rap_allocator_manager(p->bp.self)->host);
+  if (RAPI_UNLIKELY(rs == NULL))
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for resource state",
+                     rap_allocator_name(p->bp.self));
+  size_t size;
+  int st = rapi_bp_round(&p->bp, bytes, &size);
+  if (RAPI_UNLIKELY(st != RAP_OK)) return st;
+  rapi_block *b = take_own_or_free(p, rs, size);
+  if (RAPI_UNLIKELY(b == NULL)) return rap_allocate_slow(p, rs, out, bytes, size);
+  return finish_allocate(p, rs, b, bytes, out);
+}
+
+static int rap_deallocate_fn(void *state, void *ptr, rap_resource *r) {
+  rap_pool *p = state;
+  rapi_block *b = rapi_bp_find_used(&p->bp, ptr);
+  if (RAPI_UNLIKELY(b == NULL)) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_deallocate");
+  rstate *owner = (rstate *)b->owner;
+  if (RAPI_UNLIKELY(r != NULL && r->key != owner->key))
+    return rapi_fail(RAP_ERR_WRONG_RESOURCE,
+                     "rap_deallocate('%s'): %p belongs to a %s resource, not this %s resource",
+                     rap_allocator_name(p->bp.self), ptr, owner->r->ops->kind, r->ops->kind);
+  owner->current -= b->requested;
+  owner->used_bytes -= b->size;
+  owner->used_count--;
+  rapi_bp_unmark_used(&p->bp, b);
+  if (owner->sync && b->uses == NULL) {
+    b->owner = NULL;
+    rapi_bp_after_free(&p->bp, rapi_bp_make_free(&p->bp, b));
+    return RAP_OK;
+  }
+  b->tag = owner->open;
+  owner->open_dirty = !owner->sync;
+  for (rapi_use *u = b->uses; u != NULL; u = u->next) {
+    u->tag = u->rs->open;
+    u->rs->open_dirty = true;
+  }
+  add_pending(p, owner, b, owner->fifo_tail);
+  return RAP_OK;
+}
+
+static int rap_record_fn(void *state, void *ptr, rap_resource *r) {
+  rap_pool *p = state;
+  rapi_block *b = rapi_bp_find_used(&p->bp, ptr);
+  if (b == NULL) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_record_resource");
+  rstate *rs = lookup(p, r);
+  if (rs == NULL)
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for resource state",
+                     rap_allocator_name(p->bp.self));
+  if (rs->sync || rs == (rstate *)b->owner) return RAP_OK;   /* already in order */
+  for (rapi_use *u = b->uses; u != NULL; u = u->next)
+    if (u->rs == rs) return RAP_OK;
+  rapi_use *u = rapi_slab_alloc(&p->use_recs);
+  if (u == NULL)
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a use record",
+                     rap_allocator_name(p->bp.self));
+  u->rs = rs;
+  u->tag = 0;
+  u->next = b->uses;
+  b->uses = u;
+  rs->uses_out++;
+  return RAP_OK;
+}
+
+static int rap_pointer_resource_fn(void *state, const void *ptr, rap_resource **out) {
+  rap_pool *p = state;
+  rapi_block *b = ptr ? rapi_bp_find_used(&p->bp, ptr) : NULL;
+  if (b == NULL) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_pointer_resource");
+  *out = ((rstate *)b->owner)->r;
+  return RAP_OK;
+}
+
+static int rap_release_fn(void *state) {
+  rap_pool *p = state;
+  int st = poll_all(p, true);
+  rapi_bp_release(&p->bp);
+  return st;
+}
+
+static int rap_stats_fn(void *state, rap_stats *out) {
+  rapi_bp_stats(&((rap_pool *)state)->bp, out);
+  return RAP_OK;
+}
+
+/* A resource's view: its live and pending blocks, and what it could take without waiting (the
+ * pool's free blocks and its own pending blocks). */
+static int rap_resource_stats_fn(void *state, rap_resource *r, rap_stats *out) {
+  rap_pool *p = state;
+  rstate *rs = NULL;
+  HASH_FIND(hh, p->by_key, &r->key, sizeof r->key, rs);
+  rapi_bp_stats(&p->bp, out);
+  out->current_bytes = rs ? rs->current : 0;
+  out->high_watermark = rs ? rs->hwm : 0;
+  out->used_bytes = rs ? rs->used_bytes : 0;
+  out->allocation_count = rs ? rs->used_count : 0;
+  out->pending_bytes = rs ? rs->pending_bytes : 0;
+  out->pending_count = rs ? rs->pending_count : 0;
+  out->free_bytes += rs ? rs->pending.bytes : 0;
+  size_t own = rs ? rapi_index_largest(&rs->pending) : 0;
+  if (own > out->largest_free_block) out->largest_free_block = own;
+  return RAP_OK;
+}
+
+#define CORRUPT(...) rapi_fail(RAP_ERR_CORRUPT, __VA_ARGS__)
+
+static int check_rstate(rap_pool *p, rstate *rs, size_t *pending, size_t *used, size_t *uses) {
+  const char *who = rap_allocator_name(p->bp.self);
+  size_t n = 0, bytes = 0, indexed = 0;
+  uint64_t last = 0;
+  for (rapi_block *b = rs->fifo_head; b != NULL; b = b->fifo_next) {
+    if (b->state != RAPI_PENDING || (rstate *)b->owner != rs)
+      return CORRUPT("%s: block %p is in a pending list but is not pending there", who, (void *)b->ptr);
+    if (b->tag < last || b->tag > rs->open)
+      return CORRUPT("%s: pending block %p is out of batch order", who, (void *)b->ptr);
+    if ((b->fifo_next ? b->fifo_next->fifo_prev : rs->fifo_tail) != b)
+      return CORRUPT("%s: a pending list is broken at %p", who, (void *)b->ptr);
+    last = b->tag;
+    n++;
+    bytes += b->size;
+    indexed += b->uses == NULL;
+  }
+  if (n != rs->pending_count || bytes != rs->pending_bytes || indexed != rs->pending.count)
+    return CORRUPT("%s: a resource lists %zu pending blocks (%zu indexed), counts %zu (%zu)", who, n,
+                   indexed, rs->pending_count, rs->pending.count);
+  *pending += n;
+  *used += rs->used_count;
+  *uses += rs->uses_out;
+  return RAP_OK;
+}
+
+static int rap_check_fn(void *state) {
+  rap_pool *p = state;
+  int st = rapi_bp_check(&p->bp);
+  if (st != RAP_OK) return st;
+  size_t pending = 0, used = 0, uses = 0, counted_uses = 0;
+  for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next)
+    if ((st = check_rstate(p, rs, &pending, &used, &counted_uses)) != RAP_OK) return st;
+  for (rapi_chunk *c = p->bp.chunks; c != NULL; c = c->next)
+    for (rapi_block *b = c->first; b != NULL; b = b->next) {
+      if (b->state != RAPI_FREE && b->owner == NULL)
+        return CORRUPT("%s: block %p has no owner", rap_allocator_name(p->bp.self), (void *)b->ptr);
+      for (rapi_use *u = b->uses; u != NULL; u = u->next) uses++;
+    }
+  if (pending != p->bp.pending_count || used != p->bp.allocation_count || uses != counted_uses ||
+      uses != p->use_recs.live)
+    return CORRUPT("%s: resources count %zu pending and %zu used blocks, the pool %zu and %zu",
+                   rap_allocator_name(p->bp.self), pending, used, p->bp.pending_count,
+                   p->bp.allocation_count);
+  return RAP_OK;
+}
+
+/* ---- life cycle ----------------------------------------------------------------------------- */
+
+static int rap_init(rap_allocator *self, void *state, rap_options *opts) {
+  rap_pool *p = state;
+  const char *cross = "grow";
+  int st = rap_options_get_string(opts, "cross_resource", &cross);
+  if (st != RAP_OK) return st;
+  if (strcmp(cross, "grow") != 0 && strcmp(cross, "wait") != 0)
+    return rapi_fail(RAP_ERR_INVALID, "%s: option 'cross_resource' is grow or wait, not '%s'",
+                     rap_allocator_name(self), cross);
+  p->cross_wait = cross[0] == 'w';
+  rapi_slab_init(&p->use_recs, sizeof(rapi_use), 64);
+  st = rapi_bp_init(&p->bp, self, opts);
+  if (st != RAP_OK) rapi_slab_destroy(&p->use_recs);
+  return st;
+}
+
+static void forget(rap_pool *p, rstate *rs) {
+  for (size_t i = 0; i < rs->fcount; i++)
+    rs->r->ops->event_release(rs->fences[(rs->fhead + i) % rs->fcap].ev);
+  free(rs->fences);
+  HASH_DELETE(hh, p->by_key, rs);
+  if (p->last == rs) p->last = NULL;
+  free(rs);
+}
+
+/* Teardown waits for every pending block's events, then the chunks go back to the parent. */
+static void rap_fini(rap_allocator *self, void *state) {
+  rap_pool *p = state;
+  if (wait_all(p) != RAP_OK)
+    rap_log(RAP_LOG_WARN, "%s: waiting for pending blocks at teardown failed: %s",
+            rap_allocator_name(self), rap_last_error());
+  for (rapi_chunk *c = p->bp.chunks; c != NULL; c = c->next)
+    for (rapi_block *b = c->first; b != NULL; b = b->next) b->uses = NULL;
+  while (p->by_key != NULL) forget(p, p->by_key);
+  rapi_slab_destroy(&p->use_recs);
+  rapi_bp_fini(&p->bp);
+}
+
+int rapi_rap_forget_resource(rap_allocator *a, rap_resource *r) {
+  if (a->strategy != &rapi_resource_aware_pool_strategy) return RAP_OK;
+  rap_pool *p = a->state;
+  rstate *rs = NULL;
+  HASH_FIND(hh, p->by_key, &r->key, sizeof r->key, rs);
+  if (rs == NULL || rs->r != r) return RAP_OK;
+  /* r has been synchronized: every batch it recorded or left open has passed. */
+  int st = fence_open(p, rs);
+  if (st == RAP_OK) st = query_fences(rs);
+  if (st != RAP_OK) return st;
+  rs->done = rs->open;
+  st = poll_all(p, false);
+  if (st != RAP_OK) return st;
+  if (rs->used_count > 0 || rs->pending_count > 0 || rs->uses_out > 0)
+    return rapi_fail(RAP_ERR_BUSY, "rap_resource_destroy: the resource still owns %zu live and %zu "
+                     "pending blocks of '%s'", rs->used_count, rs->pending_count, a->name);
+  forget(p, rs);
+  return RAP_OK;
+}
+
+static int rap_owns_fn(void *state, const void *ptr) {
+  return rapi_bp_find_used(&((rap_pool *)state)->bp, ptr) != NULL;
+}
+
+const rap_strategy rapi_resource_aware_pool_strategy = {
+    .version = RAP_STRATEGY_VERSION,
+    .name = "ResourceAwarePool",
+    .flags = RAP_STRATEGY_NEEDS_PARENT,
+    .state_size = sizeof(rap_pool),
+    .init = rap_init,
+    .fini = rap_fini,
+    .allocate = rap_allocate_fn,
+    .deallocate = rap_deallocate_fn,
+    .stats = rap_stats_fn,
+    .owns = rap_owns_fn,
+    .release = rap_release_fn,
+    .check = rap_check_fn,
+    .record_resource = rap_record_fn,
+    .pointer_resource = rap_pointer_resource_fn,
+    .resource_stats = rap_resource_stats_fn,
+};

@@ -1,0 +1,408 @@
+/* test_resource_aware_pool.c — the ResourceAwarePool's pending semantics on host_async resources.
+ * Every busy resource is held by a gate the test opens; no sleeps.
+ */
+#include "gate.h"
+#include "rap_test.h"
+
+#include <rap/rap.h>
+#include <stdint.h>
+#include <string.h>
+
+#define KiB ((size_t)1024)
+
+typedef struct fixture {
+  rap_manager *rm;
+  rap_allocator *pool;
+  rap_resource *r1, *r2, *r3;
+  gate g1, g2;
+} fixture;
+
+static void setup(fixture *f, const char *parent, const char *options) {
+  memset(f, 0, sizeof *f);
+  RAP_CHECK_OK(rap_manager_create(&f->rm));
+  RAP_CHECK_OK(rap_allocator_make(f->rm, "rap", "ResourceAwarePool", parent, options, &f->pool));
+  RAP_CHECK_OK(rap_resource_create_host_async(f->rm, &f->r1));
+  RAP_CHECK_OK(rap_resource_create_host_async(f->rm, &f->r2));
+  RAP_CHECK_OK(rap_resource_create_host_async(f->rm, &f->r3));
+  gate_init(&f->g1);
+  gate_init(&f->g2);
+}
+
+/* Opens every gate (so no queue stays blocked), then proves nothing leaked. */
+static void teardown(fixture *f) {
+  gate_open(&f->g1);
+  gate_open(&f->g2);
+  RAP_CHECK_OK(rap_allocator_check(f->pool));
+  RAP_CHECK_OK(rap_manager_destroy(f->rm));
+  gate_destroy(&f->g1);
+  gate_destroy(&f->g2);
+}
+
+static rap_stats stats_of(rap_allocator *a) {
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(a, &s));
+  return s;
+}
+
+static rap_stats rstats(rap_allocator *a, rap_resource *r) {
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_resource_stats(a, r, &s));
+  return s;
+}
+
+static int overlaps(const void *a, size_t an, const void *b, size_t bn) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + bn && y < x + an;
+}
+
+RAP_TEST(ResourceAwarePool, PendingAfterFreeOnBusyResource) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=1MiB");
+  void *p;
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  rap_stats s = stats_of(f.pool);
+  RAP_CHECK_EQ(s.pending_count, 1);
+  RAP_CHECK_EQ(s.pending_bytes, 4 * KiB);
+  RAP_CHECK_EQ(s.allocation_count, 0);
+  RAP_CHECK_EQ(rstats(f.pool, f.r1).pending_bytes, 4 * KiB);
+  RAP_CHECK_EQ(rstats(f.pool, f.r2).pending_bytes, 0);
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  teardown(&f);
+}
+
+RAP_TEST(ResourceAwarePool, AnotherResourceGetsDifferentMemory) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=1MiB");
+  void *p, *q;
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 4 * KiB, f.r2));
+  RAP_CHECK(!overlaps(p, 4 * KiB, q, 4 * KiB));
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
+  teardown(&f);
+}
+
+RAP_TEST(ResourceAwarePool, OwnerReusesItsPendingBlockWithoutEvents) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=1MiB");
+  void *p, *q;
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 4 * KiB, f.r1));
+  RAP_CHECK(p == q);
+  RAP_CHECK_EQ(stats_of(f.pool).pending_count, 0);
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r1));
+  teardown(&f);
+}
+
+RAP_TEST(ResourceAwarePool, SplitOfReusedPendingBlockKeepsRemainderPending) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=64KiB next_size=64KiB heuristic=never");
+  void *p, *q, *x;
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 64 * KiB, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 16 * KiB, f.r1));
+  RAP_CHECK(q == p);
+  rap_stats s = stats_of(f.pool);
+  RAP_CHECK_EQ(s.pending_bytes, 48 * KiB);
+  RAP_CHECK_EQ(s.pending_count, 1);
+  RAP_CHECK_EQ(s.free_bytes, 0);
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  /* r2 may not have the remainder while r1 is busy: it gets a new chunk. */
+  RAP_CHECK_OK(rap_allocate(f.pool, &x, 16 * KiB, f.r2));
+  RAP_CHECK(!overlaps(x, 16 * KiB, p, 64 * KiB));
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 2);
+  RAP_CHECK_OK(rap_deallocate(f.pool, x, f.r2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r1));
+  teardown(&f);
+}
+
+RAP_TEST(ResourceAwarePool, WrongResourceIsRefusedAndChangesNothing) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=1MiB");
+  void *p;
+  rap_resource *owner;
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 100, f.r1));
+  rap_stats before = stats_of(f.pool);
+  RAP_CHECK_STATUS(rap_deallocate(f.pool, p, f.r2), RAP_ERR_WRONG_RESOURCE);
+  RAP_CHECK(strlen(rap_last_error()) > 0);
+  rap_stats after = stats_of(f.pool);
+  RAP_CHECK(memcmp(&before, &after, sizeof before) == 0);
+  RAP_CHECK_OK(rap_pointer_resource(f.pool, p, &owner));
+  RAP_CHECK(owner == f.r1);
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  teardown(&f);
+}
+
+RAP_TEST(ResourceAwarePool, FreeWithoutResourceOnBusyOwnerIsPendingOnOwner) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=1MiB");
+  void *p, *q;
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, NULL));
+  RAP_CHECK_EQ(rstats(f.pool, f.r1).pending_count, 1);
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 4 * KiB, f.r2));
+  RAP_CHECK(q != p);
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, NULL));
+  teardown(&f);
+}
+
+/* A pool whose only chunk is one block: a second block must come from pending memory or growth. */
+#define ONE_BLOCK "initial_size=64KiB next_size=64KiB heuristic=never"
+
+RAP_TEST(ResourceAwarePool, FinishedPendingMemoryComesBackWithoutGrowing) {
+  fixture f;
+  setup(&f, "HOST", ONE_BLOCK);
+  void *p, *q;
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 64 * KiB, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  gate_open(&f.g1);
+  RAP_CHECK_OK(rap_resource_synchronize(f.r1));
+  /* No coalesce, no release: the miss polls r1, finds its work done, and reuses the block. */
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 64 * KiB, f.r2));
+  RAP_CHECK(q == p);
+  rap_stats s = stats_of(f.pool);
+  RAP_CHECK_EQ(s.chunk_count, 1);
+  RAP_CHECK_EQ(s.pending_count, 0);
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
+  teardown(&f);
+}
+
+RAP_TEST(ResourceAwarePool, RecordResourceKeepsBlockPendingUntilBothPass) {
+  fixture f;
+  setup(&f, "HOST", ONE_BLOCK);
+  void *p, *q;
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 64 * KiB, f.r1));
+  RAP_CHECK_OK(rap_resource_submit(f.r2, gate_job, &f.g2));
+  RAP_CHECK_OK(rap_record_resource(f.pool, p, f.r2));
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  gate_open(&f.g1);
+  RAP_CHECK_OK(rap_resource_synchronize(f.r1));
+  /* r1 has passed but r2 still uses p: r3 gets new memory. */
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 64 * KiB, f.r3));
+  RAP_CHECK(q != p);
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 2);
+  RAP_CHECK_EQ(stats_of(f.pool).pending_count, 1);
+  gate_open(&f.g2);
+  RAP_CHECK_OK(rap_resource_synchronize(f.r2));
+  RAP_CHECK_OK(rap_release(f.pool));   /* polls: p is free, and its chunk goes back */
+  rap_stats s = stats_of(f.pool);
+  RAP_CHECK_EQ(s.pending_count, 0);
+  RAP_CHECK_EQ(s.chunk_count, 1);
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r3));
+  teardown(&f);
+}
+
+RAP_TEST(ResourceAwarePool, RecordResourceBadInput) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=1MiB");
+  void *p;
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 64, f.r1));
+  RAP_CHECK_STATUS(rap_record_resource(f.pool, (char *)p + 8, f.r2), RAP_ERR_UNKNOWN_POINTER);
+  RAP_CHECK_STATUS(rap_record_resource(f.pool, p, NULL), RAP_ERR_INVALID);
+  RAP_CHECK_OK(rap_record_resource(f.pool, p, f.r2));
+  RAP_CHECK_OK(rap_record_resource(f.pool, p, f.r2));   /* twice is once */
+  RAP_CHECK_OK(rap_record_resource(f.pool, p, f.r1));   /* the owner: nothing to add */
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  teardown(&f);
+}
+
+RAP_TEST(ResourceAwarePool, ManyBlocksOnSeveralResources) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=256KiB next_size=256KiB");
+  rap_resource *rs[3] = {f.r1, f.r2, f.r3};
+  void *p[300];
+  size_t n[300];
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_resource_submit(f.r2, gate_job, &f.g2));
+  uint32_t x = 12345;
+  for (int round = 0; round < 4; round++) {
+    for (int i = 0; i < 300; i++) {
+      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+      n[i] = 1 + x % (16 * KiB);
+      RAP_CHECK_OK(rap_allocate(f.pool, &p[i], n[i], rs[i % 3]));
+      memset(p[i], i & 0xff, n[i]);
+    }
+    for (int i = 0; i < 300; i++)
+      for (int j = i + 1; j < 300; j++) RAP_CHECK(!overlaps(p[i], n[i], p[j], n[j]));
+    for (int i = 0; i < 300; i++) {
+      RAP_CHECK(all_bytes(p[i], n[i], i & 0xff));
+      RAP_CHECK_OK(rap_deallocate(f.pool, p[i], i % 2 ? rs[i % 3] : NULL));
+    }
+    RAP_CHECK_OK(rap_allocator_check(f.pool));
+  }
+  RAP_CHECK(stats_of(f.pool).pending_count > 0);
+  gate_open(&f.g1);
+  gate_open(&f.g2);
+  RAP_CHECK_OK(rap_resource_synchronize(f.r1));
+  RAP_CHECK_OK(rap_resource_synchronize(f.r2));
+  RAP_CHECK_OK(rap_release(f.pool));
+  rap_stats s = stats_of(f.pool);
+  RAP_CHECK_EQ(s.pending_count, 0);
+  RAP_CHECK_EQ(s.chunk_count, 0);
+  teardown(&f);
+}
+
+typedef struct destroyer {
+  rap_allocator *pool;
+  gate *g;
+  int status, passed_when_done;
+} destroyer;
+
+static void *destroy_thread(void *arg) {
+  destroyer *d = arg;
+  d->status = rap_allocator_destroy(d->pool);
+  d->passed_when_done = gate_passed(d->g);
+  return NULL;
+}
+
+RAP_TEST(ResourceAwarePool, DestroyWaitsForPendingBlocks) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=1MiB");
+  void *p;
+  rap_allocator *host;
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  destroyer d = {f.pool, &f.g1, -100, -1};
+  pthread_t t;
+  RAP_CHECK(pthread_create(&t, NULL, destroy_thread, &d) == 0);
+  gate_open(&f.g1);
+  pthread_join(t, NULL);
+  RAP_CHECK_OK(d.status);
+  RAP_CHECK_EQ(d.passed_when_done, 1);   /* the pool waited for r1's work */
+  RAP_CHECK_OK(rap_allocator_get(f.rm, "HOST", &host));
+  RAP_CHECK_EQ(stats_of(host).allocation_count, 0);
+  RAP_CHECK_OK(rap_manager_destroy(f.rm));
+  gate_destroy(&f.g1);
+  gate_destroy(&f.g2);
+}
+
+typedef struct opener {
+  gate *g;
+} opener;
+
+static void *open_thread(void *arg) {
+  gate_open(((opener *)arg)->g);
+  return NULL;
+}
+
+RAP_TEST(ResourceAwarePool, OutOfMemoryWaitsForPendingBlocksThenReuses) {
+  rap_manager *rm;
+  rap_allocator *fault, *pool;
+  rap_resource *r1, *r2;
+  gate g;
+  void *p, *q, *x;
+  gate_init(&g);
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  RAP_CHECK_OK(rap_allocator_make(rm, "f", "Fault", "HOST", NULL, &fault));
+  RAP_CHECK_OK(rap_allocator_make(rm, "rap", "ResourceAwarePool", "f", ONE_BLOCK, &pool));
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &r1));
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &r2));
+  RAP_CHECK_OK(rap_resource_submit(r1, gate_job, &g));
+  RAP_CHECK_OK(rap_allocate(pool, &p, 64 * KiB, r1));
+  RAP_CHECK_OK(rap_deallocate(pool, p, r1));
+  RAP_CHECK_OK(rap_fault_configure(fault, "fail_next=1000"));
+  pthread_t t;
+  opener o = {&g};
+  RAP_CHECK(pthread_create(&t, NULL, open_thread, &o) == 0);
+  RAP_CHECK_OK(rap_allocate(pool, &q, 64 * KiB, r2));   /* waits for r1, then reuses p */
+  pthread_join(t, NULL);
+  RAP_CHECK(q == p);
+  RAP_CHECK_EQ(stats_of(pool).chunk_count, 1);
+  /* Nothing pending and the parent dry: out of memory, the pool intact. */
+  RAP_CHECK_STATUS(rap_allocate(pool, &x, 64 * KiB, r2), RAP_ERR_NOMEM);
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  RAP_CHECK_OK(rap_deallocate(pool, q, r2));
+  RAP_CHECK_OK(rap_fault_configure(fault, "reset"));
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+  gate_destroy(&g);
+}
+
+/* The race detector: r1's queued work writes its buffer late; r2 allocates and writes its own. */
+static void race(const char *strategy, bool expect_hazard) {
+  rap_manager *rm;
+  rap_allocator *pool;
+  rap_resource *r1, *r2;
+  gate g;
+  void *p, *q;
+  gate_init(&g);
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  RAP_CHECK_OK(rap_allocator_make(rm, "pool", strategy, "HOST", "initial_size=1MiB", &pool));
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &r1));
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &r2));
+  RAP_CHECK_OK(rap_allocate(pool, &p, 64 * KiB, r1));
+  fill late = {p, 64 * KiB, 0xAA};
+  RAP_CHECK_OK(rap_resource_submit(r1, gate_job, &g));
+  RAP_CHECK_OK(rap_resource_submit(r1, fill_job, &late));
+  RAP_CHECK_OK(rap_deallocate(pool, p, r1));
+  RAP_CHECK_OK(rap_allocate(pool, &q, 64 * KiB, r2));
+  fill mine = {q, 64 * KiB, 0x55};
+  RAP_CHECK_OK(rap_resource_submit(r2, fill_job, &mine));
+  RAP_CHECK_OK(rap_resource_synchronize(r2));
+  gate_open(&g);
+  RAP_CHECK_OK(rap_resource_synchronize(r1));
+  RAP_CHECK_EQ(all_bytes(q, 64 * KiB, 0x55), !expect_hazard);
+  RAP_CHECK_EQ(q == p, expect_hazard);
+  RAP_CHECK_OK(rap_deallocate(pool, q, r2));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+  gate_destroy(&g);
+}
+
+RAP_TEST(ResourceAwarePool, RaceDetectorStaysIntact) { race("ResourceAwarePool", false); }
+RAP_TEST(QuickPool, RaceDetectorShowsTheHazard) { race("QuickPool", true); }
+
+RAP_TEST(ResourceAwarePool, CrossResourceWaitReusesBehindAQueuedWait) {
+  fixture f;
+  setup(&f, "HOST", ONE_BLOCK " cross_resource=wait");
+  void *p, *q;
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 64 * KiB, f.r1));
+  fill late = {p, 64 * KiB, 0xAA};
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_resource_submit(f.r1, fill_job, &late));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  /* r2 takes p at once, but its queue now waits for r1's work before anything of r2 runs. */
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 64 * KiB, f.r2));
+  RAP_CHECK(q == p);
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 1);
+  fill mine = {q, 64 * KiB, 0x55};
+  RAP_CHECK_OK(rap_resource_submit(f.r2, fill_job, &mine));
+  gate_open(&f.g1);
+  RAP_CHECK_OK(rap_resource_synchronize(f.r2));
+  RAP_CHECK(all_bytes(q, 64 * KiB, 0x55));
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
+  teardown(&f);
+}
+
+RAP_TEST(ResourceAwarePool, BadOptionsAndResourceLifetime) {
+  rap_manager *rm;
+  rap_allocator *pool;
+  rap_resource *r, *host;
+  void *p;
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "x", "ResourceAwarePool", "HOST", "cross_resource=maybe", &pool),
+                   RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "cross_resource");
+  RAP_CHECK_OK(rap_allocator_make(rm, "rap", "ResourceAwarePool", "HOST", "initial_size=1MiB", &pool));
+  RAP_CHECK_OK(rap_resource_host(rm, &host));
+  RAP_CHECK_STATUS(rap_resource_destroy(host), RAP_ERR_INVALID);
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &r));
+  RAP_CHECK_OK(rap_allocate(pool, &p, 100, r));
+  RAP_CHECK_STATUS(rap_resource_destroy(r), RAP_ERR_BUSY);   /* it owns a live block */
+  RAP_CHECK_OK(rap_deallocate(pool, p, r));
+  RAP_CHECK_OK(rap_resource_destroy(r));   /* its pending block is free now */
+  RAP_CHECK_EQ(stats_of(pool).pending_count, 0);
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
