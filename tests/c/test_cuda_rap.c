@@ -1,0 +1,128 @@
+/* test_cuda_rap.c — the ResourceAwarePool on CUDA streams: the race detector with a gated kernel
+ * over DEVICE, PINNED and UM pools, cross_resource=wait under a busy owner, same-stream reuse with
+ * no event recorded. Skips where no CUDA device is usable.
+ */
+#include "../cuda/kernels.h"
+#include "rap_internal.h"
+#include "rap_test.h"
+
+#include <rap/cuda.h>
+#include <time.h>
+
+#define MiB ((size_t)1 << 20)
+
+typedef struct env {
+  rap_manager *rm;
+  rap_allocator *pool;
+  rap_resource *r1, *r2;
+  gpu_gate *gate;
+} env;
+
+static void setup(env *e, const char *strategy, const char *parent, const char *options) {
+  RAP_CHECK_OK(rap_manager_create(&e->rm));
+  rap_allocator *a;
+  int st = rap_allocator_get(e->rm, parent, &a);
+  if (st == RAP_ERR_UNSUPPORTED) {
+    RAP_CHECK_OK(rap_manager_destroy(e->rm));
+    RAP_SKIP("no CUDA device: %s", rap_last_error());
+  }
+  RAP_CHECK_OK(st);
+  RAP_CHECK_OK(rap_allocator_make(e->rm, "pool", strategy, parent, options, &e->pool));
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(e->rm, &e->r1));
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(e->rm, &e->r2));
+  RAP_CHECK(gpu_gate_create(&e->gate) == 0);
+}
+
+static void teardown(env *e) {
+  gpu_gate_open(e->gate);
+  RAP_CHECK_OK(rap_resource_synchronize(e->r1));
+  RAP_CHECK_OK(rap_resource_synchronize(e->r2));
+  RAP_CHECK_OK(rap_allocator_check(e->pool));
+  RAP_CHECK_OK(rap_manager_destroy(e->rm));
+  gpu_gate_destroy(e->gate);
+}
+
+/* r1's kernel writes its block late; r2 allocates the same size and writes its own pattern. */
+static void race(const char *strategy, const char *parent, bool expect_hazard) {
+  env e;
+  void *p, *q;
+  setup(&e, strategy, parent, "initial_size=64MiB");
+  RAP_CHECK_OK(rap_allocate(e.pool, &p, 4 * MiB, e.r1));
+  RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(e.r1), e.gate, p, 4 * MiB, 0xAA) == 0);
+  RAP_CHECK_OK(rap_deallocate(e.pool, p, e.r1));
+  RAP_CHECK_OK(rap_allocate(e.pool, &q, 4 * MiB, e.r2));
+  RAP_CHECK(gpu_fill(rap_resource_cuda_stream(e.r2), q, 4 * MiB, 0x55) == 0);
+  RAP_CHECK_OK(rap_resource_synchronize(e.r2));
+  gpu_gate_open(e.gate);
+  RAP_CHECK_OK(rap_resource_synchronize(e.r1));
+  RAP_CHECK_EQ(q == p, expect_hazard);
+  RAP_CHECK_EQ(gpu_all_bytes(q, 4 * MiB, 0x55), !expect_hazard);
+  RAP_CHECK_OK(rap_deallocate(e.pool, q, e.r2));
+  teardown(&e);
+}
+
+RAP_TEST(CudaResourceAwarePool, RaceDetectorDevice) { race("ResourceAwarePool", "DEVICE", false); }
+RAP_TEST(CudaResourceAwarePool, RaceDetectorPinned) { race("ResourceAwarePool", "PINNED", false); }
+RAP_TEST(CudaResourceAwarePool, RaceDetectorManaged) { race("ResourceAwarePool", "UM", false); }
+RAP_TEST(CudaQuickPool, RaceDetectorShowsTheHazard) { race("QuickPool", "DEVICE", true); }
+
+static double seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+RAP_TEST(CudaResourceAwarePool, CrossResourceWaitUnderBusyOwner) {
+  env e;
+  void *p, *q;
+  setup(&e, "ResourceAwarePool", "DEVICE",
+        "initial_size=4MiB next_size=4MiB heuristic=never cross_resource=wait");
+  RAP_CHECK_OK(rap_allocate(e.pool, &p, 4 * MiB, e.r1));
+  RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(e.r1), e.gate, p, 4 * MiB, 0xAA) == 0);
+  RAP_CHECK_OK(rap_deallocate(e.pool, p, e.r1));
+  double t0 = seconds();
+  RAP_CHECK_OK(rap_allocate(e.pool, &q, 4 * MiB, e.r2));   /* no host block: r1 is still gated */
+  RAP_CHECK(seconds() - t0 < 1.0);
+  RAP_CHECK(q == p);
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(e.pool, &s));
+  RAP_CHECK_EQ(s.chunk_count, 1);
+  RAP_CHECK(gpu_fill(rap_resource_cuda_stream(e.r2), q, 4 * MiB, 0x55) == 0);
+  gpu_gate_open(e.gate);
+  RAP_CHECK_OK(rap_resource_synchronize(e.r2));
+  RAP_CHECK(gpu_all_bytes(q, 4 * MiB, 0x55));   /* r2's fill ran after r1's */
+  RAP_CHECK_OK(rap_deallocate(e.pool, q, e.r2));
+  teardown(&e);
+}
+
+RAP_TEST(CudaResourceAwarePool, SameStreamReuseRecordsNoEvent) {
+  env e;
+  void *p;
+  setup(&e, "ResourceAwarePool", "DEVICE", "initial_size=64MiB");
+  RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(e.r1), e.gate, NULL, 0, 0) == 0);
+  for (int i = 0; i < 10000; i++) {
+    RAP_CHECK_OK(rap_allocate(e.pool, &p, (size_t)(i % 7 + 1) * 4096, e.r1));
+    RAP_CHECK_OK(rap_deallocate(e.pool, p, e.r1));
+  }
+  RAP_CHECK_EQ(e.r1->events_created, 0);
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(e.pool, &s));
+  RAP_CHECK_EQ(s.chunk_count, 1);
+  teardown(&e);
+}
+
+RAP_TEST(CudaResourceAwarePool, WrappedStreamsAreOneStream) {
+  env e;
+  void *p;
+  setup(&e, "ResourceAwarePool", "DEVICE", "initial_size=64MiB");
+  rap_resource *alias;
+  RAP_CHECK_OK(rap_resource_create_cuda(e.rm, rap_resource_cuda_stream(e.r1), &alias));
+  RAP_CHECK_OK(rap_allocate(e.pool, &p, 4096, e.r1));
+  RAP_CHECK_OK(rap_deallocate(e.pool, p, alias));   /* same stream: not a wrong resource */
+  rap_resource *legacy;
+  RAP_CHECK_OK(rap_resource_create_cuda(e.rm, 0, &legacy));
+  RAP_CHECK_OK(rap_allocate(e.pool, &p, 4096, legacy));
+  RAP_CHECK_STATUS(rap_deallocate(e.pool, p, e.r2), RAP_ERR_WRONG_RESOURCE);
+  RAP_CHECK_OK(rap_deallocate(e.pool, p, legacy));
+  teardown(&e);
+}
