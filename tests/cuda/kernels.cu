@@ -25,6 +25,12 @@ __global__ void fill(unsigned char *p, size_t n, unsigned char v) {
 }
 
 extern "C" int gpu_gate_create(gpu_gate **out) {
+  // Load both kernels now: with lazy module loading, loading one while a gated kernel runs would
+  // wait for that kernel, and the tests would measure the loader instead of the pool.
+  cudaFuncAttributes attr;
+  if (cudaFuncGetAttributes(&attr, gated_fill) != cudaSuccess ||
+      cudaFuncGetAttributes(&attr, fill) != cudaSuccess)
+    return -1;
   gpu_gate *g = static_cast<gpu_gate *>(std::malloc(sizeof *g));
   int *flag = nullptr;
   if (!g || cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped) != cudaSuccess) {
