@@ -152,6 +152,7 @@ void rapi_event_pool_fini(rap_resource *r, void (*destroy_handle)(void *));
 int  rapi_event_wait_host(rap_resource *waiter, rapi_event *e);   /* waits by blocking the host */
 /* Pools are told when a resource goes away, so that no pool keeps a pointer to it. */
 int  rapi_rap_forget_resource(rap_allocator *a, rap_resource *r);
+int  rapi_thread_safe_locked(rap_allocator *a, int (*fn)(rap_allocator *, void *), void *arg);
 
 typedef struct rapi_strategy_entry {
   const rap_strategy *strategy;
@@ -168,6 +169,12 @@ struct rap_manager {
   uint64_t next_seq, next_resource_id;
 };
 void rapi_manager_link_resource(rap_manager *rm, rap_resource *r);
+int  rapi_allocator_make_direct(rap_manager *rm, const char *name, const char *strategy,
+                                const char *parent, const char *options, rap_allocator **out);
+
+/* ---- core/spec.c ----------------------------------------------------------------------------- */
+const char *rapi_env_spec(const char *name);   /* RAP_ALLOCATOR_<NAME>, or NULL */
+int  rapi_make_from_env(rap_manager *rm, const char *name, const char *env, rap_allocator **out);
 void rapi_manager_unlink_resource(rap_manager *rm, rap_resource *r);
 
 /* ---- core/registry.c: the built-in strategies and platform allocators ---------------------- */
@@ -189,8 +196,9 @@ struct rapi_platform {
   rapi_prec *map;
   rapi_slab recs;
   size_t current, hwm, count, actual, actual_hwm;
-  int (*raw_alloc)(rapi_platform *p, void **out, size_t bytes);
-  int (*raw_free)(rapi_platform *p, void *ptr, size_t bytes);
+  /* r is passed through by wrappers (Fault, SizeLimiter) and ignored by real platforms. */
+  int (*raw_alloc)(rapi_platform *p, void **out, size_t bytes, rap_resource *r);
+  int (*raw_free)(rapi_platform *p, void *ptr, size_t bytes, rap_resource *r);
   rap_allocator *self;
   void *impl;   /* the backend's own state */
 };
@@ -201,6 +209,9 @@ int  rapi_platform_deallocate(void *state, void *ptr, rap_resource *r);
 int  rapi_platform_stats(void *state, rap_stats *out);
 int  rapi_platform_owns(void *state, const void *ptr);
 int  rapi_platform_check(void *state);
+int  rapi_platform_record_resource(void *state, void *ptr, rap_resource *r);
+int  rapi_platform_pointer_resource(void *state, const void *ptr, rap_resource **out);
+int  rapi_platform_release(void *state);   /* wrappers: release the parent */
 
 /* ---- strategies/block_pool.c: chunks, blocks and the segregated-fit index -------------------
  * The machinery QuickPool and ResourceAwarePool share. A chunk comes from the parent; blocks tile
@@ -248,6 +259,12 @@ void        rapi_index_insert(rapi_index *ix, rapi_block *b);
 void        rapi_index_remove(rapi_index *ix, rapi_block *b);
 rapi_block *rapi_index_find(rapi_index *ix, size_t size);   /* a block of at least size, or NULL */
 size_t      rapi_index_largest(const rapi_index *ix);
+/* core/free_list.c: the same four operations over an address-ordered list (DynamicPoolList):
+ * insert, best fit and largest cost O(free blocks) by design; the list head is heads[0][0]. */
+void        rapi_list_insert(rapi_index *ix, rapi_block *b);
+void        rapi_list_remove(rapi_index *ix, rapi_block *b);
+rapi_block *rapi_list_find(rapi_index *ix, size_t size);
+size_t      rapi_list_largest(const rapi_index *ix);
 
 typedef enum { RAPI_H_NEVER, RAPI_H_PERCENT, RAPI_H_BLOCKS } rapi_heuristic_kind;
 typedef struct rapi_heuristic {
@@ -260,6 +277,7 @@ typedef struct rapi_bp {
   rap_allocator *self, *parent;
   size_t alignment, initial_size, next_size, parent_alignment;
   rapi_heuristic heuristic;
+  bool list;                         /* DynamicPoolList: free blocks in an address-ordered list */
   rapi_index free;
   rapi_block *used;                  /* uthash on ptr; never empty, see sentinel */
   rapi_block sentinel;               /* keyed by NULL, keeps uthash from freeing its table */
@@ -270,13 +288,16 @@ typedef struct rapi_bp {
   size_t allocation_count, block_count, chunk_count;
   size_t max_request;
 } rapi_bp;
-int   rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts);
+int   rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list);
 void  rapi_bp_fini(rapi_bp *bp);
 /* Rounds a request to the pool's block size; RAP_ERR_NOMEM for sizes no pool can hold. */
 int   rapi_bp_round(rapi_bp *bp, size_t bytes, size_t *out);
 rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size);     /* from the free index, split */
 int   rapi_bp_grow(rapi_bp *bp, size_t size, rapi_block **out); /* a new chunk; block free, unindexed */
 int   rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out);
+/* A new chunk for a miss of size bytes, split, the remainder indexed free; if the parent is dry,
+ * releases wholly free chunks and asks once more. */
+int   rapi_bp_grow_for(rapi_bp *bp, size_t size, rapi_block **out);
 rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size); /* remainder or NULL; b keeps size */
 int   rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes);   /* used map, then counters */
 rapi_block *rapi_bp_find_used(rapi_bp *bp, const void *ptr);
@@ -293,8 +314,20 @@ static inline bool rapi_bp_whole_chunk(const rapi_block *b) { return b->prev == 
 
 /* ---- strategies, one table each -------------------------------------------------------------- */
 extern const rap_strategy rapi_quick_pool_strategy;
+/* quick_pool.c's methods, shared with DynamicPoolList, which differs only in its free index. */
+void rapi_quick_pool_fini(rap_allocator *self, void *state);
+int  rapi_quick_pool_allocate(void *state, void **out, size_t bytes, rap_resource *r);
+int  rapi_quick_pool_deallocate(void *state, void *ptr, rap_resource *r);
+int  rapi_quick_pool_release(void *state);
+int  rapi_quick_pool_stats(void *state, rap_stats *out);
+int  rapi_quick_pool_owns(void *state, const void *ptr);
+int  rapi_quick_pool_check(void *state);
 extern const rap_strategy rapi_fault_strategy;
 extern const rap_strategy rapi_resource_aware_pool_strategy;
+extern const rap_strategy rapi_thread_safe_strategy;
+extern const rap_strategy rapi_size_limiter_strategy;
+extern const rap_strategy rapi_fixed_pool_strategy;
+extern const rap_strategy rapi_dynamic_pool_list_strategy;
 /* ---- resources/host_platform.c, resources/cuda_platform.c -------------------------------- */
 extern const rap_strategy rapi_host_platform;
 extern const rap_strategy rapi_cuda_platform;   /* DEVICE, DEVICE::N, PINNED, UM by option kind= */

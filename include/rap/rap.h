@@ -74,6 +74,10 @@ int  rap_manager_destroy(rap_manager *rm);    /* always destroys; RAP_ERR_BUSY i
 int  rap_allocator_get(rap_manager *rm, const char *name, rap_allocator **out);
 int  rap_allocator_make(rap_manager *rm, const char *name, const char *strategy,
                         const char *parent, const char *options, rap_allocator **out);
+int  rap_allocator_make_spec(rap_manager *rm, const char *name, const char *spec, rap_allocator **out);
+     /* "ThreadSafe(ResourceAwarePool(SizeLimiter(DEVICE, limit=8GiB), initial_size=1GiB))":
+        inner allocators are named "name/ResourceAwarePool", "name/ResourceAwarePool/SizeLimiter".
+        RAP_ALLOCATOR_<NAME>=spec in the environment replaces the spec, or a rap_allocator_make. */
 int  rap_allocator_destroy(rap_allocator *a);   /* RAP_ERR_BUSY while it has live blocks or children */
 int  rap_allocator_find(rap_manager *rm, const void *ptr, rap_allocator **out);
 const char *rap_allocator_name(const rap_allocator *a);

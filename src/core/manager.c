@@ -227,6 +227,13 @@ int rap_allocator_get(rap_manager *rm, const char *name, rap_allocator **out) {
 
 int rap_allocator_make(rap_manager *rm, const char *name, const char *strategy, const char *parent,
                        const char *options, rap_allocator **out) {
+  const char *env = name != NULL && rm != NULL && out != NULL ? rapi_env_spec(name) : NULL;
+  if (env != NULL) return rapi_make_from_env(rm, name, env, out);
+  return rapi_allocator_make_direct(rm, name, strategy, parent, options, out);
+}
+
+int rapi_allocator_make_direct(rap_manager *rm, const char *name, const char *strategy,
+                               const char *parent, const char *options, rap_allocator **out) {
   if (rm == NULL || name == NULL || strategy == NULL || out == NULL)
     return rapi_fail(RAP_ERR_INVALID, "rap_allocator_make: manager, name, strategy or out is NULL");
   size_t len = strlen(name);
@@ -407,6 +414,14 @@ int rap_resource_submit(rap_resource *r, void (*fn)(void *), void *arg) {
   return r->ops->submit(r, fn, arg);
 }
 
+/* Under a ThreadSafe wrapper, every pool below it forgets r while the wrapper's lock is held. */
+static int forget_chain(rap_allocator *inner, void *r) {
+  int st = RAP_OK;
+  for (rap_allocator *a = inner; a != NULL && st == RAP_OK; a = a->parent)
+    st = rapi_rap_forget_resource(a, r);
+  return st;
+}
+
 int rap_resource_destroy(rap_resource *r) {
   if (r == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_resource_destroy: resource is NULL");
   rap_manager *rm = r->rm;
@@ -417,7 +432,8 @@ int rap_resource_destroy(rap_resource *r) {
   /* Every pool lets go of r: its pending blocks are free now that r has finished. */
   pthread_mutex_lock(&rm->lock);
   for (rap_allocator *a = rm->allocators; a != NULL && st == RAP_OK; a = a->next)
-    st = rapi_rap_forget_resource(a, r);
+    st = a->strategy == &rapi_thread_safe_strategy ? rapi_thread_safe_locked(a, forget_chain, r)
+                                                  : rapi_rap_forget_resource(a, r);
   pthread_mutex_unlock(&rm->lock);
   if (st != RAP_OK) return st;
   rapi_manager_unlink_resource(rm, r);

@@ -15,6 +15,10 @@ static const rap_strategy *const builtins[] = {
     &rapi_quick_pool_strategy,
     &rapi_fault_strategy,
     &rapi_resource_aware_pool_strategy,
+    &rapi_dynamic_pool_list_strategy,
+    &rapi_thread_safe_strategy,
+    &rapi_size_limiter_strategy,
+    &rapi_fixed_pool_strategy,
 };
 
 const rap_strategy *rapi_registry_builtin(const char *name) {

@@ -41,7 +41,8 @@ static void leave_device(rapi_platform *p, int saved) {
   if (saved != c->device) (void)cudaSetDevice(saved);
 }
 
-static int cuda_raw_alloc(rapi_platform *p, void **out, size_t bytes) {
+static int cuda_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_resource *r) {
+  (void)r;   /* cudaMalloc is not stream-ordered */
   cuda_impl *c = p->impl;
   int saved = 0;
   int st = enter_device(p, &saved);
@@ -63,8 +64,9 @@ static int cuda_raw_alloc(rapi_platform *p, void **out, size_t bytes) {
   return RAP_OK;
 }
 
-static int cuda_raw_free(rapi_platform *p, void *ptr, size_t bytes) {
+static int cuda_raw_free(rapi_platform *p, void *ptr, size_t bytes, rap_resource *r) {
   (void)bytes;
+  (void)r;
   cuda_impl *c = p->impl;
   int saved = 0;
   int st = enter_device(p, &saved);

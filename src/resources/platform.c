@@ -22,7 +22,7 @@ void rapi_platform_fini(rap_allocator *self, void *state) {
   rapi_prec *rec, *tmp;
   HASH_ITER(hh, p->map, rec, tmp) {
     HASH_DEL(p->map, rec);
-    int st = p->raw_free(p, rec->ptr, rec->bytes);
+    int st = p->raw_free(p, rec->ptr, rec->bytes, NULL);
     if (st != RAP_OK)
       rap_log(RAP_LOG_WARN, "%s: freeing %p at teardown failed: %s", rap_allocator_name(self),
               rec->ptr, rap_last_error());
@@ -34,7 +34,6 @@ void rapi_platform_fini(rap_allocator *self, void *state) {
 
 int rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   rapi_platform *p = state;
-  (void)r;   /* platform memory is not stream-ordered: any resource gets it at once */
   void *ptr = NULL;
   pthread_mutex_lock(&p->lock);
   rapi_prec *rec = rapi_slab_alloc(&p->recs);
@@ -44,7 +43,7 @@ int rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *
                      rap_allocator_name(p->self));
   }
   size_t raw = bytes ? bytes : 1;   /* zero bytes: still a unique pointer */
-  int st = p->raw_alloc(p, &ptr, raw);
+  int st = p->raw_alloc(p, &ptr, raw, r);
   if (st == RAP_OK) {
     rec->ptr = ptr;
     rec->bytes = bytes;
@@ -54,7 +53,7 @@ int rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *
       rapi_prec *chk = NULL;
       HASH_FIND_PTR(p->map, &ptr, chk);
       if (chk == NULL) {
-        p->raw_free(p, ptr, bytes);
+        p->raw_free(p, ptr, bytes, r);
         st = rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for the pointer map",
                        rap_allocator_name(p->self));
       }
@@ -77,7 +76,6 @@ int rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *
 
 int rapi_platform_deallocate(void *state, void *ptr, rap_resource *r) {
   rapi_platform *p = state;
-  (void)r;
   pthread_mutex_lock(&p->lock);
   rapi_prec *rec = NULL;
   HASH_FIND_PTR(p->map, &ptr, rec);
@@ -87,7 +85,7 @@ int rapi_platform_deallocate(void *state, void *ptr, rap_resource *r) {
                      "%s: %p is not a live block of this allocator (double free, interior or "
                      "foreign pointer)", rap_allocator_name(p->self), ptr);
   }
-  int st = p->raw_free(p, ptr, rec->bytes);
+  int st = p->raw_free(p, ptr, rec->bytes, r);
   if (st == RAP_OK) {
     HASH_DEL(p->map, rec);
     p->current -= rec->bytes;
@@ -141,8 +139,10 @@ int rapi_platform_check(void *state) {
 
 /* ---- HOST ------------------------------------------------------------------------------------ */
 
-static int host_raw_alloc(rapi_platform *p, void **out, size_t bytes) {
-  void *ptr = malloc(bytes);
+static int host_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_resource *r) {
+  (void)r;   /* host memory is not stream-ordered: any resource may have it at once */
+  /* No object may exceed PTRDIFF_MAX; asking malloc anyway aborts under sanitizers. */
+  void *ptr = bytes <= (size_t)PTRDIFF_MAX ? malloc(bytes) : NULL;
   if (ptr == NULL) {
     char sz[32];
     rapi_format_size(sz, sizeof sz, bytes);
@@ -152,8 +152,9 @@ static int host_raw_alloc(rapi_platform *p, void **out, size_t bytes) {
   return RAP_OK;
 }
 
-static int host_raw_free(rapi_platform *p, void *ptr, size_t bytes) {
+static int host_raw_free(rapi_platform *p, void *ptr, size_t bytes, rap_resource *r) {
   (void)p;
+  (void)r;
   (void)bytes;
   free(ptr);
   return RAP_OK;
@@ -180,3 +181,26 @@ const rap_strategy rapi_host_platform = {
     .owns = rapi_platform_owns,
     .check = rapi_platform_check,
 };
+
+/* ---- what wrappers built on this body (Fault, SizeLimiter) pass to their parent ------------ */
+
+int rapi_platform_record_resource(void *state, void *ptr, rap_resource *r) {
+  rapi_platform *p = state;
+  if (!rapi_platform_owns(state, ptr))
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_record_resource('%s'): %p is not a live block",
+                     rap_allocator_name(p->self), ptr);
+  return rap_record_resource(rap_allocator_parent(p->self), ptr, r);
+}
+
+int rapi_platform_pointer_resource(void *state, const void *ptr, rap_resource **out) {
+  rapi_platform *p = state;
+  if (ptr == NULL || !rapi_platform_owns(state, ptr))
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_pointer_resource('%s'): %p is not a live block",
+                     rap_allocator_name(p->self), ptr);
+  return rap_pointer_resource(rap_allocator_parent(p->self), ptr, out);
+}
+
+int rapi_platform_release(void *state) {
+  rapi_platform *p = state;
+  return rap_release(rap_allocator_parent(p->self));
+}

@@ -6,6 +6,7 @@
  */
 #include "rap_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +34,9 @@ static int parse_heuristic(rapi_bp *bp, const char *text) {
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     if (strlen(names[i].name) != len || strncmp(names[i].name, text, len) != 0) continue;
     char *end = NULL;
+    errno = 0;
     unsigned long long v = colon && colon[1] >= '0' && colon[1] <= '9' ? strtoull(colon + 1, &end, 10) : 0;
-    if (end == NULL || *end != '\0')
+    if (end == NULL || *end != '\0' || errno == ERANGE)
       return rapi_fail(RAP_ERR_INVALID, "%s: option 'heuristic' needs a number after '%s:', as in "
                        "%s:75", who, names[i].name, names[i].name);
     if (names[i].kind == RAPI_H_PERCENT && v > 100)
@@ -54,8 +56,9 @@ static int parse_heuristic(rapi_bp *bp, const char *text) {
                    "not '%s'", who, text);
 }
 
-int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts) {
+int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list) {
   bp->self = self;
+  bp->list = list;
   bp->parent = rap_allocator_parent(self);
   bp->alignment = 256;
   bp->initial_size = (size_t)512 << 20;
@@ -114,9 +117,19 @@ int rapi_bp_round(rapi_bp *bp, size_t bytes, size_t *out) {
 
 /* ---- the free index, with the releasable counters ------------------------------------------ */
 
+static inline void free_insert(rapi_bp *bp, rapi_block *b) {
+  if (RAPI_UNLIKELY(bp->list)) rapi_list_insert(&bp->free, b);
+  else rapi_index_insert(&bp->free, b);
+}
+
+static inline void free_remove(rapi_bp *bp, rapi_block *b) {
+  if (RAPI_UNLIKELY(bp->list)) rapi_list_remove(&bp->free, b);
+  else rapi_index_remove(&bp->free, b);
+}
+
 void rapi_bp_index_free(rapi_bp *bp, rapi_block *b) {
   b->state = RAPI_FREE;
-  rapi_index_insert(&bp->free, b);
+  free_insert(bp, b);
   if (rapi_bp_whole_chunk(b)) {
     bp->releasable_bytes += b->chunk->size;
     bp->releasable_chunks++;
@@ -124,7 +137,7 @@ void rapi_bp_index_free(rapi_bp *bp, rapi_block *b) {
 }
 
 void rapi_bp_unindex_free(rapi_bp *bp, rapi_block *b) {
-  rapi_index_remove(&bp->free, b);
+  free_remove(bp, b);
   if (rapi_bp_whole_chunk(b)) {
     bp->releasable_bytes -= b->chunk->size;
     bp->releasable_chunks--;
@@ -155,7 +168,7 @@ rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size) {
 }
 
 rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size) {
-  rapi_block *b = rapi_index_find(&bp->free, size);
+  rapi_block *b = bp->list ? rapi_list_find(&bp->free, size) : rapi_index_find(&bp->free, size);
   if (b == NULL) return NULL;
   rapi_bp_unindex_free(bp, b);
   rapi_block *rem = rapi_bp_split(bp, b, size);
@@ -263,6 +276,23 @@ int rapi_bp_grow(rapi_bp *bp, size_t size, rapi_block **out) {
   return rapi_bp_grow_exact(bp, usable, out);
 }
 
+int rapi_bp_grow_for(rapi_bp *bp, size_t size, rapi_block **out) {
+  rapi_block *b = NULL;
+  int st = rapi_bp_grow(bp, size, &b);
+  if (st == RAP_ERR_NOMEM && bp->releasable_chunks > 0) {
+    /* The first try held chunks, so it asked for max(next_size, size): ask for that again, even
+     * if the release leaves no chunk (where rapi_bp_grow would use the larger initial_size). */
+    rapi_bp_release(bp);
+    st = rapi_bp_grow_exact(bp, rapi_align_up(size > bp->next_size ? size : bp->next_size,
+                                              bp->alignment), &b);
+  }
+  if (st != RAP_OK) return st;
+  rapi_block *rem = rapi_bp_split(bp, b, size);
+  if (rem) rapi_bp_index_free(bp, rem);
+  *out = b;
+  return RAP_OK;
+}
+
 static void drop_chunk(rapi_bp *bp, rapi_chunk *c) {
   if (c->prev) c->prev->next = c->next;
   else bp->chunks = c->next;
@@ -342,7 +372,7 @@ void rapi_bp_stats(rapi_bp *bp, rap_stats *out) {
   out->releasable_bytes = bp->releasable_bytes;
   out->free_bytes = bp->free.bytes;
   out->pending_bytes = bp->pending_bytes;
-  out->largest_free_block = rapi_index_largest(&bp->free);
+  out->largest_free_block = bp->list ? rapi_list_largest(&bp->free) : rapi_index_largest(&bp->free);
   out->allocation_count = bp->allocation_count;
   out->block_count = bp->block_count;
   out->pending_count = bp->pending_count;
@@ -390,6 +420,36 @@ static int check_chunk(rapi_bp *bp, rapi_chunk *c, size_t sums[3], size_t counts
   return RAP_OK;
 }
 
+static int check_index(rapi_bp *bp, size_t *indexed, size_t *indexed_bytes) {
+  const char *who = rap_allocator_name(bp->self);
+  for (unsigned fl = 0; fl < RAPI_FL_COUNT; fl++)
+    for (unsigned sl = 0; sl < RAPI_SL_COUNT; sl++) {
+      bool bit = (bp->free.sl_bitmap[fl] >> sl) & 1u;
+      if (bit != (bp->free.heads[fl][sl] != NULL) || (bp->free.sl_bitmap[fl] != 0) != ((bp->free.fl_bitmap >> fl) & 1u))
+        return CORRUPT("%s: the free index bitmaps disagree with its lists", who);
+      for (rapi_block *b = bp->free.heads[fl][sl]; b != NULL; b = b->link_next) {
+        if (b->state != RAPI_FREE || b->fl != fl || b->sl != sl)
+          return CORRUPT("%s: block %p is in the free index but is not free there", who, (void *)b->ptr);
+        (*indexed)++;
+        *indexed_bytes += b->size;
+      }
+    }
+  return RAP_OK;
+}
+
+static int check_list(rapi_bp *bp, size_t *indexed, size_t *indexed_bytes) {
+  const char *who = rap_allocator_name(bp->self);
+  for (rapi_block *b = bp->free.heads[0][0]; b != NULL; b = b->link_next) {
+    if (b->state != RAPI_FREE)
+      return CORRUPT("%s: block %p is in the free list but is not free", who, (void *)b->ptr);
+    if (b->link_next && (b->link_next->link_prev != b || b->link_next->ptr <= b->ptr))
+      return CORRUPT("%s: the free list is out of address order at %p", who, (void *)b->ptr);
+    (*indexed)++;
+    *indexed_bytes += b->size;
+  }
+  return RAP_OK;
+}
+
 int rapi_bp_check(rapi_bp *bp) {
   const char *who = rap_allocator_name(bp->self);
   size_t sums[3] = {0, 0, 0}, counts[3] = {0, 0, 0}, requested = 0, chunks = 0, actual = 0;
@@ -406,18 +466,8 @@ int rapi_bp_check(rapi_bp *bp) {
     }
   }
   size_t indexed = 0, indexed_bytes = 0;
-  for (unsigned fl = 0; fl < RAPI_FL_COUNT; fl++)
-    for (unsigned sl = 0; sl < RAPI_SL_COUNT; sl++) {
-      bool bit = (bp->free.sl_bitmap[fl] >> sl) & 1u;
-      if (bit != (bp->free.heads[fl][sl] != NULL) || (bp->free.sl_bitmap[fl] != 0) != ((bp->free.fl_bitmap >> fl) & 1u))
-        return CORRUPT("%s: the free index bitmaps disagree with its lists", who);
-      for (rapi_block *b = bp->free.heads[fl][sl]; b != NULL; b = b->link_next) {
-        if (b->state != RAPI_FREE || b->fl != fl || b->sl != sl)
-          return CORRUPT("%s: block %p is in the free index but is not free there", who, (void *)b->ptr);
-        indexed++;
-        indexed_bytes += b->size;
-      }
-    }
+  int st = bp->list ? check_list(bp, &indexed, &indexed_bytes) : check_index(bp, &indexed, &indexed_bytes);
+  if (st != RAP_OK) return st;
   size_t total_blocks = counts[0] + counts[1] + counts[2];
   if (indexed != counts[RAPI_FREE] || indexed_bytes != sums[RAPI_FREE] || bp->free.count != indexed ||
       bp->free.bytes != indexed_bytes)

@@ -16,7 +16,7 @@ typedef struct fault_impl {
   size_t requests, failures;
 } fault_impl;
 
-static int fault_raw_alloc(rapi_platform *p, void **out, size_t bytes) {
+static int fault_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_resource *r) {
   fault_impl *f = p->impl;
   f->requests++;
   const char *why = NULL;
@@ -34,12 +34,12 @@ static int fault_raw_alloc(rapi_platform *p, void **out, size_t bytes) {
                      rap_allocator_name(p->self), f->requests, bytes, why);
   }
   if (f->pass_left != UINT64_MAX) f->pass_left--;
-  return rap_allocate(rap_allocator_parent(p->self), out, bytes, NULL);
+  return rap_allocate(rap_allocator_parent(p->self), out, bytes, r);
 }
 
-static int fault_raw_free(rapi_platform *p, void *ptr, size_t bytes) {
+static int fault_raw_free(rapi_platform *p, void *ptr, size_t bytes, rap_resource *r) {
   (void)bytes;
-  return rap_deallocate(rap_allocator_parent(p->self), ptr, NULL);
+  return rap_deallocate(rap_allocator_parent(p->self), ptr, r);
 }
 
 static int apply(fault_impl *f, rap_options *opts) {
@@ -96,6 +96,8 @@ const rap_strategy rapi_fault_strategy = {
     .stats = rapi_platform_stats,
     .owns = rapi_platform_owns,
     .check = rapi_platform_check,
+    .record_resource = rapi_platform_record_resource,
+    .pointer_resource = rapi_platform_pointer_resource,
 };
 
 static int as_fault(rap_allocator *a, const char *fn, rapi_platform **out) {

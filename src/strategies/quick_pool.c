@@ -9,25 +9,19 @@
 #include "rap_internal.h"
 
 static int quick_init(rap_allocator *self, void *state, rap_options *opts) {
-  return rapi_bp_init(state, self, opts);
+  return rapi_bp_init(state, self, opts, false);
 }
 
-static void quick_fini(rap_allocator *self, void *state) {
+void rapi_quick_pool_fini(rap_allocator *self, void *state) {
   (void)self;
   rapi_bp_fini(state);
 }
 
-/* A miss: grow by a chunk; if the parent is dry, give back wholly free chunks and try once more. */
+/* A miss: grow by a chunk (rapi_bp_grow_for releases and retries once if the parent is dry). */
 static RAPI_NOINLINE int quick_allocate_slow(rapi_bp *bp, void **out, size_t bytes, size_t size) {
   rapi_block *b = NULL;
-  int st = rapi_bp_grow(bp, size, &b);
-  if (st == RAP_ERR_NOMEM && bp->releasable_chunks > 0) {
-    rapi_bp_release(bp);
-    st = rapi_bp_grow(bp, size, &b);
-  }
+  int st = rapi_bp_grow_for(bp, size, &b);
   if (st != RAP_OK) return st;
-  rapi_block *rem = rapi_bp_split(bp, b, size);
-  if (rem) rapi_bp_index_free(bp, rem);
   st = rapi_bp_mark_used(bp, b, bytes);
   if (st != RAP_OK) {
     rapi_bp_make_free(bp, b);
@@ -38,7 +32,7 @@ static RAPI_NOINLINE int quick_allocate_slow(rapi_bp *bp, void **out, size_t byt
 }
 
 /* The hit path: round, two bit scans, unlink, maybe split, one hash insert. */
-static int quick_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+int rapi_quick_pool_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   rapi_bp *bp = state;
   (void)r;
   size_t size;
@@ -55,7 +49,7 @@ static int quick_allocate(void *state, void **out, size_t bytes, rap_resource *r
   return RAP_OK;
 }
 
-static int quick_deallocate(void *state, void *ptr, rap_resource *r) {
+int rapi_quick_pool_deallocate(void *state, void *ptr, rap_resource *r) {
   rapi_bp *bp = state;
   (void)r;
   rapi_block *b = rapi_bp_find_used(bp, ptr);
@@ -65,19 +59,19 @@ static int quick_deallocate(void *state, void *ptr, rap_resource *r) {
   return RAP_OK;
 }
 
-static int quick_release(void *state) {
+int rapi_quick_pool_release(void *state) {
   rapi_bp_release(state);
   return RAP_OK;
 }
 
-static int quick_stats(void *state, rap_stats *out) {
+int rapi_quick_pool_stats(void *state, rap_stats *out) {
   rapi_bp_stats(state, out);
   return RAP_OK;
 }
 
-static int quick_owns(void *state, const void *ptr) { return rapi_bp_find_used(state, ptr) != NULL; }
+int rapi_quick_pool_owns(void *state, const void *ptr) { return rapi_bp_find_used(state, ptr) != NULL; }
 
-static int quick_check(void *state) { return rapi_bp_check(state); }
+int rapi_quick_pool_check(void *state) { return rapi_bp_check(state); }
 
 const rap_strategy rapi_quick_pool_strategy = {
     .version = RAP_STRATEGY_VERSION,
@@ -85,11 +79,11 @@ const rap_strategy rapi_quick_pool_strategy = {
     .flags = RAP_STRATEGY_NEEDS_PARENT,
     .state_size = sizeof(rapi_bp),
     .init = quick_init,
-    .fini = quick_fini,
-    .allocate = quick_allocate,
-    .deallocate = quick_deallocate,
-    .stats = quick_stats,
-    .owns = quick_owns,
-    .release = quick_release,
-    .check = quick_check,
+    .fini = rapi_quick_pool_fini,
+    .allocate = rapi_quick_pool_allocate,
+    .deallocate = rapi_quick_pool_deallocate,
+    .stats = rapi_quick_pool_stats,
+    .owns = rapi_quick_pool_owns,
+    .release = rapi_quick_pool_release,
+    .check = rapi_quick_pool_check,
 };

@@ -302,19 +302,6 @@ static rapi_block *take_own_or_free(rap_pool *p, rstate *rs, size_t size) {
   return rapi_bp_take_free(&p->bp, size);
 }
 
-static int grow(rap_pool *p, size_t size, rapi_block **out) {
-  int st = rapi_bp_grow(&p->bp, size, out);
-  if (st == RAP_ERR_NOMEM && p->bp.releasable_chunks > 0) {
-    rapi_bp_release(&p->bp);
-    st = rapi_bp_grow(&p->bp, size, out);
-  }
-  if (st == RAP_OK) {
-    rapi_block *rem = rapi_bp_split(&p->bp, *out, size);
-    if (rem) rapi_bp_index_free(&p->bp, rem);
-  }
-  return st;
-}
-
 /* A miss: poll, then (wait mode) take another resource's block behind a queued wait, then grow,
  * and before giving up wait on the host for every pending block. */
 static RAPI_NOINLINE int rap_allocate_slow(rap_pool *p, rstate *rs, void **out, size_t bytes,
@@ -332,7 +319,7 @@ static RAPI_NOINLINE int rap_allocate_slow(rap_pool *p, rstate *rs, void **out, 
     }
   }
   if (b == NULL) {
-    st = grow(p, size, &b);
+    st = rapi_bp_grow_for(&p->bp, size, &b);
     if (st == RAP_ERR_NOMEM && p->bp.pending_count > 0) {
       char saved[512];
       strncpy(saved, rap_last_error(), sizeof saved - 1);
@@ -340,7 +327,7 @@ static RAPI_NOINLINE int rap_allocate_slow(rap_pool *p, rstate *rs, void **out, 
       st = wait_all(p);
       if (st != RAP_OK) return st;
       b = take_own_or_free(p, rs, size);
-      st = b != NULL ? RAP_OK : grow(p, size, &b);
+      st = b != NULL ? RAP_OK : rapi_bp_grow_for(&p->bp, size, &b);
       if (st == RAP_ERR_NOMEM) rapi_fail(st, "%s", saved);
     }
     if (st != RAP_OK) return st;
@@ -513,7 +500,7 @@ static int rap_init(rap_allocator *self, void *state, rap_options *opts) {
                      rap_allocator_name(self), cross);
   p->cross_wait = cross[0] == 'w';
   rapi_slab_init(&p->use_recs, sizeof(rapi_use), 64);
-  st = rapi_bp_init(&p->bp, self, opts);
+  st = rapi_bp_init(&p->bp, self, opts, false);
   if (st != RAP_OK) rapi_slab_destroy(&p->use_recs);
   return st;
 }

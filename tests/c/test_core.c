@@ -181,6 +181,27 @@ RAP_TEST(Manager, DeviceIsUnsupportedOrWorks) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+RAP_TEST(Manager, ResourceOfAnotherManagerIsRefused) {
+  rap_manager *rm = tu_manager(), *other = tu_manager();
+  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=64KiB");
+  rap_resource *foreign = NULL;
+  rap_stats s;
+  RAP_CHECK_OK(rap_resource_host(other, &foreign));
+  void *p = NULL;
+  RAP_CHECK_STATUS(rap_allocate(pool, &p, 10, foreign), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "another manager");
+  RAP_CHECK(p == NULL);
+  p = tu_alloc(pool, 10);
+  RAP_CHECK_STATUS(rap_deallocate(pool, p, foreign), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_allocator_resource_stats(pool, foreign, &s), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_record_resource(pool, p, foreign), RAP_ERR_INVALID);
+  TU_EXPECT(pool, allocation_count, 1);   /* the refused free changed nothing */
+  RAP_CHECK_OK(rap_deallocate(pool, p, NULL));
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_manager_destroy(other));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 /* ---- Fault --------------------------------------------------------------------------------- */
 
 RAP_TEST(Fault, FailNext) {

@@ -287,6 +287,7 @@ static void random_sizes(size_t alignment) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+RAP_TEST(QuickPool, RandomSizesAlignment1) { random_sizes(1); }
 RAP_TEST(QuickPool, RandomSizesAlignment16) { random_sizes(16); }
 RAP_TEST(QuickPool, RandomSizesAlignment256) { random_sizes(256); }
 RAP_TEST(QuickPool, RandomSizesAlignment4096) { random_sizes(4096); }

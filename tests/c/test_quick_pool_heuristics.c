@@ -279,6 +279,8 @@ RAP_TEST(QuickPoolHeuristic, BadHeuristicsAreRefused) {
       "heuristic=blocks_releasable:-1",   "heuristic=percent_releasable:+5",
       "heuristic=:50",                    "heuristic=",
       "heuristic=nevermore",              "heuristic=percent:50",
+      "heuristic=blocks_releasable:18446744073709551616",
+      "heuristic=percent_releasable:99999999999999999999999",
   };
   rap_manager *rm = tu_manager();
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -227,6 +227,34 @@ RAP_TEST(QuickPoolOom, RetryThatStillFailsKeepsLiveBlocks) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+/* The retry after a release asks for what the first try asked for, even when the release left the
+ * pool with no chunk at all (where a fresh growth would use initial_size). */
+RAP_TEST(QuickPoolOom, RetryAsksForTheSameSize) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *f = tu_make(rm, "f", "Fault", "HOST", NULL);
+  rap_allocator *pool =
+      tu_make(rm, "pool", "QuickPool", "f", "initial_size=64KiB next_size=4KiB heuristic=never");
+  void *a = tu_alloc(pool, 65536);   /* fills the initial chunk */
+  void *b = tu_alloc(pool, 4096);    /* a next_size chunk */
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_release(pool));   /* only b's chunk is left */
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  TU_EXPECT(pool, chunk_count, 1);
+  TU_EXPECT(pool, releasable_bytes, tu_chunk(4096, 256));
+  char cfg[64];
+  snprintf(cfg, sizeof cfg, "budget=%zu", tu_chunk(8192, 256));   /* 8 KiB, once 4 KiB is back */
+  RAP_CHECK_OK(rap_fault_configure(f, cfg));
+  size_t requests = tu_requests(f);
+  void *c = tu_alloc(pool, 8192);
+  RAP_CHECK_EQ(tu_requests(f), requests + 2);
+  rap_stats s = tu_stats(pool);
+  RAP_CHECK_EQ(s.chunk_count, 1);
+  RAP_CHECK_EQ(s.actual_bytes, tu_chunk(8192, 256));
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 /* ---- pools on pools ------------------------------------------------------------------------ */
 
 RAP_TEST(QuickPoolStack, PoolOverPool) {

@@ -1,0 +1,212 @@
+/* spec.c — a whole chain of allocators from one string, and overrides from the environment.
+ *
+ *   spec    := name [ "(" arg { "," arg } ")" ]
+ *   arg     := spec | key "=" value
+ * A name followed by arguments is a strategy; its one spec argument is its parent. A bare name is
+ * an allocator that exists (or a platform name). Inner allocators are named after the outer one:
+ * "pool", "pool/SizeLimiter", ... A malformed spec is RAP_ERR_INVALID with the column of the error,
+ * and a failure anywhere leaves nothing registered. RAP_ALLOCATOR_<NAME>=spec in the environment
+ * replaces what the program asked for, so pools can be reconfigured without rebuilding.
+ */
+#include "rap_internal.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct node {
+  char *name;               /* strategy, or the allocator a leaf names */
+  bool leaf;
+  struct node *parent;
+  char *options;            /* "key=value key=value" */
+  size_t options_len;
+} node;
+
+typedef struct parser {
+  const char *text, *p;
+  char error[160];
+} parser;
+
+static bool name_char(char c) {
+  return isalnum((unsigned char)c) || c == '_' || c == ':' || c == '-' || c == '.' || c == '/';
+}
+
+static void skip(parser *ps) {
+  while (*ps->p == ' ' || *ps->p == '\t') ps->p++;
+}
+
+static node *fail_at(parser *ps, const char *what) {
+  if (ps->error[0] == '\0')
+    snprintf(ps->error, sizeof ps->error, "column %zu: %s", (size_t)(ps->p - ps->text) + 1, what);
+  return NULL;
+}
+
+static void free_node(node *n) {
+  while (n != NULL) {
+    node *parent = n->parent;
+    free(n->name);
+    free(n->options);
+    free(n);
+    n = parent;
+  }
+}
+
+static bool append_option(node *n, const char *key, size_t klen, const char *value, size_t vlen) {
+  size_t need = n->options_len + klen + vlen + 3;
+  char *o = realloc(n->options, need);
+  if (o == NULL) return false;
+  n->options = o;
+  n->options_len += (size_t)snprintf(o + n->options_len, need - n->options_len, "%s%.*s=%.*s",
+                                     n->options_len ? " " : "", (int)klen, key, (int)vlen, value);
+  return true;
+}
+
+static node *parse(parser *ps);
+
+static bool parse_args(parser *ps, node *n) {
+  for (;;) {
+    skip(ps);
+    const char *start = ps->p;
+    while (name_char(*ps->p)) ps->p++;
+    size_t len = (size_t)(ps->p - start);
+    if (len == 0) return fail_at(ps, "expected a parent allocator or key=value"), false;
+    skip(ps);
+    if (*ps->p == '=') {
+      ps->p++;
+      skip(ps);
+      const char *v = ps->p;
+      while (*ps->p && *ps->p != ',' && *ps->p != ')' && *ps->p != '(') ps->p++;
+      const char *vend = ps->p;
+      while (vend > v && (vend[-1] == ' ' || vend[-1] == '\t')) vend--;
+      if (vend == v) return fail_at(ps, "expected a value after '='"), false;
+      if (!append_option(n, start, len, v, (size_t)(vend - v)))
+        return fail_at(ps, "out of host memory"), false;
+    } else {
+      if (n->parent != NULL) return fail_at(ps, "a strategy has one parent"), false;
+      if (n->options_len != 0) return fail_at(ps, "the parent comes before the options"), false;
+      ps->p = start;
+      n->parent = parse(ps);
+      if (n->parent == NULL) return false;
+    }
+    skip(ps);
+    if (*ps->p == ',') {
+      ps->p++;
+      continue;
+    }
+    if (*ps->p == ')') {
+      ps->p++;
+      return true;
+    }
+    return fail_at(ps, "expected ',' or ')'"), false;
+  }
+}
+
+static node *parse(parser *ps) {
+  skip(ps);
+  const char *start = ps->p;
+  while (name_char(*ps->p)) ps->p++;
+  if (ps->p == start) return fail_at(ps, "expected a strategy or allocator name");
+  node *n = calloc(1, sizeof *n);
+  if (n == NULL || (n->name = strndup(start, (size_t)(ps->p - start))) == NULL) {
+    free(n);
+    return fail_at(ps, "out of host memory");
+  }
+  skip(ps);
+  if (*ps->p != '(') {
+    n->leaf = true;
+    return n;
+  }
+  ps->p++;
+  skip(ps);
+  if (*ps->p == ')') {
+    ps->p++;
+    return n;
+  }
+  if (!parse_args(ps, n)) {
+    free_node(n);
+    return NULL;
+  }
+  return n;
+}
+
+/* Builds the chain innermost first; on failure destroys what it made, outermost first. */
+static int build(rap_manager *rm, node *n, const char *name, rap_allocator **out) {
+  if (n->leaf) return rap_allocator_get(rm, n->name, out);
+  const char *parent_name = NULL;
+  rap_allocator *parent = NULL;
+  char inner[RAPI_NAME_MAX];
+  if (n->parent != NULL) {
+    if (n->parent->leaf) {
+      snprintf(inner, sizeof inner, "%s", n->parent->name);
+    } else if ((size_t)snprintf(inner, sizeof inner, "%s/%s", name, n->parent->name) >= sizeof inner) {
+      return rapi_fail(RAP_ERR_INVALID, "rap_allocator_make_spec: the name '%s/%s' is too long",
+                       name, n->parent->name);
+    }
+    int st = build(rm, n->parent, inner, &parent);
+    if (st != RAP_OK) return st;
+    parent_name = rap_allocator_name(parent);
+  }
+  int st = rapi_allocator_make_direct(rm, name, n->name, parent_name, n->options, out);
+  if (st != RAP_OK && parent != NULL && !n->parent->leaf) {
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", rap_last_error());
+    for (rap_allocator *a = parent, *next; a != NULL && a->children == 0; a = next) {
+      next = a->parent;
+      bool made_here = strncmp(a->name, name, strlen(name)) == 0 && a->name[strlen(name)] == '/';
+      if (!made_here || rap_allocator_destroy(a) != RAP_OK) break;
+    }
+    rapi_fail(st, "%s", saved);
+  }
+  return st;
+}
+
+static int make_from_spec(rap_manager *rm, const char *name, const char *spec, rap_allocator **out) {
+  parser ps = {spec, spec, ""};
+  node *root = parse(&ps);
+  if (root != NULL) {
+    skip(&ps);
+    if (*ps.p != '\0') {
+      fail_at(&ps, "unexpected text after the spec");
+      free_node(root);
+      root = NULL;
+    } else if (root->leaf) {
+      ps.p = spec;
+      fail_at(&ps, "a spec names a strategy with its arguments, as in QuickPool(HOST)");
+      free_node(root);
+      root = NULL;
+    }
+  }
+  if (root == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_make_spec('%s'): '%s': %s", name, spec, ps.error);
+  int st = build(rm, root, name, out);
+  free_node(root);
+  return st;
+}
+
+/* RAP_ALLOCATOR_<NAME>, with the name upper-cased and every other character made '_'. */
+const char *rapi_env_spec(const char *name) {
+  char var[RAPI_NAME_MAX + 16] = "RAP_ALLOCATOR_";
+  size_t n = strlen(var);
+  for (const char *c = name; *c && n + 1 < sizeof var; c++)
+    var[n++] = isalnum((unsigned char)*c) ? (char)toupper((unsigned char)*c) : '_';
+  var[n] = '\0';
+  const char *v = getenv(var);
+  return v != NULL && *v != '\0' ? v : NULL;
+}
+
+int rap_allocator_make_spec(rap_manager *rm, const char *name, const char *spec, rap_allocator **out) {
+  if (rm == NULL || name == NULL || spec == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_make_spec: manager, name, spec or out is NULL");
+  const char *env = rapi_env_spec(name);
+  if (env != NULL) {
+    rap_log(RAP_LOG_INFO, "allocator '%s': the environment replaces '%s' with '%s'", name, spec, env);
+    spec = env;
+  }
+  return make_from_spec(rm, name, spec, out);
+}
+
+int rapi_make_from_env(rap_manager *rm, const char *name, const char *env, rap_allocator **out) {
+  rap_log(RAP_LOG_INFO, "allocator '%s': made from the environment as '%s'", name, env);
+  return make_from_spec(rm, name, env, out);
+}

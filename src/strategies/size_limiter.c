@@ -1,0 +1,71 @@
+/* size_limiter.c — SizeLimiter: refuses requests that would take its live bytes past `limit`.
+ *
+ * It passes every request, with its resource, to the parent and tracks what it handed out, so
+ * that it knows the live bytes exactly. A refusal is RAP_ERR_NOMEM, as a parent running dry: a
+ * pool above it reacts as it would to a real shortage, releasing free chunks and retrying once.
+ */
+#include "rap_internal.h"
+
+#include <stdlib.h>
+
+typedef struct limiter {
+  size_t limit;
+} limiter;
+
+static int limiter_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_resource *r) {
+  limiter *l = p->impl;
+  if (bytes > l->limit || p->current > l->limit - bytes) {
+    char want[32], lim[32], live[32];
+    rapi_format_size(want, sizeof want, bytes);
+    rapi_format_size(lim, sizeof lim, l->limit);
+    rapi_format_size(live, sizeof live, p->current);
+    return rapi_fail(RAP_ERR_NOMEM, "%s: %s more would pass the limit of %s (%s live)",
+                     rap_allocator_name(p->self), want, lim, live);
+  }
+  return rap_allocate(rap_allocator_parent(p->self), out, bytes, r);
+}
+
+static int limiter_raw_free(rapi_platform *p, void *ptr, size_t bytes, rap_resource *r) {
+  (void)bytes;
+  return rap_deallocate(rap_allocator_parent(p->self), ptr, r);
+}
+
+static int limiter_init(rap_allocator *self, void *state, rap_options *opts) {
+  rapi_platform *p = state;
+  size_t limit = 0;
+  int st = rap_options_get_size(opts, "limit", &limit);
+  if (st != RAP_OK) return st;
+  if (limit == 0)
+    return rapi_fail(RAP_ERR_INVALID, "%s: SizeLimiter needs option 'limit', a size above zero",
+                     rap_allocator_name(self));
+  limiter *l = malloc(sizeof *l);
+  if (l == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
+  l->limit = limit;
+  p->impl = l;
+  p->raw_alloc = limiter_raw_alloc;
+  p->raw_free = limiter_raw_free;
+  rap_allocator_set_alignment(self, rap_allocator_alignment(rap_allocator_parent(self)));
+  st = rapi_platform_init(p, self);
+  if (st != RAP_OK) {
+    free(l);
+    p->impl = NULL;
+  }
+  return st;
+}
+
+const rap_strategy rapi_size_limiter_strategy = {
+    .version = RAP_STRATEGY_VERSION,
+    .name = "SizeLimiter",
+    .flags = RAP_STRATEGY_NEEDS_PARENT,
+    .state_size = sizeof(rapi_platform),
+    .init = limiter_init,
+    .fini = rapi_platform_fini,
+    .allocate = rapi_platform_allocate,
+    .deallocate = rapi_platform_deallocate,
+    .stats = rapi_platform_stats,
+    .owns = rapi_platform_owns,
+    .release = rapi_platform_release,
+    .check = rapi_platform_check,
+    .record_resource = rapi_platform_record_resource,
+    .pointer_resource = rapi_platform_pointer_resource,
+};

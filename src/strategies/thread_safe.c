@@ -1,0 +1,107 @@
+/* thread_safe.c — ThreadSafe: makes any allocator safe for concurrent callers.
+ *
+ * One mutex per ThreadSafe instance, taken around every call into the wrapped allocator (its
+ * parent), statistics and checks included. Nothing is process-wide: two ThreadSafe pools never
+ * contend with each other.
+ */
+#include "rap_internal.h"
+
+typedef struct thread_safe {
+  pthread_mutex_t lock;
+  rap_allocator *inner;
+} thread_safe;
+
+#define LOCKED(ts, call)                       \
+  do {                                         \
+    pthread_mutex_lock(&(ts)->lock);           \
+    int st_ = (call);                          \
+    pthread_mutex_unlock(&(ts)->lock);         \
+    return st_;                                \
+  } while (0)
+
+static int ts_init(rap_allocator *self, void *state, rap_options *opts) {
+  (void)opts;
+  thread_safe *ts = state;
+  ts->inner = rap_allocator_parent(self);
+  if (pthread_mutex_init(&ts->lock, NULL) != 0)
+    return rapi_fail(RAP_ERR_BACKEND, "%s: pthread_mutex_init failed", rap_allocator_name(self));
+  rap_allocator_set_alignment(self, rap_allocator_alignment(ts->inner));
+  return RAP_OK;
+}
+
+static void ts_fini(rap_allocator *self, void *state) {
+  (void)self;
+  pthread_mutex_destroy(&((thread_safe *)state)->lock);
+}
+
+static int ts_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+  thread_safe *ts = state;
+  LOCKED(ts, rap_allocate(ts->inner, out, bytes, r));
+}
+
+static int ts_deallocate(void *state, void *ptr, rap_resource *r) {
+  thread_safe *ts = state;
+  LOCKED(ts, rap_deallocate(ts->inner, ptr, r));
+}
+
+static int ts_stats(void *state, rap_stats *out) {
+  thread_safe *ts = state;
+  LOCKED(ts, rap_allocator_stats(ts->inner, out));
+}
+
+static int ts_owns(void *state, const void *ptr) {
+  thread_safe *ts = state;
+  pthread_mutex_lock(&ts->lock);
+  int owns = ts->inner->strategy->owns(ts->inner->state, ptr);
+  pthread_mutex_unlock(&ts->lock);
+  return owns;
+}
+
+static int ts_release(void *state) {
+  thread_safe *ts = state;
+  LOCKED(ts, rap_release(ts->inner));
+}
+
+static int ts_check(void *state) {
+  thread_safe *ts = state;
+  LOCKED(ts, rap_allocator_check(ts->inner));
+}
+
+static int ts_record(void *state, void *ptr, rap_resource *r) {
+  thread_safe *ts = state;
+  LOCKED(ts, rap_record_resource(ts->inner, ptr, r));
+}
+
+static int ts_pointer_resource(void *state, const void *ptr, rap_resource **out) {
+  thread_safe *ts = state;
+  LOCKED(ts, rap_pointer_resource(ts->inner, ptr, out));
+}
+
+static int ts_resource_stats(void *state, rap_resource *r, rap_stats *out) {
+  thread_safe *ts = state;
+  LOCKED(ts, rap_allocator_resource_stats(ts->inner, r, out));
+}
+
+/* For the manager: runs fn on the wrapped allocator under this wrapper's lock. */
+int rapi_thread_safe_locked(rap_allocator *a, int (*fn)(rap_allocator *, void *), void *arg) {
+  thread_safe *ts = a->state;
+  LOCKED(ts, fn(ts->inner, arg));
+}
+
+const rap_strategy rapi_thread_safe_strategy = {
+    .version = RAP_STRATEGY_VERSION,
+    .name = "ThreadSafe",
+    .flags = RAP_STRATEGY_NEEDS_PARENT,
+    .state_size = sizeof(thread_safe),
+    .init = ts_init,
+    .fini = ts_fini,
+    .allocate = ts_allocate,
+    .deallocate = ts_deallocate,
+    .stats = ts_stats,
+    .owns = ts_owns,
+    .release = ts_release,
+    .check = ts_check,
+    .record_resource = ts_record,
+    .pointer_resource = ts_pointer_resource,
+    .resource_stats = ts_resource_stats,
+};
