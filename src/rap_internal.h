@@ -213,6 +213,49 @@ int  rapi_platform_record_resource(void *state, void *ptr, rap_resource *r);
 int  rapi_platform_pointer_resource(void *state, const void *ptr, rap_resource **out);
 int  rapi_platform_release(void *state);   /* wrappers: release the parent */
 
+/* ---- core/ptr_map.c: block address -> block record, open addressing ---------------------- */
+typedef struct rapi_block rapi_block;
+typedef struct rapi_map_slot {
+  uintptr_t key;                     /* 0: empty */
+  rapi_block *block;
+} rapi_map_slot;
+typedef struct rapi_ptr_map {
+  rapi_map_slot *slots;
+  size_t mask, count;
+  unsigned shift;
+} rapi_ptr_map;
+int  rapi_map_init(rapi_ptr_map *m);
+void rapi_map_fini(rapi_ptr_map *m);
+int  rapi_map_grow(rapi_ptr_map *m);
+void rapi_map_remove_at(rapi_ptr_map *m, size_t i);
+static inline size_t rapi_map_home(const rapi_ptr_map *m, uintptr_t key) {
+  return (size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> m->shift) & m->mask;
+}
+/* The slot holding key, or the empty slot where it would go. */
+static inline size_t rapi_map_probe(const rapi_ptr_map *m, uintptr_t key) {
+  size_t i = rapi_map_home(m, key);
+  while (m->slots[i].key != 0 && m->slots[i].key != key) i = (i + 1) & m->mask;
+  return i;
+}
+static inline rapi_block *rapi_map_find(const rapi_ptr_map *m, const void *ptr) {
+  uintptr_t key = (uintptr_t)ptr;
+  if (RAPI_UNLIKELY(key == 0)) return NULL;
+  return m->slots[rapi_map_probe(m, key)].block;
+}
+/* key must not be in the map; RAP_ERR_NOMEM if the table could not grow. */
+static inline int rapi_map_insert(rapi_ptr_map *m, const void *ptr, rapi_block *b) {
+  if (RAPI_UNLIKELY((m->count + 1) * 2 > m->mask + 1) && rapi_map_grow(m) != RAP_OK) return RAP_ERR_NOMEM;
+  size_t i = rapi_map_probe(m, (uintptr_t)ptr);
+  m->slots[i].key = (uintptr_t)ptr;
+  m->slots[i].block = b;
+  m->count++;
+  return RAP_OK;
+}
+static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
+  size_t i = rapi_map_probe(m, (uintptr_t)ptr);
+  if (m->slots[i].key != 0) rapi_map_remove_at(m, i);
+}
+
 /* ---- strategies/block_pool.c: chunks, blocks and the segregated-fit index -------------------
  * The machinery QuickPool and ResourceAwarePool share. A chunk comes from the parent; blocks tile
  * it in address order (prev/next), so freed neighbours merge in O(1). Free blocks sit in a
@@ -225,7 +268,6 @@ enum { RAPI_FREE = 0, RAPI_USED = 1, RAPI_PENDING = 2 };
 #define RAPI_FL_COUNT (64 - RAPI_SL_LOG2 + 1)
 
 typedef struct rapi_chunk rapi_chunk;
-typedef struct rapi_block rapi_block;
 struct rapi_block {
   char *ptr;
   size_t size;                       /* aligned extent of the block */
@@ -239,7 +281,6 @@ struct rapi_block {
   uint64_t tag;                      /* pending: the owner's batch number */
   uint16_t fl, sl;                   /* index class while indexed */
   uint8_t state;
-  UT_hash_handle hh;                 /* the used map, keyed by ptr */
 };
 struct rapi_chunk {
   char *base;                        /* what the parent returned */
@@ -258,12 +299,16 @@ typedef struct rapi_index {
 void        rapi_index_insert(rapi_index *ix, rapi_block *b);
 void        rapi_index_remove(rapi_index *ix, rapi_block *b);
 rapi_block *rapi_index_find(rapi_index *ix, size_t size);   /* a block of at least size, or NULL */
+/* nb takes the index entry of old, which was indexed with old_size (nb may be old, resized): in
+ * place when the class is unchanged, which is the common case of a split or a merge. */
+void        rapi_index_replace(rapi_index *ix, rapi_block *old, size_t old_size, rapi_block *nb);
 size_t      rapi_index_largest(const rapi_index *ix);
 /* core/free_list.c: the same four operations over an address-ordered list (DynamicPoolList):
  * insert, best fit and largest cost O(free blocks) by design; the list head is heads[0][0]. */
 void        rapi_list_insert(rapi_index *ix, rapi_block *b);
 void        rapi_list_remove(rapi_index *ix, rapi_block *b);
 rapi_block *rapi_list_find(rapi_index *ix, size_t size);
+void        rapi_list_replace(rapi_index *ix, rapi_block *old, size_t old_size, rapi_block *nb);
 size_t      rapi_list_largest(const rapi_index *ix);
 
 typedef enum { RAPI_H_NEVER, RAPI_H_PERCENT, RAPI_H_BLOCKS } rapi_heuristic_kind;
@@ -279,12 +324,12 @@ typedef struct rapi_bp {
   rapi_heuristic heuristic;
   bool list;                         /* DynamicPoolList: free blocks in an address-ordered list */
   rapi_index free;
-  rapi_block *used;                  /* uthash on ptr; never empty, see sentinel */
-  rapi_block sentinel;               /* keyed by NULL, keeps uthash from freeing its table */
+  rapi_ptr_map used;                 /* live blocks by address */
   rapi_chunk *chunks;
   rapi_slab block_recs, chunk_recs;
   size_t current, hwm, used_bytes, used_hwm, actual, actual_hwm;
-  size_t releasable_bytes, releasable_chunks, pending_bytes, pending_count;
+  size_t releasable_bytes, releasable_usable, releasable_chunks, pending_bytes, pending_count;
+  size_t usable;                     /* bytes the chunks' blocks tile */
   size_t allocation_count, block_count, chunk_count;
   size_t max_request;
 } rapi_bp;
@@ -300,7 +345,6 @@ int   rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out);
 int   rapi_bp_grow_for(rapi_bp *bp, size_t size, rapi_block **out);
 rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size); /* remainder or NULL; b keeps size */
 int   rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes);   /* used map, then counters */
-rapi_block *rapi_bp_find_used(rapi_bp *bp, const void *ptr);
 void  rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b);       /* counters and used map */
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
 void  rapi_bp_index_free(rapi_bp *bp, rapi_block *b);
@@ -311,6 +355,7 @@ void  rapi_bp_stats(rapi_bp *bp, rap_stats *out);
 int   rapi_bp_check(rapi_bp *bp);
 int   rapi_bp_unknown_pointer(rapi_bp *bp, const void *ptr, const char *fn);
 static inline bool rapi_bp_whole_chunk(const rapi_block *b) { return b->prev == NULL && b->next == NULL; }
+static inline rapi_block *rapi_bp_find_used(rapi_bp *bp, const void *ptr) { return rapi_map_find(&bp->used, ptr); }
 
 /* ---- strategies, one table each -------------------------------------------------------------- */
 extern const rap_strategy rapi_quick_pool_strategy;

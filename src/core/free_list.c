@@ -31,6 +31,19 @@ void rapi_list_remove(rapi_index *ix, rapi_block *b) {
   ix->bytes -= b->size;
 }
 
+void rapi_list_replace(rapi_index *ix, rapi_block *old, size_t old_size, rapi_block *nb) {
+  /* Callers replace a block by an address neighbour (a split remainder, a merged block): no free
+   * block lies between them, so nb's place in address order is old's place. */
+  rapi_block *p = old->link_prev, *n = old->link_next;
+  nb->link_prev = p;
+  nb->link_next = n;
+  if (p) p->link_next = nb;
+  else ix->heads[0][0] = nb;
+  if (n) n->link_prev = nb;
+  if (old != nb) old->link_prev = old->link_next = NULL;
+  ix->bytes += nb->size - old_size;
+}
+
 rapi_block *rapi_list_find(rapi_index *ix, size_t size) {
   rapi_block *best = NULL;
   for (rapi_block *b = ix->heads[0][0]; b != NULL; b = b->link_next) {

@@ -1,9 +1,14 @@
 /* index.c — the two-level segregated-fit index of free blocks (TLSF's scheme, host-side records).
  *
  * A size maps to a first-level class (its highest set bit) and a second-level class (the next
- * RAPI_SL_LOG2 bits). Searching rounds the request up to the next class boundary, so every block
- * of the class found fits: two bit scans, no list walk. One bounded walk of the request's own
- * class runs only when nothing larger exists, so an exact fit is not missed before the pool grows.
+ * RAPI_SL_LOG2 bits). Searching looks at the head of the request's own class (an exact fit is
+ * usually the block just freed there), then rounds the request up to the next class boundary, so
+ * every block of the class found fits: two bit scans, no list walk. One bounded walk of the
+ * request's own class runs only when nothing larger exists, so an exact fit is not missed before
+ * the pool grows.
+ * A block is classed by size - 1, so a class holds (start, end] rather than [start, end): chunks
+ * and requests are often powers of two, and this way a power-of-two block and what is left of it
+ * after a small split share a class, which lets a split or merge update the index in place.
  */
 #include "rap_internal.h"
 
@@ -24,7 +29,7 @@ static inline void mapping(size_t s, unsigned *fl, unsigned *sl) {
 
 void rapi_index_insert(rapi_index *ix, rapi_block *b) {
   unsigned fl, sl;
-  mapping(b->size, &fl, &sl);
+  mapping(b->size - 1, &fl, &sl);
   b->fl = (uint16_t)fl;
   b->sl = (uint16_t)sl;
   rapi_block *head = ix->heads[fl][sl];
@@ -38,7 +43,7 @@ void rapi_index_insert(rapi_index *ix, rapi_block *b) {
   ix->bytes += b->size;
 }
 
-void rapi_index_remove(rapi_index *ix, rapi_block *b) {
+static void unlink_entry(rapi_index *ix, rapi_block *b, size_t indexed_size) {
   unsigned fl = b->fl, sl = b->sl;
   if (b->link_prev) b->link_prev->link_next = b->link_next;
   else ix->heads[fl][sl] = b->link_next;
@@ -49,11 +54,39 @@ void rapi_index_remove(rapi_index *ix, rapi_block *b) {
     if (ix->sl_bitmap[fl] == 0) ix->fl_bitmap &= ~(UINT64_C(1) << fl);
   }
   ix->count--;
-  ix->bytes -= b->size;
+  ix->bytes -= indexed_size;
+}
+
+void rapi_index_remove(rapi_index *ix, rapi_block *b) { unlink_entry(ix, b, b->size); }
+
+void rapi_index_replace(rapi_index *ix, rapi_block *old, size_t old_size, rapi_block *nb) {
+  unsigned fl, sl;
+  mapping(nb->size - 1, &fl, &sl);
+  if (fl != old->fl || sl != old->sl) {
+    unlink_entry(ix, old, old_size);
+    rapi_index_insert(ix, nb);
+    return;
+  }
+  /* Same class: nb takes old's place in the list; the bitmaps do not change. */
+  rapi_block *p = old->link_prev, *n = old->link_next;
+  nb->fl = (uint16_t)fl;
+  nb->sl = (uint16_t)sl;
+  nb->link_prev = p;
+  nb->link_next = n;
+  if (p) p->link_next = nb;
+  else ix->heads[fl][sl] = nb;
+  if (n) n->link_prev = nb;
+  if (old != nb) old->link_prev = old->link_next = NULL;
+  ix->bytes += nb->size - old_size;
 }
 
 rapi_block *rapi_index_find(rapi_index *ix, size_t size) {
-  size_t s = size;
+  /* The head of the request's own class first: an exact fit, most often the block just freed. */
+  unsigned fl0, sl0;
+  mapping(size - 1, &fl0, &sl0);
+  rapi_block *head = fl0 < RAPI_FL_COUNT ? ix->heads[fl0][sl0] : NULL;
+  if (head != NULL && head->size >= size) return head;
+  size_t s = size - 1;
   if (s >= RAPI_SL_COUNT) s += ((size_t)1 << (fls_size(s) - RAPI_SL_LOG2)) - 1;
   unsigned fl, sl;
   mapping(s, &fl, &sl);
@@ -69,9 +102,9 @@ rapi_block *rapi_index_find(rapi_index *ix, size_t size) {
     if (slmap != 0) return ix->heads[fl][(unsigned)__builtin_ctz(slmap)];
   }
   /* Nothing in a larger class: a block of the request's own class may still fit. */
-  mapping(size, &fl, &sl);
+  if (fl0 >= RAPI_FL_COUNT) return NULL;
   unsigned n = 0;
-  for (rapi_block *b = ix->heads[fl][sl]; b != NULL && n < RAPI_FALLBACK_SCAN; b = b->link_next, n++)
+  for (rapi_block *b = ix->heads[fl0][sl0]; b != NULL && n < RAPI_FALLBACK_SCAN; b = b->link_next, n++)
     if (b->size >= size) return b;
   return NULL;
 }

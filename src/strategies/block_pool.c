@@ -80,13 +80,8 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list)
   bp->parent_alignment = rap_allocator_alignment(bp->parent);
   if (bp->parent_alignment == 0) bp->parent_alignment = 1;
   bp->max_request = SIZE_MAX / 4;
-  /* uthash frees its table when the last item leaves and allocates it again on the next add:
-   * a permanent sentinel keyed by NULL (never looked up: deallocate(NULL) returns early) keeps
-   * malloc off the hot path. */
-  bp->sentinel.ptr = NULL;
-  rapi_hash_oom = 0;
-  HASH_ADD_PTR(bp->used, ptr, &bp->sentinel);
-  if (rapi_hash_oom) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
+  if (rapi_map_init(&bp->used) != RAP_OK)
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
   rapi_slab_init(&bp->block_recs, sizeof(rapi_block), RAPI_BLOCKS_PER_SLAB);
   rapi_slab_init(&bp->chunk_recs, sizeof(rapi_chunk), 64);
   rap_allocator_set_alignment(self, bp->alignment);
@@ -100,7 +95,7 @@ void rapi_bp_fini(rapi_bp *bp) {
               rap_allocator_name(bp->self), c->size, rap_allocator_name(bp->parent),
               rap_last_error());
   }
-  HASH_CLEAR(hh, bp->used);
+  rapi_map_fini(&bp->used);
   rapi_slab_destroy(&bp->block_recs);
   rapi_slab_destroy(&bp->chunk_recs);
   bp->chunks = NULL;
@@ -127,21 +122,27 @@ static inline void free_remove(rapi_bp *bp, rapi_block *b) {
   else rapi_index_remove(&bp->free, b);
 }
 
+static inline void free_replace(rapi_bp *bp, rapi_block *old, size_t old_size, rapi_block *nb) {
+  if (RAPI_UNLIKELY(bp->list)) rapi_list_replace(&bp->free, old, old_size, nb);
+  else rapi_index_replace(&bp->free, old, old_size, nb);
+}
+
+static inline void releasable_add(rapi_bp *bp, const rapi_block *b, int sign) {
+  if (!rapi_bp_whole_chunk(b)) return;
+  bp->releasable_bytes += (size_t)sign * b->chunk->size;
+  bp->releasable_usable += (size_t)sign * b->chunk->usable;
+  bp->releasable_chunks += (size_t)sign;
+}
+
 void rapi_bp_index_free(rapi_bp *bp, rapi_block *b) {
   b->state = RAPI_FREE;
   free_insert(bp, b);
-  if (rapi_bp_whole_chunk(b)) {
-    bp->releasable_bytes += b->chunk->size;
-    bp->releasable_chunks++;
-  }
+  releasable_add(bp, b, 1);
 }
 
 void rapi_bp_unindex_free(rapi_bp *bp, rapi_block *b) {
   free_remove(bp, b);
-  if (rapi_bp_whole_chunk(b)) {
-    bp->releasable_bytes -= b->chunk->size;
-    bp->releasable_chunks--;
-  }
+  releasable_add(bp, b, -1);
 }
 
 /* ---- blocks ----------------------------------------------------------------------------------- */
@@ -170,16 +171,21 @@ rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size) {
 rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size) {
   rapi_block *b = bp->list ? rapi_list_find(&bp->free, size) : rapi_index_find(&bp->free, size);
   if (b == NULL) return NULL;
-  rapi_bp_unindex_free(bp, b);
+  releasable_add(bp, b, -1);
+  size_t old_size = b->size;
   rapi_block *rem = rapi_bp_split(bp, b, size);
-  if (rem) rapi_bp_index_free(bp, rem);   /* its neighbours were not free: no merge */
+  if (rem) {
+    /* The remainder takes b's index entry (its neighbours were not free: no merge). */
+    rem->state = RAPI_FREE;
+    free_replace(bp, b, old_size, rem);
+  } else {
+    free_remove(bp, b);
+  }
   return b;
 }
 
 int rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
-  rapi_hash_oom = 0;
-  HASH_ADD_PTR(bp->used, ptr, b);
-  if (RAPI_UNLIKELY(rapi_hash_oom) && rapi_bp_find_used(bp, b->ptr) != b)
+  if (RAPI_UNLIKELY(rapi_map_insert(&bp->used, b->ptr, b) != RAP_OK))
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for the pointer map",
                      rap_allocator_name(bp->self));
   b->state = RAPI_USED;
@@ -192,14 +198,9 @@ int rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
   return RAP_OK;
 }
 
-rapi_block *rapi_bp_find_used(rapi_bp *bp, const void *ptr) {
-  rapi_block *b = NULL;
-  HASH_FIND_PTR(bp->used, &ptr, b);
-  return b == &bp->sentinel ? NULL : b;
-}
 
 void rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b) {
-  HASH_DELETE(hh, bp->used, b);
+  rapi_map_remove(&bp->used, b->ptr);
   bp->current -= b->requested;
   bp->used_bytes -= b->size;
   bp->allocation_count--;
@@ -215,18 +216,39 @@ static void absorb_next(rapi_bp *bp, rapi_block *b) {
   bp->block_count--;
 }
 
+/* Merges b with its free neighbours and indexes the result. A free neighbour's index entry is
+ * reused for the merged block (in place when its class holds), so the common case costs no
+ * bitmap update. Neither neighbour was a whole chunk, since b lies beside it. */
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b) {
+  rapi_block *entry = NULL;
+  size_t entry_size = 0;
   if (b->prev && b->prev->state == RAPI_FREE) {
     rapi_block *p = b->prev;
-    rapi_bp_unindex_free(bp, p);
+    entry = p;
+    entry_size = p->size;
     absorb_next(bp, p);
     b = p;
   }
-  if (b->next && b->next->state == RAPI_FREE) {
-    rapi_bp_unindex_free(bp, b->next);
-    absorb_next(bp, b);
+  rapi_block *n = b->next;
+  if (n && n->state == RAPI_FREE) {
+    if (entry != NULL) {
+      free_remove(bp, n);
+      absorb_next(bp, b);
+    } else {
+      size_t n_size = n->size;
+      b->size += n_size;
+      b->state = RAPI_FREE;
+      free_replace(bp, n, n_size, b);
+      b->size -= n_size;
+      absorb_next(bp, b);
+      releasable_add(bp, b, 1);
+      return b;
+    }
   }
-  rapi_bp_index_free(bp, b);
+  b->state = RAPI_FREE;
+  if (entry != NULL) free_replace(bp, entry, entry_size, b);
+  else free_insert(bp, b);
+  releasable_add(bp, b, 1);
   return b;
 }
 
@@ -263,6 +285,7 @@ int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
   b->chunk = c;
   b->state = RAPI_FREE;
   bp->actual += request;
+  bp->usable += usable;
   if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
   bp->chunk_count++;
   bp->block_count++;
@@ -298,6 +321,7 @@ static void drop_chunk(rapi_bp *bp, rapi_chunk *c) {
   else bp->chunks = c->next;
   if (c->next) c->next->prev = c->prev;
   bp->actual -= c->size;
+  bp->usable -= c->usable;
   bp->chunk_count--;
   bp->block_count--;
   rapi_slab_free(&bp->block_recs, c->first);
@@ -332,25 +356,27 @@ size_t rapi_bp_release(rapi_bp *bp) {
 static bool heuristic_fires(const rapi_bp *bp) {
   const rapi_heuristic *h = &bp->heuristic;
   if (h->kind == RAPI_H_PERCENT)
-    return (double)bp->releasable_bytes * 100.0 >= (double)h->value * (double)bp->actual;
+    return h->value == 100 ? bp->releasable_bytes == bp->actual
+                           : (double)bp->releasable_bytes * 100.0 >= (double)h->value * (double)bp->actual;
   if (h->kind == RAPI_H_BLOCKS) return bp->releasable_chunks >= h->value;
   return false;
 }
 
-static void coalesce(rapi_bp *bp) {
-  size_t releasable_usable = 0, total_usable = 0;
-  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
-    total_usable += c->usable;
-    if (c->first->state == RAPI_FREE && rapi_bp_whole_chunk(c->first)) releasable_usable += c->usable;
-  }
-  size_t want = releasable_usable;
+/* The usable size of the one chunk a firing heuristic takes back. */
+static size_t coalesce_target(const rapi_bp *bp) {
+  size_t want = bp->releasable_usable;
   if (bp->heuristic.hwm) {
     size_t target = bp->used_hwm > bp->initial_size ? bp->used_hwm : bp->initial_size;
-    size_t kept = total_usable - releasable_usable;
+    size_t kept = bp->usable - bp->releasable_usable;
     want = target > kept ? rapi_align_up(target - kept, bp->alignment) : 0;
-    if (want > releasable_usable) want = releasable_usable;
+    if (want > bp->releasable_usable) want = bp->releasable_usable;
   }
-  if (bp->releasable_chunks == 0 || (bp->releasable_chunks == 1 && want >= releasable_usable))
+  return want;
+}
+
+static void coalesce(rapi_bp *bp) {
+  size_t want = coalesce_target(bp);
+  if (bp->releasable_chunks == 0 || (bp->releasable_chunks == 1 && want >= bp->releasable_usable))
     return;
   rapi_bp_release(bp);
   rapi_block *b;
@@ -359,6 +385,8 @@ static void coalesce(rapi_bp *bp) {
 
 void rapi_bp_after_free(rapi_bp *bp, rapi_block *merged) {
   if (RAPI_LIKELY(!rapi_bp_whole_chunk(merged)) || bp->heuristic.kind == RAPI_H_NEVER) return;
+  /* One free chunk, and nothing smaller to shrink to: firing could change nothing. */
+  if (bp->releasable_chunks == 1 && (!bp->heuristic.hwm || bp->usable <= bp->initial_size)) return;
   if (heuristic_fires(bp)) coalesce(bp);
 }
 
@@ -473,10 +501,10 @@ int rapi_bp_check(rapi_bp *bp) {
       bp->free.bytes != indexed_bytes)
     return CORRUPT("%s: %zu free blocks (%zu bytes) in chunks, %zu (%zu bytes) in the index", who,
                    counts[RAPI_FREE], sums[RAPI_FREE], indexed, indexed_bytes);
-  if (HASH_COUNT(bp->used) != counts[RAPI_USED] + 1 || bp->allocation_count != counts[RAPI_USED] ||
+  if (bp->used.count != counts[RAPI_USED] || bp->allocation_count != counts[RAPI_USED] ||
       bp->used_bytes != sums[RAPI_USED] || bp->current != requested)
-    return CORRUPT("%s: %zu used blocks in chunks, %u in the map, %zu counted", who,
-                   counts[RAPI_USED], HASH_COUNT(bp->used) - 1, bp->allocation_count);
+    return CORRUPT("%s: %zu used blocks in chunks, %zu in the map, %zu counted", who,
+                   counts[RAPI_USED], bp->used.count, bp->allocation_count);
   if (bp->pending_count != counts[RAPI_PENDING] || bp->pending_bytes != sums[RAPI_PENDING])
     return CORRUPT("%s: %zu pending blocks in chunks, %zu counted", who, counts[RAPI_PENDING],
                    bp->pending_count);
@@ -484,7 +512,13 @@ int rapi_bp_check(rapi_bp *bp) {
       bp->block_recs.live != total_blocks || bp->chunk_recs.live != chunks)
     return CORRUPT("%s: %zu chunks and %zu blocks found, %zu and %zu counted", who, chunks,
                    total_blocks, bp->chunk_count, bp->block_count);
-  if (rel_bytes != bp->releasable_bytes || rel_chunks != bp->releasable_chunks)
+  size_t usable = 0, rel_usable = 0;
+  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
+    usable += c->usable;
+    if (c->first->state == RAPI_FREE && rapi_bp_whole_chunk(c->first)) rel_usable += c->usable;
+  }
+  if (rel_bytes != bp->releasable_bytes || rel_chunks != bp->releasable_chunks ||
+      rel_usable != bp->releasable_usable || usable != bp->usable)
     return CORRUPT("%s: %zu releasable bytes found, %zu counted", who, rel_bytes, bp->releasable_bytes);
   return RAP_OK;
 }
