@@ -1,0 +1,279 @@
+/* peers.c — the allocators rap-bench compares, behind bench_peer: malloc, rap's strategies,
+ * cudaMalloc, and cudaMallocAsync on the device's default pool and on a fresh pool.
+ */
+#include "bench.h"
+
+#include <rap/rap.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef RAP_BENCH_CUDA
+#include <cuda_runtime_api.h>
+#include <rap/cuda.h>
+#endif
+
+/* ---- malloc ---------------------------------------------------------------------------------- */
+
+static int m_alloc(void *ctx, void **p, size_t n, int s) {
+  (void)ctx, (void)s;
+  *p = malloc(n);
+  return *p ? 0 : -1;
+}
+
+static int m_free(void *ctx, void *p, size_t n, int s) {
+  (void)ctx, (void)n, (void)s;
+  free(p);
+  return 0;
+}
+
+static void m_destroy(void *ctx) { (void)ctx; }
+
+int peer_malloc(bench_peer *p, char *why) {
+  (void)why;
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "malloc (glibc)");
+  p->thread_safe = 1;
+  p->alloc = m_alloc;
+  p->free = m_free;
+  p->destroy = m_destroy;
+  return 0;
+}
+
+/* ---- rap ------------------------------------------------------------------------------------- */
+
+typedef struct rap_ctx {
+  rap_manager *rm;
+  rap_allocator *a;
+  rap_resource *res[BENCH_STREAMS];
+} rap_ctx;
+
+static int r_alloc(void *ctx, void **p, size_t n, int s) {
+  rap_ctx *c = ctx;
+  return rap_allocate(c->a, p, n, c->res[s]);
+}
+
+static int r_free(void *ctx, void *p, size_t n, int s) {
+  rap_ctx *c = ctx;
+  (void)n;
+  return rap_deallocate(c->a, p, c->res[s]);
+}
+
+static int r_record(void *ctx, void *p, int s) {
+  rap_ctx *c = ctx;
+  return rap_record_resource(c->a, p, c->res[s]);
+}
+
+static int r_held(void *ctx, size_t *now, size_t *peak) {
+  rap_ctx *c = ctx;
+  rap_stats st;
+  int e = rap_allocator_stats(c->a, &st);
+  if (e != RAP_OK) return e;
+  *now = st.actual_bytes;
+  *peak = st.actual_high_watermark;
+  return 0;
+}
+
+static void r_destroy(void *ctx) {
+  rap_ctx *c = ctx;
+  int st = rap_manager_destroy(c->rm);
+  if (st != RAP_OK) fprintf(stderr, "rap-bench: rap_manager_destroy: %s\n", rap_status_name(st));
+  free(c);
+}
+
+int peer_rap(bench_peer *p, const bench_env *env, const char *label, const char *spec,
+             int host_async, char *why) {
+  memset(p, 0, sizeof *p);
+  rap_ctx *c = calloc(1, sizeof *c);
+  if (c == NULL) return snprintf(why, 160, "out of host memory"), -1;
+  int st = rap_manager_create(&c->rm);
+  if (st == RAP_OK) st = rap_allocator_make_spec(c->rm, "bench", spec, &c->a);
+  for (int s = 0; s < BENCH_STREAMS && st == RAP_OK; s++) {
+#ifdef RAP_BENCH_CUDA
+    if (env->have_gpu && env->streams[s] != NULL) {
+      st = rap_resource_create_cuda(c->rm, (cudaStream_t)env->streams[s], &c->res[s]);
+      continue;
+    }
+#endif
+    (void)env;
+    if (host_async && s > 0) st = rap_resource_create_host_async(c->rm, &c->res[s]);
+    else st = rap_resource_host(c->rm, &c->res[s]);
+  }
+  if (st != RAP_OK) {
+    snprintf(why, 160, "%s: %s", rap_status_name(st), rap_last_error());
+    if (c->rm) rap_manager_destroy(c->rm);
+    free(c);
+    return -1;
+  }
+  snprintf(p->name, sizeof p->name, "%s", label);
+  p->device_mem = strstr(spec, "DEVICE") != NULL;
+  p->thread_safe = strncmp(spec, "ThreadSafe", 10) == 0;
+  p->ctx = c;
+  p->alloc = r_alloc;
+  p->free = r_free;
+  p->record = strstr(spec, "ResourceAwarePool") ? r_record : NULL;
+  p->held = r_held;
+  p->destroy = r_destroy;
+  return 0;
+}
+
+/* ---- CUDA runtime peers ---------------------------------------------------------------------- */
+
+#ifdef RAP_BENCH_CUDA
+
+static int cuda_why(char *why, const char *call, cudaError_t e) {
+  (void)cudaGetLastError();
+  snprintf(why, 160, "%s: %s", call, cudaGetErrorString(e));
+  return -1;
+}
+
+typedef struct cm_ctx {
+  size_t now, peak;
+} cm_ctx;
+
+static int cm_alloc(void *ctx, void **p, size_t n, int s) {
+  cm_ctx *c = ctx;
+  (void)s;
+  if (cudaMalloc(p, n) != cudaSuccess) return -1;
+  c->now += n;
+  if (c->now > c->peak) c->peak = c->now;
+  return 0;
+}
+
+static int cm_free(void *ctx, void *p, size_t n, int s) {
+  cm_ctx *c = ctx;
+  (void)s;
+  c->now -= n;
+  return cudaFree(p) == cudaSuccess ? 0 : -1;
+}
+
+static int cm_held(void *ctx, size_t *now, size_t *peak) {
+  cm_ctx *c = ctx;
+  *now = c->now;
+  *peak = c->peak;
+  return 0;
+}
+
+static void plain_destroy(void *ctx) { free(ctx); }
+
+int peer_cuda_malloc(bench_peer *p, const bench_env *env, char *why) {
+  memset(p, 0, sizeof *p);
+  if (!env->have_gpu) return snprintf(why, 160, "%s", env->no_gpu_reason), -1;
+  cm_ctx *c = calloc(1, sizeof *c);
+  if (c == NULL) return snprintf(why, 160, "out of host memory"), -1;
+  snprintf(p->name, sizeof p->name, "cudaMalloc/cudaFree");
+  p->device_mem = 1;
+  p->thread_safe = 1;
+  p->ctx = c;
+  p->alloc = cm_alloc;
+  p->free = cm_free;
+  p->held = cm_held;
+  p->destroy = plain_destroy;
+  return 0;
+}
+
+typedef struct ca_ctx {
+  cudaMemPool_t pool;
+  int fresh;
+  cudaStream_t streams[BENCH_STREAMS];
+} ca_ctx;
+
+static int ca_alloc(void *ctx, void **p, size_t n, int s) {
+  ca_ctx *c = ctx;
+  return cudaMallocFromPoolAsync(p, n, c->pool, c->streams[s]) == cudaSuccess ? 0 : -1;
+}
+
+static int ca_free(void *ctx, void *p, size_t n, int s) {
+  ca_ctx *c = ctx;
+  (void)n;
+  return cudaFreeAsync(p, c->streams[s]) == cudaSuccess ? 0 : -1;
+}
+
+static int ca_held(void *ctx, size_t *now, size_t *peak) {
+  ca_ctx *c = ctx;
+  uint64_t a = 0, b = 0;
+  if (cudaMemPoolGetAttribute(c->pool, cudaMemPoolAttrReservedMemCurrent, &a) != cudaSuccess ||
+      cudaMemPoolGetAttribute(c->pool, cudaMemPoolAttrReservedMemHigh, &b) != cudaSuccess)
+    return -1;
+  *now = (size_t)a;
+  *peak = (size_t)b;
+  return 0;
+}
+
+static void ca_destroy(void *ctx) {
+  ca_ctx *c = ctx;
+  cudaDeviceSynchronize();
+  if (c->fresh) cudaMemPoolDestroy(c->pool);
+  else cudaMemPoolTrimTo(c->pool, 0);
+  free(c);
+}
+
+static int ca_make(bench_peer *p, const bench_env *env, int fresh, char *why) {
+  memset(p, 0, sizeof *p);
+  if (!env->have_gpu) return snprintf(why, 160, "%s", env->no_gpu_reason), -1;
+  ca_ctx *c = calloc(1, sizeof *c);
+  if (c == NULL) return snprintf(why, 160, "out of host memory"), -1;
+  cudaError_t e;
+  if (fresh) {
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = env->device;
+    e = cudaMemPoolCreate(&c->pool, &props);
+    if (e != cudaSuccess) return free(c), cuda_why(why, "cudaMemPoolCreate", e);
+  } else {
+    e = cudaDeviceGetDefaultMemPool(&c->pool, env->device);
+    if (e != cudaSuccess) return free(c), cuda_why(why, "cudaDeviceGetDefaultMemPool", e);
+    cudaDeviceSynchronize();
+    cudaMemPoolTrimTo(c->pool, 0);
+  }
+  uint64_t threshold = UINT64_MAX, zero = 0;
+  e = cudaMemPoolSetAttribute(c->pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+  if (e == cudaSuccess) e = cudaMemPoolSetAttribute(c->pool, cudaMemPoolAttrReservedMemHigh, &zero);
+  if (e == cudaSuccess) e = cudaMemPoolSetAttribute(c->pool, cudaMemPoolAttrUsedMemHigh, &zero);
+  if (e != cudaSuccess) {
+    if (fresh) cudaMemPoolDestroy(c->pool);
+    free(c);
+    return cuda_why(why, "cudaMemPoolSetAttribute", e);
+  }
+  c->fresh = fresh;
+  for (int s = 0; s < BENCH_STREAMS; s++) c->streams[s] = (cudaStream_t)env->streams[s];
+  snprintf(p->name, sizeof p->name, fresh ? "cudaMallocAsync (new pool)" : "cudaMallocAsync (default pool)");
+  p->device_mem = 1;
+  p->thread_safe = 1;
+  p->ctx = c;
+  p->alloc = ca_alloc;
+  p->free = ca_free;
+  p->held = ca_held;
+  p->destroy = ca_destroy;
+  return 0;
+}
+
+int peer_cuda_async_default(bench_peer *p, const bench_env *env, char *why) {
+  return ca_make(p, env, 0, why);
+}
+
+int peer_cuda_async_fresh(bench_peer *p, const bench_env *env, char *why) {
+  return ca_make(p, env, 1, why);
+}
+
+#else /* no CUDA in this build */
+
+static int no_cuda(bench_peer *p, char *why) {
+  memset(p, 0, sizeof *p);
+  snprintf(why, 160, "this rap-bench was built without CUDA");
+  return -1;
+}
+int peer_cuda_malloc(bench_peer *p, const bench_env *env, char *why) { (void)env; return no_cuda(p, why); }
+int peer_cuda_async_default(bench_peer *p, const bench_env *env, char *why) { (void)env; return no_cuda(p, why); }
+int peer_cuda_async_fresh(bench_peer *p, const bench_env *env, char *why) { (void)env; return no_cuda(p, why); }
+int peer_cub(bench_peer *p, const bench_env *env, char *why) { (void)env; return no_cuda(p, why); }
+int bench_kernels_init(char *why) { snprintf(why, 160, "built without CUDA"); return -1; }
+int bench_busy_kernel(void *stream, void *p, size_t n, unsigned ns) {
+  (void)stream, (void)p, (void)n, (void)ns;
+  return -1;
+}
+
+#endif

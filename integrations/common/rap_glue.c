@@ -1,0 +1,687 @@
+/* rap_glue.c — per-device ResourceAwarePools and per-stream resources for framework allocators.
+ *
+ * Frameworks hand us (size, device, stream) and later the pointer; rap needs an allocator and a
+ * resource. Each device gets one pool, made from a spec string the first time the device
+ * allocates; each stream gets one cuda resource the first time it is seen, found again through a
+ * uthash keyed by the stream handle with the last hit cached (the hot path is one compare).
+ *
+ * CUDA graphs. While a stream is being captured, nothing may query an event recorded in the
+ * capture, and memory that captured kernels use must never go to anyone else while the graph
+ * lives. So an allocation on a capturing stream comes from a QuickPool of its own, one per
+ * (graph pool, stream), that only that capture allocates from; its blocks may be reused inside the
+ * capture (stream order is graph order) and are never handed to eager work. A block of the main
+ * pool freed while its stream is capturing is deferred until the capture ends, so that no event is
+ * ever recorded into a capture. Two ways to know about captures:
+ *  - the framework's own protocol (PyTorch's begin/end_allocate_to_pool and release_pool, through
+ *    glue_begin_pool and friends): graph pools are the framework's pool ids, shared where it
+ *    shares them, and given back when it releases them and their last block is freed;
+ *  - otherwise each allocation asks CUDA whether its stream is capturing (one driver call), the
+ *    graph pool is the capture's, and glue_release_graph_pools gives back those of ended captures
+ *    with no live block, which the user calls once the graphs are destroyed.
+ *
+ * One mutex guards everything: frameworks call from several threads (PyTorch's autograd threads).
+ */
+#include "rap_glue.h"
+
+#include <rap/cuda.h>
+#include <rap/strategy.h>
+
+#include <ctype.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int glue_hash_oom;
+#define HASH_NONFATAL_OOM 1
+#define uthash_nonfatal_oom(obj) (glue_hash_oom = 1)
+#include <uthash.h>
+
+typedef struct stream_ent {
+  uintptr_t key;            /* the cudaStream_t */
+  rap_resource *r;
+  bool orphan;              /* its owner let go: rap destroys the stream once nothing needs it */
+  UT_hash_handle hh;
+} stream_ent;
+
+#define DETECTED UINT64_MAX   /* gkey.b of a pool found by capture detection (a: the capture id) */
+
+typedef struct gkey {
+  unsigned long long a, b;  /* the framework's pool id, or (capture id, DETECTED) */
+  uintptr_t stream;
+} gkey;
+
+typedef struct gpool {
+  gkey key;
+  rap_allocator *a;
+  size_t live;              /* blocks handed out and not yet given back to a */
+  bool released;            /* the framework let go of the pool: it goes once live is 0 */
+  UT_hash_handle hh;
+} gpool;
+
+typedef struct mpool {      /* a framework pool id: references to it */
+  unsigned long long a, b;
+  long refs;
+  struct mpool *next;
+} mpool;
+
+typedef struct active {     /* a capture (or context) allocating to a framework pool now */
+  unsigned long long a, b;
+  void *ctx;
+  glue_filter_fn filter;
+  void (*drop)(void *ctx);
+  struct active *next;
+} active;
+
+typedef struct gptr {
+  void *p;
+  gpool *g;
+  bool recorded;            /* used on another stream: never reused inside the capture */
+  bool freed;               /* the framework freed it; it goes back with the pool */
+  UT_hash_handle hh;
+} gptr;
+
+typedef struct deferred {
+  void *p;
+  cudaStream_t s;
+  struct deferred *next;
+} deferred;
+
+typedef struct dev {
+  rap_allocator *pool;
+  stream_ent *streams, *last;
+  gpool *gpools;
+  gptr *gptrs;
+  mpool *mpools;
+  active *active;
+  deferred *deferred;
+  size_t ndeferred;
+  unsigned long long graph_seq;
+} dev;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static rap_manager *rm;
+static dev *devs;
+static int ndev;
+static bool inited, graphs = true, capture_seen, hooks;
+static int init_status;
+
+/* ---- set-up ------------------------------------------------------------------------------- */
+
+static int init_locked(void) {
+  if (inited) return init_status;
+  inited = true;
+  int st = rap_manager_create(&rm);
+  if (st == RAP_OK) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= 0) {
+      (void)cudaGetLastError();
+      st = rap_error_set(RAP_ERR_UNSUPPORTED, "%s: no CUDA device is usable (%s)", glue_cfg.prefix,
+                         e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    } else if ((devs = calloc((size_t)n, sizeof *devs)) == NULL) {
+      st = rap_error_set(RAP_ERR_NOMEM, "%s: out of host memory", glue_cfg.prefix);
+    } else {
+      ndev = n;
+    }
+  }
+  const char *g = glue_cfg.graphs_env ? getenv(glue_cfg.graphs_env) : NULL;
+  graphs = !(g != NULL && strcmp(g, "0") == 0);
+  init_status = st;
+  return st;
+}
+
+static bool name_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
+
+/* The spec with "{device}" replaced by the device; a spec without it gets DEVICE::N for every
+ * bare DEVICE, so one RAP_*_SPEC serves every device. */
+static int build_spec(int device, char *buf, size_t cap) {
+  const char *env = glue_cfg.spec_env ? getenv(glue_cfg.spec_env) : NULL;
+  const char *spec = env != NULL && *env != '\0' ? env : glue_cfg.default_spec;
+  bool placeholder = strstr(spec, "{device}") != NULL;
+  size_t o = 0;
+  for (const char *p = spec; *p != '\0';) {
+    char tmp[32];
+    const char *ins = NULL;
+    size_t skip = 1;
+    if (strncmp(p, "{device}", 8) == 0) {
+      snprintf(tmp, sizeof tmp, "%d", device);
+      ins = tmp;
+      skip = 8;
+    } else if (!placeholder && strncmp(p, "DEVICE", 6) == 0 && strncmp(p + 6, "::", 2) != 0 &&
+               (p == spec || !name_char(p[-1])) && !name_char(p[6])) {
+      snprintf(tmp, sizeof tmp, "DEVICE::%d", device);
+      ins = tmp;
+      skip = 6;
+    }
+    size_t len = ins ? strlen(ins) : 1;
+    if (o + len >= cap)
+      return rap_error_set(RAP_ERR_INVALID, "%s: the allocator spec is too long", glue_cfg.prefix);
+    memcpy(buf + o, ins ? ins : p, len);
+    o += len;
+    p += skip;
+  }
+  buf[o] = '\0';
+  return RAP_OK;
+}
+
+static int get_dev(int device, dev **out) {
+  int st = init_locked();
+  if (st != RAP_OK) return st;
+  if (device < 0 || device >= ndev)
+    return rap_error_set(RAP_ERR_INVALID, "%s: device %d does not exist; there are %d",
+                         glue_cfg.prefix, device, ndev);
+  *out = &devs[device];
+  return RAP_OK;
+}
+
+static int ensure_pool(int device, dev *d) {
+  if (d->pool != NULL) return RAP_OK;
+  char spec[1024], name[64];
+  int st = build_spec(device, spec, sizeof spec);
+  if (st != RAP_OK) return st;
+  snprintf(name, sizeof name, "%s-cuda%d", glue_cfg.prefix, device);
+  st = rap_allocator_make_spec(rm, name, spec, &d->pool);
+  if (st == RAP_OK) rap_log(RAP_LOG_INFO, "%s: device %d allocates from %s", glue_cfg.prefix, device, spec);
+  return st;
+}
+
+/* ---- streams ------------------------------------------------------------------------------ */
+
+static int stream_resource(dev *d, int device, cudaStream_t s, stream_ent **out) {
+  uintptr_t key = (uintptr_t)s;
+  stream_ent *e = d->last;
+  if (e != NULL && e->key == key) {
+    *out = e;
+    return RAP_OK;
+  }
+  HASH_FIND(hh, d->streams, &key, sizeof key, e);
+  if (e == NULL) {
+    /* The legacy and per-thread default streams belong to the current device. */
+    int cur = device;
+    if (cudaGetDevice(&cur) != cudaSuccess) cur = device;
+    if (cur != device) (void)cudaSetDevice(device);
+    rap_resource *r = NULL;
+    int st = rap_resource_create_cuda(rm, s, &r);
+    if (cur != device) (void)cudaSetDevice(cur);
+    if (st != RAP_OK) return st;
+    e = calloc(1, sizeof *e);
+    if (e != NULL) {
+      e->key = key;
+      e->r = r;
+      glue_hash_oom = 0;
+      HASH_ADD(hh, d->streams, key, sizeof e->key, e);
+    }
+    if (e == NULL || glue_hash_oom) {
+      free(e);
+      (void)rap_resource_destroy(r);
+      return rap_error_set(RAP_ERR_NOMEM, "%s: out of host memory for a stream", glue_cfg.prefix);
+    }
+  }
+  d->last = e;
+  *out = e;
+  return RAP_OK;
+}
+
+static stream_ent *find_stream(dev *d, cudaStream_t s) {
+  uintptr_t key = (uintptr_t)s;
+  stream_ent *e = NULL;
+  HASH_FIND(hh, d->streams, &key, sizeof key, e);
+  return e;
+}
+
+/* Destroys orphaned streams that no block needs any more. */
+static size_t reap_orphans(int device, dev *d) {
+  size_t reaped = 0;
+  stream_ent *e, *tmp;
+  HASH_ITER(hh, d->streams, e, tmp) {
+    if (!e->orphan) continue;
+    rap_stats rs;
+    if (d->pool != NULL && (rap_allocator_resource_stats(d->pool, e->r, &rs) != RAP_OK ||
+                            rs.allocation_count > 0))
+      continue;
+    if (rap_resource_destroy(e->r) != RAP_OK) continue;   /* a use elsewhere still pends */
+    int cur = device;
+    if (cudaGetDevice(&cur) != cudaSuccess) cur = device;
+    if (cur != device) (void)cudaSetDevice(device);
+    (void)cudaStreamDestroy((cudaStream_t)e->key);
+    if (cur != device) (void)cudaSetDevice(cur);
+    HASH_DEL(d->streams, e);
+    if (d->last == e) d->last = NULL;
+    free(e);
+    reaped++;
+  }
+  return reaped;
+}
+
+/* ---- capture ------------------------------------------------------------------------------ */
+
+static bool capturing(cudaStream_t s, unsigned long long *id) {
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  unsigned long long cid = 0;
+  cudaError_t e = cudaStreamGetCaptureInfo(s, &cs, &cid, NULL, NULL, NULL, NULL);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (id != NULL) *id = cid;
+  return cs != cudaStreamCaptureStatusNone;
+}
+
+static int graph_alloc(int device, dev *d, void **out, size_t size, cudaStream_t s,
+                       unsigned long long id1, unsigned long long id2) {
+  gkey k;
+  memset(&k, 0, sizeof k);
+  k.a = id1;
+  k.b = id2;
+  k.stream = (uintptr_t)s;
+  gpool *g = NULL;
+  HASH_FIND(hh, d->gpools, &k, sizeof k, g);
+  if (g == NULL) {
+    char name[96], spec[160];
+    snprintf(name, sizeof name, "%s-cuda%d-graph%llu", glue_cfg.prefix, device, ++d->graph_seq);
+    snprintf(spec, sizeof spec,
+             "QuickPool(DEVICE::%d, initial_size=2MiB, next_size=2MiB, heuristic=never)", device);
+    rap_allocator *a = NULL;
+    int st = rap_allocator_make_spec(rm, name, spec, &a);
+    if (st != RAP_OK) return st;
+    g = calloc(1, sizeof *g);
+    if (g != NULL) {
+      g->key = k;
+      g->a = a;
+      glue_hash_oom = 0;
+      HASH_ADD(hh, d->gpools, key, sizeof g->key, g);
+    }
+    if (g == NULL || glue_hash_oom) {
+      free(g);
+      (void)rap_allocator_destroy(a);
+      return rap_error_set(RAP_ERR_NOMEM, "%s: out of host memory for a graph pool", glue_cfg.prefix);
+    }
+    rap_log(RAP_LOG_INFO, "%s: graph pool (%llu, %llu) on stream %p allocates from %s",
+            glue_cfg.prefix, id1, id2, (void *)s, name);
+  }
+  gptr *gp = calloc(1, sizeof *gp);
+  if (gp == NULL) return rap_error_set(RAP_ERR_NOMEM, "%s: out of host memory", glue_cfg.prefix);
+  /* Growing the pool calls cudaMalloc, which a global-mode capture forbids unless this thread
+   * relaxes (as PyTorch's own allocator does): its addresses stay the graph's until release. */
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  void *p = NULL;
+  int st = rap_allocate(g->a, &p, size, NULL);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  if (st != RAP_OK) {
+    free(gp);
+    return st;
+  }
+  gp->p = p;
+  gp->g = g;
+  glue_hash_oom = 0;
+  HASH_ADD_PTR(d->gptrs, p, gp);
+  if (glue_hash_oom) {
+    (void)rap_deallocate(g->a, p, NULL);
+    free(gp);
+    return rap_error_set(RAP_ERR_NOMEM, "%s: out of host memory", glue_cfg.prefix);
+  }
+  g->live++;
+  *out = p;
+  return RAP_OK;
+}
+
+/* Gives g's memory back to CUDA; true when g is gone. */
+static bool destroy_gpool(dev *d, gpool *g) {
+  int st = rap_allocator_destroy(g->a);
+  if (st != RAP_OK) {
+    rap_log(RAP_LOG_WARN, "%s: a graph pool could not be given back: %s", glue_cfg.prefix,
+            rap_last_error());
+    return false;
+  }
+  HASH_DEL(d->gpools, g);
+  free(g);
+  return true;
+}
+
+/* *gone (if not NULL) says whether the block's pool went with it. */
+static int graph_free(dev *d, gptr *gp, bool *gone) {
+  gpool *g = gp->g;
+  if (gone != NULL) *gone = false;
+  if (gp->recorded && !g->released) {   /* another stream of the capture may use it: keep it */
+    gp->freed = true;
+    return RAP_OK;
+  }
+  int st = rap_deallocate(g->a, gp->p, NULL);
+  if (st != RAP_OK) return st;
+  g->live--;
+  HASH_DEL(d->gptrs, gp);
+  free(gp);
+  if (g->released && g->live == 0) {
+    bool went = destroy_gpool(d, g);
+    if (gone != NULL) *gone = went;
+  }
+  return RAP_OK;
+}
+
+/* Blocks of g that the framework freed but that were kept for a use on another stream go back;
+ * true when g went with them. */
+static bool give_back_kept(dev *d, gpool *g) {
+  gptr *gp, *tmp;
+  HASH_ITER(hh, d->gptrs, gp, tmp) {
+    if (gp->g != g || !gp->freed) continue;
+    bool gone = false;
+    gp->recorded = false;
+    if (graph_free(d, gp, &gone) == RAP_OK && gone) return true;
+  }
+  return false;
+}
+
+/* Main-pool blocks freed during a capture of their stream, once the capture is over. */
+static int process_deferred(dev *d) {
+  int st = RAP_OK;
+  for (deferred **at = &d->deferred; *at != NULL;) {
+    deferred *e = *at;
+    if (capturing(e->s, NULL)) {
+      at = &e->next;
+      continue;
+    }
+    int s2 = rap_deallocate(d->pool, e->p, NULL);
+    if (s2 != RAP_OK && st == RAP_OK) st = s2;
+    *at = e->next;
+    d->ndeferred--;
+    free(e);
+  }
+  return st;
+}
+
+/* ---- the entry points --------------------------------------------------------------------- */
+
+int glue_malloc(void **out, size_t size, int device, cudaStream_t s) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK && d->deferred != NULL) (void)process_deferred(d);
+  unsigned long long id = 0;
+  active *to = NULL;
+  if (st == RAP_OK && hooks)
+    for (to = d->active; to != NULL && !to->filter(to->ctx, s);) to = to->next;
+  if (st != RAP_OK) {
+  } else if (to != NULL) {
+    st = graph_alloc(device, d, out, size, s, to->a, to->b);
+  } else if (!hooks && graphs && capturing(s, &id)) {
+    capture_seen = true;
+    st = graph_alloc(device, d, out, size, s, id, DETECTED);
+  } else {
+    stream_ent *e = NULL;
+    st = ensure_pool(device, d);
+    if (st == RAP_OK) st = stream_resource(d, device, s, &e);
+    if (st == RAP_OK) st = rap_allocate(d->pool, out, size, e->r);
+  }
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_free(void *ptr, int device) {
+  if (ptr == NULL) return RAP_OK;
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  gptr *gp = NULL;
+  if (st == RAP_OK && d->gptrs != NULL) HASH_FIND_PTR(d->gptrs, &ptr, gp);
+  if (st != RAP_OK) {
+  } else if (gp != NULL) {
+    st = graph_free(d, gp, NULL);
+  } else if (d->pool == NULL) {
+    st = rap_error_set(RAP_ERR_UNKNOWN_POINTER, "%s: %p was not allocated on device %d",
+                       glue_cfg.prefix, ptr, device);
+  } else {
+    rap_resource *owner = NULL;
+    cudaStream_t s = NULL;
+    bool defer = false;
+    bool maybe = hooks ? d->active != NULL : capture_seen;
+    if (maybe && rap_pointer_resource(d->pool, ptr, &owner) == RAP_OK) {
+      s = rap_resource_cuda_stream(owner);
+      defer = capturing(s, NULL);
+    }
+    deferred *e = defer ? malloc(sizeof *e) : NULL;
+    if (e != NULL) {
+      e->p = ptr;
+      e->s = s;
+      e->next = d->deferred;
+      d->deferred = e;
+      d->ndeferred++;
+    } else {
+      st = rap_deallocate(d->pool, ptr, NULL);
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_record(void *ptr, cudaStream_t s) {
+  pthread_mutex_lock(&lock);
+  int st = init_locked();
+  bool found = false;
+  for (int i = 0; st == RAP_OK && i < ndev && !found; i++) {
+    dev *d = &devs[i];
+    gptr *gp = NULL;
+    if (d->gptrs != NULL) HASH_FIND_PTR(d->gptrs, &ptr, gp);
+    if (gp != NULL) {
+      gp->recorded = true;
+      found = true;
+      break;
+    }
+    rap_resource *owner = NULL;
+    if (d->pool == NULL || rap_pointer_resource(d->pool, ptr, &owner) != RAP_OK) continue;
+    found = true;
+    stream_ent *e = NULL;
+    st = stream_resource(d, i, s, &e);
+    if (st == RAP_OK) st = rap_record_resource(d->pool, ptr, e->r);
+  }
+  if (st == RAP_OK && !found)
+    st = rap_error_set(RAP_ERR_UNKNOWN_POINTER, "%s: record_stream(%p): not a live block of rap",
+                       glue_cfg.prefix, ptr);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_release(void) {
+  pthread_mutex_lock(&lock);
+  int st = init_locked();
+  for (int i = 0; st == RAP_OK && i < ndev; i++) {
+    dev *d = &devs[i];
+    if (d->deferred != NULL) (void)process_deferred(d);
+    if (d->pool != NULL) st = rap_release(d->pool);
+    (void)reap_orphans(i, d);
+  }
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_release_graph_pools(size_t *released) {
+  pthread_mutex_lock(&lock);
+  size_t n = 0;
+  int st = init_locked();
+  for (int i = 0; st == RAP_OK && i < ndev; i++) {
+    dev *d = &devs[i];
+    gpool *g, *gt;
+    HASH_ITER(hh, d->gpools, g, gt) {
+      /* Pools of a framework's protocol go when the framework releases them; detected ones when
+       * their capture has ended and nothing in them is live. */
+      unsigned long long id = 0;
+      if (g->key.b != DETECTED && !g->released) continue;
+      if (g->key.b == DETECTED && capturing((cudaStream_t)g->key.stream, &id) && id == g->key.a)
+        continue;
+      g->released = true;
+      if (give_back_kept(d, g)) {
+        n++;
+        continue;
+      }
+      if (g->live > 0) {
+        if (g->key.b == DETECTED) g->released = false;
+        continue;
+      }
+      n += destroy_gpool(d, g);
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  if (released != NULL) *released = n;
+  return st;
+}
+
+static void add_stats(size_t *out, const rap_stats *s) {
+  out[GLUE_CURRENT] += s->current_bytes;
+  out[GLUE_PEAK] += s->high_watermark;
+  out[GLUE_RESERVED] += s->actual_bytes;
+  out[GLUE_PEAK_RESERVED] += s->actual_high_watermark;
+  out[GLUE_PENDING] += s->pending_bytes;
+  out[GLUE_PENDING_COUNT] += s->pending_count;
+  out[GLUE_FREE] += s->free_bytes;
+  out[GLUE_RELEASABLE] += s->releasable_bytes;
+  if (s->largest_free_block > out[GLUE_LARGEST_FREE]) out[GLUE_LARGEST_FREE] = s->largest_free_block;
+  out[GLUE_ALLOCATIONS] += s->allocation_count;
+  out[GLUE_BLOCKS] += s->block_count;
+  out[GLUE_CHUNKS] += s->chunk_count;
+  out[GLUE_USED] += s->used_bytes;
+}
+
+int glue_stat_values(int device, int graph, size_t *out, size_t n) {
+  if (out == NULL || n < GLUE_NSTATS)
+    return rap_error_set(RAP_ERR_INVALID, "%s: stats need room for %d values", glue_cfg.prefix,
+                         (int)GLUE_NSTATS);
+  memset(out, 0, n * sizeof *out);
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK) {
+    rap_stats s;
+    if (!graph && d->pool != NULL && (st = rap_allocator_stats(d->pool, &s)) == RAP_OK) add_stats(out, &s);
+    for (gpool *g = d->gpools; graph && g != NULL && st == RAP_OK; g = g->hh.next)
+      if ((st = rap_allocator_stats(g->a, &s)) == RAP_OK) add_stats(out, &s);
+    out[GLUE_STREAMS] = HASH_COUNT(d->streams);
+    out[GLUE_GRAPH_POOLS] = HASH_COUNT(d->gpools);
+    out[GLUE_DEFERRED] = d->ndeferred;
+  }
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_pointer_stream(const void *ptr, int device, cudaStream_t *out) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  rap_resource *r = NULL;
+  if (st == RAP_OK && d->pool == NULL)
+    st = rap_error_set(RAP_ERR_UNKNOWN_POINTER, "%s: nothing allocated on device %d", glue_cfg.prefix, device);
+  if (st == RAP_OK) st = rap_pointer_resource(d->pool, ptr, &r);
+  if (st == RAP_OK) *out = rap_resource_cuda_stream(r);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_stream_retire(cudaStream_t s, int *adopted) {
+  pthread_mutex_lock(&lock);
+  int st = init_locked();
+  int found = 0;
+  for (int i = 0; st == RAP_OK && i < ndev; i++) {
+    stream_ent *e = find_stream(&devs[i], s);
+    if (e == NULL) continue;
+    e->orphan = true;
+    found = 1;
+    (void)reap_orphans(i, &devs[i]);
+  }
+  pthread_mutex_unlock(&lock);
+  if (adopted != NULL) *adopted = found;
+  return st;
+}
+
+int glue_spec(int device, char *buf, size_t cap) {
+  pthread_mutex_lock(&lock);
+  int st = build_spec(device, buf, cap);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+/* ---- a framework's graph-pool protocol ---------------------------------------------------- */
+
+void glue_use_pool_hooks(int on) {
+  pthread_mutex_lock(&lock);
+  hooks = on != 0;
+  pthread_mutex_unlock(&lock);
+}
+
+static mpool *find_mpool(dev *d, unsigned long long a, unsigned long long b, mpool ***at) {
+  for (mpool **p = &d->mpools; *p != NULL; p = &(*p)->next)
+    if ((*p)->a == a && (*p)->b == b) {
+      if (at != NULL) *at = p;
+      return *p;
+    }
+  return NULL;
+}
+
+int glue_begin_pool(int device, unsigned long long id1, unsigned long long id2, void *ctx,
+                    glue_filter_fn filter, void (*drop)(void *ctx)) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  mpool *m = st == RAP_OK ? find_mpool(d, id1, id2, NULL) : NULL;
+  active *x = st == RAP_OK ? calloc(1, sizeof *x) : NULL;
+  if (st == RAP_OK && m == NULL && x != NULL && (m = calloc(1, sizeof *m)) != NULL) {
+    m->a = id1;
+    m->b = id2;
+    m->next = d->mpools;
+    d->mpools = m;
+  }
+  if (st == RAP_OK && (x == NULL || m == NULL)) {
+    free(x);
+    st = rap_error_set(RAP_ERR_NOMEM, "%s: out of host memory", glue_cfg.prefix);
+  }
+  if (st == RAP_OK) {
+    m->refs++;
+    x->a = id1;
+    x->b = id2;
+    x->ctx = ctx;
+    x->filter = filter;
+    x->drop = drop;
+    x->next = d->active;
+    d->active = x;
+  }
+  pthread_mutex_unlock(&lock);
+  if (st != RAP_OK && drop != NULL) drop(ctx);
+  return st;
+}
+
+int glue_end_pool(int device, unsigned long long id1, unsigned long long id2) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  active *x = NULL;
+  for (active **p = st == RAP_OK ? &d->active : NULL; p != NULL && *p != NULL; p = &(*p)->next)
+    if ((*p)->a == id1 && (*p)->b == id2) {
+      x = *p;
+      *p = x->next;
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+  if (x != NULL && x->drop != NULL) x->drop(x->ctx);
+  free(x);
+  return st;
+}
+
+int glue_release_pool(int device, unsigned long long id1, unsigned long long id2) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  mpool **at = NULL;
+  mpool *m = st == RAP_OK ? find_mpool(d, id1, id2, &at) : NULL;
+  if (m != NULL && --m->refs <= 0) {
+    *at = m->next;
+    free(m);
+    gpool *g, *gt;
+    HASH_ITER(hh, d->gpools, g, gt) {
+      if (g->key.a != id1 || g->key.b != id2) continue;
+      g->released = true;
+      if (!give_back_kept(d, g) && g->live == 0) (void)destroy_gpool(d, g);
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return st;
+}

@@ -1,0 +1,68 @@
+/* rap_glue.h — what the PyTorch and CuPy allocators share: one ResourceAwarePool per device, one
+ * rap resource per CUDA stream (made at its first use, found in O(1)), separate pools for memory
+ * taken while a stream is being captured into a CUDA graph, and one lock around all of it.
+ *
+ * Each integration library compiles its own copy and defines glue_cfg. Every function returns a
+ * rap status with rap_last_error() set on failure, like the library itself.
+ */
+#ifndef RAP_GLUE_H
+#define RAP_GLUE_H
+
+#include <cuda_runtime_api.h>
+#include <rap/rap.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define RAP_EXPORT __attribute__((visibility("default")))
+#else
+#define RAP_EXPORT
+#endif
+
+typedef struct rap_glue_config {
+  const char *prefix;         /* "torch": pools are named torch-cuda0, torch-cuda0-graph1, ... */
+  const char *spec_env;       /* "RAP_TORCH_SPEC": a spec string that replaces default_spec */
+  const char *default_spec;   /* "{device}" is replaced by the device number */
+  const char *graphs_env;     /* "RAP_TORCH_GRAPHS": "0" turns capture detection off */
+} rap_glue_config;
+
+extern const rap_glue_config glue_cfg;   /* defined by each integration */
+
+/* The values glue_stat_values writes, in this order (independent of rap_stats' layout). */
+enum {
+  GLUE_CURRENT, GLUE_PEAK, GLUE_RESERVED, GLUE_PEAK_RESERVED, GLUE_PENDING, GLUE_PENDING_COUNT,
+  GLUE_FREE, GLUE_RELEASABLE, GLUE_LARGEST_FREE, GLUE_ALLOCATIONS, GLUE_BLOCKS, GLUE_CHUNKS,
+  GLUE_USED, GLUE_STREAMS, GLUE_GRAPH_POOLS, GLUE_DEFERRED, GLUE_NSTATS
+};
+
+int  glue_malloc(void **out, size_t size, int device, cudaStream_t s);
+int  glue_free(void *ptr, int device);                 /* on the owning stream; NULL is a no-op */
+int  glue_record(void *ptr, cudaStream_t s);           /* ptr is also used on s */
+int  glue_release(void);                               /* every device: poll, release free chunks */
+int  glue_release_graph_pools(size_t *released);       /* pools of ended captures with no live block */
+int  glue_stat_values(int device, int graph, size_t *out, size_t n);   /* n >= GLUE_NSTATS */
+int  glue_pointer_stream(const void *ptr, int device, cudaStream_t *out);
+int  glue_stream_retire(cudaStream_t s, int *adopted);  /* the stream's owner lets go of it */
+int  glue_spec(int device, char *buf, size_t cap);      /* the spec a device's pool is made from */
+
+/* A framework's own graph-pool protocol (PyTorch's begin/end_allocate_to_pool and release_pool).
+ * Once glue_use_pool_hooks(1) is called, captures are no longer detected per allocation: between
+ * glue_begin_pool and glue_end_pool, an allocation on a stream that filter accepts comes from the
+ * pool (id1, id2) (one QuickPool per stream); glue_release_pool drops one reference, and a pool
+ * with no reference left is given back once its last block is freed. filter is called with the
+ * lock held and must not call back; drop(ctx) is called when the entry ends. */
+typedef int (*glue_filter_fn)(void *ctx, cudaStream_t s);
+void glue_use_pool_hooks(int on);
+int  glue_begin_pool(int device, unsigned long long id1, unsigned long long id2, void *ctx,
+                     glue_filter_fn filter, void (*drop)(void *ctx));
+int  glue_end_pool(int device, unsigned long long id1, unsigned long long id2);
+int  glue_release_pool(int device, unsigned long long id1, unsigned long long id2);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RAP_GLUE_H */

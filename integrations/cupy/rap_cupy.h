@@ -1,0 +1,33 @@
+/* rap_cupy.h — the C entry points of librap_cupy.so (CuPy's C allocator ABI over rap).
+ * rap_cupy.py installs them; C callers may use them directly. */
+#ifndef RAP_CUPY_H
+#define RAP_CUPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void    *rap_cupy_malloc(void *param, size_t size, int device);   /* CFunctionAllocator's malloc */
+void     rap_cupy_free(void *param, void *ptr, int device);       /* CFunctionAllocator's free */
+void    *rap_cupy_malloc_on(size_t size, int device, intptr_t stream);
+void     rap_cupy_set_stream_source(void *fn, int takes_device);
+void     rap_cupy_bind_stream(intptr_t stream);     /* this thread's allocations go to stream */
+void     rap_cupy_unbind_stream(void);
+intptr_t rap_cupy_current_stream(int device);
+int      rap_cupy_record_stream(void *ptr, intptr_t stream);
+intptr_t rap_cupy_pointer_stream(void *ptr, int device);
+int      rap_cupy_stream_retire(intptr_t stream);
+int      rap_cupy_empty_cache(void);
+size_t   rap_cupy_release_graph_pools(void);
+int      rap_cupy_stat_values(int device, int graph, size_t *out, size_t n);
+int      rap_cupy_stat_count(void);
+int      rap_cupy_spec(int device, char *buf, size_t cap);
+const char *rap_cupy_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RAP_CUPY_H */

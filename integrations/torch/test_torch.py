@@ -1,0 +1,432 @@
+"""Tests of rap_torch on a GPU; run_tests.sh runs each command in its own process.
+
+  probe              what this PyTorch offers a pluggable allocator
+  train  --allocator native|rap   a small CNN, 50 steps, losses and times (bit-for-bit comparison)
+  streams            producer/consumer on two streams with record_stream and early frees; threads
+  graph              CUDA graph capture and replay of an allocating step
+  oom                a failed allocation (RAP_TORCH_OOM=null: see what PyTorch does with NULL)
+  summarize          compares the results and prints the table; exit status 1 on a failure
+Each command writes <out>/<name>.json.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+import traceback
+import warnings
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # deterministic cuBLAS; before CUDA starts
+
+
+def dump(args, name, result):
+    path = os.path.join(args.out, name + ".json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(result, indent=1)[:6000])
+
+
+def use(allocator):
+    if allocator == "rap":
+        import rap_torch
+        rap_torch.enable()
+    import torch
+    return torch
+
+
+def cmd_probe(args):
+    import torch
+    import rap_torch
+    r = {"torch": torch.__version__, "cuda": torch.version.cuda,
+         "cudnn": torch.backends.cudnn.version(), "device": torch.cuda.get_device_name(0)}
+    a = torch.cuda.memory.CUDAPluggableAllocator(rap_torch.library_path(), "rap_torch_malloc",
+                                                  "rap_torch_free")
+    native = a.allocator()
+    r["pluggable_allocator_type"] = type(native).__name__
+    r["pluggable_allocator_methods"] = sorted(m for m in dir(native) if not m.startswith("__"))
+    r["torch_C_allocator_functions"] = sorted(n for n in dir(torch._C) if "llocator" in n)
+    r["graph_capture_begin_doc"] = (torch.cuda.CUDAGraph.capture_begin.__doc__ or "")[:400]
+    torch.zeros(1, device="cuda")   # native allocator; just to see what the process loads
+    with open("/proc/self/maps") as f:
+        libs = sorted({line.split()[-1] for line in f if "cudart" in line or "libcuda." in line})
+    r["cuda_libraries_loaded_by_torch"] = libs
+    dump(args, "probe", r)
+
+
+def build_model(torch):
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.Conv2d(64, 128, 3, stride=2, padding=1), nn.BatchNorm2d(128), nn.ReLU(),
+        nn.Conv2d(128, 128, 3, stride=2, padding=1), nn.ReLU(),
+        nn.Flatten(), nn.Linear(128 * 8 * 8, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def cmd_train(args):
+    t_start = time.perf_counter()
+    torch = use(args.allocator)
+    F = torch.nn.functional
+    caught = []
+    warnings.simplefilter("always")
+    old_showwarning = warnings.showwarning
+    warnings.showwarning = lambda m, *a, **k: caught.append(str(m)[:200])
+    torch.manual_seed(0)
+    torch.cuda.manual_seed_all(0)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = "cuda"
+    model = build_model(torch).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    gen = torch.Generator(device=dev).manual_seed(1)
+    B = args.batch
+
+    def step():
+        x = torch.randn(B, 3, 64, 64, generator=gen, device=dev)
+        y = torch.randint(0, 10, (B,), generator=gen, device=dev)
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    losses, times = [], []
+    for _ in range(args.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = step().item()
+        times.append((time.perf_counter() - t0) * 1e3)
+        losses.append(loss)
+    params = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu().numpy().tobytes()
+    # Steady state: more steps without a sync in each (host overhead and GPU overlap).
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(args.timed_steps):
+        step()
+    torch.cuda.synchronize()
+    steady = (time.perf_counter() - t0) * 1e3 / args.timed_steps
+    warnings.showwarning = old_showwarning
+    r = {"allocator": args.allocator, "steps": args.steps, "batch": B,
+         "losses_hex": [float.hex(v) for v in losses], "losses": losses,
+         "params_sha256": hashlib.sha256(params).hexdigest(),
+         "step_ms": times, "first_step_ms": times[0],
+         "median_step_ms_after_first": statistics.median(times[1:]),
+         "mean_step_ms_after_first": statistics.mean(times[1:]),
+         "steady_step_ms": steady, "timed_steps": args.timed_steps,
+         "determinism_warnings": sorted(set(caught))[:10]}
+    free, total = torch.cuda.mem_get_info()
+    r["device_used_at_end_MiB"] = (total - free) / 2**20
+    if args.allocator == "native":
+        r["max_memory_reserved"] = torch.cuda.max_memory_reserved()
+        r["max_memory_allocated"] = torch.cuda.max_memory_allocated()
+        r["memory_reserved"] = torch.cuda.memory_reserved()
+    else:
+        import rap_torch
+        s = rap_torch.memory_stats()
+        r["max_memory_reserved"] = s["peak_reserved"]
+        r["max_memory_allocated"] = s["peak"]
+        r["memory_reserved"] = s["reserved"]
+        r["rap_stats"] = s
+        r["rap_hooks"] = rap_torch.hooks()
+        r["rap_spec"] = rap_torch.spec()
+    r["process_s"] = time.perf_counter() - t_start
+    r["tag"] = args.tag
+    dump(args, "train_" + args.allocator + ("_" + args.tag if args.tag else ""), r)
+
+
+def producer_consumer(torch, rap_torch, iters, n, record):
+    """Tensors made on a side stream, read on the main stream after a delay, freed at once."""
+    side = torch.cuda.Stream()
+    main = torch.cuda.current_stream()
+    results, pending = [], []
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(iters):
+        with torch.cuda.stream(side):
+            x = torch.empty(n, device="cuda")
+            x.fill_(float(i))
+            x.mul_(2).add_(1)
+        main.wait_stream(side)
+        torch.cuda._sleep(args_sleep_cycles)   # the consumer starts late: a reuse would race it
+        y = x * 3
+        if record:
+            x.record_stream(main)
+        del x                                  # early free, with main's read still queued
+        results.append(y)
+        if i % 10 == 9:
+            pending.append(rap_torch.pending_bytes())
+    host_ms = (time.perf_counter() - t0) * 1e3
+    torch.cuda.synchronize()
+    bad_elements, bad_iters = 0, 0
+    for i, y in enumerate(results):
+        wrong = int((y != float((2 * i + 1) * 3)).sum().item())   # element by element
+        bad_elements += wrong
+        bad_iters += wrong > 0
+    stats_synced = rap_torch.memory_stats()
+    torch.cuda.empty_cache()
+    stats_after_empty = rap_torch.memory_stats()
+    return {"iters": iters, "elements": n, "record_stream": record,
+            "wrong_elements": bad_elements, "wrong_iterations": bad_iters,
+            "pending_bytes_samples": pending, "max_pending_bytes": max(pending) if pending else 0,
+            "host_ms": host_ms, "stats_after_sync": stats_synced,
+            "stats_after_empty_cache": stats_after_empty}
+
+
+args_sleep_cycles = 1000000   # about 0.5 ms of GPU time on the consumer stream
+
+
+def threads_test(torch, nthreads=4, iters=300):
+    errors = []
+
+    def work(k):
+        try:
+            s = torch.cuda.Stream()
+            g = torch.Generator().manual_seed(k)
+            with torch.cuda.stream(s):
+                live = []
+                for i in range(iters):
+                    n = int(torch.randint(1, 1 << 16, (1,), generator=g))
+                    v = k * 1000 + i % 7
+                    t = torch.full((n,), v, dtype=torch.int64, device="cuda")
+                    live.append((t, v, n))
+                    if len(live) > 8:
+                        t, v, n = live.pop(0)
+                        if int(t.sum().item()) != v * n:
+                            errors.append("thread %d iteration %d: wrong sum" % (k, i))
+                        del t
+        except Exception as e:  # noqa: BLE001
+            errors.append("thread %d: %r" % (k, e))
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(nthreads)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return {"threads": nthreads, "iterations": iters, "errors": errors[:10],
+            "seconds": time.perf_counter() - t0}
+
+
+def cmd_streams(args):
+    torch = use("rap")
+    import rap_torch
+    r = {"hooks": rap_torch.hooks()}
+    r["with_record_stream"] = producer_consumer(torch, rap_torch, args.iters, args.elements, True)
+    r["control_without_record_stream"] = producer_consumer(torch, rap_torch, args.iters,
+                                                           args.elements, False)
+    r["threads"] = threads_test(torch)
+    r["final_stats"] = rap_torch.memory_stats()
+    dump(args, "streams", r)
+
+
+def cmd_graph(args):
+    torch = use("rap")
+    import rap_torch
+    r = {}
+    D, B = 1024, 256
+    w = torch.randn(D, D, device="cuda") / 32
+    static_x = torch.randn(B, D, device="cuda")
+
+    def step(x):
+        h = torch.relu(x @ w)          # temporaries: allocated and freed inside the step
+        h2 = h * 2 + 1
+        return (h2 @ w).sum(dim=1)
+
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                step(static_x)
+        torch.cuda.current_stream().wait_stream(s)
+        r["main_before_capture"] = rap_torch.memory_stats()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_y = step(static_x)
+        r["graph_pools_after_capture"] = rap_torch.memory_stats(graph=True)
+        replays, equal, close, junk_ok, maxdiff = 20, 0, 0, 0, 0.0
+        for k in range(replays):
+            static_x.copy_(torch.randn(B, D, device="cuda"))
+            junk = [torch.full((B, D), 7.0, device="cuda") for _ in range(4)]   # eager, between replays
+            g.replay()
+            ref = step(static_x)
+            torch.cuda.synchronize()
+            equal += bool(torch.equal(static_y, ref))
+            close += bool(torch.allclose(static_y, ref, rtol=1e-5, atol=1e-4))
+            maxdiff = max(maxdiff, float((static_y - ref).abs().max().item()))
+            junk_ok += all(bool((j == 7).all().item()) for j in junk)
+            del junk
+        r.update({"replays": replays, "replays_equal_to_eager": equal, "replays_close_to_eager": close,
+                  "max_abs_diff": maxdiff,
+                  "eager_tensors_untouched": junk_ok, "captured": True})
+        del g, static_y
+        torch.cuda.synchronize()
+        r["graph_pools_after_graph_deleted"] = rap_torch.memory_stats(graph=True)
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:   # cuBLAS's workspace, taken during the capture, lives in its pool
+            clear()
+        r["graph_pools_after_cublas_workspaces_cleared"] = rap_torch.memory_stats(graph=True)
+        r["graph_pools_released_by_hand"] = rap_torch.release_graph_pools()
+        r["graph_pools_at_end"] = rap_torch.memory_stats(graph=True)
+    except Exception as e:  # noqa: BLE001
+        r.update({"captured": False, "error": "%s: %s" % (type(e).__name__, e),
+                  "traceback": traceback.format_exc()[-2000:]})
+    r["main_at_end"] = rap_torch.memory_stats()
+    r["hooks"] = rap_torch.hooks()
+    dump(args, "graph_" + (args.tag or "default"), r)
+
+
+def cmd_oom(args):
+    torch = use("rap")
+    import rap_torch
+    mode = os.environ.get("RAP_TORCH_OOM", "raise")
+    r = {"mode": mode}
+    x = torch.ones(10, device="cuda")
+    try:
+        big = torch.empty(1 << 46, dtype=torch.uint8, device="cuda")   # 64 TiB
+        r["exception"] = None
+        r["data_ptr"] = big.data_ptr()
+        del big
+    except BaseException as e:  # noqa: BLE001
+        r["exception"] = type(e).__name__
+        r["exception_mro"] = [c.__name__ for c in type(e).__mro__]
+        r["message"] = str(e)[:400]
+    if mode != "null":
+        y = torch.ones(1000, device="cuda") * 2
+        r["pool_works_after"] = float(y.sum().item()) == 2000.0 and float(x.sum().item()) == 10.0
+    r["stats"] = rap_torch.memory_stats()
+    dump(args, "oom_" + mode, r)
+
+
+def load(out, name):
+    try:
+        with open(os.path.join(out, name + ".json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def mib(b):
+    return "%.1f MiB" % (b / 2**20)
+
+
+def cmd_summarize(args):
+    ok = True
+    lines = []
+    native, rap = load(args.out, "train_native"), load(args.out, "train_rap")
+    if native and rap:
+        same = native["losses_hex"] == rap["losses_hex"]
+        differ = [i for i, (a, b) in enumerate(zip(native["losses_hex"], rap["losses_hex"])) if a != b]
+        ok &= same
+        lines.append("training, %d steps, batch %d: losses bit-for-bit equal: %s%s; final parameters "
+                     "equal: %s" % (rap["steps"], rap["batch"], same,
+                                    "" if same else " (first difference at step %d)" % differ[0],
+                                    native["params_sha256"] == rap["params_sha256"]))
+        lines.append("  loss step 1 %.6f, step %d %.6f" % (rap["losses"][0], rap["steps"], rap["losses"][-1]))
+        for r in (native, rap):
+            lines.append("  %-6s first step %.1f ms, median step %.2f ms (synced each step), "
+                         "steady step %.2f ms (%d steps unsynced); max reserved %s, max allocated %s"
+                         % (r["allocator"], r["first_step_ms"], r["median_step_ms_after_first"],
+                            r["steady_step_ms"], r["timed_steps"], mib(r["max_memory_reserved"]),
+                            mib(r["max_memory_allocated"])))
+        qp = load(args.out, "train_rap_quickpool")
+        if qp:
+            lines.append("  diagnostic, rap QuickPool (no pending state; safe here, one stream): losses equal: %s, "
+                         "median step %.2f ms, steady %.2f ms, max reserved %s"
+                         % (qp["losses_hex"] == native["losses_hex"], qp["median_step_ms_after_first"],
+                            qp["steady_step_ms"], mib(qp["max_memory_reserved"])))
+        if rap.get("determinism_warnings"):
+            lines.append("  determinism warnings: %s" % rap["determinism_warnings"])
+    else:
+        ok = False
+        lines.append("training: results missing")
+    s = load(args.out, "streams")
+    if s:
+        a, c, t = s["with_record_stream"], s["control_without_record_stream"], s["threads"]
+        ok &= a["wrong_elements"] == 0 and not t["errors"]
+        lines.append("two streams, %d iterations x %d floats, record_stream via %s: %d wrong elements; "
+                     "pending up to %s, pending after sync %s (%d blocks), after empty_cache %s; "
+                     "reserved %s -> %s after empty_cache"
+                     % (a["iters"], a["elements"], s["hooks"].get("record_stream"), a["wrong_elements"],
+                        mib(a["max_pending_bytes"]), mib(a["stats_after_sync"]["pending"]),
+                        a["stats_after_sync"]["pending_count"],
+                        mib(a["stats_after_empty_cache"]["pending"]),
+                        mib(a["stats_after_sync"]["reserved"]),
+                        mib(a["stats_after_empty_cache"]["reserved"])))
+        lines.append("  control without record_stream: %d wrong elements in %d of %d iterations "
+                     "(a race the test can see)" % (c["wrong_elements"], c["wrong_iterations"], c["iters"]))
+        lines.append("  %d threads x %d allocations on their own streams: %s (%.2f s)"
+                     % (t["threads"], t["iterations"], "ok" if not t["errors"] else t["errors"], t["seconds"]))
+    else:
+        ok = False
+        lines.append("streams: results missing")
+    for tag in ("hooks", "detect"):
+        g = load(args.out, "graph_" + tag)
+        if g and g.get("captured"):
+            good = (g["replays_close_to_eager"] == g["replays"] and
+                    g["eager_tensors_untouched"] == g["replays"])
+            ok &= good
+            lines.append("CUDA graph (pools via %s): %d/%d replays bit-equal to eager, %d close (max |diff| "
+                         "%g), eager tensors untouched in %d/%d; graph pools held %s; after the graph was "
+                         "deleted %s, after cuBLAS workspaces were cleared %s, at end %s"
+                         % (g["hooks"].get("graph_pools"), g["replays_equal_to_eager"], g["replays"],
+                            g["replays_close_to_eager"], g["max_abs_diff"], g["eager_tensors_untouched"],
+                            g["replays"], mib(g["graph_pools_after_capture"]["reserved"]),
+                            mib(g["graph_pools_after_graph_deleted"]["reserved"]),
+                            mib(g["graph_pools_after_cublas_workspaces_cleared"]["reserved"]),
+                            mib(g["graph_pools_at_end"]["reserved"])))
+        else:
+            ok = False
+            lines.append("CUDA graph (%s): %s" % (tag, g.get("error") if g else "results missing"))
+    for mode in ("raise", "null"):
+        o = load(args.out, "oom_" + mode)
+        if not o:
+            lines.append("oom (%s): results missing" % mode)
+            ok &= mode == "null"
+            continue
+        if mode == "raise":
+            ok &= o["exception"] is not None and o.get("pool_works_after", False)
+            lines.append("out of memory (default): %s: %s; pool works after: %s"
+                         % (o["exception"], (o.get("message") or "")[:160], o.get("pool_works_after")))
+        else:
+            lines.append("out of memory with RAP_TORCH_OOM=null: exception %s, data_ptr %s"
+                         % (o["exception"], o.get("data_ptr")))
+    p = load(args.out, "probe")
+    if p:
+        lines.insert(0, "torch %s (CUDA %s, cuDNN %s) on %s; pluggable allocator object %s exposes %s"
+                     % (p["torch"], p["cuda"], p["cudnn"], p["device"], p["pluggable_allocator_type"],
+                        p["pluggable_allocator_methods"] or "no methods"))
+    lines.append("RESULT: " + ("PASS" if ok else "FAIL"))
+    text = "\n".join(lines)
+    print(text)
+    with open(os.path.join(args.out, "torch_summary.txt"), "w") as f:
+        f.write(text + "\n")
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("command")
+    ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    ap.add_argument("--allocator", default="rap")
+    ap.add_argument("--tag", default="")
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--timed-steps", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--elements", type=int, default=1 << 20)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    fn = globals()["cmd_" + args.command]
+    return fn(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
