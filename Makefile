@@ -2,7 +2,7 @@
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST = ctest --output-on-failure -j $(JOBS)
 
-.PHONY: all deps build test demo asan tsan host-only install-check bench device-build clean
+.PHONY: all deps build test demo asan tsan host-only install-check bench device-build clean fuzz fuzz-ci fuzz-build fuzz-merge
 
 all: build
 
@@ -37,13 +37,42 @@ host-only: deps
 install-check: build
 	bash scripts/install-check.sh
 
+# Benchmarks against the peers (bench/, docs/benchmarks.md): the table on stdout, the figures in
+# build/bench/results.{json,csv} and the plot in build/bench/results.svg. BENCH_ARGS adds options
+# (rap-bench --help); without a GPU only the host workloads run.
 bench: build
-	@if [ -x build/bench/rap-bench ]; then ./build/bench/rap-bench; else echo "no benchmarks built"; fi
+	@if [ ! -x build/bench/rap-bench ]; then echo "no benchmarks built"; exit 1; fi
+	./build/bench/rap-bench --out build/bench/results $(BENCH_ARGS)
+	python3 bench/plot.py build/bench/results.json build/bench/results.svg
 
 # A build for the GPU machine: made here, where the toolkit is, and carried there.
 device-build: deps
 	cmake --preset device
 	cmake --build --preset device -j $(JOBS)
 
+# Model-based fuzzing (tests/fuzz): libFuzzer with clang, ASan and UBSan. `make fuzz` runs for
+# FUZZ_SECONDS, keeping what it finds in build-fuzz/corpus and crashes in build-fuzz/artifacts;
+# `make fuzz-merge` folds the new corpus, minimised, into tests/fuzz/corpus (replayed by make test).
+FUZZ_SECONDS ?= 600
+FUZZ_FLAGS = -max_len=4096 -timeout=60 -rss_limit_mb=4096 -print_final_stats=1
+FUZZ_BIN = build-fuzz/tests/fuzz/rap_fuzz
+
+fuzz-build:
+	@RAP_DEPS_CLANG=1 bash scripts/install-deps.sh
+	cmake --preset fuzz
+	cmake --build --preset fuzz --target rap_fuzz -j $(JOBS)
+
+fuzz: fuzz-build
+	mkdir -p build-fuzz/corpus build-fuzz/artifacts
+	$(FUZZ_BIN) build-fuzz/corpus tests/fuzz/corpus -max_total_time=$(FUZZ_SECONDS) $(FUZZ_FLAGS) \
+	  -artifact_prefix=build-fuzz/artifacts/
+
+# CI: a bounded run (the corpus replay itself runs in make test).
+fuzz-ci:
+	$(MAKE) fuzz FUZZ_SECONDS=$${FUZZ_CI_SECONDS:-210}
+
+fuzz-merge: fuzz-build
+	$(FUZZ_BIN) -merge=1 tests/fuzz/corpus build-fuzz/corpus $(FUZZ_FLAGS)
+
 clean:
-	rm -rf build build-asan build-tsan build-host device-build
+	rm -rf build build-asan build-tsan build-host build-fuzz device-build

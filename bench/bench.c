@@ -525,7 +525,8 @@ static void run_ahead(void) {
   }
   static const pdesc peers[] = {
       {P_RAP, "rap ResourceAwarePool wait",
-       "ResourceAwarePool(DEVICE, initial_size=1MiB, next_size=1MiB, cross_resource=wait)", 0},
+       "ResourceAwarePool(DEVICE, initial_size=1MiB, next_size=1MiB, cross_resource=wait, "
+       "wait_above=512MiB)", 0},
       {P_RAP, "rap ResourceAwarePool grow",
        "ResourceAwarePool(DEVICE, initial_size=1MiB, next_size=1MiB, cross_resource=grow)", 0},
       {P_ASYNC_FRESH, NULL, NULL, 0},

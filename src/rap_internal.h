@@ -106,6 +106,7 @@ struct rap_allocator {
   size_t children;
   uint64_t seq;                   /* creation order: children are always newer than parents */
   rap_allocator *next;            /* manager's list, newest first */
+  rap_allocator *guard;           /* the ThreadSafe wrapper whose lock covers this one, or NULL */
   UT_hash_handle hh;              /* manager's name map */
 };
 
@@ -152,7 +153,10 @@ void rapi_event_pool_fini(rap_resource *r, void (*destroy_handle)(void *));
 int  rapi_event_wait_host(rap_resource *waiter, rapi_event *e);   /* waits by blocking the host */
 /* Pools are told when a resource goes away, so that no pool keeps a pointer to it. */
 int  rapi_rap_forget_resource(rap_allocator *a, rap_resource *r);
-int  rapi_thread_safe_locked(rap_allocator *a, int (*fn)(rap_allocator *, void *), void *arg);
+/* strategies/thread_safe.c: runs fn(a, arg) under the lock of the ThreadSafe wrapper that guards
+ * a, or plainly where none does: for the manager's calls that reach an allocator directly (find,
+ * resource teardown), which must not race with callers going through its wrapper. */
+int  rapi_guarded(rap_allocator *a, int (*fn)(rap_allocator *, void *), void *arg);
 
 typedef struct rapi_strategy_entry {
   const rap_strategy *strategy;
@@ -201,6 +205,7 @@ struct rapi_platform {
   int (*raw_free)(rapi_platform *p, void *ptr, size_t bytes, rap_resource *r);
   rap_allocator *self;
   void *impl;   /* the backend's own state */
+  bool pass_through;   /* a wrapper (Fault, SizeLimiter): zero bytes go to the parent as zero */
 };
 int  rapi_platform_init(rapi_platform *p, rap_allocator *self);
 void rapi_platform_fini(rap_allocator *self, void *state);
@@ -262,7 +267,9 @@ static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
  * two-level segregated-fit index (TLSF): first level by power of two, second level by 2^SL_LOG2
  * subdivisions, a bitmap at each level, so a fitting class is found with two bit scans.
  * All records live in host memory, from slabs. */
-enum { RAPI_FREE = 0, RAPI_USED = 1, RAPI_PENDING = 2 };
+/* DEFERRED: the last block a QuickPool freed, kept unmerged and unindexed so that a request of
+ * the same size takes it back with no split, no merge and no index update (a one-entry cache). */
+enum { RAPI_FREE = 0, RAPI_USED = 1, RAPI_PENDING = 2, RAPI_DEFERRED = 3 };
 #define RAPI_SL_LOG2 5
 #define RAPI_SL_COUNT (1u << RAPI_SL_LOG2)
 #define RAPI_FL_COUNT (64 - RAPI_SL_LOG2 + 1)
@@ -279,6 +286,7 @@ struct rapi_block {
   struct rapi_use *uses;             /* other resources it was recorded on (record_resource) */
   rapi_block *fifo_prev, *fifo_next; /* pending: the owner's list in deallocation order */
   uint64_t tag;                      /* pending: the owner's batch number */
+  uint64_t seq;                      /* pending: deallocation order across owners */
   uint16_t fl, sl;                   /* index class while indexed */
   uint8_t state;
 };
@@ -325,6 +333,7 @@ typedef struct rapi_bp {
   bool list;                         /* DynamicPoolList: free blocks in an address-ordered list */
   rapi_index free;
   rapi_ptr_map used;                 /* live blocks by address */
+  rapi_block *deferred;              /* at most one block in state DEFERRED */
   rapi_chunk *chunks;
   rapi_slab block_recs, chunk_recs;
   size_t current, hwm, used_bytes, used_hwm, actual, actual_hwm;
@@ -347,10 +356,13 @@ rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size); /* remainder
 int   rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes);   /* used map, then counters */
 void  rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b);       /* counters and used map */
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
+void  rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b);        /* b takes in b->next's bytes */
 void  rapi_bp_index_free(rapi_bp *bp, rapi_block *b);
 void  rapi_bp_unindex_free(rapi_bp *bp, rapi_block *b);
 size_t rapi_bp_release(rapi_bp *bp);                          /* wholly free chunks; bytes returned */
 void  rapi_bp_after_free(rapi_bp *bp, rapi_block *merged);   /* runs the coalesce heuristic */
+void  rapi_bp_flush(rapi_bp *bp, bool heuristic);   /* merges the deferred block */
+bool  rapi_bp_free_may_coalesce(const rapi_bp *bp, const rapi_block *b);
 void  rapi_bp_stats(rapi_bp *bp, rap_stats *out);
 int   rapi_bp_check(rapi_bp *bp);
 int   rapi_bp_unknown_pointer(rapi_bp *bp, const void *ptr, const char *fn);

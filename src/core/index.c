@@ -1,18 +1,19 @@
 /* index.c — the two-level segregated-fit index of free blocks (TLSF's scheme, host-side records).
  *
  * A size maps to a first-level class (its highest set bit) and a second-level class (the next
- * RAPI_SL_LOG2 bits). Searching looks at the head of the request's own class (an exact fit is
- * usually the block just freed there), then rounds the request up to the next class boundary, so
- * every block of the class found fits: two bit scans, no list walk. One bounded walk of the
- * request's own class runs only when nothing larger exists, so an exact fit is not missed before
- * the pool grows.
+ * RAPI_SL_LOG2 bits). Searching looks at the first few blocks of the request's own class (the
+ * head is usually the block just freed there), then rounds the request up to the next class
+ * boundary, so every block of the class found fits: two bit scans, no list walk. The rest of the
+ * request's own class is walked (bounded) only when nothing larger exists, so a fit is not missed
+ * before the pool grows.
  * A block is classed by size - 1, so a class holds (start, end] rather than [start, end): chunks
  * and requests are often powers of two, and this way a power-of-two block and what is left of it
  * after a small split share a class, which lets a split or merge update the index in place.
  */
 #include "rap_internal.h"
 
-#define RAPI_FALLBACK_SCAN 32
+#define RAPI_OWN_CLASS_SCAN 8
+#define RAPI_FALLBACK_SCAN 40
 
 static inline unsigned fls_size(size_t x) { return 63u - (unsigned)__builtin_clzll((unsigned long long)x); }
 
@@ -81,11 +82,15 @@ void rapi_index_replace(rapi_index *ix, rapi_block *old, size_t old_size, rapi_b
 }
 
 rapi_block *rapi_index_find(rapi_index *ix, size_t size) {
-  /* The head of the request's own class first: an exact fit, most often the block just freed. */
+  /* The request's own class first, a few entries deep: its head is most often the block just
+   * freed, and a fit there leaves the larger classes whole for larger requests. */
   unsigned fl0, sl0;
   mapping(size - 1, &fl0, &sl0);
-  rapi_block *head = fl0 < RAPI_FL_COUNT ? ix->heads[fl0][sl0] : NULL;
-  if (head != NULL && head->size >= size) return head;
+  if (fl0 >= RAPI_FL_COUNT) return NULL;
+  unsigned n = 0;
+  rapi_block *b = ix->heads[fl0][sl0];
+  for (; b != NULL && n < RAPI_OWN_CLASS_SCAN; b = b->link_next, n++)
+    if (b->size >= size) return b;
   size_t s = size - 1;
   if (s >= RAPI_SL_COUNT) s += ((size_t)1 << (fls_size(s) - RAPI_SL_LOG2)) - 1;
   unsigned fl, sl;
@@ -101,10 +106,8 @@ rapi_block *rapi_index_find(rapi_index *ix, size_t size) {
     }
     if (slmap != 0) return ix->heads[fl][(unsigned)__builtin_ctz(slmap)];
   }
-  /* Nothing in a larger class: a block of the request's own class may still fit. */
-  if (fl0 >= RAPI_FL_COUNT) return NULL;
-  unsigned n = 0;
-  for (rapi_block *b = ix->heads[fl0][sl0]; b != NULL && n < RAPI_FALLBACK_SCAN; b = b->link_next, n++)
+  /* Nothing in a larger class: a block further down the request's own class may still fit. */
+  for (; b != NULL && n < RAPI_FALLBACK_SCAN; b = b->link_next, n++)
     if (b->size >= size) return b;
   return NULL;
 }

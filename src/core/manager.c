@@ -271,7 +271,8 @@ int rap_allocator_destroy(rap_allocator *a) {
   if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_destroy: allocator is NULL");
   rap_manager *rm = a->rm;
   pthread_mutex_lock(&rm->lock);
-  size_t bytes = 0, blocks = live_blocks(a, &bytes);
+  /* Children first: an allocator with none is not under a wrapper that others may be calling. */
+  size_t bytes = 0, blocks = a->children > 0 ? 0 : live_blocks(a, &bytes);
   int st = RAP_OK;
   if (a->children > 0)
     st = rapi_fail(RAP_ERR_BUSY, "rap_allocator_destroy('%s'): %zu allocator%s still use it",
@@ -285,15 +286,18 @@ int rap_allocator_destroy(rap_allocator *a) {
   return st;
 }
 
+static int owns(rap_allocator *a, void *ptr) { return a->strategy->owns(a->state, ptr) ? 1 : 0; }
+
 int rap_allocator_find(rap_manager *rm, const void *ptr, rap_allocator **out) {
   if (rm == NULL || out == NULL)
     return rapi_fail(RAP_ERR_INVALID, "rap_allocator_find: manager or out is NULL");
   if (ptr == NULL) return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_allocator_find: pointer is NULL");
   pthread_mutex_lock(&rm->lock);
   rap_allocator *found = NULL;
-  /* Newest first: a pool's block can share its address with the chunk it came from. */
+  /* Newest first: a pool's block can share its address with the chunk it came from. An allocator
+   * under a ThreadSafe wrapper is asked under the wrapper's lock. */
   for (rap_allocator *a = rm->allocators; a != NULL && found == NULL; a = a->next)
-    if (a->strategy->owns(a->state, ptr)) found = a;
+    if (rapi_guarded(a, owns, (void *)ptr) == 1) found = a;
   pthread_mutex_unlock(&rm->lock);
   if (found == NULL)
     return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_allocator_find: no allocator owns %p", ptr);
@@ -305,7 +309,9 @@ const char *rap_allocator_name(const rap_allocator *a) { return a ? a->name : NU
 const char *rap_allocator_strategy(const rap_allocator *a) { return a ? a->strategy->name : NULL; }
 rap_allocator *rap_allocator_parent(const rap_allocator *a) { return a ? a->parent : NULL; }
 rap_manager *rap_allocator_manager(const rap_allocator *a) { return a ? a->rm : NULL; }
-void rap_allocator_set_alignment(rap_allocator *self, size_t alignment) { self->alignment = alignment; }
+void rap_allocator_set_alignment(rap_allocator *self, size_t alignment) {
+  if (self != NULL) self->alignment = alignment;
+}
 size_t rap_allocator_alignment(const rap_allocator *a) { return a ? a->alignment : 0; }
 
 /* ---- blocks: the hot entry points go straight to the strategy ------------------------------- */
@@ -414,13 +420,7 @@ int rap_resource_submit(rap_resource *r, void (*fn)(void *), void *arg) {
   return r->ops->submit(r, fn, arg);
 }
 
-/* Under a ThreadSafe wrapper, every pool below it forgets r while the wrapper's lock is held. */
-static int forget_chain(rap_allocator *inner, void *r) {
-  int st = RAP_OK;
-  for (rap_allocator *a = inner; a != NULL && st == RAP_OK; a = a->parent)
-    st = rapi_rap_forget_resource(a, r);
-  return st;
-}
+static int forget(rap_allocator *a, void *r) { return rapi_rap_forget_resource(a, r); }
 
 int rap_resource_destroy(rap_resource *r) {
   if (r == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_resource_destroy: resource is NULL");
@@ -432,8 +432,7 @@ int rap_resource_destroy(rap_resource *r) {
   /* Every pool lets go of r: its pending blocks are free now that r has finished. */
   pthread_mutex_lock(&rm->lock);
   for (rap_allocator *a = rm->allocators; a != NULL && st == RAP_OK; a = a->next)
-    st = a->strategy == &rapi_thread_safe_strategy ? rapi_thread_safe_locked(a, forget_chain, r)
-                                                  : rapi_rap_forget_resource(a, r);
+    st = rapi_guarded(a, forget, r);   /* a pool under a ThreadSafe: under its lock */
   pthread_mutex_unlock(&rm->lock);
   if (st != RAP_OK) return st;
   rapi_manager_unlink_resource(rm, r);

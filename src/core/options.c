@@ -101,6 +101,8 @@ static rapi_option *find(rap_options *opts, const char *key) {
 }
 
 int rap_options_get_size(rap_options *opts, const char *key, size_t *out) {
+  if (key == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "%s: key or out is NULL", __func__);
   rapi_option *o = find(opts, key);
   if (o == NULL) return RAP_OK;
   size_t v;
@@ -113,6 +115,8 @@ int rap_options_get_size(rap_options *opts, const char *key, size_t *out) {
 }
 
 int rap_options_get_uint(rap_options *opts, const char *key, uint64_t *out) {
+  if (key == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "%s: key or out is NULL", __func__);
   rapi_option *o = find(opts, key);
   if (o == NULL) return RAP_OK;
   char *end = NULL;
@@ -127,6 +131,8 @@ int rap_options_get_uint(rap_options *opts, const char *key, uint64_t *out) {
 }
 
 int rap_options_get_string(rap_options *opts, const char *key, const char **out) {
+  if (key == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "%s: key or out is NULL", __func__);
   rapi_option *o = find(opts, key);
   if (o == NULL) return RAP_OK;
   if (o->value == NULL || o->value[0] == '\0')

@@ -83,9 +83,9 @@ static bool parse_args(parser *ps, node *n) {
       if (!append_option(n, start, len, v, (size_t)(vend - v)))
         return fail_at(ps, "out of host memory"), false;
     } else {
+      ps->p = start;   /* errors about the parent point at its first character */
       if (n->parent != NULL) return fail_at(ps, "a strategy has one parent"), false;
       if (n->options_len != 0) return fail_at(ps, "the parent comes before the options"), false;
-      ps->p = start;
       n->parent = parse(ps);
       if (n->parent == NULL) return false;
     }
@@ -149,12 +149,15 @@ static int build(rap_manager *rm, node *n, const char *name, rap_allocator **out
   }
   int st = rapi_allocator_make_direct(rm, name, n->name, parent_name, n->options, out);
   if (st != RAP_OK && parent != NULL && !n->parent->leaf) {
+    /* Destroy exactly what the inner levels made, outermost first; a leaf (an allocator that
+     * existed before) ends the walk, whatever its name. */
     char saved[512];
     snprintf(saved, sizeof saved, "%s", rap_last_error());
-    for (rap_allocator *a = parent, *next; a != NULL && a->children == 0; a = next) {
-      next = a->parent;
-      bool made_here = strncmp(a->name, name, strlen(name)) == 0 && a->name[strlen(name)] == '/';
-      if (!made_here || rap_allocator_destroy(a) != RAP_OK) break;
+    rap_allocator *a = parent;
+    for (node *m = n->parent; m != NULL && !m->leaf && a != NULL; m = m->parent) {
+      rap_allocator *next = a->parent;
+      if (rap_allocator_destroy(a) != RAP_OK) break;
+      a = next;
     }
     rapi_fail(st, "%s", saved);
   }

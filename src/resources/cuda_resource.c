@@ -50,7 +50,7 @@ static int cr_record(rap_resource *r, rapi_event **out) {
     }
     ev->r = r;
     ev->handle = h;
-    r->events_created++;
+    __atomic_fetch_add(&r->events_created, 1, __ATOMIC_RELAXED);
   }
   cudaError_t e = cudaEventRecord((cudaEvent_t)ev->handle, c->stream);
   if (e != cudaSuccess) {

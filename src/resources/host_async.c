@@ -84,7 +84,7 @@ static int ha_record(rap_resource *r, rapi_event **out) {
     e = calloc(1, sizeof *e);
     if (e == NULL) return rapi_fail(RAP_ERR_NOMEM, "host_async: out of host memory for an event");
     e->r = r;
-    r->events_created++;
+    __atomic_fetch_add(&r->events_created, 1, __ATOMIC_RELAXED);
   }
   pthread_mutex_lock(&q->lock);
   e->seq = q->submitted;

@@ -42,7 +42,9 @@ int rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for block records",
                      rap_allocator_name(p->self));
   }
-  size_t raw = bytes ? bytes : 1;   /* zero bytes: still a unique pointer */
+  /* Zero bytes: still a unique pointer. A wrapper passes the request on as asked: its parent
+   * (a pool, or a platform) makes the unique pointer, and counts what the user asked for. */
+  size_t raw = bytes || p->pass_through ? bytes : 1;
   int st = p->raw_alloc(p, &ptr, raw, r);
   if (st == RAP_OK) {
     rec->ptr = ptr;
@@ -82,14 +84,14 @@ int rapi_platform_deallocate(void *state, void *ptr, rap_resource *r) {
   if (rec == NULL) {
     pthread_mutex_unlock(&p->lock);
     return rapi_fail(RAP_ERR_UNKNOWN_POINTER,
-                     "%s: %p is not a live block of this allocator (double free, interior or "
-                     "foreign pointer)", rap_allocator_name(p->self), ptr);
+                     "rap_deallocate('%s'): %p is not a live block of this allocator (double free, "
+                     "interior or foreign pointer)", rap_allocator_name(p->self), ptr);
   }
   int st = p->raw_free(p, ptr, rec->bytes, r);
   if (st == RAP_OK) {
     HASH_DEL(p->map, rec);
     p->current -= rec->bytes;
-    p->actual -= rec->bytes ? rec->bytes : 1;
+    p->actual -= rec->bytes || p->pass_through ? rec->bytes : 1;
     p->count--;
     rapi_slab_free(&p->recs, rec);
   }

@@ -156,6 +156,7 @@ rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size) {
   rem->uses = NULL;
   rem->fifo_prev = rem->fifo_next = NULL;
   rem->tag = 0;
+  rem->seq = 0;
   rem->ptr = b->ptr + size;
   rem->size = b->size - size;
   rem->chunk = b->chunk;
@@ -207,7 +208,7 @@ void rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b) {
   b->requested = 0;
 }
 
-static void absorb_next(rapi_bp *bp, rapi_block *b) {
+void rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b) {
   rapi_block *n = b->next;
   b->size += n->size;
   b->next = n->next;
@@ -226,21 +227,21 @@ rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b) {
     rapi_block *p = b->prev;
     entry = p;
     entry_size = p->size;
-    absorb_next(bp, p);
+    rapi_bp_absorb_next(bp, p);
     b = p;
   }
   rapi_block *n = b->next;
   if (n && n->state == RAPI_FREE) {
     if (entry != NULL) {
       free_remove(bp, n);
-      absorb_next(bp, b);
+      rapi_bp_absorb_next(bp, b);
     } else {
       size_t n_size = n->size;
       b->size += n_size;
       b->state = RAPI_FREE;
       free_replace(bp, n, n_size, b);
       b->size -= n_size;
-      absorb_next(bp, b);
+      rapi_bp_absorb_next(bp, b);
       releasable_add(bp, b, 1);
       return b;
     }
@@ -329,6 +330,7 @@ static void drop_chunk(rapi_bp *bp, rapi_chunk *c) {
 }
 
 size_t rapi_bp_release(rapi_bp *bp) {
+  rapi_bp_flush(bp, false);
   size_t released = 0;
   for (rapi_chunk *c = bp->chunks, *next; c != NULL; c = next) {
     next = c->next;
@@ -383,6 +385,26 @@ static void coalesce(rapi_bp *bp) {
   if (want > 0 && rapi_bp_grow_exact(bp, want, &b) == RAP_OK) rapi_bp_index_free(bp, b);
 }
 
+void rapi_bp_flush(rapi_bp *bp, bool heuristic) {
+  rapi_block *d = bp->deferred;
+  if (d == NULL) return;
+  bp->deferred = NULL;
+  rapi_block *merged = rapi_bp_make_free(bp, d);
+  if (heuristic) rapi_bp_after_free(bp, merged);
+}
+
+/* Whether freeing b could make a heuristic fire: it would leave its whole chunk free, and the
+ * quick test of rapi_bp_after_free would not rule firing out. Such a block is merged at once, so
+ * heuristics run inside rap_deallocate only, never later inside an allocation. */
+bool rapi_bp_free_may_coalesce(const rapi_bp *bp, const rapi_block *b) {
+  if (bp->heuristic.kind == RAPI_H_NEVER) return false;
+  const rapi_block *p = b->prev, *n = b->next;
+  bool whole = (p == NULL || (p->state == RAPI_FREE && p->prev == NULL)) &&
+               (n == NULL || (n->state == RAPI_FREE && n->next == NULL));
+  if (!whole) return false;
+  return !(bp->releasable_chunks == 0 && (!bp->heuristic.hwm || bp->usable <= bp->initial_size));
+}
+
 void rapi_bp_after_free(rapi_bp *bp, rapi_block *merged) {
   if (RAPI_LIKELY(!rapi_bp_whole_chunk(merged)) || bp->heuristic.kind == RAPI_H_NEVER) return;
   /* One free chunk, and nothing smaller to shrink to: firing could change nothing. */
@@ -393,6 +415,7 @@ void rapi_bp_after_free(rapi_bp *bp, rapi_block *merged) {
 /* ---- statistics, checks, diagnostics --------------------------------------------------------- */
 
 void rapi_bp_stats(rapi_bp *bp, rap_stats *out) {
+  rapi_bp_flush(bp, false);   /* figures as if the deferred block had merged at once */
   out->current_bytes = bp->current;
   out->high_watermark = bp->hwm;
   out->actual_bytes = bp->actual;
@@ -410,7 +433,7 @@ void rapi_bp_stats(rapi_bp *bp, rap_stats *out) {
 
 #define CORRUPT(...) rapi_fail(RAP_ERR_CORRUPT, __VA_ARGS__)
 
-static int check_chunk(rapi_bp *bp, rapi_chunk *c, size_t sums[3], size_t counts[3],
+static int check_chunk(rapi_bp *bp, rapi_chunk *c, size_t sums[4], size_t counts[4],
                        size_t *requested) {
   const char *who = rap_allocator_name(bp->self);
   rapi_block *b = c->first;
@@ -425,7 +448,8 @@ static int check_chunk(rapi_bp *bp, rapi_chunk *c, size_t sums[3], size_t counts
     if (b->size == 0 || b->size % bp->alignment != 0)
       return CORRUPT("%s: block %p has size %zu, not a multiple of %zu", who, (void *)b->ptr,
                      b->size, bp->alignment);
-    if (b->state > RAPI_PENDING) return CORRUPT("%s: block %p has state %d", who, (void *)b->ptr, b->state);
+    if (b->state > RAPI_DEFERRED || (b->state == RAPI_DEFERRED && b != bp->deferred))
+      return CORRUPT("%s: block %p has state %d", who, (void *)b->ptr, b->state);
     if (b->next && (b->next->prev != b || b->next->ptr != b->ptr + b->size))
       return CORRUPT("%s: blocks %p and its successor do not touch", who, (void *)b->ptr);
     if (b->next && b->state == RAPI_FREE && b->next->state == RAPI_FREE)
@@ -480,7 +504,7 @@ static int check_list(rapi_bp *bp, size_t *indexed, size_t *indexed_bytes) {
 
 int rapi_bp_check(rapi_bp *bp) {
   const char *who = rap_allocator_name(bp->self);
-  size_t sums[3] = {0, 0, 0}, counts[3] = {0, 0, 0}, requested = 0, chunks = 0, actual = 0;
+  size_t sums[4] = {0, 0, 0, 0}, counts[4] = {0, 0, 0, 0}, requested = 0, chunks = 0, actual = 0;
   size_t rel_bytes = 0, rel_chunks = 0;
   for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
     if (c->next && c->next->prev != c) return CORRUPT("%s: the chunk list is broken", who);
@@ -496,7 +520,9 @@ int rapi_bp_check(rapi_bp *bp) {
   size_t indexed = 0, indexed_bytes = 0;
   int st = bp->list ? check_list(bp, &indexed, &indexed_bytes) : check_index(bp, &indexed, &indexed_bytes);
   if (st != RAP_OK) return st;
-  size_t total_blocks = counts[0] + counts[1] + counts[2];
+  size_t total_blocks = counts[0] + counts[1] + counts[2] + counts[3];
+  if (counts[RAPI_DEFERRED] != (bp->deferred != NULL))
+    return CORRUPT("%s: the deferred block is not where the pool says", who);
   if (indexed != counts[RAPI_FREE] || indexed_bytes != sums[RAPI_FREE] || bp->free.count != indexed ||
       bp->free.bytes != indexed_bytes)
     return CORRUPT("%s: %zu free blocks (%zu bytes) in chunks, %zu (%zu bytes) in the index", who,
@@ -532,10 +558,10 @@ int rapi_bp_unknown_pointer(rapi_bp *bp, const void *ptr, const char *fn) {
       if (p < b->ptr || p >= b->ptr + b->size) continue;
       if (p == b->ptr)
         return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "%s('%s'): %p is already %s (double free?)", fn,
-                         who, ptr, b->state == RAPI_FREE ? "free" : "pending");
+                         who, ptr, b->state == RAPI_PENDING ? "pending" : "free");
       return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "%s('%s'): %p points %zu bytes into the %s block %p",
                        fn, who, ptr, (size_t)(p - b->ptr),
-                       b->state == RAPI_USED ? "used" : b->state == RAPI_FREE ? "free" : "pending",
+                       b->state == RAPI_USED ? "used" : b->state == RAPI_PENDING ? "pending" : "free",
                        (void *)b->ptr);
     }
   }

@@ -1,9 +1,10 @@
 /* fault.c — Fault: passes requests to its parent and fails them on demand, for tests.
  *
  * fail_next=N fails the next N requests; fail_after=N lets N more through, then fails every one
- * until reconfigured; budget=SIZE fails any request that would take this allocator's live bytes
- * above SIZE. A failure is RAP_ERR_NOMEM, as a real parent running dry would give. Every live
- * pointer is tracked, so the allocator also catches double and foreign frees.
+ * until reconfigured; fail_at=N fails only the N-th request from now (a transient failure, for
+ * failing every point of a sequence in turn); budget=SIZE fails any request that would take this
+ * allocator's live bytes above SIZE. A failure is RAP_ERR_NOMEM, as a real parent running dry
+ * would give. Every live pointer is tracked, so the allocator also catches double and foreign frees.
  */
 #include "rap_internal.h"
 
@@ -12,6 +13,7 @@
 
 typedef struct fault_impl {
   uint64_t fail_next, pass_left;   /* pass_left == UINT64_MAX: fail_after is off */
+  uint64_t fail_at;                /* 0: off; else requests up to and including the one to fail */
   size_t budget;                   /* SIZE_MAX: no budget */
   size_t requests, failures;
 } fault_impl;
@@ -20,7 +22,10 @@ static int fault_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_resou
   fault_impl *f = p->impl;
   f->requests++;
   const char *why = NULL;
-  if (f->fail_next > 0) {
+  bool at = f->fail_at > 0 && --f->fail_at == 0;
+  if (at) {
+    why = "fail_at";
+  } else if (f->fail_next > 0) {
     f->fail_next--;
     why = "fail_next";
   } else if (f->pass_left == 0) {
@@ -49,16 +54,19 @@ static int apply(fault_impl *f, rap_options *opts) {
       f->fail_next = 0;
       f->pass_left = UINT64_MAX;
       f->budget = SIZE_MAX;
+      f->fail_at = 0;
     }
-  uint64_t next = f->fail_next, after = f->pass_left;
+  uint64_t next = f->fail_next, after = f->pass_left, at = f->fail_at;
   size_t budget = f->budget;
   int st = rap_options_get_uint(opts, "fail_next", &next);
   if (st == RAP_OK) st = rap_options_get_uint(opts, "fail_after", &after);
+  if (st == RAP_OK) st = rap_options_get_uint(opts, "fail_at", &at);
   if (st == RAP_OK) st = rap_options_get_size(opts, "budget", &budget);
   if (st == RAP_OK) st = rapi_options_check_unused(opts);
   if (st != RAP_OK) return st;
   f->fail_next = next;
   f->pass_left = after;
+  f->fail_at = at;
   f->budget = budget;
   return RAP_OK;
 }
@@ -74,6 +82,7 @@ static int fault_init(rap_allocator *self, void *state, rap_options *opts) {
     p->impl = f;
     p->raw_alloc = fault_raw_alloc;
     p->raw_free = fault_raw_free;
+    p->pass_through = true;
     rap_allocator_set_alignment(self, rap_allocator_alignment(rap_allocator_parent(self)));
     st = rapi_platform_init(p, self);
   }

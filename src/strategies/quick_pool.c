@@ -31,14 +31,21 @@ static RAPI_NOINLINE int quick_allocate_slow(rapi_bp *bp, void **out, size_t byt
   return RAP_OK;
 }
 
-/* The hit path: round, two bit scans, unlink, maybe split, one hash insert. */
+/* The hit path: the block freed last if it has the size (no split, no index), else two bit scans,
+ * unlink, maybe split; then one insert into the pointer table. */
 int rapi_quick_pool_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   rapi_bp *bp = state;
   (void)r;
   size_t size;
   int st = rapi_bp_round(bp, bytes, &size);
   if (RAPI_UNLIKELY(st != RAP_OK)) return st;
-  rapi_block *b = rapi_bp_take_free(bp, size);
+  rapi_block *b = bp->deferred;
+  if (b != NULL && b->size == size) {
+    bp->deferred = NULL;
+  } else {
+    rapi_bp_flush(bp, false);
+    b = rapi_bp_take_free(bp, size);
+  }
   if (RAPI_UNLIKELY(b == NULL)) return quick_allocate_slow(bp, out, bytes, size);
   st = rapi_bp_mark_used(bp, b, bytes);
   if (RAPI_UNLIKELY(st != RAP_OK)) {
@@ -55,7 +62,13 @@ int rapi_quick_pool_deallocate(void *state, void *ptr, rap_resource *r) {
   rapi_block *b = rapi_bp_find_used(bp, ptr);
   if (RAPI_UNLIKELY(b == NULL)) return rapi_bp_unknown_pointer(bp, ptr, "rap_deallocate");
   rapi_bp_unmark_used(bp, b);
-  rapi_bp_after_free(bp, rapi_bp_make_free(bp, b));
+  rapi_bp_flush(bp, true);   /* the block deferred before merges now */
+  if (rapi_bp_free_may_coalesce(bp, b)) {
+    rapi_bp_after_free(bp, rapi_bp_make_free(bp, b));
+  } else {
+    b->state = RAPI_DEFERRED;   /* it waits unmerged for a request of its size */
+    bp->deferred = b;
+  }
   return RAP_OK;
 }
 

@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Pending blocks in one resource's open batch that make the pool fence the batch at once. */
+#define RAPI_EAGER_FENCE 16
+
 typedef struct rstate rstate;
 
 typedef struct rapi_use {
@@ -35,6 +38,7 @@ struct rstate {
   bool sync;                      /* the host: every point of it has passed */
   uint64_t open, done;            /* batches <= done have passed; open is not fenced yet */
   bool open_dirty;                /* something carries the open batch number */
+  size_t open_count;              /* pending blocks of the open batch */
   fence *fences;                  /* ring of recorded batches not known to have passed */
   size_t fhead, fcount, fcap;
   rapi_block *fifo_head, *fifo_tail;
@@ -46,6 +50,8 @@ struct rstate {
 typedef struct rap_pool {
   rapi_bp bp;
   bool cross_wait;
+  size_t wait_above;              /* cross_resource=wait waits only once the pool holds this */
+  uint64_t free_seq;              /* deallocations so far: orders pending blocks across owners */
   rstate *last;                   /* the resource of the last call: the hot path's lookup */
   rstate *by_key;                 /* uthash on key */
   rapi_slab use_recs;
@@ -105,6 +111,7 @@ static int fence_open(rap_pool *p, rstate *rs) {
   rs->fences[(rs->fhead + rs->fcount++) % rs->fcap] = (fence){rs->open, ev};
   rs->open++;
   rs->open_dirty = false;
+  rs->open_count = 0;
   return RAP_OK;
 }
 
@@ -157,6 +164,7 @@ static void add_pending(rap_pool *p, rstate *rs, rapi_block *b, rapi_block *afte
   if (b->uses == NULL) rapi_index_insert(&rs->pending, b);
   rs->pending_bytes += b->size;
   rs->pending_count++;
+  rs->open_count += b->tag == rs->open;
   p->bp.pending_bytes += b->size;
   p->bp.pending_count++;
 }
@@ -168,6 +176,7 @@ static rapi_block *drop_pending(rap_pool *p, rstate *rs, rapi_block *b) {
   if (b->uses == NULL) rapi_index_remove(&rs->pending, b);
   rs->pending_bytes -= b->size;
   rs->pending_count--;
+  rs->open_count -= b->tag == rs->open;
   p->bp.pending_bytes -= b->size;
   p->bp.pending_count--;
   return at;
@@ -197,6 +206,7 @@ static void take_pending(rap_pool *p, rstate *owner, rapi_block *b, size_t size)
   rapi_block *rem = b->uses == NULL ? rapi_bp_split(&p->bp, b, size) : NULL;
   if (rem) {
     rem->tag = b->tag;
+    rem->seq = b->seq;
     add_pending(p, owner, rem, at);
   }
   free_uses(p, b);
@@ -217,14 +227,21 @@ static void drain(rap_pool *p, rstate *rs) {
   }
 }
 
+/* A resource whose events fail (a stream in error) keeps its pending blocks, is logged, and does
+ * not stop the others from coming back; the first failure is returned for callers that care. */
 static int poll_all(rap_pool *p, bool record) {
-  int st = RAP_OK;
-  for (rstate *rs = p->by_key; rs != NULL && st == RAP_OK; rs = rs->hh.next) {
-    if (record) st = fence_open(p, rs);
+  int first = RAP_OK;
+  for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next) {
+    int st = record ? fence_open(p, rs) : RAP_OK;
     if (st == RAP_OK) st = query_fences(rs);
+    if (st != RAP_OK) {
+      rap_log(RAP_LOG_WARN, "%s: polling a %s resource failed: %s", rap_allocator_name(p->bp.self),
+              rs->r->ops->kind, rap_last_error());
+      if (first == RAP_OK) first = st;
+    }
   }
   for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next) drain(p, rs);
-  return st;
+  return first;
 }
 
 /* Host-side wait for every fence: used before out of memory and at teardown. */
@@ -238,6 +255,24 @@ static int wait_all(rap_pool *p) {
   }
   if (st == RAP_OK) st = poll_all(p, false);
   return st;
+}
+
+/* Merges b, just deallocated on owner, with neighbours pending on the same owner without uses.
+ * The merged block takes b's batch, the newest: a neighbour waits a little longer, never less, and
+ * the owner's pending memory does not fragment while nothing polls (a CPU running ahead). */
+static rapi_block *merge_pending(rap_pool *p, rstate *owner, rapi_block *b) {
+  rapi_block *prev = b->prev;
+  if (prev && prev->state == RAPI_PENDING && (rstate *)prev->owner == owner && prev->uses == NULL) {
+    drop_pending(p, owner, prev);
+    rapi_bp_absorb_next(&p->bp, prev);
+    b = prev;
+  }
+  rapi_block *next = b->next;
+  if (next && next->state == RAPI_PENDING && (rstate *)next->owner == owner && next->uses == NULL) {
+    drop_pending(p, owner, next);
+    rapi_bp_absorb_next(&p->bp, b);
+  }
+  return b;
 }
 
 /* ---- cross_resource=wait -------------------------------------------------------------------- */
@@ -260,19 +295,23 @@ static int wait_for_block(rap_pool *p, rstate *rs, rstate *owner, rapi_block *b)
   return st;
 }
 
-/* Finds a pending block of any owner that fits, for rs to take after a queued wait. */
+/* Finds the pending block that fits and was freed first, among every owner's oldest (rs's own
+ * blocks count only if they have uses: the others it could take already): the one whose work is
+ * most likely done, so the wait is the shortest. */
 static rapi_block *find_waitable(rap_pool *p, rstate *rs, size_t size, rstate **owner) {
+  rapi_block *best = NULL;
   for (rstate *o = p->by_key; o != NULL; o = o->hh.next) {
-    rapi_block *b = o != rs ? rapi_index_find(&o->pending, size) : NULL;
     unsigned n = 0;
-    for (rapi_block *f = o->fifo_head; b == NULL && f != NULL && n < 64; f = f->fifo_next, n++)
-      if (f->uses != NULL && f->size >= size) b = f;
-    if (b != NULL) {
-      *owner = o;
-      return b;
+    for (rapi_block *f = o->fifo_head; f != NULL && n < 64; f = f->fifo_next, n++) {
+      if (f->size < size || (o == rs && f->uses == NULL)) continue;
+      if (best == NULL || f->seq < best->seq) {
+        best = f;
+        *owner = o;
+      }
+      break;
     }
   }
-  return NULL;
+  return best;
 }
 
 /* ---- allocate and deallocate ---------------------------------------------------------------- */
@@ -306,10 +345,11 @@ static rapi_block *take_own_or_free(rap_pool *p, rstate *rs, size_t size) {
  * and before giving up wait on the host for every pending block. */
 static RAPI_NOINLINE int rap_allocate_slow(rap_pool *p, rstate *rs, void **out, size_t bytes,
                                            size_t size) {
-  int st = poll_all(p, true);
-  if (st != RAP_OK) return st;
+  int st = poll_all(p, true);   /* a failing resource is logged; growing may still serve us */
   rapi_block *b = take_own_or_free(p, rs, size);
-  if (b == NULL && p->cross_wait) {
+  /* Waiting serializes the waiter behind the owner; below wait_above the pool grows instead, so
+   * as many streams as that memory allows run side by side. */
+  if (b == NULL && p->cross_wait && p->bp.actual + size > p->wait_above) {
     rstate *owner;
     b = find_waitable(p, rs, size, &owner);
     if (b != NULL) {
@@ -368,6 +408,8 @@ static int rap_deallocate_fn(void *state, void *ptr, rap_resource *r) {
     rapi_bp_after_free(&p->bp, rapi_bp_make_free(&p->bp, b));
     return RAP_OK;
   }
+  if (b->uses == NULL) b = merge_pending(p, owner, b);
+  b->seq = ++p->free_seq;
   b->tag = owner->open;
   owner->open_dirty = !owner->sync;
   for (rapi_use *u = b->uses; u != NULL; u = u->next) {
@@ -375,6 +417,12 @@ static int rap_deallocate_fn(void *state, void *ptr, rap_resource *r) {
     u->rs->open_dirty = true;
   }
   add_pending(p, owner, b, owner->fifo_tail);
+  /* Many blocks waiting in the open batch: fence it now, so that by the time memory is wanted the
+   * event has long completed. One block reused over and over never gets here, so a resource
+   * reusing its own memory still makes no driver call. */
+  if (owner->open_count >= RAPI_EAGER_FENCE && fence_open(p, owner) != RAP_OK)
+    rap_log(RAP_LOG_WARN, "%s: recording an event failed: %s", rap_allocator_name(p->bp.self),
+            rap_last_error());
   return RAP_OK;
 }
 
@@ -499,10 +547,18 @@ static int rap_init(rap_allocator *self, void *state, rap_options *opts) {
     return rapi_fail(RAP_ERR_INVALID, "%s: option 'cross_resource' is grow or wait, not '%s'",
                      rap_allocator_name(self), cross);
   p->cross_wait = cross[0] == 'w';
+  p->wait_above = SIZE_MAX;
+  st = rap_options_get_size(opts, "wait_above", &p->wait_above);
+  if (st != RAP_OK) return st;
   rapi_slab_init(&p->use_recs, sizeof(rapi_use), 64);
   st = rapi_bp_init(&p->bp, self, opts, false);
-  if (st != RAP_OK) rapi_slab_destroy(&p->use_recs);
-  return st;
+  if (st != RAP_OK) {
+    rapi_slab_destroy(&p->use_recs);
+    return st;
+  }
+  /* By default wait mode lets the pool fill its first chunk before it waits. */
+  if (p->wait_above == SIZE_MAX) p->wait_above = p->bp.initial_size;
+  return RAP_OK;
 }
 
 static void forget(rap_pool *p, rstate *rs) {

@@ -44,6 +44,7 @@ static int limiter_init(rap_allocator *self, void *state, rap_options *opts) {
   p->impl = l;
   p->raw_alloc = limiter_raw_alloc;
   p->raw_free = limiter_raw_free;
+  p->pass_through = true;
   rap_allocator_set_alignment(self, rap_allocator_alignment(rap_allocator_parent(self)));
   st = rapi_platform_init(p, self);
   if (st != RAP_OK) {

@@ -1,8 +1,10 @@
-/* test_quick_pool.c — QuickPool's behaviours: chunks, blocks, statistics, alignment, release,
- * and bad input. Heuristics are in test_quick_pool_heuristics.c, out-of-memory and stacking in
- * test_quick_pool_oom.c.
+/* test_quick_pool.c — the pools' behaviours: chunks, blocks, statistics, alignment, release, and
+ * bad input. Every body runs over {QuickPool, DynamicPoolList} x {HOST, Fault} (RAP_TEST_POOLS);
+ * heuristics are in test_quick_pool_heuristics.c, out-of-memory and stacking in
+ * test_quick_pool_oom.c, DynamicPoolList's own best fit in test_dynamic_pool_list.c.
  *
- * Figures: over HOST (alignment 16) a pool of alignment 256 asks for usable + 240 bytes a chunk.
+ * Figures: over a parent of alignment 16 (HOST, or a Fault over it) a pool of alignment 256 asks
+ * for usable + 240 bytes a chunk; tu_chunk_on computes that from the parent.
  */
 #include "test_util.h"
 
@@ -10,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-RAP_TEST(QuickPool, Smoke) {
+RAP_TEST_POOLS(PoolBehaviour, Smoke) {
   rap_manager *rm = tu_manager();
-  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=1MiB");
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL, "initial_size=1MiB");
   void *p = tu_alloc(pool, 1000);
   memset(p, 1, 1000);
   TU_CHECK(pool);
@@ -21,24 +23,24 @@ RAP_TEST(QuickPool, Smoke) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPool, FirstChunkIsTakenLazily) {
+RAP_TEST_POOLS(PoolBehaviour, FirstChunkIsTakenLazily) {
   rap_manager *rm = tu_manager();
-  rap_allocator *host = tu_get(rm, "HOST");
-  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=64KiB");
+  rap_allocator *parent = tu_parent(rm, param);
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL, "initial_size=64KiB");
   rap_stats s = tu_stats(pool);
   RAP_CHECK_EQ(s.chunk_count, 0);
   RAP_CHECK_EQ(s.block_count, 0);
   RAP_CHECK_EQ(s.actual_bytes, 0);
   RAP_CHECK_EQ(s.largest_free_block, 0);
-  TU_EXPECT(host, allocation_count, 0);
+  TU_EXPECT(parent, allocation_count, 0);
   TU_CHECK(pool);
 
   void *p = tu_alloc(pool, 100);
   s = tu_stats(pool);
   RAP_CHECK_EQ(s.chunk_count, 1);
   RAP_CHECK_EQ(s.block_count, 2);               /* the block and the rest of the chunk */
-  RAP_CHECK_EQ(s.actual_bytes, tu_chunk(65536, 256));
-  RAP_CHECK_EQ(s.actual_high_watermark, tu_chunk(65536, 256));
+  RAP_CHECK_EQ(s.actual_bytes, tu_chunk_on(parent, 65536, 256));
+  RAP_CHECK_EQ(s.actual_high_watermark, tu_chunk_on(parent, 65536, 256));
   RAP_CHECK_EQ(s.current_bytes, 100);
   RAP_CHECK_EQ(s.used_bytes, 256);
   RAP_CHECK_EQ(s.free_bytes, 65536 - 256);
@@ -47,45 +49,46 @@ RAP_TEST(QuickPool, FirstChunkIsTakenLazily) {
   RAP_CHECK_EQ(s.allocation_count, 1);
   RAP_CHECK_EQ(s.pending_bytes, 0);
   RAP_CHECK_EQ(s.pending_count, 0);
-  TU_EXPECT(host, allocation_count, 1);
-  TU_EXPECT(host, current_bytes, tu_chunk(65536, 256));
+  TU_EXPECT(parent, allocation_count, 1);
+  TU_EXPECT(parent, current_bytes, tu_chunk_on(parent, 65536, 256));
   TU_CHECK(pool);
 
   RAP_CHECK_OK(rap_deallocate(pool, p, NULL));
   s = tu_stats(pool);
   RAP_CHECK_EQ(s.chunk_count, 1);   /* the default heuristic keeps a lone chunk */
   RAP_CHECK_EQ(s.block_count, 1);
-  RAP_CHECK_EQ(s.releasable_bytes, tu_chunk(65536, 256));
+  RAP_CHECK_EQ(s.releasable_bytes, tu_chunk_on(parent, 65536, 256));
   RAP_CHECK_EQ(s.free_bytes, 65536);
   RAP_CHECK_EQ(s.current_bytes, 0);
   RAP_CHECK_EQ(s.high_watermark, 100);
-  TU_EXPECT(host, allocation_count, 1);
+  TU_EXPECT(parent, allocation_count, 1);
   TU_CHECK(pool);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPool, ChunksAreMaxOfSettingAndRequest) {
+RAP_TEST_POOLS(PoolBehaviour, ChunksAreMaxOfSettingAndRequest) {
   rap_manager *rm = tu_manager();
-  rap_allocator *host = tu_get(rm, "HOST");
+  rap_allocator *parent = tu_parent(rm, param);
   rap_allocator *pool =
-      tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=4KiB next_size=8KiB heuristic=never");
+      tu_pool_make(rm, param, "pool", NULL, "initial_size=4KiB next_size=8KiB heuristic=never");
   void *a = tu_alloc(pool, 10000);   /* 10240 > initial_size: the first chunk is 10240 */
   rap_stats s = tu_stats(pool);
   RAP_CHECK_EQ(s.chunk_count, 1);
   RAP_CHECK_EQ(s.block_count, 1);
-  RAP_CHECK_EQ(s.actual_bytes, tu_chunk(10240, 256));
+  RAP_CHECK_EQ(s.actual_bytes, tu_chunk_on(parent, 10240, 256));
   RAP_CHECK_EQ(s.largest_free_block, 0);
   void *b = tu_alloc(pool, 100);     /* next_size */
   s = tu_stats(pool);
   RAP_CHECK_EQ(s.chunk_count, 2);
-  RAP_CHECK_EQ(s.actual_bytes, tu_chunk(10240, 256) + tu_chunk(8192, 256));
+  RAP_CHECK_EQ(s.actual_bytes, tu_chunk_on(parent, 10240, 256) + tu_chunk_on(parent, 8192, 256));
   RAP_CHECK_EQ(s.largest_free_block, 8192 - 256);
   void *c = tu_alloc(pool, 20000);   /* larger than next_size */
   s = tu_stats(pool);
   RAP_CHECK_EQ(s.chunk_count, 3);
-  RAP_CHECK_EQ(s.actual_bytes, tu_chunk(10240, 256) + tu_chunk(8192, 256) + tu_chunk(20224, 256));
-  RAP_CHECK_EQ(s.actual_bytes, tu_stats(host).current_bytes);
-  RAP_CHECK_EQ(tu_stats(host).allocation_count, 3);
+  RAP_CHECK_EQ(s.actual_bytes, tu_chunk_on(parent, 10240, 256) + tu_chunk_on(parent, 8192, 256) +
+                                    tu_chunk_on(parent, 20224, 256));
+  RAP_CHECK_EQ(s.actual_bytes, tu_stats(parent).current_bytes);
+  RAP_CHECK_EQ(tu_stats(parent).allocation_count, 3);
   TU_CHECK(pool);
   RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
   RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
@@ -96,9 +99,10 @@ RAP_TEST(QuickPool, ChunksAreMaxOfSettingAndRequest) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPool, BlocksSplitAndMerge) {
+RAP_TEST_POOLS(PoolBehaviour, BlocksSplitAndMerge) {
   rap_manager *rm = tu_manager();
-  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=64KiB heuristic=never");
+  rap_allocator *parent = tu_parent(rm, param);
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL, "initial_size=64KiB heuristic=never");
   char *a = tu_alloc(pool, 1024), *b = tu_alloc(pool, 1024), *c = tu_alloc(pool, 1024);
   RAP_CHECK(b == a + 1024 && c == b + 1024);   /* carved in address order from one chunk */
   TU_EXPECT(pool, block_count, 4);
@@ -126,14 +130,54 @@ RAP_TEST(QuickPool, BlocksSplitAndMerge) {
   RAP_CHECK_EQ(s.block_count, 1);
   RAP_CHECK_EQ(s.chunk_count, 1);
   RAP_CHECK_EQ(s.largest_free_block, 65536);
-  RAP_CHECK_EQ(s.releasable_bytes, tu_chunk(65536, 256));
+  RAP_CHECK_EQ(s.releasable_bytes, tu_chunk_on(parent, 65536, 256));
   TU_CHECK(pool);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPool, MergeWithTheFollowingFreeBlock) {
+/* Which hole a request reuses is where the strategies legitimately differ. Holes of 20480, 16640
+ * and 16896 bytes lie in address order before the rest of the chunk, freed in that order. For
+ * requests of 16640 bytes DynamicPoolList (best fit) takes the exact hole, then the 16896 one.
+ * QuickPool (good fit) looks first at the head of the request's own size class, which holds both
+ * 16640 and 16896 with the last freed, 16896, at its head: it takes that one (leaving 256 bytes
+ * free), then the 16640 hole. With its class empty, the third request rounds up to the next class
+ * and both take the 20 KiB hole. */
+RAP_TEST_POOLS(PoolBehaviour, ReuseFollowsTheFitPolicy) {
   rap_manager *rm = tu_manager();
-  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=64KiB heuristic=never");
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL, "initial_size=256KiB heuristic=never");
+  char *h1 = tu_alloc(pool, 20480), *s1 = tu_alloc(pool, 1);
+  char *h2 = tu_alloc(pool, 16640), *s2 = tu_alloc(pool, 1);
+  char *h3 = tu_alloc(pool, 16896), *s3 = tu_alloc(pool, 1);
+  RAP_CHECK(h2 == s1 + 256 && h3 == s2 + 256);
+  RAP_CHECK_OK(rap_deallocate(pool, h1, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, h2, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, h3, NULL));
+  TU_EXPECT(pool, block_count, 7);   /* three holes, three separators, the rest */
+  TU_CHECK(pool);
+  const size_t chunk = 256 * 1024, rest = chunk - 20480 - 16640 - 16896 - 3 * 256;
+  char *x1 = tu_alloc(pool, 16640);
+  RAP_CHECK(x1 == (param->best_fit ? h2 : h3));
+  TU_EXPECT(pool, block_count, param->best_fit ? 7 : 8);   /* good fit split 256 bytes off */
+  TU_EXPECT(pool, free_bytes, chunk - 3 * 256 - 16640);    /* the same bytes, either way */
+  char *x2 = tu_alloc(pool, 16640);
+  RAP_CHECK(x2 == (param->best_fit ? h3 : h2));
+  TU_EXPECT(pool, block_count, 8);
+  char *x3 = tu_alloc(pool, 16640);
+  RAP_CHECK(x3 == h1);
+  TU_EXPECT(pool, block_count, 9);
+  TU_EXPECT(pool, largest_free_block, rest);   /* the rest of the chunk was never touched */
+  TU_EXPECT(pool, free_bytes, rest + 256 + 3840);
+  TU_CHECK(pool);
+  void *all[] = {x1, x2, x3, s1, s2, s3};
+  for (size_t i = 0; i < 6; i++) RAP_CHECK_OK(rap_deallocate(pool, all[i], NULL));
+  TU_EXPECT(pool, block_count, 1);
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST_POOLS(PoolBehaviour, MergeWithTheFollowingFreeBlock) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL, "initial_size=64KiB heuristic=never");
   char *a = tu_alloc(pool, 1024), *b = tu_alloc(pool, 2048), *c = tu_alloc(pool, 512);
   RAP_CHECK_OK(rap_deallocate(pool, c, NULL));   /* merges forward with the rest of the chunk */
   TU_EXPECT(pool, block_count, 3);
@@ -149,9 +193,10 @@ RAP_TEST(QuickPool, MergeWithTheFollowingFreeBlock) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPool, SizesAndHighWatermarks) {
+RAP_TEST_POOLS(PoolBehaviour, SizesAndHighWatermarks) {
   rap_manager *rm = tu_manager();
-  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=64KiB heuristic=never");
+  rap_allocator *parent = tu_parent(rm, param);
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL, "initial_size=64KiB heuristic=never");
   void *a = tu_alloc(pool, 100), *b = tu_alloc(pool, 1000), *c = tu_alloc(pool, 5000);
   rap_stats s = tu_stats(pool);
   RAP_CHECK_EQ(s.current_bytes, 6100);
@@ -168,13 +213,13 @@ RAP_TEST(QuickPool, SizesAndHighWatermarks) {
   s = tu_stats(pool);
   RAP_CHECK_EQ(s.current_bytes, 7150);
   RAP_CHECK_EQ(s.high_watermark, 7150);
-  RAP_CHECK_EQ(s.actual_bytes, tu_chunk(65536, 256));
-  RAP_CHECK_EQ(s.actual_high_watermark, tu_chunk(65536, 256));
+  RAP_CHECK_EQ(s.actual_bytes, tu_chunk_on(parent, 65536, 256));
+  RAP_CHECK_EQ(s.actual_high_watermark, tu_chunk_on(parent, 65536, 256));
   TU_CHECK(pool);
 
   void *big = tu_alloc(pool, 128 * 1024);   /* a second chunk of next_size (default 1MiB) */
   s = tu_stats(pool);
-  size_t peak = tu_chunk(65536, 256) + tu_chunk(1 << 20, 256);
+  size_t peak = tu_chunk_on(parent, 65536, 256) + tu_chunk_on(parent, 1 << 20, 256);
   RAP_CHECK_EQ(s.chunk_count, 2);
   RAP_CHECK_EQ(s.actual_bytes, peak);
   RAP_CHECK_EQ(s.actual_high_watermark, peak);
@@ -183,7 +228,7 @@ RAP_TEST(QuickPool, SizesAndHighWatermarks) {
   RAP_CHECK_OK(rap_release(pool));
   s = tu_stats(pool);
   RAP_CHECK_EQ(s.chunk_count, 1);
-  RAP_CHECK_EQ(s.actual_bytes, tu_chunk(65536, 256));
+  RAP_CHECK_EQ(s.actual_bytes, tu_chunk_on(parent, 65536, 256));
   RAP_CHECK_EQ(s.actual_high_watermark, peak);
   RAP_CHECK_EQ(s.high_watermark, 7150 + 128 * 1024);
   RAP_CHECK_EQ(s.current_bytes, 7150);
@@ -192,7 +237,7 @@ RAP_TEST(QuickPool, SizesAndHighWatermarks) {
   rap_stats per;
   RAP_CHECK_OK(rap_resource_host(rm, &host_r));
   RAP_CHECK_OK(rap_allocator_resource_stats(pool, host_r, &per));
-  TU_STATS_EQ(per, s);   /* QuickPool hands every block to the host resource */
+  TU_STATS_EQ(per, s);   /* a pool without resources hands every block to the host resource */
   void *ptrs[] = {a, c, d, e};
   for (size_t i = 0; i < 4; i++) RAP_CHECK_OK(rap_deallocate(pool, ptrs[i], NULL));
   s = tu_stats(pool);
@@ -234,13 +279,13 @@ static void check_spans(span *live, size_t count, size_t alignment) {
   RAP_CHECK(ok);
 }
 
-static void random_sizes(size_t alignment) {
+static void random_sizes(const tu_pool *param, size_t alignment) {
   enum { N = 1000 };
   char opts[128];
   snprintf(opts, sizeof opts, "initial_size=256KiB next_size=128KiB alignment=%zu", alignment);
   rap_manager *rm = tu_manager();
-  rap_allocator *host = tu_get(rm, "HOST");
-  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", opts);
+  rap_allocator *parent = tu_parent(rm, param);
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL, opts);
   span *live = calloc(N, sizeof *live);
   RAP_CHECK(live != NULL);
   uint64_t rng = 0x9e3779b97f4a7c15u ^ alignment;
@@ -257,8 +302,8 @@ static void random_sizes(size_t alignment) {
   RAP_CHECK_EQ(s.high_watermark, requested);
   RAP_CHECK_EQ(s.used_bytes, aligned);
   RAP_CHECK_EQ(s.allocation_count, N);
-  RAP_CHECK_EQ(s.actual_bytes, tu_stats(host).current_bytes);
-  RAP_CHECK_EQ(s.chunk_count, tu_stats(host).allocation_count);
+  RAP_CHECK_EQ(s.actual_bytes, tu_stats(parent).current_bytes);
+  RAP_CHECK_EQ(s.chunk_count, tu_stats(parent).allocation_count);
   RAP_CHECK(s.actual_bytes >= aligned);
   TU_CHECK(pool);
   check_spans(live, N, alignment);
@@ -287,21 +332,22 @@ static void random_sizes(size_t alignment) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPool, RandomSizesAlignment1) { random_sizes(1); }
-RAP_TEST(QuickPool, RandomSizesAlignment16) { random_sizes(16); }
-RAP_TEST(QuickPool, RandomSizesAlignment256) { random_sizes(256); }
-RAP_TEST(QuickPool, RandomSizesAlignment4096) { random_sizes(4096); }
+RAP_TEST_POOLS(PoolBehaviour, RandomSizesAlignment1) { random_sizes(param, 1); }
+RAP_TEST_POOLS(PoolBehaviour, RandomSizesAlignment16) { random_sizes(param, 16); }
+RAP_TEST_POOLS(PoolBehaviour, RandomSizesAlignment256) { random_sizes(param, 256); }
+RAP_TEST_POOLS(PoolBehaviour, RandomSizesAlignment4096) { random_sizes(param, 4096); }
 
-RAP_TEST(QuickPool, ChunkPaddingFollowsAlignment) {
+RAP_TEST_POOLS(PoolBehaviour, ChunkPaddingFollowsAlignment) {
   static const size_t aligns[] = {16, 64, 256, 4096, 65536};
   for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++) {
     char opts[96];
     snprintf(opts, sizeof opts, "initial_size=128KiB alignment=%zu", aligns[i]);
     rap_manager *rm = tu_manager();
-    rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", opts);
+    rap_allocator *parent = tu_parent(rm, param);
+    rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL, opts);
     void *p = tu_alloc(pool, 1);
     RAP_CHECK((uintptr_t)p % aligns[i] == 0);
-    TU_EXPECT(pool, actual_bytes, tu_chunk(128 * 1024, aligns[i]));
+    TU_EXPECT(pool, actual_bytes, tu_chunk_on(parent, 128 * 1024, aligns[i]));
     TU_EXPECT(pool, used_bytes, aligns[i]);
     TU_EXPECT(pool, largest_free_block, 128 * 1024 - aligns[i]);
     TU_CHECK(pool);
@@ -312,12 +358,12 @@ RAP_TEST(QuickPool, ChunkPaddingFollowsAlignment) {
 
 /* ---- release and the largest free block ------------------------------------------------------ */
 
-RAP_TEST(QuickPool, ReleaseFreesOnlyWhollyFreeChunks) {
+RAP_TEST_POOLS(PoolBehaviour, ReleaseFreesOnlyWhollyFreeChunks) {
   rap_manager *rm = tu_manager();
-  rap_allocator *host = tu_get(rm, "HOST");
+  rap_allocator *parent = tu_parent(rm, param);
   rap_allocator *pool =
-      tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=4KiB next_size=4KiB heuristic=never");
-  const size_t chunk = tu_chunk(4096, 256);
+      tu_pool_make(rm, param, "pool", NULL, "initial_size=4KiB next_size=4KiB heuristic=never");
+  const size_t chunk = tu_chunk_on(parent, 4096, 256);
   void *a = tu_alloc(pool, 4096), *b = tu_alloc(pool, 4096), *c = tu_alloc(pool, 4096);
   tu_fill(a, 4096, 1);
   tu_fill(c, 4096, 3);
@@ -339,8 +385,8 @@ RAP_TEST(QuickPool, ReleaseFreesOnlyWhollyFreeChunks) {
   RAP_CHECK_EQ(s.actual_high_watermark, 4 * chunk);
   RAP_CHECK_EQ(s.releasable_bytes, 0);
   RAP_CHECK_EQ(s.free_bytes, 4096 - 1024);
-  RAP_CHECK_EQ(tu_stats(host).allocation_count, 3);
-  RAP_CHECK_EQ(tu_stats(host).current_bytes, 3 * chunk);
+  RAP_CHECK_EQ(tu_stats(parent).allocation_count, 3);
+  RAP_CHECK_EQ(tu_stats(parent).current_bytes, 3 * chunk);
   RAP_CHECK(tu_intact(a, 4096, 1) && tu_intact(c, 4096, 3) && tu_intact(f, 1000, 6));
   TU_CHECK(pool);
   RAP_CHECK_OK(rap_release(pool));   /* nothing left to give: no change */
@@ -354,7 +400,7 @@ RAP_TEST(QuickPool, ReleaseFreesOnlyWhollyFreeChunks) {
   RAP_CHECK_EQ(s.chunk_count, 0);
   RAP_CHECK_EQ(s.block_count, 0);
   RAP_CHECK_EQ(s.actual_bytes, 0);
-  RAP_CHECK_EQ(tu_stats(host).allocation_count, 0);
+  RAP_CHECK_EQ(tu_stats(parent).allocation_count, 0);
   TU_CHECK(pool);
   void *g = tu_alloc(pool, 10);   /* the pool grows again from nothing */
   TU_EXPECT(pool, chunk_count, 1);
@@ -364,9 +410,9 @@ RAP_TEST(QuickPool, ReleaseFreesOnlyWhollyFreeChunks) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPool, LargestFreeBlockShrinksAndRecovers) {
+RAP_TEST_POOLS(PoolBehaviour, LargestFreeBlockShrinksAndRecovers) {
   rap_manager *rm = tu_manager();
-  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=64KiB heuristic=never");
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL, "initial_size=64KiB heuristic=never");
   TU_EXPECT(pool, largest_free_block, 0);
   void *a = tu_alloc(pool, 1000);
   TU_EXPECT(pool, largest_free_block, 65536 - 1024);
@@ -389,9 +435,9 @@ RAP_TEST(QuickPool, LargestFreeBlockShrinksAndRecovers) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPool, ZeroBytesGivesUniqueBlocks) {
+RAP_TEST_POOLS(PoolBehaviour, ZeroBytesGivesUniqueBlocks) {
   rap_manager *rm = tu_manager();
-  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=64KiB alignment=4096");
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL, "initial_size=64KiB alignment=4096");
   void *p[3];
   for (int i = 0; i < 3; i++) {
     p[i] = tu_alloc(pool, 0);
@@ -426,11 +472,11 @@ static void refused(rap_allocator *pool, void *ptr, const char *why) {
   TU_CHECK(pool);
 }
 
-RAP_TEST(QuickPool, BadPointersAreRefused) {
+RAP_TEST_POOLS(PoolBehaviour, BadPointersAreRefused) {
   rap_manager *rm = tu_manager();
-  rap_allocator *host = tu_get(rm, "HOST");
-  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=64KiB heuristic=never");
-  rap_allocator *other = tu_make(rm, "other", "QuickPool", "HOST", "initial_size=64KiB");
+  rap_allocator *parent = tu_parent(rm, param);
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL, "initial_size=64KiB heuristic=never");
+  rap_allocator *other = tu_pool_make(rm, param, "other", NULL, "initial_size=64KiB");
   char *a = tu_alloc(pool, 1000), *b = tu_alloc(pool, 1000), *c = tu_alloc(pool, 1000);
   tu_fill(a, 1000, 1);
   tu_fill(c, 1000, 3);
@@ -439,7 +485,7 @@ RAP_TEST(QuickPool, BadPointersAreRefused) {
   refused(pool, a + 16, "bytes into");
   refused(pool, b + 256, "bytes into");   /* inside a free block */
   refused(pool, c + 999, "bytes into");
-  void *h = tu_alloc(host, 64);
+  void *h = tu_alloc(parent, 64);
   refused(pool, h, "not handed out");
   void *o = tu_alloc(other, 64);
   refused(pool, o, "not handed out");
@@ -450,7 +496,7 @@ RAP_TEST(QuickPool, BadPointersAreRefused) {
   /* The other pool was not touched either, and the right owner still frees its block. */
   RAP_CHECK_STATUS(rap_deallocate(other, a, NULL), RAP_ERR_UNKNOWN_POINTER);
   RAP_CHECK_OK(rap_deallocate(other, o, NULL));
-  RAP_CHECK_OK(rap_deallocate(host, h, NULL));
+  RAP_CHECK_OK(rap_deallocate(parent, h, NULL));
   RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
   RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
   TU_CHECK(pool);
@@ -458,9 +504,9 @@ RAP_TEST(QuickPool, BadPointersAreRefused) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPool, HugeRequestsAreOutOfMemory) {
+RAP_TEST_POOLS(PoolBehaviour, HugeRequestsAreOutOfMemory) {
   rap_manager *rm = tu_manager();
-  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=64KiB");
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL, "initial_size=64KiB");
   void *keep = tu_alloc(pool, 100);   /* a live block, so no chunk is wholly free */
   rap_stats before = tu_stats(pool);
   static const size_t sizes[] = {SIZE_MAX, SIZE_MAX - 255, SIZE_MAX / 2, SIZE_MAX / 4 + 1,
@@ -481,9 +527,9 @@ RAP_TEST(QuickPool, HugeRequestsAreOutOfMemory) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPool, NullArgumentsAreInvalid) {
+RAP_TEST_POOLS(PoolBehaviour, NullArgumentsAreInvalid) {
   rap_manager *rm = tu_manager();
-  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=64KiB");
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL, "initial_size=64KiB");
   void *p = NULL;
   rap_stats s;
   RAP_CHECK_STATUS(rap_allocate(NULL, &p, 8, NULL), RAP_ERR_INVALID);
@@ -504,9 +550,9 @@ RAP_TEST(QuickPool, NullArgumentsAreInvalid) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPool, ResourceQueriesWithoutTracking) {
+RAP_TEST_POOLS(PoolBehaviour, ResourceQueriesWithoutTracking) {
   rap_manager *rm = tu_manager();
-  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "HOST", "initial_size=64KiB");
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL, "initial_size=64KiB");
   rap_resource *host_r = NULL, *r = NULL;
   RAP_CHECK_OK(rap_resource_host(rm, &host_r));
   RAP_CHECK(strcmp(rap_resource_kind(host_r), "host") == 0);
@@ -516,7 +562,7 @@ RAP_TEST(QuickPool, ResourceQueriesWithoutTracking) {
   RAP_CHECK(r == host_r);
   RAP_CHECK_STATUS(rap_pointer_resource(pool, (char *)p + 1, &r), RAP_ERR_UNKNOWN_POINTER);
   RAP_CHECK_STATUS(rap_record_resource(pool, p, host_r), RAP_ERR_UNSUPPORTED);
-  RAP_CHECK_STR(rap_last_error(), "QuickPool");
+  RAP_CHECK_STR(rap_last_error(), param->strategy);
   RAP_CHECK_STATUS(rap_resource_destroy(host_r), RAP_ERR_INVALID);
   RAP_CHECK_OK(rap_deallocate(pool, p, host_r));
   RAP_CHECK_STATUS(rap_pointer_resource(pool, p, &r), RAP_ERR_UNKNOWN_POINTER);

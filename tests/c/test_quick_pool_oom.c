@@ -1,13 +1,20 @@
-/* test_quick_pool_oom.c — QuickPool when its parent runs dry, and pools stacked on pools.
+/* test_quick_pool_oom.c — a pool when its parent runs dry, and pools stacked on pools; every body
+ * runs over {QuickPool, DynamicPoolList} x {HOST, Fault} (RAP_TEST_POOLS).
  *
- * A Fault allocator between the pool and HOST fails requests on demand (fail_next, fail_after,
- * budget). After every step the pool's invariants hold, every live block keeps its bytes, and the
+ * A Fault allocator "f" between the pool and the parameter set's parent (HOST, or a Fault over
+ * HOST) fails requests on demand (fail_next, fail_after, budget). After every step the pool's
+ * invariants hold, every live block keeps its bytes, and the
  * pool's actual bytes are exactly what the Fault parent has handed out.
  */
 #include "test_util.h"
 
 #include <stdio.h>
 #include <string.h>
+
+/* The parameter set's parent, and a Fault "f" over it. */
+static rap_allocator *fault_over_parent(rap_manager *rm, const tu_pool *param) {
+  return tu_make(rm, "f", "Fault", rap_allocator_name(tu_parent(rm, param)), NULL);
+}
 
 /* ---- a fixed script of allocations and frees that needs several chunks ------------------------ */
 
@@ -92,15 +99,15 @@ static void free_all(rap_allocator *pool, slots *s) {
   }
 }
 
-static void fail_at_every_step(const char *heuristic) {
+static void fail_at_every_step(const tu_pool *param, const char *heuristic) {
   rap_manager *rm = tu_manager();
-  rap_allocator *f = tu_make(rm, "f", "Fault", "HOST", NULL);
+  rap_allocator *f = fault_over_parent(rm, param);
   char opts[128];
   snprintf(opts, sizeof opts, "initial_size=16KiB next_size=8KiB heuristic=%s", heuristic);
   /* How many parent requests the script makes when nothing fails. */
   slots s;
   memset(&s, 0, sizeof s);
-  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "f", opts);
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", "f", opts);
   size_t start = tu_requests(f);
   RAP_CHECK_EQ(run_script(pool, f, &s, 0), 0);
   size_t total = tu_requests(f) - start;
@@ -111,7 +118,7 @@ static void fail_at_every_step(const char *heuristic) {
   for (size_t n = 0; n <= total + 1; n++) {
     char cfg[64];
     snprintf(cfg, sizeof cfg, "reset fail_after=%zu", n);
-    pool = tu_make(rm, "pool", "QuickPool", "f", opts);
+    pool = tu_pool_make(rm, param, "pool", "f", opts);
     RAP_CHECK_OK(rap_fault_configure(f, cfg));
     size_t failed = run_script(pool, f, &s, (unsigned)n + 1);
     if (n == 0) RAP_CHECK(failed > 0);      /* the very first allocation needs a chunk */
@@ -134,18 +141,22 @@ static void fail_at_every_step(const char *heuristic) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPoolOom, FailAtEveryStepNever) { fail_at_every_step("never"); }
-RAP_TEST(QuickPoolOom, FailAtEveryStepDefault) { fail_at_every_step("percent_releasable_hwm:100"); }
-RAP_TEST(QuickPoolOom, FailAtEveryStepPercent50) { fail_at_every_step("percent_releasable:50"); }
-RAP_TEST(QuickPoolOom, FailAtEveryStepBlocks1) { fail_at_every_step("blocks_releasable:1"); }
-RAP_TEST(QuickPoolOom, FailAtEveryStepBlocksHwm2) { fail_at_every_step("blocks_releasable_hwm:2"); }
+RAP_TEST_POOLS(PoolOom, FailAtEveryStepNever) { fail_at_every_step(param, "never"); }
+RAP_TEST_POOLS(PoolOom, FailAtEveryStepDefault) {
+  fail_at_every_step(param, "percent_releasable_hwm:100");
+}
+RAP_TEST_POOLS(PoolOom, FailAtEveryStepPercent50) { fail_at_every_step(param, "percent_releasable:50"); }
+RAP_TEST_POOLS(PoolOom, FailAtEveryStepBlocks1) { fail_at_every_step(param, "blocks_releasable:1"); }
+RAP_TEST_POOLS(PoolOom, FailAtEveryStepBlocksHwm2) {
+  fail_at_every_step(param, "blocks_releasable_hwm:2");
+}
 
 /* ---- single failures ---------------------------------------------------------------------- */
 
-RAP_TEST(QuickPoolOom, FailedGrowthChangesNothing) {
+RAP_TEST_POOLS(PoolOom, FailedGrowthChangesNothing) {
   rap_manager *rm = tu_manager();
-  rap_allocator *f = tu_make(rm, "f", "Fault", "HOST", NULL);
-  rap_allocator *pool = tu_make(rm, "pool", "QuickPool", "f", "initial_size=4KiB next_size=4KiB");
+  rap_allocator *f = fault_over_parent(rm, param);
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", "f", "initial_size=4KiB next_size=4KiB");
   void *a = tu_alloc(pool, 4096);
   tu_fill(a, 4096, 1);
   rap_stats before = tu_stats(pool);
@@ -165,12 +176,12 @@ RAP_TEST(QuickPoolOom, FailedGrowthChangesNothing) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPoolOom, ReleasesFreeChunksAndRetriesOnce) {
+RAP_TEST_POOLS(PoolOom, ReleasesFreeChunksAndRetriesOnce) {
   rap_manager *rm = tu_manager();
-  rap_allocator *f = tu_make(rm, "f", "Fault", "HOST", NULL);
+  rap_allocator *f = fault_over_parent(rm, param);
   rap_allocator *pool =
-      tu_make(rm, "pool", "QuickPool", "f", "initial_size=4KiB next_size=4KiB heuristic=never");
-  const size_t c4 = tu_chunk(4096, 256), c8 = tu_chunk(8192, 256);
+      tu_pool_make(rm, param, "pool", "f", "initial_size=4KiB next_size=4KiB heuristic=never");
+  const size_t c4 = tu_chunk_on(f, 4096, 256), c8 = tu_chunk_on(f, 8192, 256);
   void *a = tu_alloc(pool, 4096), *b = tu_alloc(pool, 4096);
   tu_fill(b, 4096, 2);
   RAP_CHECK_OK(rap_deallocate(pool, a, NULL));   /* a's chunk is wholly free, b's is live */
@@ -206,11 +217,11 @@ RAP_TEST(QuickPoolOom, ReleasesFreeChunksAndRetriesOnce) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPoolOom, RetryThatStillFailsKeepsLiveBlocks) {
+RAP_TEST_POOLS(PoolOom, RetryThatStillFailsKeepsLiveBlocks) {
   rap_manager *rm = tu_manager();
-  rap_allocator *f = tu_make(rm, "f", "Fault", "HOST", NULL);
+  rap_allocator *f = fault_over_parent(rm, param);
   rap_allocator *pool =
-      tu_make(rm, "pool", "QuickPool", "f", "initial_size=4KiB next_size=4KiB heuristic=never");
+      tu_pool_make(rm, param, "pool", "f", "initial_size=4KiB next_size=4KiB heuristic=never");
   void *a = tu_alloc(pool, 4096), *b = tu_alloc(pool, 4096);
   tu_fill(b, 4096, 5);
   RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
@@ -229,27 +240,27 @@ RAP_TEST(QuickPoolOom, RetryThatStillFailsKeepsLiveBlocks) {
 
 /* The retry after a release asks for what the first try asked for, even when the release left the
  * pool with no chunk at all (where a fresh growth would use initial_size). */
-RAP_TEST(QuickPoolOom, RetryAsksForTheSameSize) {
+RAP_TEST_POOLS(PoolOom, RetryAsksForTheSameSize) {
   rap_manager *rm = tu_manager();
-  rap_allocator *f = tu_make(rm, "f", "Fault", "HOST", NULL);
+  rap_allocator *f = fault_over_parent(rm, param);
   rap_allocator *pool =
-      tu_make(rm, "pool", "QuickPool", "f", "initial_size=64KiB next_size=4KiB heuristic=never");
+      tu_pool_make(rm, param, "pool", "f", "initial_size=64KiB next_size=4KiB heuristic=never");
   void *a = tu_alloc(pool, 65536);   /* fills the initial chunk */
   void *b = tu_alloc(pool, 4096);    /* a next_size chunk */
   RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
   RAP_CHECK_OK(rap_release(pool));   /* only b's chunk is left */
   RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
   TU_EXPECT(pool, chunk_count, 1);
-  TU_EXPECT(pool, releasable_bytes, tu_chunk(4096, 256));
+  TU_EXPECT(pool, releasable_bytes, tu_chunk_on(f, 4096, 256));
   char cfg[64];
-  snprintf(cfg, sizeof cfg, "budget=%zu", tu_chunk(8192, 256));   /* 8 KiB, once 4 KiB is back */
+  snprintf(cfg, sizeof cfg, "budget=%zu", tu_chunk_on(f, 8192, 256));   /* 8 KiB, once 4 is back */
   RAP_CHECK_OK(rap_fault_configure(f, cfg));
   size_t requests = tu_requests(f);
   void *c = tu_alloc(pool, 8192);
   RAP_CHECK_EQ(tu_requests(f), requests + 2);
   rap_stats s = tu_stats(pool);
   RAP_CHECK_EQ(s.chunk_count, 1);
-  RAP_CHECK_EQ(s.actual_bytes, tu_chunk(8192, 256));
+  RAP_CHECK_EQ(s.actual_bytes, tu_chunk_on(f, 8192, 256));
   TU_CHECK(pool);
   RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
   RAP_CHECK_OK(rap_manager_destroy(rm));
@@ -257,15 +268,15 @@ RAP_TEST(QuickPoolOom, RetryAsksForTheSameSize) {
 
 /* ---- pools on pools ------------------------------------------------------------------------ */
 
-RAP_TEST(QuickPoolStack, PoolOverPool) {
+RAP_TEST_POOLS(PoolStack, PoolOverPool) {
   rap_manager *rm = tu_manager();
-  rap_allocator *host = tu_get(rm, "HOST");
-  rap_allocator *inner = tu_make(rm, "inner", "QuickPool", "HOST", "initial_size=1MiB heuristic=never");
+  rap_allocator *parent = tu_parent(rm, param);
+  rap_allocator *inner = tu_pool_make(rm, param, "inner", NULL, "initial_size=1MiB heuristic=never");
   rap_allocator *outer =
-      tu_make(rm, "outer", "QuickPool", "inner", "initial_size=64KiB next_size=64KiB");
+      tu_pool_make(rm, param, "outer", "inner", "initial_size=64KiB next_size=64KiB");
   RAP_CHECK(rap_allocator_parent(outer) == inner);
-  RAP_CHECK(rap_allocator_parent(inner) == host);
-  RAP_CHECK(rap_allocator_parent(host) == NULL);
+  RAP_CHECK(rap_allocator_parent(inner) == parent);
+  RAP_CHECK(rap_allocator_parent(parent) == (param->fault ? tu_get(rm, "HOST") : NULL));
   char *p = tu_alloc(outer, 1000);
   tu_fill(p, 1000, 1);
   rap_stats o = tu_stats(outer), i = tu_stats(inner);
@@ -275,8 +286,8 @@ RAP_TEST(QuickPoolStack, PoolOverPool) {
   RAP_CHECK_EQ(i.current_bytes, 65536);
   RAP_CHECK_EQ(i.used_bytes, 65536);
   RAP_CHECK_EQ(i.allocation_count, 1);
-  RAP_CHECK_EQ(i.actual_bytes, tu_chunk(1 << 20, 256));
-  RAP_CHECK_EQ(tu_stats(host).current_bytes, tu_chunk(1 << 20, 256));
+  RAP_CHECK_EQ(i.actual_bytes, tu_chunk_on(parent, 1 << 20, 256));
+  RAP_CHECK_EQ(tu_stats(parent).current_bytes, tu_chunk_on(parent, 1 << 20, 256));
   char *q = tu_alloc(outer, 100 * 1024);   /* a second outer chunk: a second inner block */
   TU_EXPECT(outer, chunk_count, 2);
   TU_EXPECT(inner, allocation_count, 2);
@@ -287,7 +298,7 @@ RAP_TEST(QuickPoolStack, PoolOverPool) {
 
   RAP_CHECK_STATUS(rap_allocator_destroy(inner), RAP_ERR_BUSY);   /* a child uses it */
   RAP_CHECK_STR(rap_last_error(), "inner");
-  RAP_CHECK_STATUS(rap_allocator_destroy(host), RAP_ERR_BUSY);
+  RAP_CHECK_STATUS(rap_allocator_destroy(parent), RAP_ERR_BUSY);
   RAP_CHECK_STATUS(rap_allocator_destroy(outer), RAP_ERR_BUSY);   /* live blocks */
   RAP_CHECK_STR(rap_last_error(), "outer");
   RAP_CHECK(tu_intact(p, 1000, 1));
@@ -303,29 +314,39 @@ RAP_TEST(QuickPoolStack, PoolOverPool) {
   rap_allocator *gone = NULL;
   RAP_CHECK_STATUS(rap_allocator_get(rm, "outer", &gone), RAP_ERR_NOT_FOUND);
   RAP_CHECK_OK(rap_allocator_destroy(inner));
-  TU_EXPECT(host, allocation_count, 0);
+  TU_EXPECT(parent, allocation_count, 0);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPoolStack, PaddingComesFromTheParentsAlignment) {
+RAP_TEST_POOLS(PoolStack, PaddingComesFromTheParentsAlignment) {
   rap_manager *rm = tu_manager();
-  rap_allocator *inner = tu_make(rm, "inner", "QuickPool", "HOST", "initial_size=1MiB alignment=256");
+  rap_allocator *inner = tu_pool_make(rm, param, "inner", NULL, "initial_size=1MiB alignment=256");
   rap_allocator *outer =
-      tu_make(rm, "outer", "QuickPool", "inner", "initial_size=64KiB alignment=4096");
+      tu_pool_make(rm, param, "outer", "inner", "initial_size=64KiB alignment=4096");
   void *p = tu_alloc(outer, 1);
   RAP_CHECK((uintptr_t)p % 4096 == 0);
   TU_EXPECT(outer, actual_bytes, 65536 + 4096 - 256);
   TU_EXPECT(inner, current_bytes, 65536 + 4096 - 256);
   TU_EXPECT(inner, used_bytes, 65536 + 4096 - 256);   /* already a multiple of 256 */
+  /* A Fault reports the alignment of its parent: over it the padding is the same. */
+  rap_allocator *fi = tu_make(rm, "fi", "Fault", "inner", NULL);
+  RAP_CHECK_EQ(rap_allocator_alignment(fi), 256);
+  rap_allocator *outer2 = tu_pool_make(rm, param, "outer2", "fi", "initial_size=64KiB alignment=4096");
+  void *q = tu_alloc(outer2, 1);
+  RAP_CHECK((uintptr_t)q % 4096 == 0);
+  TU_EXPECT(outer2, actual_bytes, 65536 + 4096 - 256);
+  TU_EXPECT(fi, current_bytes, 65536 + 4096 - 256);
+  RAP_CHECK_OK(rap_deallocate(outer2, q, NULL));
   RAP_CHECK_OK(rap_deallocate(outer, p, NULL));
   TU_CHECK(outer);
+  TU_CHECK(outer2);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPoolStack, InnerWithLiveBlocksIsBusy) {
+RAP_TEST_POOLS(PoolStack, InnerWithLiveBlocksIsBusy) {
   rap_manager *rm = tu_manager();
-  rap_allocator *inner = tu_make(rm, "inner", "QuickPool", "HOST", "initial_size=64KiB");
-  rap_allocator *outer = tu_make(rm, "outer", "QuickPool", "inner", "initial_size=4KiB");
+  rap_allocator *inner = tu_pool_make(rm, param, "inner", NULL, "initial_size=64KiB");
+  rap_allocator *outer = tu_pool_make(rm, param, "outer", "inner", "initial_size=4KiB");
   void *direct = tu_alloc(inner, 500);
   RAP_CHECK_OK(rap_allocator_destroy(outer));   /* empty, never grew */
   RAP_CHECK_STATUS(rap_allocator_destroy(inner), RAP_ERR_BUSY);
@@ -335,16 +356,16 @@ RAP_TEST(QuickPoolStack, InnerWithLiveBlocksIsBusy) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPoolStack, FindReturnsTheNewestOwner) {
+RAP_TEST_POOLS(PoolStack, FindReturnsTheNewestOwner) {
   rap_manager *rm = tu_manager();
-  rap_allocator *host = tu_get(rm, "HOST");
-  rap_allocator *inner = tu_make(rm, "inner", "QuickPool", "HOST", "initial_size=1MiB");
-  rap_allocator *outer = tu_make(rm, "outer", "QuickPool", "inner", "initial_size=64KiB");
+  rap_allocator *parent = tu_parent(rm, param);
+  rap_allocator *inner = tu_pool_make(rm, param, "inner", NULL, "initial_size=1MiB");
+  rap_allocator *outer = tu_pool_make(rm, param, "outer", "inner", "initial_size=64KiB");
   rap_allocator *found = NULL;
   void *p = tu_alloc(outer, 100);   /* the first block of outer's chunk: same address as it */
   void *q = tu_alloc(outer, 100);
   void *i = tu_alloc(inner, 100);
-  void *h = tu_alloc(host, 100);
+  void *h = tu_alloc(parent, 100);
   RAP_CHECK_OK(rap_allocator_find(rm, p, &found));
   RAP_CHECK(found == outer);
   RAP_CHECK_OK(rap_allocator_find(rm, q, &found));
@@ -352,7 +373,7 @@ RAP_TEST(QuickPoolStack, FindReturnsTheNewestOwner) {
   RAP_CHECK_OK(rap_allocator_find(rm, i, &found));
   RAP_CHECK(found == inner);
   RAP_CHECK_OK(rap_allocator_find(rm, h, &found));
-  RAP_CHECK(found == host);
+  RAP_CHECK(found == parent);
   found = NULL;
   RAP_CHECK_STATUS(rap_allocator_find(rm, (char *)q + 8, &found), RAP_ERR_UNKNOWN_POINTER);
   RAP_CHECK(found == NULL);
@@ -361,16 +382,16 @@ RAP_TEST(QuickPoolStack, FindReturnsTheNewestOwner) {
   RAP_CHECK(found == inner);
   RAP_CHECK_OK(rap_deallocate(outer, q, NULL));
   RAP_CHECK_OK(rap_deallocate(inner, i, NULL));
-  RAP_CHECK_OK(rap_deallocate(host, h, NULL));
+  RAP_CHECK_OK(rap_deallocate(parent, h, NULL));
   RAP_CHECK_STATUS(rap_allocator_find(rm, q, &found), RAP_ERR_UNKNOWN_POINTER);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(QuickPoolStack, ManagerDestroysChildrenFirst) {
+RAP_TEST_POOLS(PoolStack, ManagerDestroysChildrenFirst) {
   rap_manager *rm = tu_manager();
-  rap_allocator *inner = tu_make(rm, "inner", "QuickPool", "HOST", "initial_size=64KiB");
-  rap_allocator *outer = tu_make(rm, "outer", "QuickPool", "inner", "initial_size=4KiB");
-  rap_allocator *top = tu_make(rm, "top", "QuickPool", "outer", "initial_size=1KiB");
+  rap_allocator *inner = tu_pool_make(rm, param, "inner", NULL, "initial_size=64KiB");
+  rap_allocator *outer = tu_pool_make(rm, param, "outer", "inner", "initial_size=4KiB");
+  rap_allocator *top = tu_pool_make(rm, param, "top", "outer", "initial_size=1KiB");
   void *p = tu_alloc(top, 10);
   RAP_CHECK_OK(rap_deallocate(top, p, NULL));
   TU_EXPECT(inner, allocation_count, 1);   /* outer's chunk */

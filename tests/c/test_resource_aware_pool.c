@@ -406,3 +406,60 @@ RAP_TEST(ResourceAwarePool, BadOptionsAndResourceLifetime) {
   RAP_CHECK_OK(rap_allocator_check(pool));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+RAP_TEST(ResourceAwarePool, NeighboursPendingOnOneOwnerMerge) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=64KiB next_size=64KiB heuristic=never");
+  void *a, *b, *c, *big;
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &a, 16 * KiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &b, 16 * KiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &c, 16 * KiB, f.r2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, b, f.r1));
+  rap_stats s = stats_of(f.pool);
+  RAP_CHECK_EQ(s.pending_count, 1);   /* a and b became one pending block */
+  RAP_CHECK_EQ(s.pending_bytes, 32 * KiB);
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  /* r1 takes the merged block whole, at once, without growing. */
+  RAP_CHECK_OK(rap_allocate(f.pool, &big, 32 * KiB, f.r1));
+  RAP_CHECK(big == a);
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 1);
+  /* c's owner is r2: freeing it does not merge it into r1's pending memory. */
+  RAP_CHECK_OK(rap_deallocate(f.pool, big, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, c, f.r2));
+  s = stats_of(f.pool);
+  RAP_CHECK_EQ(rstats(f.pool, f.r1).pending_bytes, 32 * KiB);
+  RAP_CHECK_EQ(rstats(f.pool, f.r2).pending_bytes, 16 * KiB);
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  teardown(&f);
+}
+
+RAP_TEST(ResourceAwarePool, WaitAboveGrowsFirstThenWaitsOldestFirst) {
+  fixture f;
+  setup(&f, "HOST", ONE_BLOCK " cross_resource=wait wait_above=160KiB");
+  void *a, *b, *c, *d;
+  /* r1 and r2 each free a block while busy; a is freed first. */
+  RAP_CHECK_OK(rap_allocate(f.pool, &a, 64 * KiB, f.r1));
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &b, 64 * KiB, f.r2));   /* below wait_above: grows */
+  RAP_CHECK(b != a);
+  RAP_CHECK_OK(rap_resource_submit(f.r2, gate_job, &f.g2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, b, f.r2));
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 2);
+  /* At the bound: r3 waits, and for the block freed first. */
+  RAP_CHECK_OK(rap_allocate(f.pool, &c, 64 * KiB, f.r3));
+  RAP_CHECK(c == a);
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 2);
+  RAP_CHECK_OK(rap_allocate(f.pool, &d, 64 * KiB, f.r3));
+  RAP_CHECK(d == b);
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 2);
+  gate_open(&f.g1);
+  gate_open(&f.g2);
+  RAP_CHECK_OK(rap_resource_synchronize(f.r3));
+  RAP_CHECK_EQ(gate_passed(&f.g1) + gate_passed(&f.g2), 2);   /* r3's waits let both go first */
+  RAP_CHECK_OK(rap_deallocate(f.pool, c, f.r3));
+  RAP_CHECK_OK(rap_deallocate(f.pool, d, f.r3));
+  teardown(&f);
+}

@@ -6,6 +6,8 @@
 
 #include "rap_test.h"
 
+#include <rap/strategy.h>   /* rap_allocator_alignment */
+
 #include <stdint.h>
 #include <string.h>
 
@@ -57,6 +59,49 @@ static inline size_t tu_requests(rap_allocator *fault) {
   size_t n = 0;
   RAP_CHECK_OK(rap_fault_requests(fault, &n));
   return n;
+}
+
+/* ---- the behaviour suite's parameter sets -----------------------------------------------------
+ * Every pool behaviour runs over {QuickPool, DynamicPoolList} x {HOST, Fault}: the pool's parent is
+ * HOST itself, or "pf", a Fault allocator over HOST with no faults configured. A body written with
+ * RAP_TEST_POOLS(Suite, Name) sees `param`; where a figure legitimately differs between the
+ * strategies (DynamicPoolList is best fit, QuickPool good fit) it asks param->best_fit. */
+typedef struct tu_pool {
+  const char *label;
+  const char *strategy;
+  bool fault;      /* the parent is a Fault over HOST */
+  bool best_fit;   /* DynamicPoolList: the smallest free block that fits, lowest address first */
+} tu_pool;
+
+__attribute__((unused)) static const tu_pool tu_pools[] = {
+    {"QuickPool_HOST", "QuickPool", false, false},
+    {"DynamicPoolList_HOST", "DynamicPoolList", false, true},
+    {"QuickPool_Fault", "QuickPool", true, false},
+    {"DynamicPoolList_Fault", "DynamicPoolList", true, true},
+};
+
+#define RAP_TEST_POOLS(suite, name) RAP_TEST_P(suite, name, tu_pool, tu_pools)
+
+/* The allocator a pool of this parameter set sits on (made on first use). */
+static inline rap_allocator *tu_parent(rap_manager *rm, const tu_pool *P) {
+  rap_allocator *a = NULL;
+  if (!P->fault) return tu_get(rm, "HOST");
+  if (rap_allocator_get(rm, "pf", &a) == RAP_OK) return a;
+  return tu_make(rm, "pf", "Fault", "HOST", NULL);
+}
+
+/* A pool of the parameter set's strategy over `parent`, or over tu_parent when parent is NULL. */
+static inline rap_allocator *tu_pool_make(rap_manager *rm, const tu_pool *P, const char *name,
+                                          const char *parent, const char *options) {
+  if (parent == NULL) parent = rap_allocator_name(tu_parent(rm, P));
+  return tu_make(rm, name, P->strategy, parent, options);
+}
+
+/* What a pool of `alignment` over `parent` asks for a chunk of `usable` bytes: the padding is the
+ * difference between its alignment and what the parent promises (HOST and a Fault over it: 16). */
+static inline size_t tu_chunk_on(rap_allocator *parent, size_t usable, size_t alignment) {
+  size_t pa = rap_allocator_alignment(parent);
+  return usable + (alignment > pa ? alignment - pa : 0);
 }
 
 /* One field of an allocator's stats: TU_EXPECT(pool, chunk_count, 3). */

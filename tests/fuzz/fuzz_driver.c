@@ -1,0 +1,661 @@
+/* fuzz_driver.c — decodes bytes into operations on a pool built from a random spec, runs them on
+ * the library and on the model (model.c), and aborts on any difference.
+ *
+ * Input: 6 bytes of configuration, then operations of one opcode byte and up to four argument bytes
+ * (missing bytes read as 0). The pool is QuickPool, DynamicPoolList or ResourceAwarePool over HOST,
+ * with up to two wrappers outside it (ThreadSafe, SizeLimiter, Fault) and one inside (Fault,
+ * SizeLimiter, ThreadSafe), built with rap_allocator_make_spec. Resources are the host and three
+ * host_async queues; a queue is made busy by a closed gate and runs when the input says so, so a run
+ * is the same every time. When the host blocks inside a pool call (the pool waits for pending
+ * events before reporting out of memory, or a host-side cross-resource wait), the hook in
+ * fz_host_async.c lets every queue run, and the model is told.
+ *
+ * Checked after every operation: each status against the model (or, where the model cannot know,
+ * that out of memory came with a parent refusal and changed nothing), no two live blocks overlap,
+ * alignment, the hand-out rule of §3.1 (model.h), current_bytes and allocation_count exactly,
+ * pending bytes at least what has not passed, per-resource figures, rap_allocator_check on every
+ * allocator in the chain, each block's fill pattern before it is freed, and a clean teardown.
+ */
+#include "model.h"
+
+#include "../c/gate.h"
+
+#include <rap/rap.h>
+#include <rap/strategy.h>
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int rap_fuzz_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
+int fz_queue_waits(rap_resource *r, rap_resource *const *queues, int n, unsigned *mask);
+void fz_queue_instrument(rap_resource *r);
+void fz_queue_forget_waits(void);
+void fz_report(FILE *out);
+
+enum { K_QUICK, K_DPL, K_RAP, K_COUNT };
+static const char *const kind_names[K_COUNT] = {"QuickPool", "DynamicPoolList", "ResourceAwarePool"};
+enum { W_NONE, W_THREADSAFE, W_LIMITER, W_FAULT };
+
+/* Operations run, per strategy (and ResourceAwarePool with cross_resource=wait), for the report. */
+static size_t ops_run[K_COUNT + 1], inputs_run[K_COUNT + 1], host_blocks;
+
+typedef struct gate_node {
+  gate g;
+  struct gate_node *next;
+} gate_node;
+
+typedef struct wrapper {
+  rap_allocator *a;
+  int kind;            /* W_* */
+  size_t limit;        /* SizeLimiter */
+  size_t fail_left;    /* Fault: the model's count of failures still configured */
+  size_t requests;     /* Fault: requests seen, as of the last look */
+} wrapper;
+
+typedef struct run {
+  const uint8_t *data;
+  size_t size, pos;
+  int kind;
+  char spec[512];
+  rap_manager *rm;
+  rap_allocator *top, *pool, *host_platform;
+  rap_allocator *chain[8];
+  int nchain;
+  wrapper outer[2];    /* outermost first */
+  int nouter;
+  wrapper inner;       /* between the pool and HOST; kind W_NONE if none */
+  rap_resource *res[FZ_RES];   /* 0: the host; 1..FZ_QUEUES: queues */
+  gate_node *gates[FZ_RES];
+  model m;
+  size_t align;
+  uintptr_t freed[8];
+  unsigned nfreed, seed;
+  bool in_call, blocked, trace;
+  int op;
+  const char *opname;
+} run;
+
+static run R;
+static pthread_t fz_main;
+
+/* ---- failure ------------------------------------------------------------------------------- */
+
+__attribute__((noreturn, format(printf, 1, 2))) static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "\nrap fuzz: MISMATCH at op %d (%s): ", R.op, R.opname ? R.opname : "setup");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n  spec: %s\n  last error: %s\n", R.spec, rap_last_error());
+  abort();
+}
+
+#define EXPECT(cond, ...) \
+  do {                    \
+    if (!(cond)) fail(__VA_ARGS__); \
+  } while (0)
+
+static void expect_status(int got, int want, const char *call) {
+  if (got != want) fail("%s returned %s, the model says %s", call, rap_status_name(got), rap_status_name(want));
+  if (got != RAP_OK && rap_last_error()[0] == '\0') fail("%s failed with no sentence in rap_last_error()", call);
+}
+
+/* ---- the host-block hook, queues and gates ----------------------------------------------------- */
+
+static void open_gates(int q) {
+  for (gate_node *g = R.gates[q]; g != NULL; g = g->next) gate_open(&g->g);
+}
+
+int rap_fuzz_cond_wait(pthread_cond_t *c, pthread_mutex_t *m) {
+  if (pthread_equal(pthread_self(), fz_main) && R.in_call && !R.blocked) {
+    /* The host is about to wait for a queue inside a pool call: let every queue run. */
+    R.blocked = true;
+    for (int q = 1; q <= FZ_QUEUES; q++) open_gates(q);
+  }
+  return pthread_cond_wait(c, m);
+}
+
+static void sync_queue(int q) {
+  open_gates(q);
+  expect_status(rap_resource_synchronize(R.res[q]), RAP_OK, "rap_resource_synchronize");
+  for (gate_node *g = R.gates[q], *next; g != NULL; g = next) {
+    next = g->next;
+    gate_destroy(&g->g);
+    free(g);
+  }
+  R.gates[q] = NULL;
+}
+
+static const unsigned ALL_QUEUES = ((1u << FZ_RES) - 1u) & ~1u;
+
+static void pass_set(unsigned set) {
+  for (int q = 1; q <= FZ_QUEUES; q++)
+    if (set >> q & 1u) open_gates(q);
+  for (int q = 1; q <= FZ_QUEUES; q++)
+    if (set >> q & 1u) sync_queue(q);
+  m_passed_set(&R.m, set);
+  if (set == ALL_QUEUES) fz_queue_forget_waits();
+}
+
+static void call_begin(void) {
+  R.in_call = true;
+  R.blocked = false;
+}
+
+/* Returns whether the host blocked; if so, every queue has run everything. */
+static bool call_end(void) {
+  R.in_call = false;
+  if (!R.blocked) return false;
+  host_blocks++;
+  pass_set(ALL_QUEUES);
+  return true;
+}
+
+/* ---- reading the input ------------------------------------------------------------------------ */
+
+static unsigned byte(void) { return R.pos < R.size ? R.data[R.pos++] : 0u; }
+
+static size_t size_arg(void) {
+  unsigned b = byte(), c = byte();
+  unsigned v = (b >> 3) | (c << 5);
+  switch (b & 7u) {
+  case 0: return 0;
+  case 1: return 1 + v % 64;
+  case 2: return 1 + v % 1024;
+  case 3: return 1 + v % 8192;
+  case 4: return 1 + (size_t)v * 37 % 65536;
+  case 5: return 1 + (size_t)v * 131 % (512 * 1024);
+  case 6: return (size_t)(v % 64 + 1) * 4096;
+  default: {
+    static const size_t special[] = {SIZE_MAX, SIZE_MAX / 2, SIZE_MAX / 4 + 1, (size_t)1 << 20,
+                                     ((size_t)1 << 20) + 1, (size_t)2 << 20, 256, 255};
+    return special[v % 8];
+  }
+  }
+}
+
+/* ---- building the pool ------------------------------------------------------------------------ */
+
+static void build(void) {
+  unsigned b0 = byte(), b1 = byte(), b2 = byte(), b3 = byte(), b4 = byte(), b5 = byte();
+  static const char *const initial[] = {"4KiB", "16KiB", "64KiB", "256KiB", "1MiB", "1KiB", "512", "2MiB"};
+  static const char *const next[] = {"256", "1KiB", "4KiB", "64KiB", "1MiB", "16KiB", "0", "8KiB"};
+  static const char *const align[] = {NULL, "16", "64", "256", "4096", "1", "8", "512"};
+  static const char *const heur[] = {NULL, "never", "percent_releasable:0", "percent_releasable:50",
+                                     "percent_releasable:100", "blocks_releasable:1",
+                                     "blocks_releasable_hwm:2", "percent_releasable_hwm:75"};
+  static const size_t outer_limit[] = {4096, 65536, 1 << 20, 16 << 20};
+  static const size_t inner_limit[] = {256 << 10, 1 << 20, 4 << 20, 64 << 20};
+  R.kind = (int)(b0 % K_COUNT);
+  bool wait = R.kind == K_RAP && (b4 >> 6 & 1u);
+  int o1 = (int)(b1 & 3u), o2 = (int)(b1 >> 2 & 3u), in = (int)(b2 & 3u);
+  size_t olim = outer_limit[b5 & 3u], ilim = inner_limit[b5 >> 2 & 3u];
+
+  char inner[128], pool[320], tmp[sizeof R.spec + 64];
+  if (in == W_FAULT) snprintf(inner, sizeof inner, "Fault(HOST)");
+  else if (in == W_LIMITER) snprintf(inner, sizeof inner, "SizeLimiter(HOST, limit=%zu)", ilim);
+  else if (in == W_THREADSAFE) snprintf(inner, sizeof inner, "ThreadSafe(HOST)");
+  else snprintf(inner, sizeof inner, "HOST");
+  int n = snprintf(pool, sizeof pool, "%s(%s, initial_size=%s, next_size=%s", kind_names[R.kind], inner,
+                   initial[b3 & 7u], next[b3 >> 3 & 7u]);
+  if (align[b4 & 7u]) n += snprintf(pool + n, sizeof pool - (size_t)n, ", alignment=%s", align[b4 & 7u]);
+  if (heur[b4 >> 3 & 7u]) n += snprintf(pool + n, sizeof pool - (size_t)n, ", heuristic=%s", heur[b4 >> 3 & 7u]);
+  if (wait) n += snprintf(pool + n, sizeof pool - (size_t)n, ", cross_resource=wait");
+  snprintf(pool + n, sizeof pool - (size_t)n, ")");
+  snprintf(R.spec, sizeof R.spec, "%s", pool);
+  const int outers[2] = {o2, o1};   /* innermost first */
+  for (int i = 0; i < 2; i++) {
+    if (outers[i] == W_THREADSAFE) snprintf(tmp, sizeof tmp, "ThreadSafe(%s)", R.spec);
+    else if (outers[i] == W_LIMITER) snprintf(tmp, sizeof tmp, "SizeLimiter(%s, limit=%zu)", R.spec, olim);
+    else if (outers[i] == W_FAULT) snprintf(tmp, sizeof tmp, "Fault(%s)", R.spec);
+    else continue;
+    size_t len = strlen(tmp);
+    if (len >= sizeof R.spec) len = sizeof R.spec - 1;
+    memcpy(R.spec, tmp, len);
+    R.spec[len] = '\0';
+  }
+
+  expect_status(rap_manager_create(&R.rm), RAP_OK, "rap_manager_create");
+  expect_status(rap_allocator_make_spec(R.rm, "fz", R.spec, &R.top), RAP_OK, "rap_allocator_make_spec");
+  /* Walk the chain: wrappers outside the pool, the pool, what is inside it. */
+  bool below = false;
+  for (rap_allocator *a = R.top; a != NULL; a = rap_allocator_parent(a)) {
+    EXPECT(R.nchain < 8, "the chain is too long");
+    R.chain[R.nchain++] = a;
+    const char *s = rap_allocator_strategy(a);
+    int w = strcmp(s, "ThreadSafe") == 0 ? W_THREADSAFE : strcmp(s, "SizeLimiter") == 0 ? W_LIMITER
+          : strcmp(s, "Fault") == 0 ? W_FAULT : W_NONE;
+    if (strcmp(s, kind_names[R.kind]) == 0) {
+      R.pool = a;
+      below = true;
+    } else if (strcmp(s, "HOST") == 0) {
+      R.host_platform = a;
+    } else if (!below) {
+      R.outer[R.nouter++] = (wrapper){a, w, olim, 0, 0};
+    } else {
+      R.inner = (wrapper){a, w, ilim, 0, 0};
+    }
+  }
+  EXPECT(R.pool != NULL && R.host_platform != NULL, "the spec did not build a pool over HOST");
+  R.align = rap_allocator_alignment(R.pool);
+  EXPECT(rap_allocator_alignment(R.top) == R.align, "the top reports alignment %zu, the pool %zu",
+         rap_allocator_alignment(R.top), R.align);
+  m_init(&R.m, R.kind == K_RAP, wait, R.align);
+  expect_status(rap_resource_host(R.rm, &R.res[0]), RAP_OK, "rap_resource_host");
+  for (int q = 1; q <= FZ_QUEUES; q++) {
+    expect_status(rap_resource_create_host_async(R.rm, &R.res[q]), RAP_OK, "rap_resource_create_host_async");
+    fz_queue_instrument(R.res[q]);
+  }
+}
+
+/* ---- looking at the library --------------------------------------------------------------------- */
+
+static rap_stats stats(rap_allocator *a) {
+  rap_stats s;
+  memset(&s, 0, sizeof s);
+  expect_status(rap_allocator_stats(a, &s), RAP_OK, "rap_allocator_stats");
+  return s;
+}
+
+static size_t fault_requests(rap_allocator *f) {
+  size_t n = 0;
+  expect_status(rap_fault_requests(f, &n), RAP_OK, "rap_fault_requests");
+  return n;
+}
+
+/* The inner Fault's refusals since the last look: the model knows how many it was told to make. */
+static size_t inner_failures(void) {
+  if (R.inner.kind != W_FAULT) return 0;
+  size_t now = fault_requests(R.inner.a), seen = now - R.inner.requests;
+  size_t failed = seen < R.inner.fail_left ? seen : R.inner.fail_left;
+  if (R.trace && seen > 0)
+    fprintf(stderr, "  inner Fault: %zu requests, %zu refused, %zu refusals left\n", seen, failed,
+            R.inner.fail_left - failed);
+  R.inner.fail_left -= failed;
+  R.inner.requests = now;
+  return failed;
+}
+
+static unsigned char pattern(unsigned seed, size_t i) { return (unsigned char)(seed * 167u + i * 13u + 1u); }
+
+static void fill_block(m_block *b) {
+  unsigned char *p = (unsigned char *)b->p;
+  size_t head = b->n < 256 ? b->n : 256;
+  for (size_t i = 0; i < head; i++) p[i] = pattern(b->seed, i);
+  for (size_t i = b->n > 256 ? b->n - 256 : head; i < b->n; i++) p[i] = pattern(b->seed, i);
+}
+
+static void check_pattern(int slot) {
+  const m_block *b = &R.m.slot[slot];
+  const unsigned char *p = (const unsigned char *)b->p;
+  size_t head = b->n < 256 ? b->n : 256;
+  for (size_t i = 0; i < head; i++)
+    EXPECT(p[i] == pattern(b->seed, i), "block %p (slot %d, %zu bytes) lost byte %zu", (void *)b->p, slot, b->n, i);
+  for (size_t i = b->n > 256 ? b->n - 256 : head; i < b->n; i++)
+    EXPECT(p[i] == pattern(b->seed, i), "block %p (slot %d, %zu bytes) lost byte %zu", (void *)b->p, slot, b->n, i);
+}
+
+static void check_chain(void) {
+  for (int i = 0; i < R.nchain; i++)
+    EXPECT(rap_allocator_check(R.chain[i]) == RAP_OK, "rap_allocator_check('%s') failed",
+           rap_allocator_name(R.chain[i]));
+}
+
+/* After every operation. */
+static void verify(void) {
+  check_chain();
+  rap_stats t = stats(R.top), p = stats(R.pool), h = stats(R.host_platform);
+  EXPECT(t.current_bytes == R.m.current && t.allocation_count == R.m.count,
+         "the top counts %zu blocks of %zu bytes, the model %zu of %zu", t.allocation_count,
+         t.current_bytes, R.m.count, R.m.current);
+  EXPECT(p.current_bytes == R.m.current && p.allocation_count == R.m.count,
+         "the pool counts %zu blocks of %zu bytes, the model %zu of %zu", p.allocation_count,
+         p.current_bytes, R.m.count, R.m.current);
+  EXPECT(p.high_watermark >= p.current_bytes && p.actual_high_watermark >= p.actual_bytes,
+         "a high watermark is below the current figure");
+  EXPECT(p.used_bytes + p.free_bytes + p.pending_bytes <= p.actual_bytes,
+         "used %zu + free %zu + pending %zu bytes exceed the %zu held", p.used_bytes, p.free_bytes,
+         p.pending_bytes, p.actual_bytes);
+  EXPECT(p.largest_free_block <= p.free_bytes, "largest free block %zu > free bytes %zu",
+         p.largest_free_block, p.free_bytes);
+  EXPECT(h.current_bytes == p.actual_bytes, "HOST holds %zu bytes for the pool, the pool says %zu",
+         h.current_bytes, p.actual_bytes);
+  if (R.inner.kind == W_FAULT || R.inner.kind == W_LIMITER)
+    EXPECT(stats(R.inner.a).current_bytes == p.actual_bytes, "the inner %s holds %zu bytes, the pool %zu",
+           rap_allocator_strategy(R.inner.a), stats(R.inner.a).current_bytes, p.actual_bytes);
+  if (!R.m.resource_aware) {
+    EXPECT(p.pending_count == 0 && p.pending_bytes == 0, "a %s has pending blocks", kind_names[R.kind]);
+    return;
+  }
+  size_t must = m_unpassed_bytes(&R.m, -1);
+  EXPECT(p.pending_bytes >= must, "%zu bytes are pending, but %zu have not passed", p.pending_bytes, must);
+  size_t pending = 0;
+  for (int r = 0; r < FZ_RES; r++) {
+    rap_stats s;
+    expect_status(rap_allocator_resource_stats(R.pool, R.res[r], &s), RAP_OK, "rap_allocator_resource_stats");
+    size_t cur = 0, cnt = 0;
+    for (int i = 0; i < FZ_SLOTS; i++)
+      if (R.m.slot[i].live && R.m.slot[i].owner == r) {
+        cur += R.m.slot[i].n;
+        cnt++;
+      }
+    EXPECT(s.current_bytes == cur && s.allocation_count == cnt,
+           "resource %d holds %zu blocks of %zu bytes, the model %zu of %zu", r, s.allocation_count,
+           s.current_bytes, cnt, cur);
+    size_t mine = m_unpassed_bytes(&R.m, r);
+    EXPECT(s.pending_bytes >= mine, "resource %d has %zu bytes pending, but %zu have not passed", r,
+           s.pending_bytes, mine);
+    pending += s.pending_bytes;
+  }
+  EXPECT(pending == p.pending_bytes, "resources hold %zu pending bytes, the pool %zu", pending, p.pending_bytes);
+  if (p.pending_count == 0) m_drop_hazards(&R.m);
+}
+
+/* Every live block: its bytes, its owner, the allocator that owns it. */
+static void deep_check(void) {
+  for (int i = 0; i < FZ_SLOTS; i++) {
+    const m_block *b = &R.m.slot[i];
+    if (!b->live) continue;
+    check_pattern(i);
+    rap_resource *owner = NULL;
+    expect_status(rap_pointer_resource(R.top, (void *)b->p, &owner), RAP_OK, "rap_pointer_resource");
+    EXPECT(owner == R.res[R.m.resource_aware ? b->owner : 0], "block %p: owner is not resource %d",
+           (void *)b->p, b->owner);
+    rap_allocator *found = NULL;
+    expect_status(rap_allocator_find(R.rm, (void *)b->p, &found), RAP_OK, "rap_allocator_find");
+    EXPECT(found == R.top, "rap_allocator_find gives '%s' for a block of the top", rap_allocator_name(found));
+  }
+}
+
+/* ---- operations ------------------------------------------------------------------------------- */
+
+static int pick_live(unsigned hint) {
+  int live = 0;
+  for (int i = 0; i < FZ_SLOTS; i++) live += R.m.slot[i].live;
+  if (live == 0) return -1;
+  int k = (int)(hint % (unsigned)live);
+  for (int i = 0; i < FZ_SLOTS; i++)
+    if (R.m.slot[i].live && k-- == 0) return i;
+  return -1;
+}
+
+static void op_allocate(unsigned hint, unsigned rsel, size_t n) {
+  int slot = -1;
+  for (int i = 0; i < FZ_SLOTS && slot < 0; i++)
+    if (!R.m.slot[(hint + (unsigned)i) % FZ_SLOTS].live) slot = (int)((hint + (unsigned)i) % FZ_SLOTS);
+  if (slot < 0) return;
+  int x = rsel % 5 < 2 ? 0 : (int)(rsel % 5) - 1;   /* 0: NULL, 1: the host, 2..4: queues */
+  rap_resource *r = rsel % 5 == 0 ? NULL : R.res[x];
+
+  /* What the wrappers outside the pool will say, outermost first. */
+  int want = RAP_OK;
+  bool may_fail = R.inner.kind == W_LIMITER;
+  for (int i = 0; i < R.nouter && want == RAP_OK; i++) {
+    wrapper *w = &R.outer[i];
+    if (w->kind == W_LIMITER && (n > w->limit || R.m.current > w->limit - n)) want = RAP_ERR_NOMEM;
+    if (w->kind == W_FAULT) {
+      size_t before = fault_requests(w->a);
+      EXPECT(before == w->requests, "the outer Fault saw %zu requests, the model %zu", before, w->requests);
+      w->requests++;
+      if (w->fail_left > 0) {
+        w->fail_left--;
+        want = RAP_ERR_NOMEM;
+      }
+    }
+  }
+  if (want == RAP_OK && n > SIZE_MAX / 4) want = RAP_ERR_NOMEM;   /* no pool can hold it */
+
+  rap_stats before = stats(R.pool);
+  void *sentinel = &before, *p = sentinel;
+  call_begin();
+  int st = rap_allocate(R.top, &p, n, r);
+  bool blocked = call_end();
+  size_t refused = inner_failures();
+  for (int i = 0; i < R.nouter; i++)
+    if (R.outer[i].kind == W_FAULT)
+      EXPECT(fault_requests(R.outer[i].a) == R.outer[i].requests, "the outer Fault saw a request the model did not");
+  if (want == RAP_OK && st == RAP_ERR_NOMEM && (may_fail || refused > 0)) want = RAP_ERR_NOMEM;
+  expect_status(st, want, "rap_allocate");
+  if (st != RAP_OK) {
+    EXPECT(p == sentinel, "a failed rap_allocate wrote its out-param");
+    rap_stats after = stats(R.pool);
+    EXPECT(after.current_bytes == before.current_bytes && after.allocation_count == before.allocation_count &&
+           after.used_bytes == before.used_bytes, "a failed rap_allocate changed the live blocks");
+    return;
+  }
+  uintptr_t a = (uintptr_t)p;
+  EXPECT(p != NULL && p != sentinel, "rap_allocate gave no pointer");
+  EXPECT(a % R.align == 0, "%p is not aligned to %zu", p, R.align);
+  int other = m_overlapping_live(&R.m, a, a + (n ? n : 1));
+  EXPECT(other < 0, "%p (%zu bytes) overlaps live block %p (%zu bytes)", p, n, (void *)R.m.slot[other].p,
+         R.m.slot[other].n);
+  unsigned waits = 0, queued = 0;
+  char why[256];
+  size_t ext = (n ? n : 1);
+  ext = (ext + R.align - 1) / R.align * R.align;
+  EXPECT(m_check_handout(&R.m, x, a, a + ext, blocked, &waits, why, sizeof why) == 0, "%s", why);
+  if (x > 0 && R.m.resource_aware) {
+    int jobs = fz_queue_waits(R.res[x], R.res + 1, FZ_QUEUES, &queued);
+    EXPECT((waits & ~queued) == 0, "%p was handed to queue %d without a wait for queues %#x", p, x,
+           waits & ~queued);
+    EXPECT(R.m.cross_wait || queued == 0, "queue %d waits for another queue without cross_resource=wait", x);
+    m_add_deps(&R.m, x, queued);
+    if (!m_busy(&R.m, x) && jobs > 0) sync_queue(x);   /* waits whose events completed: let them run */
+  }
+  m_consume(&R.m, a, n);
+  m_allocated(&R.m, slot, a, n, x, ++R.seed);
+  fill_block(&R.m.slot[slot]);
+}
+
+static void op_deallocate(unsigned hint, unsigned mode) {
+  int slot = pick_live(hint);
+  if (slot < 0) return;
+  m_block *b = &R.m.slot[slot];
+  int owner = R.m.resource_aware ? b->owner : 0, rid = -1;
+  switch (mode % 4) {
+  case 0: rid = -1; break;                                  /* NULL: the owner */
+  case 1: rid = b->owner; break;                            /* the owner, by name */
+  case 2: rid = b->owner == 0 ? 1 : b->owner % FZ_QUEUES + 1; break;   /* another resource */
+  default: rid = 0; break;                                  /* the host */
+  }
+  int want = R.m.resource_aware && rid >= 0 && rid != owner ? RAP_ERR_WRONG_RESOURCE : RAP_OK;
+  check_pattern(slot);
+  rap_stats bp = stats(R.pool), bt = stats(R.top);
+  call_begin();
+  int st = rap_deallocate(R.top, (void *)b->p, rid < 0 ? NULL : R.res[rid]);
+  call_end();
+  inner_failures();
+  expect_status(st, want, "rap_deallocate");
+  if (st != RAP_OK) {
+    rap_stats ap = stats(R.pool), at = stats(R.top);
+    EXPECT(memcmp(&bp, &ap, sizeof bp) == 0 && memcmp(&bt, &at, sizeof bt) == 0,
+           "a refused rap_deallocate changed the statistics");
+    return;
+  }
+  R.freed[R.nfreed++ % 8] = b->p;
+  m_deallocated(&R.m, slot);
+}
+
+static void op_record(unsigned hint, unsigned rsel) {
+  int slot = pick_live(hint);
+  if (slot < 0) return;
+  int rid = (int)(rsel % 5) - 1;   /* -1: NULL */
+  int want = rid < 0 ? RAP_ERR_INVALID : R.m.resource_aware ? RAP_OK : RAP_ERR_UNSUPPORTED;
+  rap_stats before = stats(R.pool);
+  call_begin();
+  int st = rap_record_resource(R.top, (void *)R.m.slot[slot].p, rid < 0 ? NULL : R.res[rid]);
+  call_end();
+  expect_status(st, want, "rap_record_resource");
+  rap_stats after = stats(R.pool);
+  EXPECT(memcmp(&before, &after, sizeof before) == 0, "rap_record_resource changed the statistics");
+  if (st == RAP_OK) m_record(&R.m, slot, rid);
+}
+
+static void op_busy(unsigned q) {
+  q = q % FZ_QUEUES + 1;
+  gate_node *g = malloc(sizeof *g);
+  EXPECT(g != NULL, "out of memory");
+  gate_init(&g->g);
+  g->next = R.gates[q];
+  R.gates[q] = g;
+  expect_status(rap_resource_submit(R.res[q], gate_job, &g->g), RAP_OK, "rap_resource_submit");
+  m_busy_gate(&R.m, (int)q);
+}
+
+static void op_release(unsigned which) {
+  rap_allocator *a = which & 1u ? R.pool : R.top;
+  call_begin();
+  int st = rap_release(a);
+  call_end();
+  inner_failures();
+  expect_status(st, RAP_OK, "rap_release");
+}
+
+static void op_bad(unsigned kind, unsigned hint) {
+  rap_stats bp = stats(R.pool), bt = stats(R.top);
+  char local[64];
+  void *ptr = NULL;
+  int want = RAP_ERR_UNKNOWN_POINTER;
+  bool pointer_resource = false;
+  switch (kind % 6) {
+  case 0:
+  case 4: {   /* an interior pointer */
+    int slot = pick_live(hint);
+    if (slot < 0 || R.m.slot[slot].n < 2) return;
+    ptr = (char *)R.m.slot[slot].p + 1 + hint % (R.m.slot[slot].n - 1);
+    pointer_resource = kind % 6 == 4;
+    break;
+  }
+  case 1:
+  case 5: {   /* a double free, unless the pool has handed the address out again */
+    if (R.nfreed == 0) return;
+    uintptr_t p = R.freed[hint % (R.nfreed < 8 ? R.nfreed : 8)];
+    if (m_find_live(&R.m, p) >= 0) return;
+    ptr = (void *)p;
+    pointer_resource = kind % 6 == 5;
+    break;
+  }
+  case 2: ptr = local + 16; break;   /* foreign */
+  default: ptr = NULL; want = RAP_OK; break;
+  }
+  call_begin();
+  int st;
+  if (pointer_resource) {
+    rap_resource *out = (rap_resource *)&local;
+    st = rap_pointer_resource(R.top, ptr, &out);
+    EXPECT(st != RAP_OK || ptr == NULL, "rap_pointer_resource answered for a dead pointer");
+    EXPECT(out == (rap_resource *)&local, "a failed rap_pointer_resource wrote its out-param");
+  } else {
+    st = rap_deallocate(R.top, ptr, NULL);
+  }
+  call_end();
+  expect_status(st, want, pointer_resource ? "rap_pointer_resource" : "rap_deallocate");
+  rap_stats ap = stats(R.pool), at = stats(R.top);
+  EXPECT(memcmp(&bp, &ap, sizeof bp) == 0 && memcmp(&bt, &at, sizeof bt) == 0,
+         "a refused call changed the statistics");
+}
+
+static void op_fault(unsigned target, unsigned k) {
+  wrapper *faults[3];
+  int n = 0;
+  for (int i = 0; i < R.nouter; i++)
+    if (R.outer[i].kind == W_FAULT) faults[n++] = &R.outer[i];
+  if (R.inner.kind == W_FAULT) faults[n++] = &R.inner;
+  if (n == 0) return;
+  wrapper *w = faults[target % (unsigned)n];
+  k %= 4;
+  char cfg[64];
+  snprintf(cfg, sizeof cfg, "reset fail_next=%u", k);
+  expect_status(rap_fault_configure(w->a, cfg), RAP_OK, "rap_fault_configure");
+  w->fail_left = k;
+}
+
+/* ---- one input ---------------------------------------------------------------------------------- */
+
+static void finish(void) {
+  R.opname = "teardown";
+  pass_set(ALL_QUEUES);
+  verify();
+  deep_check();
+  for (int i = 0; i < FZ_SLOTS; i++) {
+    if (!R.m.slot[i].live) continue;
+    check_pattern(i);
+    expect_status(rap_deallocate(R.top, (void *)R.m.slot[i].p, NULL), RAP_OK, "rap_deallocate");
+    m_deallocated(&R.m, i);
+  }
+  pass_set(ALL_QUEUES);
+  expect_status(rap_release(R.pool), RAP_OK, "rap_release");
+  verify();
+  rap_stats p = stats(R.pool);
+  EXPECT(p.pending_count == 0 && p.pending_bytes == 0, "%zu blocks still pending with every queue idle",
+         p.pending_count);
+  EXPECT(p.chunk_count == 0 && p.actual_bytes == 0, "an empty pool keeps %zu chunks after rap_release",
+         p.chunk_count);
+  expect_status(rap_manager_destroy(R.rm), RAP_OK, "rap_manager_destroy");
+  for (int q = 1; q <= FZ_QUEUES; q++) {
+    for (gate_node *g = R.gates[q], *next; g != NULL; g = next) {
+      next = g->next;
+      gate_destroy(&g->g);
+      free(g);
+    }
+  }
+}
+
+static const char *const op_names[16] = {"allocate", "allocate", "allocate", "allocate", "deallocate",
+                                         "deallocate", "record_resource", "busy", "pass", "release",
+                                         "bad", "fault", "check", "pass all", "allocate on a queue",
+                                         "deallocate"};
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  memset(&R, 0, sizeof R);
+  R.data = data;
+  R.size = size;
+  R.trace = getenv("RAP_FUZZ_TRACE") != NULL;
+  fz_queue_forget_waits();
+  fz_main = pthread_self();
+  build();
+  inputs_run[R.kind]++;
+  if (R.m.cross_wait) inputs_run[K_COUNT]++;
+  if (R.trace) fprintf(stderr, "spec: %s\n", R.spec);
+  for (R.op = 0; R.pos < R.size && R.op < 4000; R.op++) {
+    unsigned code = byte() % 16;
+    R.opname = op_names[code];
+    R.m.now++;
+    unsigned a = byte(), b = byte();
+    if (R.trace) fprintf(stderr, "op %d: %s %u %u\n", R.op, R.opname, a, b);
+    switch (code) {
+    case 0: case 1: case 2: case 3: op_allocate(a, b, size_arg()); break;
+    case 14: op_allocate(a, 2 + b % 3, size_arg()); break;
+    case 4: case 5: case 15: op_deallocate(a, b); break;
+    case 6: op_record(a, b); break;
+    case 7: op_busy(a); break;
+    case 8: pass_set(m_pass_closure(&R.m, (int)(a % FZ_QUEUES) + 1)); break;
+    case 9: op_release(a); break;
+    case 10: op_bad(a, b); break;
+    case 11: op_fault(a, b); break;
+    case 12: deep_check(); break;
+    default: pass_set(ALL_QUEUES); break;
+    }
+    verify();
+    ops_run[R.kind]++;
+    if (R.m.cross_wait) ops_run[K_COUNT]++;
+  }
+  finish();
+  memset(&R, 0, sizeof R);
+  return 0;
+}
+
+#ifdef RAP_FUZZER_MAIN
+__attribute__((destructor)) static void report_at_exit(void) { fz_report(stderr); }
+#endif
+
+void fz_report(FILE *out) {
+  fprintf(out, "rap fuzz: operations per strategy: QuickPool %zu (%zu inputs), DynamicPoolList %zu (%zu), "
+          "ResourceAwarePool %zu (%zu; %zu of them cross_resource=wait); host waited %zu times\n",
+          ops_run[K_QUICK], inputs_run[K_QUICK], ops_run[K_DPL], inputs_run[K_DPL], ops_run[K_RAP],
+          inputs_run[K_RAP], ops_run[K_COUNT], host_blocks);
+}

@@ -1,0 +1,186 @@
+/* model.c — the reference model of design.md §3 (see model.h). Small and slow on purpose: arrays,
+ * linear scans, no cleverness, so that it is obviously right.
+ */
+#include "model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void m_init(model *m, bool resource_aware, bool cross_wait, size_t align) {
+  memset(m, 0, sizeof *m);
+  m->resource_aware = resource_aware;
+  m->cross_wait = cross_wait;
+  m->align = align;
+  m->now = 1;
+}
+
+bool m_passed(const model *m, int q, uint64_t t) {
+  if (q == 0 || !m_busy(m, q)) return true;
+  return t < m->q[q].busy_since;   /* deallocated while q was idle: nothing of q can touch it */
+}
+
+bool m_hazard_passed(const model *m, const m_hazard *h) {
+  for (int q = 1; q <= FZ_QUEUES; q++)
+    if ((h->ents >> q & 1u) && !m_passed(m, q, h->t)) return false;
+  return true;
+}
+
+static size_t extent(const model *m, size_t n) {
+  size_t a = m->align ? m->align : 1;
+  if (n == 0) n = 1;
+  return (n + a - 1) / a * a;
+}
+
+/* ---- blocks ----------------------------------------------------------------------------------- */
+
+void m_allocated(model *m, int slot, uintptr_t p, size_t n, int owner, unsigned seed) {
+  m_block *b = &m->slot[slot];
+  b->live = true;
+  b->p = p;
+  b->n = n;
+  b->owner = owner;
+  b->uses = 0;
+  b->seed = seed;
+  m->current += n;
+  m->count++;
+}
+
+void m_record(model *m, int slot, int r) {
+  m_block *b = &m->slot[slot];
+  if (m->resource_aware && r > 0 && r != b->owner) b->uses |= 1u << r;
+}
+
+static void add_hazard(model *m, m_hazard h) {
+  if (m->nhz == FZ_HAZARDS) {   /* forget the ones that passed; if none did, stop tracking one */
+    int k = 0;
+    for (int i = 0; i < m->nhz; i++)
+      if (!m_hazard_passed(m, &m->hz[i])) m->hz[k++] = m->hz[i];
+    m->nhz = k;
+    if (m->nhz == FZ_HAZARDS) return;
+  }
+  m->hz[m->nhz++] = h;
+}
+
+void m_deallocated(model *m, int slot) {
+  m_block *b = &m->slot[slot];
+  m->current -= b->n;
+  m->count--;
+  b->live = false;
+  if (!m->resource_aware) return;   /* QuickPool, DynamicPoolList: free at once */
+  unsigned ents = b->uses | (b->owner > 0 ? 1u << b->owner : 0u);
+  if (ents == 0) return;            /* the host's own blocks are free at once */
+  m_hazard h = {b->p, b->p + extent(m, b->n), b->owner, ents, b->uses != 0, m->now};
+  add_hazard(m, h);
+}
+
+int m_find_live(const model *m, uintptr_t p) {
+  for (int i = 0; i < FZ_SLOTS; i++)
+    if (m->slot[i].live && m->slot[i].p == p) return i;
+  return -1;
+}
+
+int m_overlapping_live(const model *m, uintptr_t lo, uintptr_t hi) {
+  for (int i = 0; i < FZ_SLOTS; i++) {
+    const m_block *b = &m->slot[i];
+    if (b->live && lo < b->p + (b->n ? b->n : 1) && b->p < hi) return i;
+  }
+  return -1;
+}
+
+/* ---- the hand-out rule ---------------------------------------------------------------------- */
+
+int m_check_handout(const model *m, int x, uintptr_t lo, uintptr_t hi, bool blocked, unsigned *waits,
+                    char *why, size_t cap) {
+  *waits = 0;
+  if (blocked) return 0;   /* the host waited: every queue ran everything */
+  for (int i = 0; i < m->nhz; i++) {
+    const m_hazard *h = &m->hz[i];
+    if (!(lo < h->hi && h->lo < hi)) continue;
+    for (int q = 1; q <= FZ_QUEUES; q++) {
+      if (!(h->ents >> q & 1u) || q == x || m_passed(m, q, h->t)) continue;
+      if (m->cross_wait && x != 0) {
+        *waits |= 1u << q;   /* allowed if x now waits for q */
+        continue;
+      }
+      snprintf(why, cap, "[%#lx, %#lx) handed to resource %d while pending on queue %d "
+               "(deallocated at op %llu, queue busy since op %llu)", (unsigned long)lo,
+               (unsigned long)hi, x, q, (unsigned long long)h->t,
+               (unsigned long long)m->q[q].busy_since);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void m_consume(model *m, uintptr_t p, size_t n) {
+  uintptr_t lo = p, hi = p + extent(m, n);
+  m_hazard keep[FZ_HAZARDS + 2];
+  int k = 0;
+  for (int i = 0; i < m->nhz; i++) {
+    m_hazard h = m->hz[i];
+    if (!(lo < h.hi && h.lo < hi) || h.whole) {
+      if (!(lo < h.hi && h.lo < hi)) keep[k++] = h;
+      continue;
+    }
+    if (h.lo < lo) {
+      m_hazard a = h;
+      a.hi = lo;
+      keep[k++] = a;
+    }
+    if (hi < h.hi) {
+      m_hazard b = h;
+      b.lo = hi;
+      keep[k++] = b;
+    }
+  }
+  if (k > FZ_HAZARDS) k = FZ_HAZARDS;   /* forget the newest pieces: checks only get weaker */
+  memcpy(m->hz, keep, (size_t)k * sizeof keep[0]);
+  m->nhz = k;
+}
+
+/* ---- queues ----------------------------------------------------------------------------------- */
+
+void m_busy_gate(model *m, int q) {
+  if (!m_busy(m, q)) m->q[q].busy_since = m->now;
+  m->q[q].gates++;
+}
+
+void m_add_deps(model *m, int q, unsigned deps) {
+  if (deps == 0) return;
+  if (!m_busy(m, q)) m->q[q].busy_since = m->now;
+  m->q[q].deps |= deps;
+}
+
+unsigned m_pass_closure(const model *m, int q) {
+  unsigned set = 1u << q, before;
+  do {
+    before = set;
+    for (int r = 1; r <= FZ_QUEUES; r++) {
+      if (set >> r & 1u) set |= m->q[r].deps;
+      if (m->q[r].deps & set) set |= 1u << r;
+    }
+  } while (set != before);
+  return set;
+}
+
+void m_passed_set(model *m, unsigned set) {
+  for (int r = 1; r <= FZ_QUEUES; r++) {
+    if (set >> r & 1u) {
+      m->q[r].gates = 0;
+      m->q[r].deps = 0;
+    } else {
+      m->q[r].deps &= ~set;
+    }
+  }
+}
+
+size_t m_unpassed_bytes(const model *m, int owner) {
+  size_t sum = 0;
+  for (int i = 0; i < m->nhz; i++) {
+    const m_hazard *h = &m->hz[i];
+    if ((owner < 0 || h->owner == owner) && !m_hazard_passed(m, h)) sum += h->hi - h->lo;
+  }
+  return sum;
+}
+
+void m_drop_hazards(model *m) { m->nhz = 0; }

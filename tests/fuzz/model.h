@@ -1,0 +1,85 @@
+/* model.h — a reference model of design.md §3, written apart from the library and for clarity only.
+ *
+ * It knows what a pool is ALLOWED to do, not which address it will pick: live blocks (pointer,
+ * bytes, owner, recorded uses), and "hazards": byte ranges deallocated on a queue (or recorded on
+ * one) whose queued work may still touch them. Resource 0 is the synchronous host; 1..FZ_QUEUES
+ * are host_async queues whose progress the driver controls with gates:
+ *   busy(q)   q has a closed gate, or a queued wait on a busy queue;
+ *   passed(q, t)  everything queued on q before op t has run: q is idle now, or was idle after t.
+ * A hazard of op t on queues E passes when every q in E has passed t. A pool may hand a range to
+ * resource x only when every hazard over it has passed or is x's own (cross_resource=wait: x
+ * queues a wait instead; the host blocks). Pending bytes in a pool are at least the bytes of the
+ * hazards that have not passed.
+ */
+#ifndef RAP_FUZZ_MODEL_H
+#define RAP_FUZZ_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { FZ_QUEUES = 3, FZ_RES = FZ_QUEUES + 1, FZ_SLOTS = 64, FZ_HAZARDS = 512 };
+
+typedef struct m_block {
+  bool live;
+  uintptr_t p;
+  size_t n;
+  int owner;          /* 0 host, 1..FZ_QUEUES */
+  unsigned uses;      /* bit q: recorded on queue q (never the owner, never the host) */
+  unsigned seed;      /* the fill pattern */
+} m_block;
+
+typedef struct m_hazard {
+  uintptr_t lo, hi;   /* [lo, hi) */
+  int owner;          /* the resource it is pending on (0: the host, with uses) */
+  unsigned ents;      /* bit q: queues that must pass t */
+  bool whole;         /* it has uses: a reuse takes the whole block */
+  uint64_t t;         /* the op that deallocated it */
+} m_hazard;
+
+typedef struct m_queue {
+  int gates;          /* closed gates queued */
+  unsigned deps;      /* bit q: queued waits on events of queue q that have not completed */
+  uint64_t busy_since;
+} m_queue;
+
+typedef struct model {
+  bool resource_aware, cross_wait;
+  size_t align;       /* the pool's alignment: a block's extent is the request rounded up to it */
+  m_block slot[FZ_SLOTS];
+  m_hazard hz[FZ_HAZARDS];
+  int nhz;
+  m_queue q[FZ_RES];  /* index 0 unused: the host is never busy */
+  uint64_t now;       /* op counter */
+  size_t current, count;
+} model;
+
+void m_init(model *m, bool resource_aware, bool cross_wait, size_t align);
+static inline bool m_busy(const model *m, int q) { return q > 0 && (m->q[q].gates > 0 || m->q[q].deps != 0); }
+bool m_passed(const model *m, int q, uint64_t t);
+bool m_hazard_passed(const model *m, const m_hazard *h);
+
+/* Blocks. */
+void m_allocated(model *m, int slot, uintptr_t p, size_t n, int owner, unsigned seed);
+void m_record(model *m, int slot, int r);
+void m_deallocated(model *m, int slot);
+int  m_find_live(const model *m, uintptr_t p);       /* the slot whose block starts at p, or -1 */
+int  m_overlapping_live(const model *m, uintptr_t lo, uintptr_t hi);   /* a live slot, or -1 */
+
+/* The rule of §3.1 for a range [lo, hi) handed to resource x. `blocked`: the host blocked in the
+ * call, so every queue passed. Returns 0 if allowed; otherwise -1 with a sentence in why. In
+ * cross-wait mode, *waits gets the queues x must now wait for (the host cannot: -1). */
+int  m_check_handout(const model *m, int x, uintptr_t lo, uintptr_t hi, bool blocked, unsigned *waits,
+                     char *why, size_t cap);
+/* The range a pool handed out stops being pending: the block's extent, or whole hazards with uses. */
+void m_consume(model *m, uintptr_t p, size_t n);
+
+/* Queues. */
+void m_busy_gate(model *m, int q);
+void m_add_deps(model *m, int q, unsigned deps);
+unsigned m_pass_closure(const model *m, int q);        /* q, what it waits for, what waits for it */
+void m_passed_set(model *m, unsigned set);            /* every queue in set ran everything */
+size_t m_unpassed_bytes(const model *m, int owner);    /* owner -1: all */
+void m_drop_hazards(model *m);                         /* the pool has nothing pending */
+
+#endif /* RAP_FUZZ_MODEL_H */
