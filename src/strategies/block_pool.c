@@ -302,6 +302,9 @@ int rapi_bp_grow(rapi_bp *bp, size_t size, rapi_block **out) {
 
 int rapi_bp_grow_for(rapi_bp *bp, size_t size, rapi_block **out) {
   rapi_block *b = NULL;
+  /* Coalesce on a miss: wholly free chunks that together hold the request, but none of which
+   * fits it, go back first, so the pool trades them for one chunk instead of holding both. */
+  if (bp->releasable_usable >= size) rapi_bp_release(bp);
   int st = rapi_bp_grow(bp, size, &b);
   if (st == RAP_ERR_NOMEM && bp->releasable_chunks > 0) {
     /* The first try held chunks, so it asked for max(next_size, size): ask for that again, even

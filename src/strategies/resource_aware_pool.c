@@ -39,6 +39,7 @@ struct rstate {
   uint64_t open, done;            /* batches <= done have passed; open is not fenced yet */
   bool open_dirty;                /* something carries the open batch number */
   size_t open_count;              /* pending blocks of the open batch */
+  unsigned ticks;                 /* deallocations, to poll now and then */
   fence *fences;                  /* ring of recorded batches not known to have passed */
   size_t fhead, fcount, fcap;
   rapi_block *fifo_head, *fifo_tail;
@@ -332,13 +333,18 @@ static int finish_allocate(rap_pool *p, rstate *rs, rapi_block *b, size_t bytes,
   return RAP_OK;
 }
 
+/* r's own pending block when it fits closely (the same-stream reuse that needs no event), else a
+ * free block, else r's own pending block all the same. Carving a small request out of a large
+ * pending block while free memory fits would chop up blocks that are about to merge back into
+ * whole chunks, and the pool would grow for the next large request. */
 static rapi_block *take_own_or_free(rap_pool *p, rstate *rs, size_t size) {
   rapi_block *b = rapi_index_find(&rs->pending, size);
-  if (b != NULL) {
-    take_pending(p, rs, b, size);
-    return b;
+  if (b == NULL || b->size - size > size / 8 + p->bp.alignment) {
+    rapi_block *f = rapi_bp_take_free(&p->bp, size);
+    if (f != NULL) return f;
   }
-  return rapi_bp_take_free(&p->bp, size);
+  if (b != NULL) take_pending(p, rs, b, size);
+  return b;
 }
 
 /* A miss: poll, then (wait mode) take another resource's block behind a queued wait, then grow,
@@ -423,6 +429,11 @@ static int rap_deallocate_fn(void *state, void *ptr, rap_resource *r) {
   if (owner->open_count >= RAPI_EAGER_FENCE && fence_open(p, owner) != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: recording an event failed: %s", rap_allocator_name(p->bp.self),
             rap_last_error());
+  /* Now and then, the oldest fences: what has passed goes back to the free index and merges, so
+   * other resources find whole blocks without waiting for a miss. Only fenced batches are asked. */
+  else if (owner->fcount > 0 && (++owner->ticks & (RAPI_EAGER_FENCE - 1)) == 0 &&
+           query_fences(owner) == RAP_OK)
+    drain(p, owner);
   return RAP_OK;
 }
 

@@ -173,8 +173,12 @@ static void pass(fx *x, int q) {
   for (int i = 0; i < x->ngates; i++)
     if (x->gate_q[i] == q || q < 0) gate_open(x->gates[i]);
   pthread_mutex_unlock(&x->m);
+  /* Under cross_resource=wait a queue may hold a queued wait for another queue's gated work:
+   * the watchdog lets everything run if synchronizing blocks. */
+  call_begin(x);
   for (int r = 1; r <= QUEUES; r++)
     if (r == q || q < 0) RAP_CHECK_OK(rap_resource_synchronize(x->res[r]));
+  call_end(x);
 }
 
 static rap_allocator *add(fx *x, const char *name, const char *strategy, const char *parent,
@@ -340,7 +344,10 @@ static void recover_and_drain(fx *x) {
     RAP_CHECK(x->p[0] != NULL);
     extra[r][0] = x->p[0];
     x->p[0] = NULL;
-    RAP_CHECK_OK(rap_allocate(x->top, &extra[r][1], 100 * 1024, x->res[r]));
+    call_begin(x);   /* the host may wait for a gated queue (cross_resource=wait): the watchdog */
+    int st = rap_allocate(x->top, &extra[r][1], 100 * 1024, x->res[r]);
+    call_end(x);
+    RAP_CHECK_OK(st);
     tu_fill(extra[r][1], 100 * 1024, 77u + (unsigned)r);
   }
   consistent_with(x, 2 * (QUEUES + 1), (QUEUES + 1) * 100 * 1024);
