@@ -24,6 +24,10 @@ if [ "$what" != bench ]; then
     "$t" --gtest_color=no > "$out/$(basename "$t").log" 2>&1 || status=1
     tail -3 "$out/$(basename "$t").log"
   done
+  if [ -x "$b/tests/stress/rap_stress_cuda" ]; then
+    "$b"/tests/stress/rap_stress_cuda --ops 100000 > "$out/stress_cuda.log" 2>&1 || status=1
+    tail -1 "$out/stress_cuda.log"
+  fi
   "$b"/examples/demo > "$out/demo.log" 2>&1 || status=1
   cat "$out/demo.log"
 fi
