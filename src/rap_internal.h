@@ -347,6 +347,8 @@ void  rapi_bp_fini(rapi_bp *bp);
 /* Rounds a request to the pool's block size; RAP_ERR_NOMEM for sizes no pool can hold. */
 int   rapi_bp_round(rapi_bp *bp, size_t bytes, size_t *out);
 rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size);     /* from the free index, split */
+rapi_block *rapi_bp_find_free(rapi_bp *bp, size_t size);     /* what take_free would take */
+rapi_block *rapi_bp_take_this(rapi_bp *bp, rapi_block *b, size_t size);   /* b from find_free */
 int   rapi_bp_grow(rapi_bp *bp, size_t size, rapi_block **out); /* a new chunk; block free, unindexed */
 int   rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out);
 /* A new chunk for a miss of size bytes, split, the remainder indexed free; if the parent is dry,

@@ -169,9 +169,16 @@ rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size) {
   return rem;
 }
 
+rapi_block *rapi_bp_find_free(rapi_bp *bp, size_t size) {
+  return bp->list ? rapi_list_find(&bp->free, size) : rapi_index_find(&bp->free, size);
+}
+
 rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size) {
-  rapi_block *b = bp->list ? rapi_list_find(&bp->free, size) : rapi_index_find(&bp->free, size);
-  if (b == NULL) return NULL;
+  rapi_block *b = rapi_bp_find_free(bp, size);
+  return b != NULL ? rapi_bp_take_this(bp, b, size) : NULL;
+}
+
+rapi_block *rapi_bp_take_this(rapi_bp *bp, rapi_block *b, size_t size) {
   releasable_add(bp, b, -1);
   size_t old_size = b->size;
   rapi_block *rem = rapi_bp_split(bp, b, size);

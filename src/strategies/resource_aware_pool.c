@@ -333,15 +333,16 @@ static int finish_allocate(rap_pool *p, rstate *rs, rapi_block *b, size_t bytes,
   return RAP_OK;
 }
 
-/* r's own pending block when it fits closely (the same-stream reuse that needs no event), else a
- * free block, else r's own pending block all the same. Carving a small request out of a large
- * pending block while free memory fits would chop up blocks that are about to merge back into
- * whole chunks, and the pool would grow for the next large request. */
+/* The better fit of r's own pending blocks (reused with no event: r's stream order makes it safe)
+ * and the free blocks, the pending one on a tie. Carving a small request out of a large pending
+ * block while a free one fits better would chop up blocks that are about to merge back into whole
+ * chunks, and the pool would grow for the next large request; preferring free memory over an
+ * equally good pending block would let pending memory pile up on a stream the CPU runs ahead of. */
 static rapi_block *take_own_or_free(rap_pool *p, rstate *rs, size_t size) {
   rapi_block *b = rapi_index_find(&rs->pending, size);
-  if (b == NULL || b->size - size > size / 8 + p->bp.alignment) {
-    rapi_block *f = rapi_bp_take_free(&p->bp, size);
-    if (f != NULL) return f;
+  if (b == NULL || b->size > size) {
+    rapi_block *f = rapi_bp_find_free(&p->bp, size);
+    if (f != NULL && (b == NULL || f->size < b->size)) return rapi_bp_take_this(&p->bp, f, size);
   }
   if (b != NULL) take_pending(p, rs, b, size);
   return b;
