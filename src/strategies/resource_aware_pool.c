@@ -9,7 +9,8 @@
  * polled head-first per resource, so pending memory comes back without anyone asking for it.
  * rap_record_resource adds uses on other resources, each fenced the same way on its resource.
  * Invariant: a pending block sits in its owner's FIFO, and in its owner's pending index exactly
- * when it has no uses; FIFO tags never decrease.
+ * when it has no uses and is not the owner's hot block (the one freed last); FIFO tags never
+ * decrease.
  */
 #include "rap_internal.h"
 
@@ -43,6 +44,7 @@ struct rstate {
   fence *fences;                  /* ring of recorded batches not known to have passed */
   size_t fhead, fcount, fcap;
   rapi_block *fifo_head, *fifo_tail;
+  rapi_block *hot;                /* the last block freed here: pending, in the FIFO, not indexed */
   rapi_index pending;             /* owned pending blocks without uses */
   size_t current, hwm, used_bytes, used_count, pending_bytes, pending_count, uses_out;
   UT_hash_handle hh;
@@ -158,11 +160,18 @@ static void fifo_remove(rstate *rs, rapi_block *b) {
   b->fifo_prev = b->fifo_next = NULL;
 }
 
-static void add_pending(rap_pool *p, rstate *rs, rapi_block *b, rapi_block *after) {
+/* hot: b is the block just deallocated; it stays out of the pending index, where the one it
+ * replaces as rs->hot goes, so the common free-then-allocate-again pair skips the index. */
+static void add_pending(rap_pool *p, rstate *rs, rapi_block *b, rapi_block *after, bool hot) {
   b->state = RAPI_PENDING;
   b->owner = (rap_resource *)rs;
   fifo_insert_after(rs, after, b);
-  if (b->uses == NULL) rapi_index_insert(&rs->pending, b);
+  if (b->uses == NULL && hot) {
+    if (rs->hot != NULL) rapi_index_insert(&rs->pending, rs->hot);
+    rs->hot = b;
+  } else if (b->uses == NULL) {
+    rapi_index_insert(&rs->pending, b);
+  }
   rs->pending_bytes += b->size;
   rs->pending_count++;
   rs->open_count += b->tag == rs->open;
@@ -174,7 +183,8 @@ static void add_pending(rap_pool *p, rstate *rs, rapi_block *b, rapi_block *afte
 static rapi_block *drop_pending(rap_pool *p, rstate *rs, rapi_block *b) {
   rapi_block *at = b->fifo_prev;
   fifo_remove(rs, b);
-  if (b->uses == NULL) rapi_index_remove(&rs->pending, b);
+  if (b == rs->hot) rs->hot = NULL;
+  else if (b->uses == NULL) rapi_index_remove(&rs->pending, b);
   rs->pending_bytes -= b->size;
   rs->pending_count--;
   rs->open_count -= b->tag == rs->open;
@@ -208,7 +218,7 @@ static void take_pending(rap_pool *p, rstate *owner, rapi_block *b, size_t size)
   if (rem) {
     rem->tag = b->tag;
     rem->seq = b->seq;
-    add_pending(p, owner, rem, at);
+    add_pending(p, owner, rem, at, false);
   }
   free_uses(p, b);
 }
@@ -339,7 +349,13 @@ static int finish_allocate(rap_pool *p, rstate *rs, rapi_block *b, size_t bytes,
  * chunks, and the pool would grow for the next large request; preferring free memory over an
  * equally good pending block would let pending memory pile up on a stream the CPU runs ahead of. */
 static rapi_block *take_own_or_free(rap_pool *p, rstate *rs, size_t size) {
-  rapi_block *b = rapi_index_find(&rs->pending, size);
+  rapi_block *b = rs->hot;
+  if (b != NULL && b->size == size) {
+    take_pending(p, rs, b, size);
+    return b;
+  }
+  rapi_block *ix = rapi_index_find(&rs->pending, size);
+  if (b == NULL || b->size < size || (ix != NULL && ix->size < b->size)) b = ix;
   if (b == NULL || b->size > size) {
     rapi_block *f = rapi_bp_find_free(&p->bp, size);
     if (f != NULL && (b == NULL || f->size < b->size)) return rapi_bp_take_this(&p->bp, f, size);
@@ -357,7 +373,7 @@ static RAPI_NOINLINE int rap_allocate_slow(rap_pool *p, rstate *rs, void **out, 
   /* Waiting serializes the waiter behind the owner; below wait_above the pool grows instead, so
    * as many streams as that memory allows run side by side. */
   if (b == NULL && p->cross_wait && p->bp.actual + size > p->wait_above) {
-    rstate *owner;
+    rstate *owner = NULL;
     b = find_waitable(p, rs, size, &owner);
     if (b != NULL) {
       st = wait_for_block(p, rs, owner, b);
@@ -423,7 +439,7 @@ static int rap_deallocate_fn(void *state, void *ptr, rap_resource *r) {
     u->tag = u->rs->open;
     u->rs->open_dirty = true;
   }
-  add_pending(p, owner, b, owner->fifo_tail);
+  add_pending(p, owner, b, owner->fifo_tail, true);
   /* Many blocks waiting in the open batch: fence it now, so that by the time memory is wanted the
    * event has long completed. One block reused over and over never gets here, so a resource
    * reusing its own memory still makes no driver call. */
@@ -494,8 +510,9 @@ static int rap_resource_stats_fn(void *state, rap_resource *r, rap_stats *out) {
   out->allocation_count = rs ? rs->used_count : 0;
   out->pending_bytes = rs ? rs->pending_bytes : 0;
   out->pending_count = rs ? rs->pending_count : 0;
-  out->free_bytes += rs ? rs->pending.bytes : 0;
+  out->free_bytes += rs ? rs->pending.bytes + (rs->hot ? rs->hot->size : 0) : 0;
   size_t own = rs ? rapi_index_largest(&rs->pending) : 0;
+  if (rs && rs->hot && rs->hot->size > own) own = rs->hot->size;
   if (own > out->largest_free_block) out->largest_free_block = own;
   return RAP_OK;
 }
@@ -516,7 +533,7 @@ static int check_rstate(rap_pool *p, rstate *rs, size_t *pending, size_t *used, 
     last = b->tag;
     n++;
     bytes += b->size;
-    indexed += b->uses == NULL;
+    indexed += b->uses == NULL && b != rs->hot;
   }
   if (n != rs->pending_count || bytes != rs->pending_bytes || indexed != rs->pending.count)
     return CORRUPT("%s: a resource lists %zu pending blocks (%zu indexed), counts %zu (%zu)", who, n,
