@@ -349,7 +349,6 @@ int   rapi_bp_round(rapi_bp *bp, size_t bytes, size_t *out);
 rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size);     /* from the free index, split */
 rapi_block *rapi_bp_find_free(rapi_bp *bp, size_t size);     /* what take_free would take */
 rapi_block *rapi_bp_take_this(rapi_bp *bp, rapi_block *b, size_t size);   /* b from find_free */
-int   rapi_bp_grow(rapi_bp *bp, size_t size, rapi_block **out); /* a new chunk; block free, unindexed */
 int   rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out);
 /* A new chunk for a miss of size bytes, split, the remainder indexed free; if the parent is dry,
  * releases wholly free chunks and asks once more. */
@@ -359,8 +358,6 @@ int   rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes);   /* used map
 void  rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b);       /* counters and used map */
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
 void  rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b);        /* b takes in b->next's bytes */
-void  rapi_bp_index_free(rapi_bp *bp, rapi_block *b);
-void  rapi_bp_unindex_free(rapi_bp *bp, rapi_block *b);
 size_t rapi_bp_release(rapi_bp *bp);                          /* wholly free chunks; bytes returned */
 void  rapi_bp_after_free(rapi_bp *bp, rapi_block *merged);   /* runs the coalesce heuristic */
 void  rapi_bp_flush(rapi_bp *bp, bool heuristic);   /* merges the deferred block */

@@ -134,13 +134,13 @@ static inline void releasable_add(rapi_bp *bp, const rapi_block *b, int sign) {
   bp->releasable_chunks += (size_t)sign;
 }
 
-void rapi_bp_index_free(rapi_bp *bp, rapi_block *b) {
+static void index_free(rapi_bp *bp, rapi_block *b) {
   b->state = RAPI_FREE;
   free_insert(bp, b);
   releasable_add(bp, b, 1);
 }
 
-void rapi_bp_unindex_free(rapi_bp *bp, rapi_block *b) {
+static void unindex_free(rapi_bp *bp, rapi_block *b) {
   free_remove(bp, b);
   releasable_add(bp, b, -1);
 }
@@ -301,7 +301,7 @@ int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
   return RAP_OK;
 }
 
-int rapi_bp_grow(rapi_bp *bp, size_t size, rapi_block **out) {
+static int grow(rapi_bp *bp, size_t size, rapi_block **out) {
   size_t least = bp->chunk_count == 0 ? bp->initial_size : bp->next_size;
   size_t usable = rapi_align_up(size > least ? size : least, bp->alignment);
   return rapi_bp_grow_exact(bp, usable, out);
@@ -312,17 +312,17 @@ int rapi_bp_grow_for(rapi_bp *bp, size_t size, rapi_block **out) {
   /* Coalesce on a miss: wholly free chunks that together hold the request, but none of which
    * fits it, go back first, so the pool trades them for one chunk instead of holding both. */
   if (bp->releasable_usable >= size) rapi_bp_release(bp);
-  int st = rapi_bp_grow(bp, size, &b);
+  int st = grow(bp, size, &b);
   if (st == RAP_ERR_NOMEM && bp->releasable_chunks > 0) {
     /* The first try held chunks, so it asked for max(next_size, size): ask for that again, even
-     * if the release leaves no chunk (where rapi_bp_grow would use the larger initial_size). */
+     * if the release leaves no chunk (where grow would use the larger initial_size). */
     rapi_bp_release(bp);
     st = rapi_bp_grow_exact(bp, rapi_align_up(size > bp->next_size ? size : bp->next_size,
                                               bp->alignment), &b);
   }
   if (st != RAP_OK) return st;
   rapi_block *rem = rapi_bp_split(bp, b, size);
-  if (rem) rapi_bp_index_free(bp, rem);
+  if (rem) index_free(bp, rem);
   *out = b;
   return RAP_OK;
 }
@@ -351,7 +351,7 @@ size_t rapi_bp_release(rapi_bp *bp) {
               rap_allocator_name(bp->self), rap_allocator_name(bp->parent), rap_last_error());
       continue;
     }
-    rapi_bp_unindex_free(bp, b);
+    unindex_free(bp, b);
     released += c->size;
     drop_chunk(bp, c);
   }
@@ -392,7 +392,13 @@ static void coalesce(rapi_bp *bp) {
     return;
   rapi_bp_release(bp);
   rapi_block *b;
-  if (want > 0 && rapi_bp_grow_exact(bp, want, &b) == RAP_OK) rapi_bp_index_free(bp, b);
+  if (want > 0 && rapi_bp_grow_exact(bp, want, &b) == RAP_OK) index_free(bp, b);
+}
+
+/* The O(1) part of coalesce's test: with one wholly free chunk, and nothing smaller to shrink to
+ * (no _hwm, or no more held than initial_size), firing could change nothing. */
+static bool nothing_to_coalesce(const rapi_bp *bp, size_t free_chunks) {
+  return free_chunks == 1 && (!bp->heuristic.hwm || bp->usable <= bp->initial_size);
 }
 
 void rapi_bp_flush(rapi_bp *bp, bool heuristic) {
@@ -411,14 +417,12 @@ bool rapi_bp_free_may_coalesce(const rapi_bp *bp, const rapi_block *b) {
   const rapi_block *p = b->prev, *n = b->next;
   bool whole = (p == NULL || (p->state == RAPI_FREE && p->prev == NULL)) &&
                (n == NULL || (n->state == RAPI_FREE && n->next == NULL));
-  if (!whole) return false;
-  return !(bp->releasable_chunks == 0 && (!bp->heuristic.hwm || bp->usable <= bp->initial_size));
+  return whole && !nothing_to_coalesce(bp, bp->releasable_chunks + 1);
 }
 
 void rapi_bp_after_free(rapi_bp *bp, rapi_block *merged) {
   if (RAPI_LIKELY(!rapi_bp_whole_chunk(merged)) || bp->heuristic.kind == RAPI_H_NEVER) return;
-  /* One free chunk, and nothing smaller to shrink to: firing could change nothing. */
-  if (bp->releasable_chunks == 1 && (!bp->heuristic.hwm || bp->usable <= bp->initial_size)) return;
+  if (nothing_to_coalesce(bp, bp->releasable_chunks)) return;
   if (heuristic_fires(bp)) coalesce(bp);
 }
 

@@ -5,8 +5,9 @@
  * order makes that safe, with no event and no driver call), any other resource only once r has
  * passed the point of the deallocation. Those points are batches: blocks freed on r carry r's open
  * batch number, and one event recorded later on r fences the whole batch. Events are recorded
- * lazily, when some caller needs the memory back (a miss, rap_release, out of memory), and are
- * polled head-first per resource, so pending memory comes back without anyone asking for it.
+ * when some caller needs the memory back (a miss, rap_release, out of memory) or once a batch
+ * holds RAPI_EAGER_FENCE blocks, and are polled head-first per resource on misses and now and then
+ * on deallocation, so pending memory comes back without anyone asking for it.
  * rap_record_resource adds uses on other resources, each fenced the same way on its resource.
  * Invariant: a pending block sits in its owner's FIFO, and in its owner's pending index exactly
  * when it has no uses and is not the owner's hot block (the one freed last); FIFO tags never
@@ -286,6 +287,24 @@ static rapi_block *merge_pending(rap_pool *p, rstate *owner, rapi_block *b) {
   return b;
 }
 
+/* After a deallocation on rs. Many blocks waiting in the open batch: fence it now, so that by the
+ * time memory is wanted the event has long completed. Otherwise, now and then, ask the oldest
+ * fences: what has passed goes back to the free index and merges, so other resources find whole
+ * blocks before they miss. A resource reusing one block over and over has no fence and never 16
+ * pending blocks, so it still makes no driver call. A failure only delays reuse: it is logged. */
+static void fence_or_poll(rap_pool *p, rstate *rs) {
+  int st = RAP_OK;
+  if (rs->open_count >= RAPI_EAGER_FENCE) {
+    st = fence_open(p, rs);
+  } else if (rs->fcount > 0 && (++rs->ticks & (RAPI_EAGER_FENCE - 1)) == 0) {
+    st = query_fences(rs);
+    if (st == RAP_OK) drain(p, rs);
+  }
+  if (st != RAP_OK)
+    rap_log(RAP_LOG_WARN, "%s: fencing or polling a %s resource failed: %s",
+            rap_allocator_name(p->bp.self), rs->r->ops->kind, rap_last_error());
+}
+
 /* ---- cross_resource=wait -------------------------------------------------------------------- */
 
 /* Makes rs wait, without blocking the host where the kinds allow, until owner's batch and every
@@ -440,17 +459,7 @@ static int rap_deallocate_fn(void *state, void *ptr, rap_resource *r) {
     u->rs->open_dirty = true;
   }
   add_pending(p, owner, b, owner->fifo_tail, true);
-  /* Many blocks waiting in the open batch: fence it now, so that by the time memory is wanted the
-   * event has long completed. One block reused over and over never gets here, so a resource
-   * reusing its own memory still makes no driver call. */
-  if (owner->open_count >= RAPI_EAGER_FENCE && fence_open(p, owner) != RAP_OK)
-    rap_log(RAP_LOG_WARN, "%s: recording an event failed: %s", rap_allocator_name(p->bp.self),
-            rap_last_error());
-  /* Now and then, the oldest fences: what has passed goes back to the free index and merges, so
-   * other resources find whole blocks without waiting for a miss. Only fenced batches are asked. */
-  else if (owner->fcount > 0 && (++owner->ticks & (RAPI_EAGER_FENCE - 1)) == 0 &&
-           query_fences(owner) == RAP_OK)
-    drain(p, owner);
+  fence_or_poll(p, owner);
   return RAP_OK;
 }
 

@@ -38,6 +38,15 @@ static void teardown(fixture *f) {
   gate_destroy(&f->g2);
 }
 
+/* r1 made busy by a closed gate, then a block of n bytes allocated and freed on it: pending. */
+static void *pending_on_busy_r1(fixture *f, size_t n) {
+  void *p;
+  RAP_CHECK_OK(rap_resource_submit(f->r1, gate_job, &f->g1));
+  RAP_CHECK_OK(rap_allocate(f->pool, &p, n, f->r1));
+  RAP_CHECK_OK(rap_deallocate(f->pool, p, f->r1));
+  return p;
+}
+
 static rap_stats stats_of(rap_allocator *a) {
   rap_stats s;
   RAP_CHECK_OK(rap_allocator_stats(a, &s));
@@ -58,10 +67,7 @@ static int overlaps(const void *a, size_t an, const void *b, size_t bn) {
 RAP_TEST(ResourceAwarePool, PendingAfterFreeOnBusyResource) {
   fixture f;
   setup(&f, "HOST", "initial_size=1MiB");
-  void *p;
-  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
-  RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.r1));
-  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  (void)pending_on_busy_r1(&f, 4 * KiB);
   rap_stats s = stats_of(f.pool);
   RAP_CHECK_EQ(s.pending_count, 1);
   RAP_CHECK_EQ(s.pending_bytes, 4 * KiB);
@@ -76,9 +82,7 @@ RAP_TEST(ResourceAwarePool, AnotherResourceGetsDifferentMemory) {
   fixture f;
   setup(&f, "HOST", "initial_size=1MiB");
   void *p, *q;
-  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
-  RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.r1));
-  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  p = pending_on_busy_r1(&f, 4 * KiB);
   RAP_CHECK_OK(rap_allocate(f.pool, &q, 4 * KiB, f.r2));
   RAP_CHECK(!overlaps(p, 4 * KiB, q, 4 * KiB));
   RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
@@ -89,9 +93,7 @@ RAP_TEST(ResourceAwarePool, OwnerReusesItsPendingBlockWithoutEvents) {
   fixture f;
   setup(&f, "HOST", "initial_size=1MiB");
   void *p, *q;
-  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
-  RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.r1));
-  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  p = pending_on_busy_r1(&f, 4 * KiB);
   RAP_CHECK_OK(rap_allocate(f.pool, &q, 4 * KiB, f.r1));
   RAP_CHECK(p == q);
   RAP_CHECK_EQ(stats_of(f.pool).pending_count, 0);
@@ -103,9 +105,7 @@ RAP_TEST(ResourceAwarePool, SplitOfReusedPendingBlockKeepsRemainderPending) {
   fixture f;
   setup(&f, "HOST", "initial_size=64KiB next_size=64KiB heuristic=never");
   void *p, *q, *x;
-  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
-  RAP_CHECK_OK(rap_allocate(f.pool, &p, 64 * KiB, f.r1));
-  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  p = pending_on_busy_r1(&f, 64 * KiB);
   RAP_CHECK_OK(rap_allocate(f.pool, &q, 16 * KiB, f.r1));
   RAP_CHECK(q == p);
   rap_stats s = stats_of(f.pool);
@@ -161,9 +161,7 @@ RAP_TEST(ResourceAwarePool, FinishedPendingMemoryComesBackWithoutGrowing) {
   fixture f;
   setup(&f, "HOST", ONE_BLOCK);
   void *p, *q;
-  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
-  RAP_CHECK_OK(rap_allocate(f.pool, &p, 64 * KiB, f.r1));
-  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  p = pending_on_busy_r1(&f, 64 * KiB);
   gate_open(&f.g1);
   RAP_CHECK_OK(rap_resource_synchronize(f.r1));
   /* No coalesce, no release: the miss polls r1, finds its work done, and reuses the block. */
@@ -269,11 +267,8 @@ static void *destroy_thread(void *arg) {
 RAP_TEST(ResourceAwarePool, DestroyWaitsForPendingBlocks) {
   fixture f;
   setup(&f, "HOST", "initial_size=1MiB");
-  void *p;
   rap_allocator *host;
-  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
-  RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.r1));
-  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r1));
+  (void)pending_on_busy_r1(&f, 4 * KiB);
   destroyer d = {f.pool, &f.g1, -100, -1};
   pthread_t t;
   RAP_CHECK(pthread_create(&t, NULL, destroy_thread, &d) == 0);
