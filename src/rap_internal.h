@@ -10,6 +10,7 @@
 #include <rap/strategy.h>
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -35,6 +36,18 @@
 extern _Thread_local int rapi_hash_oom;
 #define HASH_NONFATAL_OOM 1
 #define uthash_nonfatal_oom(obj) (rapi_hash_oom = 1)
+/* ---- core/host_mem.c: the seam for the library's own host allocations ----------------------
+ * Everything rap allocates for itself goes through these (uthash too), so that a test can fail
+ * the N-th call: rapi_host_fail_at(N, keep_failing), per thread; 0 turns it off. */
+void *rapi_malloc(size_t bytes);
+void *rapi_calloc(size_t n, size_t size);
+void *rapi_realloc(void *p, size_t bytes);
+char *rapi_strdup(const char *s);
+char *rapi_strndup(const char *s, size_t n);
+void  rapi_host_fail_at(long nth, bool keep_failing);
+unsigned long rapi_host_allocs(void);   /* calls through the seam on this thread so far */
+#define uthash_malloc(sz) rapi_malloc(sz)
+#define uthash_free(ptr, sz) free(ptr)
 #include <uthash.h>
 
 #if defined(__GNUC__)

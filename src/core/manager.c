@@ -14,7 +14,7 @@
 
 int rap_manager_create(rap_manager **out) {
   if (out == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_manager_create: out is NULL");
-  rap_manager *rm = calloc(1, sizeof *rm);
+  rap_manager *rm = rapi_calloc(1, sizeof *rm);
   if (rm == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_manager_create: out of host memory");
   if (pthread_mutex_init(&rm->lock, NULL) != 0) {
     free(rm);
@@ -130,7 +130,7 @@ int rap_strategy_register(rap_manager *rm, const rap_strategy *s) {
     pthread_mutex_unlock(&rm->lock);
     return rapi_fail(RAP_ERR_EXISTS, "rap_strategy_register: a strategy named '%s' exists", s->name);
   }
-  rapi_strategy_entry *e = malloc(sizeof *e);
+  rapi_strategy_entry *e = rapi_malloc(sizeof *e);
   if (e == NULL) {
     pthread_mutex_unlock(&rm->lock);
     return rapi_fail(RAP_ERR_NOMEM, "rap_strategy_register: out of host memory");
@@ -156,9 +156,9 @@ static int create_locked(rap_manager *rm, const char *name, const rap_strategy *
   rap_options opts;
   int st = rapi_options_parse(options, s->name, &opts);
   if (st != RAP_OK) return st;
-  rap_allocator *a = calloc(1, sizeof *a);
-  void *state = calloc(1, s->state_size ? s->state_size : 1);
-  char *dup = strdup(name);
+  rap_allocator *a = rapi_calloc(1, sizeof *a);
+  void *state = rapi_calloc(1, s->state_size ? s->state_size : 1);
+  char *dup = rapi_strdup(name);
   if (a == NULL || state == NULL || dup == NULL) {
     free(a);
     free(state);

@@ -45,12 +45,12 @@ int rapi_options_add(rap_options *opts, const char *key, size_t klen, const char
     if (strlen(opts->items[i].key) == klen && strncmp(opts->items[i].key, key, klen) == 0)
       return rapi_fail(RAP_ERR_INVALID, "%s: option '%.*s' is given twice", opts->owner,
                        (int)klen, key);
-  rapi_option *items = realloc(opts->items, (opts->count + 1) * sizeof *items);
+  rapi_option *items = rapi_realloc(opts->items, (opts->count + 1) * sizeof *items);
   if (items == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory parsing options", opts->owner);
   opts->items = items;
   rapi_option *o = &items[opts->count];
-  o->key = strndup(key, klen);
-  o->value = value ? strndup(value, vlen) : NULL;
+  o->key = rapi_strndup(key, klen);
+  o->value = value ? rapi_strndup(value, vlen) : NULL;
   o->used = false;
   if (o->key == NULL || (value && o->value == NULL)) {
     free(o->key);

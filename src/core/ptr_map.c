@@ -13,7 +13,7 @@
 #define RAPI_MAP_MIN 64
 
 static int resize(rapi_ptr_map *m, size_t cap) {
-  rapi_map_slot *slots = calloc(cap, sizeof *slots);
+  rapi_map_slot *slots = rapi_calloc(cap, sizeof *slots);
   if (slots == NULL) return RAP_ERR_NOMEM;
   rapi_map_slot *old = m->slots;
   size_t old_cap = m->mask ? m->mask + 1 : 0;

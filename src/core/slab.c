@@ -20,7 +20,7 @@ void rapi_slab_init(rapi_slab *s, size_t object_size, size_t per_slab) {
 void *rapi_slab_alloc_slow(rapi_slab *s) {
   /* One header pointer links the slab, then per_slab records. */
   size_t header = rapi_align_up(sizeof(void *), 16);
-  char *slab = malloc(header + s->object_size * s->per_slab);
+  char *slab = rapi_malloc(header + s->object_size * s->per_slab);
   if (slab == NULL) return NULL;
   *(void **)slab = s->slabs;
   s->slabs = slab;

@@ -54,7 +54,7 @@ static void free_node(node *n) {
 
 static bool append_option(node *n, const char *key, size_t klen, const char *value, size_t vlen) {
   size_t need = n->options_len + klen + vlen + 3;
-  char *o = realloc(n->options, need);
+  char *o = rapi_realloc(n->options, need);
   if (o == NULL) return false;
   n->options = o;
   n->options_len += (size_t)snprintf(o + n->options_len, need - n->options_len, "%s%.*s=%.*s",
@@ -107,8 +107,8 @@ static node *parse(parser *ps) {
   const char *start = ps->p;
   while (name_char(*ps->p)) ps->p++;
   if (ps->p == start) return fail_at(ps, "expected a strategy or allocator name");
-  node *n = calloc(1, sizeof *n);
-  if (n == NULL || (n->name = strndup(start, (size_t)(ps->p - start))) == NULL) {
+  node *n = rapi_calloc(1, sizeof *n);
+  if (n == NULL || (n->name = rapi_strndup(start, (size_t)(ps->p - start))) == NULL) {
     free(n);
     return fail_at(ps, "out of host memory");
   }

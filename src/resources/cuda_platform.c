@@ -98,7 +98,7 @@ static int cuda_init(rap_allocator *self, void *state, rap_options *opts) {
   if (device >= (uint64_t)count)
     return rapi_fail(RAP_ERR_NOT_FOUND, "%s: device %llu does not exist; this machine has %d",
                      rap_allocator_name(self), (unsigned long long)device, count);
-  cuda_impl *c = malloc(sizeof *c);
+  cuda_impl *c = rapi_malloc(sizeof *c);
   if (c == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
   c->kind = strcmp(kind, "pinned") == 0    ? KIND_PINNED
             : strcmp(kind, "managed") == 0 ? KIND_MANAGED

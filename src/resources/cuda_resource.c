@@ -36,7 +36,7 @@ static int cr_record(rap_resource *r, rapi_event **out) {
   cuda_res *c = (cuda_res *)r;
   rapi_event *ev = rapi_event_pool_get(r);
   if (ev == NULL) {
-    ev = calloc(1, sizeof *ev);
+    ev = rapi_calloc(1, sizeof *ev);
     if (ev == NULL) return rapi_fail(RAP_ERR_NOMEM, "cuda resource: out of host memory for an event");
     int saved = c->device;
     cudaError_t e = cudaGetDevice(&saved);
@@ -112,7 +112,7 @@ static int create(rap_manager *rm, cudaStream_t s, bool owned, rap_resource **ou
     return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: no CUDA device is usable here (%s)", fn,
                      e != cudaSuccess ? cudaGetErrorString(e) : "none found");
   }
-  cuda_res *c = calloc(1, sizeof *c);
+  cuda_res *c = rapi_calloc(1, sizeof *c);
   if (c == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", fn);
   e = cudaGetDevice(&c->device);
   if (e == cudaSuccess && owned) e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);

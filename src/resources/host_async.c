@@ -47,7 +47,7 @@ static void *worker(void *arg) {
 
 static int ha_submit(rap_resource *r, void (*fn)(void *), void *arg) {
   host_async *q = (host_async *)r;
-  job *j = malloc(sizeof *j);
+  job *j = rapi_malloc(sizeof *j);
   if (j == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_resource_submit: out of host memory");
   j->fn = fn;
   j->arg = arg;
@@ -81,7 +81,7 @@ static int ha_record(rap_resource *r, rapi_event **out) {
   host_async *q = (host_async *)r;
   rapi_event *e = rapi_event_pool_get(r);
   if (e == NULL) {
-    e = calloc(1, sizeof *e);
+    e = rapi_calloc(1, sizeof *e);
     if (e == NULL) return rapi_fail(RAP_ERR_NOMEM, "host_async: out of host memory for an event");
     e->r = r;
     __atomic_fetch_add(&r->events_created, 1, __ATOMIC_RELAXED);
@@ -119,7 +119,7 @@ static void run_wait(void *arg) {
 
 static int ha_wait(rap_resource *r, rapi_event *e) {
   if (e->r == r) return RAP_OK;   /* one queue is already in order */
-  rapi_event *copy = malloc(sizeof *copy);
+  rapi_event *copy = rapi_malloc(sizeof *copy);
   if (copy == NULL) return rapi_fail(RAP_ERR_NOMEM, "host_async: out of host memory for a wait");
   *copy = *e;
   int st = ha_submit(r, run_wait, copy);
@@ -156,7 +156,7 @@ static const rapi_resource_ops host_async_ops = {
 int rap_resource_create_host_async(rap_manager *rm, rap_resource **out) {
   if (rm == NULL || out == NULL)
     return rapi_fail(RAP_ERR_INVALID, "rap_resource_create_host_async: manager or out is NULL");
-  host_async *q = calloc(1, sizeof *q);
+  host_async *q = rapi_calloc(1, sizeof *q);
   if (q == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_resource_create_host_async: out of host memory");
   q->base.ops = &host_async_ops;
   q->base.rm = rm;

@@ -148,7 +148,7 @@ static int host_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_resour
   if (ptr == NULL) {
     char sz[32];
     rapi_format_size(sz, sizeof sz, bytes);
-    return rapi_fail(RAP_ERR_NOMEM, "%s: malloc(%s) failed", rap_allocator_name(p->self), sz);
+    return rapi_fail(RAP_ERR_NOMEM, "%s: rapi_malloc(%s) failed", rap_allocator_name(p->self), sz);
   }
   *out = ptr;
   return RAP_OK;

@@ -73,7 +73,7 @@ static int apply(fault_impl *f, rap_options *opts) {
 
 static int fault_init(rap_allocator *self, void *state, rap_options *opts) {
   rapi_platform *p = state;
-  fault_impl *f = calloc(1, sizeof *f);
+  fault_impl *f = rapi_calloc(1, sizeof *f);
   if (f == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
   f->pass_left = UINT64_MAX;
   f->budget = SIZE_MAX;

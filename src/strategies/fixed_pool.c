@@ -106,9 +106,9 @@ static void fp_fini(rap_allocator *self, void *state) {
 }
 
 static RAPI_NOINLINE int grow(fixed_pool *fp) {
-  fp_chunk *c = calloc(1, sizeof *c);
-  uint32_t *stack = c ? malloc(fp->per_chunk * sizeof *stack) : NULL;
-  fp_slot *slots = stack ? calloc(fp->per_chunk, sizeof *slots) : NULL;
+  fp_chunk *c = rapi_calloc(1, sizeof *c);
+  uint32_t *stack = c ? rapi_malloc(fp->per_chunk * sizeof *stack) : NULL;
+  fp_slot *slots = stack ? rapi_calloc(fp->per_chunk, sizeof *slots) : NULL;
   if (slots == NULL) {
     free(c);
     free(stack);

@@ -67,7 +67,7 @@ static RAPI_NOINLINE rstate *lookup_slow(rap_pool *p, rap_resource *r) {
   rstate *rs = NULL;
   HASH_FIND(hh, p->by_key, &r->key, sizeof r->key, rs);
   if (rs == NULL) {
-    rs = calloc(1, sizeof *rs);
+    rs = rapi_calloc(1, sizeof *rs);
     if (rs == NULL) return NULL;
     rs->r = r;
     rs->key = r->key;
@@ -100,7 +100,7 @@ static int fence_open(rap_pool *p, rstate *rs) {
   if (rs->sync || !rs->open_dirty) return RAP_OK;
   if (rs->fcount == rs->fcap) {
     size_t cap = rs->fcap ? rs->fcap * 2 : 8;
-    fence *f = malloc(cap * sizeof *f);
+    fence *f = rapi_malloc(cap * sizeof *f);
     if (f == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for events",
                                     rap_allocator_name(p->bp.self));
     for (size_t i = 0; i < rs->fcount; i++) f[i] = rs->fences[(rs->fhead + i) % rs->fcap];

@@ -38,7 +38,7 @@ static int limiter_init(rap_allocator *self, void *state, rap_options *opts) {
   if (limit == 0)
     return rapi_fail(RAP_ERR_INVALID, "%s: SizeLimiter needs option 'limit', a size above zero",
                      rap_allocator_name(self));
-  limiter *l = malloc(sizeof *l);
+  limiter *l = rapi_malloc(sizeof *l);
   if (l == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
   l->limit = limit;
   p->impl = l;
