@@ -61,6 +61,8 @@ unsigned long rapi_host_allocs(void);   /* calls through the seam on this thread
 #endif
 
 #define RAPI_NAME_MAX 256
+#define RAPI_STR_(x) #x
+#define RAPI_STR(x) RAPI_STR_(x)
 
 /* ---- core/status.c --------------------------------------------------------------------------- */
 int  rapi_fail(int status, const char *fmt, ...)
@@ -136,36 +138,86 @@ struct rapi_event {
 typedef struct rapi_resource_ops {
   const char *kind;
   int  (*synchronize)(rap_resource *r);
-  void (*destroy)(rap_resource *r);    /* frees r itself, except for the embedded host resource */
+  void (*close)(rap_resource *r);      /* stops the resource (worker, owned stream); may be NULL */
+  void (*destroy)(rap_resource *r);    /* frees r itself, once nothing refers to it any more */
   int  (*submit)(rap_resource *r, void (*fn)(void *), void *arg);
   /* Events. record NULL: the resource is synchronous and every point of it has passed. */
   int  (*record)(rap_resource *r, rapi_event **out);
   int  (*query)(rapi_event *e);        /* 1 complete, 0 not yet, < 0 a status */
-  int  (*event_synchronize)(rapi_event *e);
+  int  (*event_synchronize)(rapi_event *e);   /* RAP_ERR_BUSY: the caller is the one to wait for */
   void (*event_release)(rapi_event *e);
-  /* Makes r's later work wait for e without blocking the host, where the kinds allow it. */
+  /* Makes r's later work wait for e without blocking the host: RAP_OK when queued, RAPI_HOST_WAIT
+   * where the kinds allow no such wait (the caller then waits on the host: rapi_host_wait). */
   int  (*wait)(rap_resource *r, rapi_event *e);
 } rapi_resource_ops;
+#define RAPI_HOST_WAIT 1
 
+/* A pool that keeps state for a resource, so that destroying the resource visits it alone. */
+typedef struct rapi_watch {
+  rap_allocator *a;
+  struct rapi_watch *next;
+} rapi_watch;
+
+/* Lifetime: the manager's list holds one reference, and so does everything that may still look
+ * at the resource's events after it was destroyed (a wait queued on another resource, a host wait
+ * with locks let go); the memory goes when the last reference does. */
 struct rap_resource {
   const rapi_resource_ops *ops;
   rap_manager *rm;
   uint64_t id;
   uintptr_t key;                   /* stream identity: equal keys are one stream of execution */
   rap_resource *prev, *next;       /* manager's list of created resources */
-  pthread_mutex_t event_lock;      /* the free list of events */
+  pthread_mutex_t event_lock;      /* the free list of events and the watch list */
   rapi_event *free_events;
   size_t events_created;
+  int refs;                        /* atomic */
+  rapi_watch *watchers;            /* pools with state for this resource */
 };
+
+/* ---- locks a thread holds, for waits that must let them go --------------------------------
+ * Wrapper locks (ThreadSafe, the tracked pass-through body) and the manager's lock are taken with
+ * rapi_lock, which notes them on a per-thread stack. A pool that must block the host for another
+ * resource's event (rapi_host_wait) lets every noted lock go while it waits and takes them back
+ * after, outermost first: work on that resource may itself need those locks (a queue's work
+ * freeing through the same ThreadSafe), and holding them would deadlock. The pool starts over
+ * after such a wait, since others may have changed it meanwhile. */
+typedef struct rapi_held {
+  pthread_mutex_t *m;
+  struct rapi_held *below;
+} rapi_held;
+extern _Thread_local rapi_held *rapi_held_top;
+static inline void rapi_lock(pthread_mutex_t *m, rapi_held *h) {
+  pthread_mutex_lock(m);
+  h->m = m;
+  h->below = rapi_held_top;
+  rapi_held_top = h;
+}
+static inline void rapi_unlock(rapi_held *h) {
+  rapi_held_top = h->below;
+  pthread_mutex_unlock(h->m);
+}
 
 /* ---- events/event_pool.c --------------------------------------------------------------------- */
 void rapi_event_pool_init(rap_resource *r);
 rapi_event *rapi_event_pool_get(rap_resource *r);   /* NULL: caller must create one */
 void rapi_event_pool_put(rap_resource *r, rapi_event *e);
 void rapi_event_pool_fini(rap_resource *r, void (*destroy_handle)(void *));
-int  rapi_event_wait_host(rap_resource *waiter, rapi_event *e);   /* waits by blocking the host */
-/* Pools are told when a resource goes away, so that no pool keeps a pointer to it. */
-int  rapi_rap_forget_resource(rap_allocator *a, rap_resource *r);
+/* Blocks the host until e has completed, with every lock of this thread let go meanwhile (above).
+ * e may be recycled by others during the wait: a copy is waited on, and its resource is kept.
+ * RAP_ERR_BUSY: e is of the queue whose work this thread is running (it would wait for itself). */
+int  rapi_host_wait(const rapi_event *e);
+void rapi_resource_ref(rap_resource *r);
+void rapi_resource_unref(rap_resource *r);
+/* The host_async queue whose work function this thread is running, or NULL. */
+extern _Thread_local rap_resource *rapi_current_queue;
+/* Pools with state for a resource say so, and take it back when they drop that state. */
+int  rapi_resource_watch(rap_resource *r, rap_allocator *a);
+void rapi_resource_unwatch(rap_resource *r, rap_allocator *a);
+/* strategies/resource_aware_pool.c: when a resource goes away. busy: RAP_ERR_BUSY (with its
+ * sentence) while r owns live blocks of a, changing nothing; forget: r has been synchronized, so
+ * its batches and uses have passed: a drops every trace of r and cannot fail. */
+int  rapi_rap_resource_busy(rap_allocator *a, rap_resource *r);
+void rapi_rap_forget_resource(rap_allocator *a, rap_resource *r);
 /* strategies/thread_safe.c: runs fn(a, arg) under the lock of the ThreadSafe wrapper that guards
  * a, or plainly where none does: for the manager's calls that reach an allocator directly (find,
  * resource teardown), which must not race with callers going through its wrapper. */
@@ -231,21 +283,40 @@ int  rapi_platform_record_resource(void *state, void *ptr, rap_resource *r);
 int  rapi_platform_pointer_resource(void *state, const void *ptr, rap_resource **out);
 int  rapi_platform_release(void *state);   /* wrappers: release the parent */
 
-/* ---- core/ptr_map.c: block address -> block record, open addressing ---------------------- */
+/* ---- core/ptr_map.c: block address -> block record, open addressing ----------------------
+ * Written by the pool's own thread only; other threads (rap_allocator_find) may read it through
+ * rapi_map_contains_shared, a seqlock read: writers bump seq around each change (plain stores on
+ * x86), slots are stored atomically, and a table replaced by growth is kept until the map goes, so
+ * a reader that raced with a change retries instead of reading freed or torn memory. */
 typedef struct rapi_block rapi_block;
 typedef struct rapi_map_slot {
   uintptr_t key;                     /* 0: empty */
   rapi_block *block;
 } rapi_map_slot;
+typedef struct rapi_map_table rapi_map_table;   /* the allocation behind slots, with its size */
 typedef struct rapi_ptr_map {
   rapi_map_slot *slots;
   size_t mask, count;
   unsigned shift;
+  unsigned seq;                      /* odd while a change is under way */
+  rapi_map_table *table;
 } rapi_ptr_map;
 int  rapi_map_init(rapi_ptr_map *m);
 void rapi_map_fini(rapi_ptr_map *m);
 int  rapi_map_grow(rapi_ptr_map *m);
 void rapi_map_remove_at(rapi_ptr_map *m, size_t i);
+bool rapi_map_contains_shared(const rapi_ptr_map *m, const void *ptr);   /* from any thread */
+static inline void rapi_map_write_begin(rapi_ptr_map *m) {
+  __atomic_store_n(&m->seq, m->seq + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+static inline void rapi_map_write_end(rapi_ptr_map *m) {
+  __atomic_store_n(&m->seq, m->seq + 1, __ATOMIC_RELEASE);
+}
+static inline void rapi_map_set(rapi_map_slot *slot, uintptr_t key, rapi_block *b) {
+  __atomic_store_n(&slot->key, key, __ATOMIC_RELAXED);
+  __atomic_store_n(&slot->block, b, __ATOMIC_RELAXED);
+}
 static inline size_t rapi_map_home(const rapi_ptr_map *m, uintptr_t key) {
   return (size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> m->shift) & m->mask;
 }
@@ -264,8 +335,9 @@ static inline rapi_block *rapi_map_find(const rapi_ptr_map *m, const void *ptr) 
 static inline int rapi_map_insert(rapi_ptr_map *m, const void *ptr, rapi_block *b) {
   if (RAPI_UNLIKELY((m->count + 1) * 2 > m->mask + 1) && rapi_map_grow(m) != RAP_OK) return RAP_ERR_NOMEM;
   size_t i = rapi_map_probe(m, (uintptr_t)ptr);
-  m->slots[i].key = (uintptr_t)ptr;
-  m->slots[i].block = b;
+  rapi_map_write_begin(m);
+  rapi_map_set(&m->slots[i], (uintptr_t)ptr, b);
+  rapi_map_write_end(m);
   m->count++;
   return RAP_OK;
 }
@@ -367,7 +439,14 @@ int   rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out);
  * releases wholly free chunks and asks once more. */
 int   rapi_bp_grow_for(rapi_bp *bp, size_t size, rapi_block **out);
 rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size); /* remainder or NULL; b keeps size */
-int   rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes);   /* used map, then counters */
+/* Makes room in the used map for one more block: called before a block is taken, so that the
+ * insert of rapi_bp_mark_used cannot fail and running out of host memory changes nothing. */
+int   rapi_bp_reserve_slow(rapi_bp *bp);
+static inline int rapi_bp_reserve(rapi_bp *bp) {
+  if (RAPI_LIKELY((bp->used.count + 1) * 2 <= bp->used.mask + 1)) return RAP_OK;
+  return rapi_bp_reserve_slow(bp);
+}
+void  rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes);   /* used map, then counters */
 void  rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b);       /* counters and used map */
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
 void  rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b);        /* b takes in b->next's bytes */

@@ -21,6 +21,9 @@ typedef struct rap_options rap_options;   /* the parsed key=value list given at 
 
 /* Flags of a strategy. */
 #define RAP_STRATEGY_NEEDS_PARENT 0x1u    /* rap_allocator_make refuses a NULL parent */
+/* owns may run on any thread while others call the instance (rap_allocator_find relies on it);
+ * without this flag find asks owns only under the lock of a ThreadSafe above the instance. */
+#define RAP_STRATEGY_CONCURRENT_OWNS 0x2u
 
 typedef struct rap_strategy {
   int version;              /* RAP_STRATEGY_VERSION */

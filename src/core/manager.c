@@ -38,6 +38,8 @@ static size_t live_blocks(rap_allocator *a, size_t *bytes) {
   return s.allocation_count;
 }
 
+/* Unlinked first, so nobody finds it while its teardown waits (which may let the manager's lock
+ * go, see rapi_host_wait); its parent counts it until the chunks went back. */
 static void unlink_and_free(rap_allocator *a) {
   rap_manager *rm = a->rm;
   HASH_DEL(rm->by_name, a);
@@ -46,15 +48,21 @@ static void unlink_and_free(rap_allocator *a) {
       *pp = a->next;
       break;
     }
-  if (a->parent) a->parent->children--;
   a->strategy->fini(a, a->state);
+  if (a->parent) a->parent->children--;
   free(a->state);
   free(a->name);
   free(a);
 }
 
+/* Every resource is synchronized before any pool goes (work queued on a leaked block still writes
+ * into memory that is there), then allocators go children first, then the resources. */
 int rap_manager_destroy(rap_manager *rm) {
   if (rm == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_manager_destroy: manager is NULL");
+  for (rap_resource *r = rm->resources; r != NULL; r = r->next)
+    if (r->ops->synchronize(r) != RAP_OK)
+      rap_log(RAP_LOG_WARN, "rap_manager_destroy: synchronizing a %s resource failed: %s",
+              r->ops->kind, rap_last_error());
   bool leaked = false;
   while (rm->allocators != NULL) {
     rap_allocator *a = rm->allocators;   /* newest first: children before parents */
@@ -71,7 +79,8 @@ int rap_manager_destroy(rap_manager *rm) {
   while (rm->resources != NULL) {
     rap_resource *r = rm->resources;
     rapi_manager_unlink_resource(rm, r);
-    r->ops->destroy(r);
+    if (r->ops->close) r->ops->close(r);
+    rapi_resource_unref(r);
   }
   for (rapi_strategy_entry *e = rm->custom; e != NULL;) {
     rapi_strategy_entry *next = e->next;
@@ -270,7 +279,8 @@ int rapi_allocator_make_direct(rap_manager *rm, const char *name, const char *st
 int rap_allocator_destroy(rap_allocator *a) {
   if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_destroy: allocator is NULL");
   rap_manager *rm = a->rm;
-  pthread_mutex_lock(&rm->lock);
+  rapi_held held;
+  rapi_lock(&rm->lock, &held);
   /* Children first: an allocator with none is not under a wrapper that others may be calling. */
   size_t bytes = 0, blocks = a->children > 0 ? 0 : live_blocks(a, &bytes);
   int st = RAP_OK;
@@ -282,23 +292,28 @@ int rap_allocator_destroy(rap_allocator *a) {
                    blocks, blocks == 1 ? " is" : "s are");
   else
     unlink_and_free(a);
-  pthread_mutex_unlock(&rm->lock);
+  rapi_unlock(&held);
   return st;
 }
 
 static int owns(rap_allocator *a, void *ptr) { return a->strategy->owns(a->state, ptr) ? 1 : 0; }
 
+/* Newest first: a pool's block can share its address with the chunk it came from. Allocators whose
+ * owns is safe on any thread (every built-in one but FixedPool: a seqlock read of a pool's map, a
+ * locked platform map) are asked directly, so find never touches what other threads are changing;
+ * the others only under the lock of a ThreadSafe above them. */
 int rap_allocator_find(rap_manager *rm, const void *ptr, rap_allocator **out) {
   if (rm == NULL || out == NULL)
     return rapi_fail(RAP_ERR_INVALID, "rap_allocator_find: manager or out is NULL");
   if (ptr == NULL) return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_allocator_find: pointer is NULL");
-  pthread_mutex_lock(&rm->lock);
+  rapi_held held;
+  rapi_lock(&rm->lock, &held);
   rap_allocator *found = NULL;
-  /* Newest first: a pool's block can share its address with the chunk it came from. An allocator
-   * under a ThreadSafe wrapper is asked under the wrapper's lock. */
-  for (rap_allocator *a = rm->allocators; a != NULL && found == NULL; a = a->next)
-    if (rapi_guarded(a, owns, (void *)ptr) == 1) found = a;
-  pthread_mutex_unlock(&rm->lock);
+  for (rap_allocator *a = rm->allocators; a != NULL && found == NULL; a = a->next) {
+    bool direct = (a->strategy->flags & RAP_STRATEGY_CONCURRENT_OWNS) != 0;
+    if ((direct ? owns(a, (void *)ptr) : rapi_guarded(a, owns, (void *)ptr)) == 1) found = a;
+  }
+  rapi_unlock(&held);
   if (found == NULL)
     return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_allocator_find: no allocator owns %p", ptr);
   *out = found;
@@ -420,23 +435,38 @@ int rap_resource_submit(rap_resource *r, void (*fn)(void *), void *arg) {
   return r->ops->submit(r, fn, arg);
 }
 
-static int forget(rap_allocator *a, void *r) { return rapi_rap_forget_resource(a, r); }
+static int busy(rap_allocator *a, void *r) { return rapi_rap_resource_busy(a, r); }
+static int forget(rap_allocator *a, void *r) {
+  rapi_rap_forget_resource(a, r);
+  return RAP_OK;
+}
 
+/* Synchronizes r, so that everything it was used for has passed; refuses while r owns live blocks
+ * (asking every pool that knows r before changing any), then every such pool drops r. Pools that
+ * never saw r are not touched: other threads may be using them. The memory of r stays while a
+ * wait queued elsewhere may still look at its events. */
 int rap_resource_destroy(rap_resource *r) {
   if (r == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_resource_destroy: resource is NULL");
   rap_manager *rm = r->rm;
   if (r == &rm->host)
     return rapi_fail(RAP_ERR_INVALID, "rap_resource_destroy: the host resource belongs to the manager");
+  if (r == rapi_current_queue)
+    return rapi_fail(RAP_ERR_BUSY, "rap_resource_destroy: a resource cannot be destroyed from its "
+                     "own work");
   int st = r->ops->synchronize(r);
   if (st != RAP_OK) return st;
-  /* Every pool lets go of r: its pending blocks are free now that r has finished. */
-  pthread_mutex_lock(&rm->lock);
-  for (rap_allocator *a = rm->allocators; a != NULL && st == RAP_OK; a = a->next)
-    st = rapi_guarded(a, forget, r);   /* a pool under a ThreadSafe: under its lock */
-  pthread_mutex_unlock(&rm->lock);
+  rapi_held held;
+  rapi_lock(&rm->lock, &held);
+  /* The watch list changes only under the manager's lock, except that a pool first seeing r adds
+   * itself: using r while destroying it is the caller's race, as with any handle. */
+  for (rapi_watch *w = r->watchers; w != NULL && st == RAP_OK; w = w->next)
+    st = rapi_guarded(w->a, busy, r);   /* a pool under a ThreadSafe: under its lock */
+  while (st == RAP_OK && r->watchers != NULL) (void)rapi_guarded(r->watchers->a, forget, r);
+  rapi_unlock(&held);
   if (st != RAP_OK) return st;
   rapi_manager_unlink_resource(rm, r);
-  r->ops->destroy(r);
+  if (r->ops->close) r->ops->close(r);
+  rapi_resource_unref(r);
   return RAP_OK;
 }
 
@@ -462,12 +492,14 @@ static int host_event_synchronize(rapi_event *e) {
   return RAP_OK;
 }
 static int host_wait(rap_resource *r, rapi_event *e) {
-  /* The host waits by blocking: it is the one stream that cannot queue a wait. */
-  return rapi_event_wait_host(r, e);
+  (void)r;
+  (void)e;
+  return RAPI_HOST_WAIT;   /* the host waits by blocking: it is the one stream that cannot queue */
 }
 const rapi_resource_ops rapi_host_resource_ops = {
     .kind = "host",
     .synchronize = host_synchronize,
+    .close = NULL,
     .destroy = host_destroy,
     .submit = host_submit,
     .record = NULL,

@@ -23,9 +23,14 @@ typedef struct node {
   size_t options_len;
 } node;
 
+/* Nesting deeper than this is refused: the parser and the builder recurse once per level, and a
+ * spec can come from the environment, so its depth must not decide the stack a thread needs. */
+#define SPEC_MAX_DEPTH 64
+
 typedef struct parser {
   const char *text, *p;
   char error[160];
+  unsigned depth;
 } parser;
 
 static bool name_char(char c) {
@@ -117,13 +122,20 @@ static node *parse(parser *ps) {
     n->leaf = true;
     return n;
   }
+  if (ps->depth == SPEC_MAX_DEPTH) {
+    free_node(n);
+    return fail_at(ps, "allocators nest at most " RAPI_STR(SPEC_MAX_DEPTH) " levels deep");
+  }
   ps->p++;
   skip(ps);
   if (*ps->p == ')') {
     ps->p++;
     return n;
   }
-  if (!parse_args(ps, n)) {
+  ps->depth++;
+  bool ok = parse_args(ps, n);
+  ps->depth--;
+  if (!ok) {
     free_node(n);
     return NULL;
   }
@@ -165,7 +177,7 @@ static int build(rap_manager *rm, node *n, const char *name, rap_allocator **out
 }
 
 static int make_from_spec(rap_manager *rm, const char *name, const char *spec, rap_allocator **out) {
-  parser ps = {spec, spec, ""};
+  parser ps = {spec, spec, "", 0};
   node *root = parse(&ps);
   if (root != NULL) {
     skip(&ps);

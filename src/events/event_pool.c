@@ -1,17 +1,26 @@
-/* event_pool.c — each resource's free list of events, and the host-side wait.
+/* event_pool.c — each resource's free list of events, its lifetime, and the host-side wait.
  *
  * An event is taken from its resource's list when recorded and put back when no pending block
  * needs it; the backend creates one only when the list is empty, so after warm-up recording costs
  * the backend's record call alone. The list is locked: one resource may serve pools on many threads.
+ *
+ * A resource's memory (and so its events) lives as long as anything may still look at them: a
+ * wait queued on another resource for one of its events, or a host wait in progress, holds a
+ * reference, so destroying a resource never leaves such a wait reading freed memory.
  */
 #include "rap_internal.h"
 
 #include <stdlib.h>
 
+_Thread_local rapi_held *rapi_held_top;
+_Thread_local rap_resource *rapi_current_queue;
+
 void rapi_event_pool_init(rap_resource *r) {
   pthread_mutex_init(&r->event_lock, NULL);
   r->free_events = NULL;
   r->events_created = 0;
+  r->refs = 1;   /* the manager's */
+  r->watchers = NULL;
 }
 
 rapi_event *rapi_event_pool_get(rap_resource *r) {
@@ -36,10 +45,61 @@ void rapi_event_pool_fini(rap_resource *r, void (*destroy_handle)(void *)) {
     free(e);
   }
   r->free_events = NULL;
+  for (rapi_watch *w = r->watchers, *next; w != NULL; w = next) {
+    next = w->next;
+    free(w);
+  }
+  r->watchers = NULL;
   pthread_mutex_destroy(&r->event_lock);
 }
 
-int rapi_event_wait_host(rap_resource *waiter, rapi_event *e) {
-  (void)waiter;
-  return e->r->ops->event_synchronize(e);
+void rapi_resource_ref(rap_resource *r) { __atomic_fetch_add(&r->refs, 1, __ATOMIC_RELAXED); }
+
+void rapi_resource_unref(rap_resource *r) {
+  if (__atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) == 0) r->ops->destroy(r);
+}
+
+/* ---- which pools know a resource --------------------------------------------------------- */
+
+int rapi_resource_watch(rap_resource *r, rap_allocator *a) {
+  rapi_watch *w = rapi_malloc(sizeof *w);
+  if (w == NULL) return RAP_ERR_NOMEM;
+  w->a = a;
+  pthread_mutex_lock(&r->event_lock);
+  w->next = r->watchers;
+  r->watchers = w;
+  pthread_mutex_unlock(&r->event_lock);
+  return RAP_OK;
+}
+
+void rapi_resource_unwatch(rap_resource *r, rap_allocator *a) {
+  rapi_watch *gone = NULL;
+  pthread_mutex_lock(&r->event_lock);
+  for (rapi_watch **pp = &r->watchers; *pp != NULL; pp = &(*pp)->next)
+    if ((*pp)->a == a) {
+      gone = *pp;
+      *pp = gone->next;
+      break;
+    }
+  pthread_mutex_unlock(&r->event_lock);
+  free(gone);
+}
+
+/* ---- the host-side wait ------------------------------------------------------------------- */
+
+static void relock(rapi_held *h) {
+  if (h == NULL) return;
+  relock(h->below);   /* outermost first, the order they were taken in */
+  pthread_mutex_lock(h->m);
+}
+
+int rapi_host_wait(const rapi_event *e) {
+  rapi_event copy = *e;
+  rap_resource *r = copy.r;
+  rapi_resource_ref(r);
+  for (rapi_held *h = rapi_held_top; h != NULL; h = h->below) pthread_mutex_unlock(h->m);
+  int st = r->ops->event_synchronize(&copy);
+  relock(rapi_held_top);
+  rapi_resource_unref(r);
+  return st;
 }

@@ -119,6 +119,7 @@ static int cuda_init(rap_allocator *self, void *state, rap_options *opts) {
 const rap_strategy rapi_cuda_platform = {
     .version = RAP_STRATEGY_VERSION,
     .name = "CUDA",
+    .flags = RAP_STRATEGY_CONCURRENT_OWNS,
     .state_size = sizeof(rapi_platform),
     .init = cuda_init,
     .fini = rapi_platform_fini,

@@ -76,7 +76,7 @@ static int cr_event_synchronize(rapi_event *ev) {
 static void cr_event_release(rapi_event *ev) { rapi_event_pool_put(ev->r, ev); }
 
 static int cr_wait(rap_resource *r, rapi_event *ev) {
-  if (ev->r->ops != r->ops) return rapi_event_wait_host(r, ev);
+  if (ev->r->ops != r->ops) return RAPI_HOST_WAIT;   /* no device-side wait for a CPU queue */
   if (ev->r->key == r->key) return RAP_OK;
   cudaError_t e = cudaStreamWaitEvent(((cuda_res *)r)->stream, (cudaEvent_t)ev->handle, 0);
   return e == cudaSuccess ? RAP_OK : cuda_error("cudaStreamWaitEvent", e);
@@ -84,16 +84,29 @@ static int cr_wait(rap_resource *r, rapi_event *ev) {
 
 static void destroy_event_handle(void *h) { (void)cudaEventDestroy((cudaEvent_t)h); }
 
-static void cr_destroy(rap_resource *r) {
+/* An owned stream goes at once (CUDA lets its queued work finish); the events stay while waits
+ * queued elsewhere may still look at them. */
+static void cr_close(rap_resource *r) {
   cuda_res *c = (cuda_res *)r;
+  if (c->owned) {
+    cudaError_t e = cudaStreamDestroy(c->stream);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      rap_log(RAP_LOG_WARN, "cuda resource: cudaStreamDestroy failed: %s", cudaGetErrorString(e));
+    }
+    c->owned = false;
+  }
+}
+
+static void cr_destroy(rap_resource *r) {
   rapi_event_pool_fini(r, destroy_event_handle);
-  if (c->owned) (void)cudaStreamDestroy(c->stream);
-  free(c);
+  free(r);
 }
 
 static const rapi_resource_ops cuda_ops = {
     .kind = "cuda",
     .synchronize = cr_synchronize,
+    .close = cr_close,
     .destroy = cr_destroy,
     .submit = cr_submit,
     .record = cr_record,

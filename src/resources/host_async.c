@@ -3,7 +3,10 @@
  * Its events are positions in the queue: recording one notes how much was submitted, and it is
  * complete once the worker has finished that much. So pending memory behaves on a host_async
  * resource exactly as on a GPU stream, and tests can hold a queue busy with a gate, without sleeps.
- * Waiting on another resource's event is itself queued work, so the host never blocks for it.
+ * Waiting on another resource's event is itself queued work, so the host never blocks for it;
+ * that job holds a reference to the other resource, which may be destroyed before the job runs.
+ * Work functions may call rap (pools included); the one thing they cannot do is wait for their own
+ * queue to reach a point behind themselves: that answers RAP_ERR_BUSY instead of hanging.
  */
 #include "rap_internal.h"
 
@@ -33,7 +36,9 @@ static void *worker(void *arg) {
     if (q->head == NULL) break;
     job *j = q->head;
     pthread_mutex_unlock(&q->lock);
+    rapi_current_queue = &q->base;
     j->fn(j->arg);
+    rapi_current_queue = NULL;
     pthread_mutex_lock(&q->lock);
     q->head = j->next;
     if (q->head == NULL) q->tail = NULL;
@@ -62,19 +67,23 @@ static int ha_submit(rap_resource *r, void (*fn)(void *), void *arg) {
   return RAP_OK;
 }
 
-static void wait_for(host_async *q, uint64_t seq) {
+/* Waits until the queue has run seq jobs; seq 0 means everything submitted so far. Its own work
+ * cannot wait for a point behind itself. */
+static int wait_for(host_async *q, uint64_t seq, const char *fn) {
   pthread_mutex_lock(&q->lock);
+  if (seq == 0) seq = q->submitted;
+  if (rapi_current_queue == &q->base && q->completed < seq) {
+    pthread_mutex_unlock(&q->lock);
+    return rapi_fail(RAP_ERR_BUSY, "%s: a host_async queue's own work cannot wait for the queue "
+                     "to pass itself", fn);
+  }
   while (q->completed < seq) pthread_cond_wait(&q->done, &q->lock);
   pthread_mutex_unlock(&q->lock);
+  return RAP_OK;
 }
 
 static int ha_synchronize(rap_resource *r) {
-  host_async *q = (host_async *)r;
-  pthread_mutex_lock(&q->lock);
-  uint64_t seq = q->submitted;
-  pthread_mutex_unlock(&q->lock);
-  wait_for(q, seq);
-  return RAP_OK;
+  return wait_for((host_async *)r, 0, "rap_resource_synchronize");
 }
 
 static int ha_record(rap_resource *r, rapi_event **out) {
@@ -102,18 +111,22 @@ static int ha_query(rapi_event *e) {
 }
 
 static int ha_event_synchronize(rapi_event *e) {
-  wait_for((host_async *)e->r, e->seq);
-  return RAP_OK;
+  if (e->seq == 0) return RAP_OK;
+  return wait_for((host_async *)e->r, e->seq, "waiting for a host_async event");
 }
 
 static void ha_event_release(rapi_event *e) { rapi_event_pool_put(e->r, e); }
 
 /* A queued wait: the job blocks the worker, not the caller, until e completes. The job keeps a
- * copy of the event, so the pool may recycle e at once; a recycled CUDA event is only recorded
- * later, which makes the wait longer, never unsafe. */
+ * copy of the event, so the pool may recycle e at once (a recycled CUDA event is only recorded
+ * later, which makes the wait longer, never unsafe), and a reference to e's resource, which may be
+ * destroyed before the job runs. */
 static void run_wait(void *arg) {
   rapi_event *copy = arg;
-  (void)copy->r->ops->event_synchronize(copy);
+  if (copy->r->ops->event_synchronize(copy) != RAP_OK)
+    rap_log(RAP_LOG_WARN, "host_async: a queued wait for a %s event failed: %s", copy->r->ops->kind,
+            rap_last_error());
+  rapi_resource_unref(copy->r);
   free(copy);
 }
 
@@ -122,18 +135,27 @@ static int ha_wait(rap_resource *r, rapi_event *e) {
   rapi_event *copy = rapi_malloc(sizeof *copy);
   if (copy == NULL) return rapi_fail(RAP_ERR_NOMEM, "host_async: out of host memory for a wait");
   *copy = *e;
+  rapi_resource_ref(e->r);
   int st = ha_submit(r, run_wait, copy);
-  if (st != RAP_OK) free(copy);
+  if (st != RAP_OK) {
+    rapi_resource_unref(e->r);
+    free(copy);
+  }
   return st;
 }
 
-static void ha_destroy(rap_resource *r) {
+/* The worker runs what is queued, then stops; the memory stays while references remain. */
+static void ha_close(rap_resource *r) {
   host_async *q = (host_async *)r;
   pthread_mutex_lock(&q->lock);
   q->stopping = true;
   pthread_cond_signal(&q->work);
   pthread_mutex_unlock(&q->lock);
   pthread_join(q->thread, NULL);
+}
+
+static void ha_destroy(rap_resource *r) {
+  host_async *q = (host_async *)r;
   pthread_cond_destroy(&q->work);
   pthread_cond_destroy(&q->done);
   pthread_mutex_destroy(&q->lock);
@@ -144,6 +166,7 @@ static void ha_destroy(rap_resource *r) {
 static const rapi_resource_ops host_async_ops = {
     .kind = "host_async",
     .synchronize = ha_synchronize,
+    .close = ha_close,
     .destroy = ha_destroy,
     .submit = ha_submit,
     .record = ha_record,

@@ -22,6 +22,7 @@ static void no_cuda_fini(rap_allocator *self, void *state) {
 const rap_strategy rapi_cuda_platform = {
     .version = RAP_STRATEGY_VERSION,
     .name = "CUDA",
+    .flags = RAP_STRATEGY_CONCURRENT_OWNS,
     .init = no_cuda_init,
     .fini = no_cuda_fini,
     .allocate = rapi_platform_allocate,

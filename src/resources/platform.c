@@ -2,7 +2,9 @@
  *
  * A platform allocator hands out raw memory and remembers every live pointer with its size, so that
  * it can answer rap_allocator_find, refuse a double free or a foreign pointer, and report leaks.
- * The map is locked per allocator: many pools over one platform may run on many threads.
+ * The map is locked per allocator: many pools over one platform may run on many threads. Wrappers
+ * on this body (Fault, SizeLimiter) call their parent under that lock, noted with rapi_lock so that
+ * a pool below that must block the host lets it go meanwhile.
  */
 #include "rap_internal.h"
 
@@ -35,10 +37,11 @@ void rapi_platform_fini(rap_allocator *self, void *state) {
 int rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   rapi_platform *p = state;
   void *ptr = NULL;
-  pthread_mutex_lock(&p->lock);
+  rapi_held held;
+  rapi_lock(&p->lock, &held);
   rapi_prec *rec = rapi_slab_alloc(&p->recs);
   if (rec == NULL) {
-    pthread_mutex_unlock(&p->lock);
+    rapi_unlock(&held);
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for block records",
                      rap_allocator_name(p->self));
   }
@@ -63,7 +66,7 @@ int rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *
   }
   if (st != RAP_OK) {
     rapi_slab_free(&p->recs, rec);
-    pthread_mutex_unlock(&p->lock);
+    rapi_unlock(&held);
     return st;
   }
   p->current += bytes;
@@ -71,18 +74,19 @@ int rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *
   p->count++;
   if (p->current > p->hwm) p->hwm = p->current;
   if (p->actual > p->actual_hwm) p->actual_hwm = p->actual;
-  pthread_mutex_unlock(&p->lock);
+  rapi_unlock(&held);
   *out = ptr;
   return RAP_OK;
 }
 
 int rapi_platform_deallocate(void *state, void *ptr, rap_resource *r) {
   rapi_platform *p = state;
-  pthread_mutex_lock(&p->lock);
+  rapi_held held;
+  rapi_lock(&p->lock, &held);
   rapi_prec *rec = NULL;
   HASH_FIND_PTR(p->map, &ptr, rec);
   if (rec == NULL) {
-    pthread_mutex_unlock(&p->lock);
+    rapi_unlock(&held);
     return rapi_fail(RAP_ERR_UNKNOWN_POINTER,
                      "rap_deallocate('%s'): %p is not a live block of this allocator (double free, "
                      "interior or foreign pointer)", rap_allocator_name(p->self), ptr);
@@ -95,7 +99,7 @@ int rapi_platform_deallocate(void *state, void *ptr, rap_resource *r) {
     p->count--;
     rapi_slab_free(&p->recs, rec);
   }
-  pthread_mutex_unlock(&p->lock);
+  rapi_unlock(&held);
   return st;
 }
 
@@ -174,6 +178,7 @@ static int host_init(rap_allocator *self, void *state, rap_options *opts) {
 const rap_strategy rapi_host_platform = {
     .version = RAP_STRATEGY_VERSION,
     .name = "HOST",
+    .flags = RAP_STRATEGY_CONCURRENT_OWNS,
     .state_size = sizeof(rapi_platform),
     .init = host_init,
     .fini = rapi_platform_fini,

@@ -192,10 +192,14 @@ rapi_block *rapi_bp_take_this(rapi_bp *bp, rapi_block *b, size_t size) {
   return b;
 }
 
-int rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
-  if (RAPI_UNLIKELY(rapi_map_insert(&bp->used, b->ptr, b) != RAP_OK))
-    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for the pointer map",
-                     rap_allocator_name(bp->self));
+int rapi_bp_reserve_slow(rapi_bp *bp) {
+  if (rapi_map_grow(&bp->used) == RAP_OK) return RAP_OK;
+  return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for the pointer map",
+                   rap_allocator_name(bp->self));
+}
+
+void rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
+  rapi_map_insert(&bp->used, b->ptr, b);   /* room was made by rapi_bp_reserve */
   b->state = RAPI_USED;
   b->requested = bytes;
   bp->current += bytes;
@@ -203,7 +207,6 @@ int rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
   bp->allocation_count++;
   if (bp->current > bp->hwm) bp->hwm = bp->current;
   if (bp->used_bytes > bp->used_hwm) bp->used_hwm = bp->used_bytes;
-  return RAP_OK;
 }
 
 

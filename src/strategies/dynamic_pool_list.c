@@ -15,7 +15,7 @@ static int dpl_init(rap_allocator *self, void *state, rap_options *opts) {
 const rap_strategy rapi_dynamic_pool_list_strategy = {
     .version = RAP_STRATEGY_VERSION,
     .name = "DynamicPoolList",
-    .flags = RAP_STRATEGY_NEEDS_PARENT,
+    .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS,
     .state_size = sizeof(rapi_bp),
     .init = dpl_init,
     .fini = rapi_quick_pool_fini,

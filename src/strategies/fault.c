@@ -96,7 +96,7 @@ static int fault_init(rap_allocator *self, void *state, rap_options *opts) {
 const rap_strategy rapi_fault_strategy = {
     .version = RAP_STRATEGY_VERSION,
     .name = "Fault",
-    .flags = RAP_STRATEGY_NEEDS_PARENT,
+    .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS,
     .state_size = sizeof(rapi_platform),
     .init = fault_init,
     .fini = rapi_platform_fini,

@@ -22,23 +22,21 @@ static RAPI_NOINLINE int quick_allocate_slow(rapi_bp *bp, void **out, size_t byt
   rapi_block *b = NULL;
   int st = rapi_bp_grow_for(bp, size, &b);
   if (st != RAP_OK) return st;
-  st = rapi_bp_mark_used(bp, b, bytes);
-  if (st != RAP_OK) {
-    rapi_bp_make_free(bp, b);
-    return st;
-  }
+  rapi_bp_mark_used(bp, b, bytes);
   *out = b->ptr;
   return RAP_OK;
 }
 
 /* The hit path: the block freed last if it has the size (no split, no index), else two bit scans,
- * unlink, maybe split; then one insert into the pointer table. */
+ * unlink, maybe split; then one insert into the pointer table, which was made room for before
+ * anything was taken, so that running out of host memory changes nothing. */
 int rapi_quick_pool_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   rapi_bp *bp = state;
   (void)r;
   size_t size;
   int st = rapi_bp_round(bp, bytes, &size);
   if (RAPI_UNLIKELY(st != RAP_OK)) return st;
+  if (RAPI_UNLIKELY((st = rapi_bp_reserve(bp)) != RAP_OK)) return st;
   rapi_block *b = bp->deferred;
   if (b != NULL && b->size == size) {
     bp->deferred = NULL;
@@ -47,11 +45,7 @@ int rapi_quick_pool_allocate(void *state, void **out, size_t bytes, rap_resource
     b = rapi_bp_take_free(bp, size);
   }
   if (RAPI_UNLIKELY(b == NULL)) return quick_allocate_slow(bp, out, bytes, size);
-  st = rapi_bp_mark_used(bp, b, bytes);
-  if (RAPI_UNLIKELY(st != RAP_OK)) {
-    rapi_bp_make_free(bp, b);
-    return st;
-  }
+  rapi_bp_mark_used(bp, b, bytes);
   *out = b->ptr;
   return RAP_OK;
 }
@@ -82,14 +76,17 @@ int rapi_quick_pool_stats(void *state, rap_stats *out) {
   return RAP_OK;
 }
 
-int rapi_quick_pool_owns(void *state, const void *ptr) { return rapi_bp_find_used(state, ptr) != NULL; }
+/* Safe from any thread (rap_allocator_find): a seqlock read of the used map. */
+int rapi_quick_pool_owns(void *state, const void *ptr) {
+  return rapi_map_contains_shared(&((rapi_bp *)state)->used, ptr);
+}
 
 int rapi_quick_pool_check(void *state) { return rapi_bp_check(state); }
 
 const rap_strategy rapi_quick_pool_strategy = {
     .version = RAP_STRATEGY_VERSION,
     .name = "QuickPool",
-    .flags = RAP_STRATEGY_NEEDS_PARENT,
+    .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS,
     .state_size = sizeof(rapi_bp),
     .init = quick_init,
     .fini = rapi_quick_pool_fini,

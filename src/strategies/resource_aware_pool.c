@@ -15,6 +15,7 @@
  */
 #include "rap_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,12 +74,18 @@ static RAPI_NOINLINE rstate *lookup_slow(rap_pool *p, rap_resource *r) {
     rs->key = r->key;
     rs->sync = r->ops->record == NULL;
     rs->open = 1;
+    /* A resource that can be destroyed learns of this pool, so that its destroy visits it. */
+    if (r != &r->rm->host && rapi_resource_watch(r, p->bp.self) != RAP_OK) {
+      free(rs);
+      return NULL;
+    }
     rapi_hash_oom = 0;
     HASH_ADD(hh, p->by_key, key, sizeof rs->key, rs);
     if (rapi_hash_oom) {
       rstate *chk = NULL;
       HASH_FIND(hh, p->by_key, &r->key, sizeof r->key, chk);
       if (chk != rs) {
+        if (r != &r->rm->host) rapi_resource_unwatch(r, p->bp.self);
         free(rs);
         return NULL;
       }
@@ -256,17 +263,21 @@ static int poll_all(rap_pool *p, bool record) {
   return first;
 }
 
-/* Host-side wait for every fence: used before out of memory and at teardown. */
+/* Host-side wait for every fence: before out of memory and at teardown. The locks this thread
+ * holds are let go while it waits (rapi_host_wait), so the pool may change meanwhile: each round
+ * polls afresh, waits for one resource's newest fence, and callers start over after it. A queue's
+ * own work cannot wait for that queue: it is skipped, and its blocks stay pending. */
 static int wait_all(rap_pool *p) {
-  int st = RAP_OK;
-  for (rstate *rs = p->by_key; rs != NULL && st == RAP_OK; rs = rs->hh.next) {
-    st = fence_open(p, rs);
-    if (st == RAP_OK && rs->fcount > 0)
-      st = rs->r->ops->event_synchronize(rs->fences[(rs->fhead + rs->fcount - 1) % rs->fcap].ev);
-    if (st == RAP_OK) st = query_fences(rs);
+  for (unsigned round = 0; round < 64; round++) {
+    int st = poll_all(p, true);
+    if (st != RAP_OK) return st;
+    rstate *rs = p->by_key;
+    while (rs != NULL && (rs->fcount == 0 || rs->r == rapi_current_queue)) rs = rs->hh.next;
+    if (rs == NULL) return RAP_OK;
+    st = rapi_host_wait(rs->fences[(rs->fhead + rs->fcount - 1) % rs->fcap].ev);
+    if (st != RAP_OK) return st;
   }
-  if (st == RAP_OK) st = poll_all(p, false);
-  return st;
+  return poll_all(p, false);
 }
 
 /* Merges b, just deallocated on owner, with neighbours pending on the same owner without uses.
@@ -307,20 +318,30 @@ static void fence_or_poll(rap_pool *p, rstate *rs) {
 
 /* ---- cross_resource=wait -------------------------------------------------------------------- */
 
-/* Makes rs wait, without blocking the host where the kinds allow, until owner's batch and every
- * use of b have passed. */
-static int wait_for_block(rap_pool *p, rstate *rs, rstate *owner, rapi_block *b) {
+/* Makes rs wait for one event: queued on rs where the kinds allow, else on the host (with this
+ * thread's locks let go, which sets *host_waited: the caller must start over). */
+static int wait_event(rstate *rs, rapi_event *ev, bool *host_waited) {
+  int st = rs->r->ops->wait(rs->r, ev);
+  if (st != RAPI_HOST_WAIT) return st;
+  *host_waited = true;
+  return rapi_host_wait(ev);
+}
+
+/* Makes rs wait until owner's batch and every use of b have passed. After a host wait it returns
+ * at once: b may have changed hands meanwhile. RAP_ERR_BUSY: the wait would be for the queue whose
+ * work this thread is running. */
+static int wait_for_block(rap_pool *p, rstate *rs, rstate *owner, rapi_block *b, bool *host_waited) {
   int st = RAP_OK;
   if (owner != rs && !passed(owner, b->tag)) {
     if (b->tag == owner->open) st = fence_open(p, owner);
     rapi_event *ev = st == RAP_OK ? fence_event(owner, b->tag) : NULL;
-    if (ev) st = rs->r->ops->wait(rs->r, ev);
+    if (ev) st = wait_event(rs, ev, host_waited);
   }
-  for (rapi_use *u = b->uses; u != NULL && st == RAP_OK; u = u->next) {
+  for (rapi_use *u = b->uses; u != NULL && st == RAP_OK && !*host_waited; u = u->next) {
     if (u->rs == rs || passed(u->rs, u->tag)) continue;
     if (u->tag == u->rs->open) st = fence_open(p, u->rs);
     rapi_event *ev = st == RAP_OK ? fence_event(u->rs, u->tag) : NULL;
-    if (ev) st = rs->r->ops->wait(rs->r, ev);
+    if (ev) st = wait_event(rs, ev, host_waited);
   }
   return st;
 }
@@ -346,13 +367,9 @@ static rapi_block *find_waitable(rap_pool *p, rstate *rs, size_t size, rstate **
 
 /* ---- allocate and deallocate ---------------------------------------------------------------- */
 
+/* The used map has room (rapi_bp_reserve before anything was taken): this cannot fail. */
 static int finish_allocate(rap_pool *p, rstate *rs, rapi_block *b, size_t bytes, void **out) {
-  int st = rapi_bp_mark_used(&p->bp, b, bytes);
-  if (RAPI_UNLIKELY(st != RAP_OK)) {
-    b->owner = NULL;
-    rapi_bp_make_free(&p->bp, b);
-    return st;
-  }
+  rapi_bp_mark_used(&p->bp, b, bytes);
   b->owner = (rap_resource *)rs;
   rs->current += bytes;
   rs->used_bytes += b->size;
@@ -384,37 +401,44 @@ static rapi_block *take_own_or_free(rap_pool *p, rstate *rs, size_t size) {
 }
 
 /* A miss: poll, then (wait mode) take another resource's block behind a queued wait, then grow,
- * and before giving up wait on the host for every pending block. */
+ * and before giving up wait on the host for every pending block. A host-side wait lets this
+ * thread's locks go, so after one the pool is looked at afresh. */
 static RAPI_NOINLINE int rap_allocate_slow(rap_pool *p, rstate *rs, void **out, size_t bytes,
                                            size_t size) {
-  int st = poll_all(p, true);   /* a failing resource is logged; growing may still serve us */
-  rapi_block *b = take_own_or_free(p, rs, size);
-  /* Waiting serializes the waiter behind the owner; below wait_above the pool grows instead, so
-   * as many streams as that memory allows run side by side. */
-  if (b == NULL && p->cross_wait && p->bp.actual + size > p->wait_above) {
-    rstate *owner = NULL;
-    b = find_waitable(p, rs, size, &owner);
-    if (b != NULL) {
-      st = wait_for_block(p, rs, owner, b);
-      if (st != RAP_OK) return st;
-      take_pending(p, owner, b, size);
+  char saved[512] = "";
+  bool waited_all = false;
+  for (unsigned round = 0;; round++) {
+    (void)poll_all(p, true);   /* a failing resource is logged; growing may still serve us */
+    rapi_block *b = take_own_or_free(p, rs, size);
+    /* Waiting serializes the waiter behind the owner; below wait_above the pool grows instead, so
+     * as many streams as that memory allows run side by side. */
+    if (b == NULL && p->cross_wait && p->bp.actual + size > p->wait_above && round < 8) {
+      rstate *owner = NULL;
+      rapi_block *w = find_waitable(p, rs, size, &owner);
+      bool host_waited = false;
+      int st = w != NULL ? wait_for_block(p, rs, owner, w, &host_waited) : RAP_OK;
+      if (host_waited && st == RAP_OK) continue;   /* w has passed; the pool may have changed */
+      if (st == RAP_OK && w != NULL) {
+        take_pending(p, owner, w, size);
+        b = w;
+      } else if (st != RAP_OK && st != RAP_ERR_BUSY) {
+        return st;
+      }   /* BUSY: w waits on the queue running this very call; grow instead */
     }
-  }
-  if (b == NULL) {
-    st = rapi_bp_grow_for(&p->bp, size, &b);
-    if (st == RAP_ERR_NOMEM && p->bp.pending_count > 0) {
-      char saved[512];
-      strncpy(saved, rap_last_error(), sizeof saved - 1);
-      saved[sizeof saved - 1] = '\0';
-      st = wait_all(p);
+    if (b == NULL) {
+      int st = rapi_bp_grow_for(&p->bp, size, &b);
+      if (st == RAP_ERR_NOMEM && p->bp.pending_count > 0 && !waited_all) {
+        snprintf(saved, sizeof saved, "%s", rap_last_error());
+        waited_all = true;
+        st = wait_all(p);
+        if (st != RAP_OK) return st;
+        continue;   /* pending memory came back; the pool may also have changed meanwhile */
+      }
+      if (st == RAP_ERR_NOMEM && saved[0] != '\0') return rapi_fail(st, "%s", saved);
       if (st != RAP_OK) return st;
-      b = take_own_or_free(p, rs, size);
-      st = b != NULL ? RAP_OK : rapi_bp_grow_for(&p->bp, size, &b);
-      if (st == RAP_ERR_NOMEM) rapi_fail(st, "%s", saved);
     }
-    if (st != RAP_OK) return st;
+    return finish_allocate(p, rs, b, bytes, out);
   }
-  return finish_allocate(p, rs, b, bytes, out);
 }
 
 /* The hit path: one compare finds the resource; its own pending blocks first, then free ones. */
@@ -427,6 +451,7 @@ static int rap_allocate_fn(void *state, void **out, size_t bytes, rap_resource *
   size_t size;
   int st = rapi_bp_round(&p->bp, bytes, &size);
   if (RAPI_UNLIKELY(st != RAP_OK)) return st;
+  if (RAPI_UNLIKELY((st = rapi_bp_reserve(&p->bp)) != RAP_OK)) return st;
   rapi_block *b = take_own_or_free(p, rs, size);
   if (RAPI_UNLIKELY(b == NULL)) return rap_allocate_slow(p, rs, out, bytes, size);
   return finish_allocate(p, rs, b, bytes, out);
@@ -599,12 +624,14 @@ static int rap_init(rap_allocator *self, void *state, rap_options *opts) {
   return RAP_OK;
 }
 
+/* Drops rs: its events go back to its resource, and the resource stops listing this pool. */
 static void forget(rap_pool *p, rstate *rs) {
   for (size_t i = 0; i < rs->fcount; i++)
     rs->r->ops->event_release(rs->fences[(rs->fhead + i) % rs->fcap].ev);
   free(rs->fences);
   HASH_DELETE(hh, p->by_key, rs);
   if (p->last == rs) p->last = NULL;
+  if (rs->r != &rs->r->rm->host) rapi_resource_unwatch(rs->r, p->bp.self);
   free(rs);
 }
 
@@ -621,34 +648,90 @@ static void rap_fini(rap_allocator *self, void *state) {
   rapi_bp_fini(&p->bp);
 }
 
-int rapi_rap_forget_resource(rap_allocator *a, rap_resource *r) {
-  if (a->strategy != &rapi_resource_aware_pool_strategy) return RAP_OK;
+static rstate *state_of(rap_allocator *a, rap_resource *r) {
+  if (a->strategy != &rapi_resource_aware_pool_strategy) return NULL;
   rap_pool *p = a->state;
   rstate *rs = NULL;
   HASH_FIND(hh, p->by_key, &r->key, sizeof r->key, rs);
-  if (rs == NULL || rs->r != r) return RAP_OK;
-  /* r has been synchronized: every batch it recorded or left open has passed. */
-  int st = fence_open(p, rs);
-  if (st == RAP_OK) st = query_fences(rs);
-  if (st != RAP_OK) return st;
+  return rs != NULL && rs->r == r ? rs : NULL;
+}
+
+int rapi_rap_resource_busy(rap_allocator *a, rap_resource *r) {
+  rstate *rs = state_of(a, r);
+  if (rs == NULL || rs->used_count == 0) return RAP_OK;
+  return rapi_fail(RAP_ERR_BUSY, "rap_resource_destroy: the resource still owns %zu live block%s of "
+                   "'%s'", rs->used_count, rs->used_count == 1 ? "" : "s", a->name);
+}
+
+/* Moves b, pending on a resource that is going away and whose own batch has passed, to the first
+ * resource it was also used on that has not passed that use: it is pending there now, in batch
+ * order in that resource's FIFO, exactly as if that resource had freed it. */
+static void rehome(rap_pool *p, rstate *from, rapi_block *b) {
+  drop_pending(p, from, b);
+  rapi_use **pu = &b->uses;
+  while (passed((*pu)->rs, (*pu)->tag)) pu = &(*pu)->next;
+  rapi_use *u = *pu;
+  *pu = u->next;
+  rstate *to = u->rs;
+  b->tag = u->tag;
+  to->uses_out--;
+  rapi_slab_free(&p->use_recs, u);
+  rapi_block *after = to->fifo_tail;
+  while (after != NULL && after->tag > b->tag) after = after->fifo_prev;
+  add_pending(p, to, b, after, false);
+}
+
+/* r has been synchronized: every batch it recorded or left open has passed, and so has every use
+ * recorded on it. Those uses are dropped; r's pending blocks become free, or, where another
+ * resource's use has not passed, pending on that resource; then r's state goes. */
+void rapi_rap_forget_resource(rap_allocator *a, rap_resource *r) {
+  rstate *rs = state_of(a, r);
+  if (rs == NULL) {
+    rapi_resource_unwatch(r, a);
+    return;
+  }
+  rap_pool *p = a->state;
   rs->done = rs->open;
-  st = poll_all(p, false);
-  if (st != RAP_OK) return st;
-  if (rs->used_count > 0 || rs->pending_count > 0 || rs->uses_out > 0)
-    return rapi_fail(RAP_ERR_BUSY, "rap_resource_destroy: the resource still owns %zu live and %zu "
-                     "pending blocks of '%s'", rs->used_count, rs->pending_count, a->name);
+  rs->open_dirty = false;
+  if (rs->uses_out > 0)
+    for (rapi_chunk *c = p->bp.chunks; c != NULL; c = c->next)
+      for (rapi_block *b = c->first; b != NULL; b = b->next)
+        for (rapi_use **pu = &b->uses; *pu != NULL;) {
+          rapi_use *u = *pu;
+          if (u->rs != rs) {
+            pu = &u->next;
+            continue;
+          }
+          *pu = u->next;
+          rs->uses_out--;
+          rapi_slab_free(&p->use_recs, u);
+          /* A pending block without uses any more belongs in its owner's index. */
+          if (b->uses == NULL && b->state == RAPI_PENDING && b != ((rstate *)b->owner)->hot)
+            rapi_index_insert(&((rstate *)b->owner)->pending, b);
+        }
+  while (rs->fifo_head != NULL) {
+    rapi_block *b = rs->fifo_head;
+    if (uses_passed(b)) {
+      drop_pending(p, rs, b);
+      free_uses(p, b);
+      b->owner = NULL;
+      rapi_bp_make_free(&p->bp, b);
+    } else {
+      rehome(p, rs, b);
+    }
+  }
   forget(p, rs);
-  return RAP_OK;
+  (void)poll_all(p, false);   /* blocks that waited only on r's uses come back */
 }
 
 static int rap_owns_fn(void *state, const void *ptr) {
-  return rapi_bp_find_used(&((rap_pool *)state)->bp, ptr) != NULL;
+  return rapi_map_contains_shared(&((rap_pool *)state)->bp.used, ptr);   /* from any thread */
 }
 
 const rap_strategy rapi_resource_aware_pool_strategy = {
     .version = RAP_STRATEGY_VERSION,
     .name = "ResourceAwarePool",
-    .flags = RAP_STRATEGY_NEEDS_PARENT,
+    .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS,
     .state_size = sizeof(rap_pool),
     .init = rap_init,
     .fini = rap_fini,

@@ -10,11 +10,13 @@
 
 typedef struct limiter {
   size_t limit;
+  size_t inflight;   /* bytes asked of the parent and not answered yet: a pool below may let
+                        this allocator's lock go while it waits (rapi_host_wait) */
 } limiter;
 
 static int limiter_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_resource *r) {
   limiter *l = p->impl;
-  if (bytes > l->limit || p->current > l->limit - bytes) {
+  if (bytes > l->limit || p->current + l->inflight > l->limit - bytes) {
     char want[32], lim[32], live[32];
     rapi_format_size(want, sizeof want, bytes);
     rapi_format_size(lim, sizeof lim, l->limit);
@@ -22,7 +24,10 @@ static int limiter_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_res
     return rapi_fail(RAP_ERR_NOMEM, "%s: %s more would pass the limit of %s (%s live)",
                      rap_allocator_name(p->self), want, lim, live);
   }
-  return rap_allocate(rap_allocator_parent(p->self), out, bytes, r);
+  l->inflight += bytes;
+  int st = rap_allocate(rap_allocator_parent(p->self), out, bytes, r);
+  l->inflight -= bytes;
+  return st;
 }
 
 static int limiter_raw_free(rapi_platform *p, void *ptr, size_t bytes, rap_resource *r) {
@@ -41,6 +46,7 @@ static int limiter_init(rap_allocator *self, void *state, rap_options *opts) {
   limiter *l = rapi_malloc(sizeof *l);
   if (l == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
   l->limit = limit;
+  l->inflight = 0;
   p->impl = l;
   p->raw_alloc = limiter_raw_alloc;
   p->raw_free = limiter_raw_free;
@@ -57,7 +63,7 @@ static int limiter_init(rap_allocator *self, void *state, rap_options *opts) {
 const rap_strategy rapi_size_limiter_strategy = {
     .version = RAP_STRATEGY_VERSION,
     .name = "SizeLimiter",
-    .flags = RAP_STRATEGY_NEEDS_PARENT,
+    .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS,
     .state_size = sizeof(rapi_platform),
     .init = limiter_init,
     .fini = rapi_platform_fini,

@@ -13,11 +13,14 @@ typedef struct thread_safe {
   rap_allocator *inner;
 } thread_safe;
 
+/* rapi_lock notes the lock on this thread's stack, so that a pool below that must block the host
+ * for a resource lets it go meanwhile (rapi_host_wait): the resource's work may call in here. */
 #define LOCKED(ts, call)                       \
   do {                                         \
-    pthread_mutex_lock(&(ts)->lock);           \
+    rapi_held held_;                           \
+    rapi_lock(&(ts)->lock, &held_);            \
     int st_ = (call);                          \
-    pthread_mutex_unlock(&(ts)->lock);         \
+    rapi_unlock(&held_);                       \
     return st_;                                \
   } while (0)
 
@@ -58,10 +61,7 @@ static int ts_stats(void *state, rap_stats *out) {
 
 static int ts_owns(void *state, const void *ptr) {
   thread_safe *ts = state;
-  pthread_mutex_lock(&ts->lock);
-  int owns = ts->inner->strategy->owns(ts->inner->state, ptr);
-  pthread_mutex_unlock(&ts->lock);
-  return owns;
+  LOCKED(ts, ts->inner->strategy->owns(ts->inner->state, ptr));
 }
 
 static int ts_release(void *state) {
@@ -98,7 +98,7 @@ int rapi_guarded(rap_allocator *a, int (*fn)(rap_allocator *, void *), void *arg
 const rap_strategy rapi_thread_safe_strategy = {
     .version = RAP_STRATEGY_VERSION,
     .name = "ThreadSafe",
-    .flags = RAP_STRATEGY_NEEDS_PARENT,
+    .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS,
     .state_size = sizeof(thread_safe),
     .init = ts_init,
     .fini = ts_fini,

@@ -38,6 +38,7 @@ static int fz_wait(rap_resource *r, rapi_event *e) {
 static const rapi_resource_ops fz_ops = {
     .kind = "host_async",
     .synchronize = ha_synchronize,
+    .close = ha_close,
     .destroy = ha_destroy,
     .submit = ha_submit,
     .record = ha_record,
