@@ -2,6 +2,9 @@
 # device-run.sh — what runs on the GPU machine over a carried device-build/ (make device-build):
 # the CUDA tests, the host tests, the demo and the benchmarks, with logs under $OUT.
 #   RAP_DEVICE_RUN=bench bash scripts/device-run.sh    only the benchmarks (and machine.txt)
+#   RAP_DEVICE_RUN=tests bash scripts/device-run.sh    everything but the benchmarks
+# The CUDA tests also run under compute-sanitizer (memcheck with leak check, racecheck, synccheck);
+# each tool's log is $OUT/sanitizer-<tool>.log and their summary lines are in $OUT/sanitizer.txt.
 # Benchmarks: where python3 has torch, bench/build-torch-peer.sh first builds librap_bench_torch.so,
 # which rap-bench loads to add PyTorch's caching allocator as a peer; otherwise rap-bench says why
 # that peer was skipped. Results: $OUT/bench.{json,csv,log}; RAP_BENCH_ARGS adds options.
@@ -30,7 +33,22 @@ if [ "$what" != bench ]; then
   fi
   "$b"/examples/demo > "$out/demo.log" 2>&1 || status=1
   cat "$out/demo.log"
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  if [ -n "$cs" ] && [ -x "$b/tests/rap_cuda_tests" ]; then
+    : > "$out/sanitizer.txt"
+    for tool in "memcheck --leak-check full" racecheck synccheck; do
+      name=${tool%% *}
+      # The race detectors gate streams on purpose and compare with a host copy: the tools see
+      # the same kernels; only the CUDA tests run (the host tests make no CUDA calls).
+      $cs --tool $tool --error-exitcode 3 "$b/tests/rap_cuda_tests" --gtest_color=no \
+        > "$out/sanitizer-$name.log" 2>&1 || status=1
+      { echo "$name: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY' "$out/sanitizer-$name.log" | tr '\n' ' ')";
+        grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/sanitizer-$name.log" | head -3; } >> "$out/sanitizer.txt"
+    done
+    cat "$out/sanitizer.txt"
+  fi
 fi
+if [ "$what" = tests ]; then exit $status; fi
 if [ -x "$b/bench/rap-bench" ]; then
   plugin="$b/bench/librap_bench_torch.so"
   rm -f "$plugin"

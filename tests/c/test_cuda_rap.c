@@ -1,12 +1,16 @@
 /* test_cuda_rap.c — the ResourceAwarePool on CUDA streams: the race detector with a gated kernel
  * over DEVICE, PINNED and UM pools, cross_resource=wait under a busy owner, same-stream reuse with
- * no event recorded. Skips where no CUDA device is usable.
+ * no event recorded, and lifetimes: streams destroyed after many threads used them, a queued wait
+ * outliving the stream it waits for. Skips where no CUDA device is usable.
  */
 #include "../cuda/kernels.h"
+#include "gate.h"
 #include "rap_internal.h"
 #include "rap_test.h"
 
+#include <pthread.h>
 #include <rap/cuda.h>
+#include <string.h>
 #include <time.h>
 
 #define MiB ((size_t)1 << 20)
@@ -125,4 +129,103 @@ RAP_TEST(CudaResourceAwarePool, WrappedStreamsAreOneStream) {
   RAP_CHECK_STATUS(rap_deallocate(e.pool, p, e.r2), RAP_ERR_WRONG_RESOURCE);
   RAP_CHECK_OK(rap_deallocate(e.pool, p, legacy));
   teardown(&e);
+}
+
+/* ---- lifetimes ---------------------------------------------------------------------------------
+ * 16 threads run one ThreadSafe(ResourceAwarePool(DEVICE)) over 8 streams, recording some blocks
+ * on a second stream before freeing them. Once the device is synchronized every stream may go:
+ * a stream's uses have passed, and blocks still waiting on another stream's use move to it. */
+enum { LT_THREADS = 16, LT_STREAMS = 8, LT_OPS = 2000 };
+typedef struct lt_arg {
+  rap_allocator *ts;
+  rap_resource **streams;
+  int id, failures;
+} lt_arg;
+
+static void *lt_worker(void *p) {
+  lt_arg *a = p;
+  rap_resource *mine = a->streams[a->id % LT_STREAMS], *other = a->streams[(a->id + 1) % LT_STREAMS];
+  void *ring[8] = {0};
+  for (int i = 0; i < LT_OPS; i++) {
+    int k = i % 8;
+    if (ring[k] != NULL) {
+      if (rap_deallocate(a->ts, ring[k], mine) != RAP_OK) a->failures++;
+      ring[k] = NULL;
+    }
+    if (rap_allocate(a->ts, &ring[k], (size_t)(256 << (i % 9)), mine) != RAP_OK) {
+      a->failures++;
+      continue;
+    }
+    if (gpu_fill(rap_resource_cuda_stream(mine), ring[k], 256, a->id) != 0) a->failures++;
+    if (i % 5 == 0 && rap_record_resource(a->ts, ring[k], other) != RAP_OK) a->failures++;
+  }
+  for (int k = 0; k < 8; k++)
+    if (ring[k] != NULL && rap_deallocate(a->ts, ring[k], mine) != RAP_OK) a->failures++;
+  return NULL;
+}
+
+RAP_TEST(CudaLifetimes, StreamsGoAfterDeviceSynchronize) {
+  env e;
+  setup(&e, "ResourceAwarePool", "DEVICE", "initial_size=64MiB");
+  rap_allocator *ts;
+  RAP_CHECK_OK(rap_allocator_make(e.rm, "ts", "ThreadSafe", "pool", NULL, &ts));
+  rap_resource *streams[LT_STREAMS];
+  for (int i = 0; i < LT_STREAMS; i++) RAP_CHECK_OK(rap_resource_create_cuda_stream(e.rm, &streams[i]));
+  pthread_t th[LT_THREADS];
+  lt_arg args[LT_THREADS];
+  for (int i = 0; i < LT_THREADS; i++) {
+    args[i] = (lt_arg){ts, streams, i, 0};
+    RAP_CHECK(pthread_create(&th[i], NULL, lt_worker, &args[i]) == 0);
+  }
+  int failures = 0;
+  for (int i = 0; i < LT_THREADS; i++) {
+    pthread_join(th[i], NULL);
+    failures += args[i].failures;
+  }
+  RAP_CHECK_EQ(failures, 0);
+  RAP_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  for (int i = 0; i < LT_STREAMS; i++) RAP_CHECK_OK(rap_resource_destroy(streams[i]));
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(e.pool, &s));
+  RAP_CHECK_EQ(s.allocation_count, 0);
+  RAP_CHECK_EQ(s.pending_count, 0);   /* every stream has passed everything */
+  RAP_CHECK_OK(rap_allocator_check(e.pool));
+  teardown(&e);
+}
+
+/* A host_async queue waits (cross_resource=wait) for a gated stream's event; the stream is then
+ * destroyed before the queued wait runs: the wait must still find the event (the resource's memory
+ * stays while the wait refers to it), and the queue's write lands after the stream's. */
+static void lt_fill_host(void *arg) {
+  void **p = arg;
+  memset(*p, 0x33, 4096);
+}
+
+RAP_TEST(CudaLifetimes, QueuedWaitOutlivesTheStream) {
+  env e;
+  setup(&e, "ResourceAwarePool", "PINNED",
+        "initial_size=1MiB next_size=1MiB heuristic=never cross_resource=wait wait_above=0");
+  rap_resource *q;
+  RAP_CHECK_OK(rap_resource_create_host_async(e.rm, &q));
+  gate hold;
+  gate_init(&hold);
+  RAP_CHECK_OK(rap_resource_submit(q, gate_job, &hold));   /* the wait runs only after r1 is gone */
+  void *p, *mine;
+  RAP_CHECK_OK(rap_allocate(e.pool, &p, 1 * MiB, e.r1));
+  RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(e.r1), e.gate, p, 4096, 0xAA) == 0);
+  RAP_CHECK_OK(rap_deallocate(e.pool, p, e.r1));
+  RAP_CHECK_OK(rap_allocate(e.pool, &mine, 1 * MiB, q));   /* queues a wait for r1's event */
+  RAP_CHECK(mine == p);
+  RAP_CHECK_OK(rap_resource_submit(q, lt_fill_host, &mine));
+  gpu_gate_open(e.gate);
+  RAP_CHECK_OK(rap_resource_destroy(e.r1));   /* legal: r1 owns nothing live */
+  gate_open(&hold);
+  RAP_CHECK_OK(rap_resource_synchronize(q));
+  RAP_CHECK(all_bytes(mine, 4096, 0x33));
+  RAP_CHECK_OK(rap_deallocate(e.pool, mine, q));
+  RAP_CHECK_OK(rap_resource_synchronize(e.r2));
+  RAP_CHECK_OK(rap_allocator_check(e.pool));
+  RAP_CHECK_OK(rap_manager_destroy(e.rm));
+  gpu_gate_destroy(e.gate);
+  gate_destroy(&hold);
 }
