@@ -284,10 +284,12 @@ int  rapi_platform_pointer_resource(void *state, const void *ptr, rap_resource *
 int  rapi_platform_release(void *state);   /* wrappers: release the parent */
 
 /* ---- core/ptr_map.c: block address -> block record, open addressing ----------------------
- * Written by the pool's own thread only; other threads (rap_allocator_find) may read it through
- * rapi_map_contains_shared, a seqlock read: writers bump seq around each change (plain stores on
- * x86), slots are stored atomically, and a table replaced by growth is kept until the map goes, so
- * a reader that raced with a change retries instead of reading freed or torn memory. */
+ * Written by the pool's own thread only; other threads (rap_allocator_find) may ask whether a key
+ * is there through rapi_map_contains_shared. Slots are stored atomically (plain stores on x86). An
+ * insert fills an empty slot and a removal that moves nothing empties one: neither can make a
+ * reader miss another key, so neither costs anything more. Only a removal that shifts entries back,
+ * and growth, bump seq around the change (a seqlock), and a reader that overlapped one retries; a
+ * table replaced by growth is kept until the map goes, so a late reader never reads freed memory. */
 typedef struct rapi_block rapi_block;
 typedef struct rapi_map_slot {
   uintptr_t key;                     /* 0: empty */
@@ -331,15 +333,13 @@ static inline rapi_block *rapi_map_find(const rapi_ptr_map *m, const void *ptr) 
   if (RAPI_UNLIKELY(key == 0)) return NULL;
   return m->slots[rapi_map_probe(m, key)].block;
 }
-/* key must not be in the map; RAP_ERR_NOMEM if the table could not grow. */
-static inline int rapi_map_insert(rapi_ptr_map *m, const void *ptr, rapi_block *b) {
-  if (RAPI_UNLIKELY((m->count + 1) * 2 > m->mask + 1) && rapi_map_grow(m) != RAP_OK) return RAP_ERR_NOMEM;
-  size_t i = rapi_map_probe(m, (uintptr_t)ptr);
-  rapi_map_write_begin(m);
-  rapi_map_set(&m->slots[i], (uintptr_t)ptr, b);
-  rapi_map_write_end(m);
+static inline bool rapi_map_has_room(const rapi_ptr_map *m) { return (m->count + 1) * 2 <= m->mask + 1; }
+/* key must not be in the map, and the map must have room (rapi_map_has_room, or grow first). */
+static inline void rapi_map_insert(rapi_ptr_map *m, const void *ptr, rapi_block *b) {
+  rapi_map_slot *slot = &m->slots[rapi_map_probe(m, (uintptr_t)ptr)];
+  __atomic_store_n(&slot->block, b, __ATOMIC_RELAXED);
+  __atomic_store_n(&slot->key, (uintptr_t)ptr, __ATOMIC_RELAXED);
   m->count++;
-  return RAP_OK;
 }
 static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
   size_t i = rapi_map_probe(m, (uintptr_t)ptr);
@@ -443,7 +443,7 @@ rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size); /* remainder
  * insert of rapi_bp_mark_used cannot fail and running out of host memory changes nothing. */
 int   rapi_bp_reserve_slow(rapi_bp *bp);
 static inline int rapi_bp_reserve(rapi_bp *bp) {
-  if (RAPI_LIKELY((bp->used.count + 1) * 2 <= bp->used.mask + 1)) return RAP_OK;
+  if (RAPI_LIKELY(rapi_map_has_room(&bp->used))) return RAP_OK;
   return rapi_bp_reserve_slow(bp);
 }
 void  rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes);   /* used map, then counters */

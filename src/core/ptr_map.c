@@ -71,19 +71,22 @@ void rapi_map_fini(rapi_ptr_map *m) {
 int rapi_map_grow(rapi_ptr_map *m) { return resize(m, (m->mask + 1) * 2); }
 
 void rapi_map_remove_at(rapi_ptr_map *m, size_t i) {
-  rapi_map_write_begin(m);
-  /* Backward shift: pull later entries of the run into the hole when their home allows it. */
+  /* Backward shift: pull later entries of the run into the hole when their home allows it. Only a
+   * move can make a reader on another thread miss a key: the seqlock covers moves alone. */
   size_t hole = i;
+  bool moving = false;
   for (size_t j = (i + 1) & m->mask; m->slots[j].key != 0; j = (j + 1) & m->mask) {
     size_t home = rapi_map_home(m, m->slots[j].key);
     /* j may move to hole if home is not in the cyclic range (hole, j]. */
     if (((j - home) & m->mask) >= ((j - hole) & m->mask)) {
+      if (!moving) rapi_map_write_begin(m);
+      moving = true;
       rapi_map_set(&m->slots[hole], m->slots[j].key, m->slots[j].block);
       hole = j;
     }
   }
   rapi_map_set(&m->slots[hole], 0, NULL);
-  rapi_map_write_end(m);
+  if (moving) rapi_map_write_end(m);
   m->count--;
 }
 
