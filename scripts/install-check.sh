@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # install-check.sh — installs rap into a scratch prefix and builds an outside program against it,
-# once through find_package(rap) and once through pkg-config, then runs both.
+# once through find_package(rap) and once through pkg-config, then runs both; and checks that the
+# shared library exports nothing but the public API.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -21,4 +22,10 @@ static_libs=$(PKG_CONFIG_PATH="$libdir" pkg-config --static --libs rap | sed 's/
 cc -std=c11 -Wall -Werror tests/consumer/main.c $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags rap) \
   "$(dirname "$libdir")/librap.a" $static_libs -o "$work/pc-consumer-static"
 "$work/pc-consumer-static"
-echo "install-check: find_package and pkg-config consumers built and ran"
+# The shared library exports the public API alone: every defined dynamic symbol is rap_*.
+so=$(find "$work/prefix" -name 'librap.so.*.*.*' | head -1)
+internal=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^rap_' || true)
+if [ -n "$internal" ]; then
+  echo "install-check: librap.so exports symbols outside the public API:"; echo "$internal"; exit 1
+fi
+echo "install-check: find_package and pkg-config consumers built and ran; librap.so exports $(nm -D --defined-only "$so" | grep -c ' rap_') rap_* symbols and nothing else"

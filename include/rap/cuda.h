@@ -13,11 +13,13 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+RAP_API_BEGIN
 
 int rap_resource_create_cuda(rap_manager *rm, cudaStream_t s, rap_resource **out);  /* caller owns s */
 int rap_resource_create_cuda_stream(rap_manager *rm, rap_resource **out);   /* creates and owns one */
 cudaStream_t rap_resource_cuda_stream(const rap_resource *r);               /* 0 if r is not cuda */
 
+RAP_API_END
 #ifdef __cplusplus
 }
 #endif

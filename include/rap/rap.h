@@ -14,6 +14,17 @@
 extern "C" {
 #endif
 
+/* Export: the library is built with hidden visibility; what these headers declare between
+ * RAP_API_BEGIN and RAP_API_END is its whole exported interface. */
+#if defined(__GNUC__)
+#define RAP_API_BEGIN _Pragma("GCC visibility push(default)")
+#define RAP_API_END _Pragma("GCC visibility pop")
+#else
+#define RAP_API_BEGIN
+#define RAP_API_END
+#endif
+RAP_API_BEGIN
+
 #define RAP_VERSION_MAJOR 0
 #define RAP_VERSION_MINOR 1
 #define RAP_VERSION_PATCH 0
@@ -128,6 +139,7 @@ const char *rap_resource_kind(const rap_resource *r);   /* "host", "host_async",
 int  rap_fault_configure(rap_allocator *fault, const char *options);
 int  rap_fault_requests(rap_allocator *fault, size_t *out);   /* allocation requests seen so far */
 
+RAP_API_END
 #ifdef __cplusplus
 }
 #endif

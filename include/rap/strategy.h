@@ -14,6 +14,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+RAP_API_BEGIN
 
 #define RAP_STRATEGY_VERSION 1
 
@@ -69,6 +70,7 @@ void           rap_log(int level, const char *fmt, ...)
 #endif
     ;
 
+RAP_API_END
 #ifdef __cplusplus
 }
 #endif
