@@ -64,6 +64,11 @@ unsigned long rapi_host_allocs(void);   /* calls through the seam on this thread
 #define RAPI_STR_(x) #x
 #define RAPI_STR(x) RAPI_STR_(x)
 
+/* ---- helpers ---------------------------------------------------------------------------------- */
+static inline size_t rapi_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+static inline bool rapi_is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+
 /* ---- core/status.c --------------------------------------------------------------------------- */
 int  rapi_fail(int status, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -283,183 +288,6 @@ int  rapi_platform_record_resource(void *state, void *ptr, rap_resource *r);
 int  rapi_platform_pointer_resource(void *state, const void *ptr, rap_resource **out);
 int  rapi_platform_release(void *state);   /* wrappers: release the parent */
 
-/* ---- core/ptr_map.c: block address -> block record, open addressing ----------------------
- * Written by the pool's own thread only; other threads (rap_allocator_find) may ask whether a key
- * is there through rapi_map_contains_shared. Slots are stored atomically (plain stores on x86). An
- * insert fills an empty slot and a removal that moves nothing empties one: neither can make a
- * reader miss another key, so neither costs anything more. Only a removal that shifts entries back,
- * and growth, bump seq around the change (a seqlock), and a reader that overlapped one retries; a
- * table replaced by growth is kept until the map goes, so a late reader never reads freed memory. */
-typedef struct rapi_block rapi_block;
-typedef struct rapi_map_slot {
-  uintptr_t key;                     /* 0: empty */
-  rapi_block *block;
-} rapi_map_slot;
-typedef struct rapi_map_table rapi_map_table;   /* the allocation behind slots, with its size */
-typedef struct rapi_ptr_map {
-  rapi_map_slot *slots;
-  size_t mask, count;
-  unsigned shift;
-  unsigned seq;                      /* odd while a change is under way */
-  rapi_map_table *table;
-} rapi_ptr_map;
-int  rapi_map_init(rapi_ptr_map *m);
-void rapi_map_fini(rapi_ptr_map *m);
-int  rapi_map_grow(rapi_ptr_map *m);
-void rapi_map_remove_at(rapi_ptr_map *m, size_t i);
-bool rapi_map_contains_shared(const rapi_ptr_map *m, const void *ptr);   /* from any thread */
-static inline void rapi_map_write_begin(rapi_ptr_map *m) {
-  __atomic_store_n(&m->seq, m->seq + 1, __ATOMIC_RELAXED);
-  __atomic_thread_fence(__ATOMIC_RELEASE);
-}
-static inline void rapi_map_write_end(rapi_ptr_map *m) {
-  __atomic_store_n(&m->seq, m->seq + 1, __ATOMIC_RELEASE);
-}
-static inline void rapi_map_set(rapi_map_slot *slot, uintptr_t key, rapi_block *b) {
-  __atomic_store_n(&slot->key, key, __ATOMIC_RELAXED);
-  __atomic_store_n(&slot->block, b, __ATOMIC_RELAXED);
-}
-static inline size_t rapi_map_home(const rapi_ptr_map *m, uintptr_t key) {
-  return (size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> m->shift) & m->mask;
-}
-/* The slot holding key, or the empty slot where it would go. */
-static inline size_t rapi_map_probe(const rapi_ptr_map *m, uintptr_t key) {
-  size_t i = rapi_map_home(m, key);
-  while (m->slots[i].key != 0 && m->slots[i].key != key) i = (i + 1) & m->mask;
-  return i;
-}
-static inline rapi_block *rapi_map_find(const rapi_ptr_map *m, const void *ptr) {
-  uintptr_t key = (uintptr_t)ptr;
-  if (RAPI_UNLIKELY(key == 0)) return NULL;
-  return m->slots[rapi_map_probe(m, key)].block;
-}
-static inline bool rapi_map_has_room(const rapi_ptr_map *m) { return (m->count + 1) * 2 <= m->mask + 1; }
-/* key must not be in the map, and the map must have room (rapi_map_has_room, or grow first). */
-static inline void rapi_map_insert(rapi_ptr_map *m, const void *ptr, rapi_block *b) {
-  rapi_map_slot *slot = &m->slots[rapi_map_probe(m, (uintptr_t)ptr)];
-  __atomic_store_n(&slot->block, b, __ATOMIC_RELAXED);
-  __atomic_store_n(&slot->key, (uintptr_t)ptr, __ATOMIC_RELAXED);
-  m->count++;
-}
-static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
-  size_t i = rapi_map_probe(m, (uintptr_t)ptr);
-  if (m->slots[i].key != 0) rapi_map_remove_at(m, i);
-}
-
-/* ---- strategies/block_pool.c: chunks, blocks and the segregated-fit index -------------------
- * The machinery QuickPool and ResourceAwarePool share. A chunk comes from the parent; blocks tile
- * it in address order (prev/next), so freed neighbours merge in O(1). Free blocks sit in a
- * two-level segregated-fit index (TLSF): first level by power of two, second level by 2^SL_LOG2
- * subdivisions, a bitmap at each level, so a fitting class is found with two bit scans.
- * All records live in host memory, from slabs. */
-/* DEFERRED: the last block a QuickPool freed, kept unmerged and unindexed so that a request of
- * the same size takes it back with no split, no merge and no index update (a one-entry cache). */
-enum { RAPI_FREE = 0, RAPI_USED = 1, RAPI_PENDING = 2, RAPI_DEFERRED = 3 };
-#define RAPI_SL_LOG2 5
-#define RAPI_SL_COUNT (1u << RAPI_SL_LOG2)
-#define RAPI_FL_COUNT (64 - RAPI_SL_LOG2 + 1)
-
-typedef struct rapi_chunk rapi_chunk;
-struct rapi_block {
-  char *ptr;
-  size_t size;                       /* aligned extent of the block */
-  size_t requested;                  /* user bytes while used */
-  rapi_block *prev, *next;           /* address neighbours inside the chunk */
-  rapi_block *link_prev, *link_next; /* index class list, or a resource's pending list */
-  rapi_chunk *chunk;
-  rap_resource *owner;               /* used or pending: the owning resource (resource-aware) */
-  struct rapi_use *uses;             /* other resources it was recorded on (record_resource) */
-  rapi_block *fifo_prev, *fifo_next; /* pending: the owner's list in deallocation order */
-  uint64_t tag;                      /* pending: the owner's batch number */
-  uint64_t seq;                      /* pending: deallocation order across owners */
-  uint16_t fl, sl;                   /* index class while indexed */
-  uint8_t state;
-};
-struct rapi_chunk {
-  char *base;                        /* what the parent returned */
-  size_t size;                       /* bytes asked of the parent */
-  size_t usable;                     /* bytes the blocks tile, from the first aligned address */
-  rapi_block *first;
-  rapi_chunk *prev, *next;
-};
-
-typedef struct rapi_index {
-  uint64_t fl_bitmap;
-  uint32_t sl_bitmap[RAPI_FL_COUNT];
-  rapi_block *heads[RAPI_FL_COUNT][RAPI_SL_COUNT];
-  size_t count, bytes;
-} rapi_index;
-void        rapi_index_insert(rapi_index *ix, rapi_block *b);
-void        rapi_index_remove(rapi_index *ix, rapi_block *b);
-rapi_block *rapi_index_find(rapi_index *ix, size_t size);   /* a block of at least size, or NULL */
-/* nb takes the index entry of old, which was indexed with old_size (nb may be old, resized): in
- * place when the class is unchanged, which is the common case of a split or a merge. */
-void        rapi_index_replace(rapi_index *ix, rapi_block *old, size_t old_size, rapi_block *nb);
-size_t      rapi_index_largest(const rapi_index *ix);
-/* core/free_list.c: the same four operations over an address-ordered list (DynamicPoolList):
- * insert, best fit and largest cost O(free blocks) by design; the list head is heads[0][0]. */
-void        rapi_list_insert(rapi_index *ix, rapi_block *b);
-void        rapi_list_remove(rapi_index *ix, rapi_block *b);
-rapi_block *rapi_list_find(rapi_index *ix, size_t size);
-void        rapi_list_replace(rapi_index *ix, rapi_block *old, size_t old_size, rapi_block *nb);
-size_t      rapi_list_largest(const rapi_index *ix);
-
-typedef enum { RAPI_H_NEVER, RAPI_H_PERCENT, RAPI_H_BLOCKS } rapi_heuristic_kind;
-typedef struct rapi_heuristic {
-  rapi_heuristic_kind kind;
-  bool hwm;
-  uint64_t value;                    /* percent, or number of releasable chunks */
-} rapi_heuristic;
-
-typedef struct rapi_bp {
-  rap_allocator *self, *parent;
-  size_t alignment, initial_size, next_size, parent_alignment;
-  rapi_heuristic heuristic;
-  bool list;                         /* DynamicPoolList: free blocks in an address-ordered list */
-  rapi_index free;
-  rapi_ptr_map used;                 /* live blocks by address */
-  rapi_block *deferred;              /* at most one block in state DEFERRED */
-  rapi_chunk *chunks;
-  rapi_slab block_recs, chunk_recs;
-  size_t current, hwm, used_bytes, used_hwm, actual, actual_hwm;
-  size_t releasable_bytes, releasable_usable, releasable_chunks, pending_bytes, pending_count;
-  size_t usable;                     /* bytes the chunks' blocks tile */
-  size_t allocation_count, block_count, chunk_count;
-  size_t max_request;
-} rapi_bp;
-int   rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list);
-void  rapi_bp_fini(rapi_bp *bp);
-/* Rounds a request to the pool's block size; RAP_ERR_NOMEM for sizes no pool can hold. */
-int   rapi_bp_round(rapi_bp *bp, size_t bytes, size_t *out);
-rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size);     /* from the free index, split */
-rapi_block *rapi_bp_find_free(rapi_bp *bp, size_t size);     /* what take_free would take */
-rapi_block *rapi_bp_take_this(rapi_bp *bp, rapi_block *b, size_t size);   /* b from find_free */
-int   rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out);
-/* A new chunk for a miss of size bytes, split, the remainder indexed free; if the parent is dry,
- * releases wholly free chunks and asks once more. */
-int   rapi_bp_grow_for(rapi_bp *bp, size_t size, rapi_block **out);
-rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size); /* remainder or NULL; b keeps size */
-/* Makes room in the used map for one more block: called before a block is taken, so that the
- * insert of rapi_bp_mark_used cannot fail and running out of host memory changes nothing. */
-int   rapi_bp_reserve_slow(rapi_bp *bp);
-static inline int rapi_bp_reserve(rapi_bp *bp) {
-  if (RAPI_LIKELY(rapi_map_has_room(&bp->used))) return RAP_OK;
-  return rapi_bp_reserve_slow(bp);
-}
-void  rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes);   /* used map, then counters */
-void  rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b);       /* counters and used map */
-rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
-void  rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b);        /* b takes in b->next's bytes */
-size_t rapi_bp_release(rapi_bp *bp);                          /* wholly free chunks; bytes returned */
-void  rapi_bp_after_free(rapi_bp *bp, rapi_block *merged);   /* runs the coalesce heuristic */
-void  rapi_bp_flush(rapi_bp *bp, bool heuristic);   /* merges the deferred block */
-bool  rapi_bp_free_may_coalesce(const rapi_bp *bp, const rapi_block *b);
-void  rapi_bp_stats(rapi_bp *bp, rap_stats *out);
-int   rapi_bp_check(rapi_bp *bp);
-int   rapi_bp_unknown_pointer(rapi_bp *bp, const void *ptr, const char *fn);
-static inline bool rapi_bp_whole_chunk(const rapi_block *b) { return b->prev == NULL && b->next == NULL; }
-static inline rapi_block *rapi_bp_find_used(rapi_bp *bp, const void *ptr) { return rapi_map_find(&bp->used, ptr); }
-
 /* ---- strategies, one table each -------------------------------------------------------------- */
 extern const rap_strategy rapi_quick_pool_strategy;
 /* quick_pool.c's methods, shared with DynamicPoolList, which differs only in its free index. */
@@ -481,9 +309,5 @@ extern const rap_strategy rapi_host_platform;
 extern const rap_strategy rapi_cuda_platform;   /* DEVICE, DEVICE::N, PINNED, UM by option kind= */
 extern const rapi_resource_ops rapi_host_resource_ops;
 bool rapi_cuda_compiled(void);
-
-/* ---- helpers ---------------------------------------------------------------------------------- */
-static inline size_t rapi_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
-static inline bool rapi_is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 #endif /* RAP_INTERNAL_H */

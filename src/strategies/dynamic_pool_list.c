@@ -6,7 +6,7 @@
  * smallest index and the tightest packing when there are few, large blocks. QuickPool's table
  * serves as its own: only the index differs, chosen at init.
  */
-#include "rap_internal.h"
+#include "pool/pool.h"
 
 static int dpl_init(rap_allocator *self, void *state, rap_options *opts) {
   return rapi_bp_init(state, self, opts, true);

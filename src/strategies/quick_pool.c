@@ -6,7 +6,7 @@
  * execution, or for callers who order their streams themselves.
  * Invariant: a block is in exactly one of {free index, used map}; neighbours are never both free.
  */
-#include "rap_internal.h"
+#include "pool/pool.h"
 
 static int quick_init(rap_allocator *self, void *state, rap_options *opts) {
   return rapi_bp_init(state, self, opts, false);

@@ -13,7 +13,7 @@
  * when it has no uses and is not the owner's hot block (the one freed last); FIFO tags never
  * decrease.
  */
-#include "rap_internal.h"
+#include "pool/pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,7 +11,7 @@
  * for such readers, and a table that growth replaced stays, chained to its successor, until the
  * map goes: the retired tables add up to less than the live one.
  */
-#include "rap_internal.h"
+#include "pool/pool.h"
 
 #include <sched.h>
 #include <stdlib.h>

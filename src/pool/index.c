@@ -10,7 +10,7 @@
  * and requests are often powers of two, and this way a power-of-two block and what is left of it
  * after a small split share a class, which lets a split or merge update the index in place.
  */
-#include "rap_internal.h"
+#include "pool/pool.h"
 
 #define RAPI_OWN_CLASS_SCAN 8
 #define RAPI_FALLBACK_SCAN 40

@@ -5,7 +5,7 @@
  * the index is one pointer, and with few large blocks best fit packs tightest. The list head is
  * heads[0][0] of the index, so the counters and the pool code are shared with the TLSF index.
  */
-#include "rap_internal.h"
+#include "pool/pool.h"
 
 void rapi_list_insert(rapi_index *ix, rapi_block *b) {
   rapi_block *prev = NULL, *cur = ix->heads[0][0];

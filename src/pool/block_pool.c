@@ -4,7 +4,7 @@
  * blocks tile each chunk in address order; a block is in exactly one of {free index, used map,
  * a pending list}; two free blocks are never neighbours; every counter equals what a walk finds.
  */
-#include "rap_internal.h"
+#include "pool/pool.h"
 
 #include <errno.h>
 #include <stdio.h>
