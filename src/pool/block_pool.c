@@ -6,6 +6,8 @@
  */
 #include "pool/pool.h"
 
+_Static_assert(sizeof(rapi_block) <= 80, "the engine's block record stays within 80 bytes");
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +58,7 @@ static int parse_heuristic(rapi_bp *bp, const char *text) {
                    "not '%s'", who, text);
 }
 
-int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list) {
+int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list, size_t record_size) {
   bp->self = self;
   bp->list = list;
   bp->parent = rap_allocator_parent(self);
@@ -82,7 +84,8 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list)
   bp->max_request = SIZE_MAX / 4;
   if (rapi_map_init(&bp->used) != RAP_OK)
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
-  rapi_slab_init(&bp->block_recs, sizeof(rapi_block), RAPI_BLOCKS_PER_SLAB);
+  bp->record_size = record_size;
+  rapi_slab_init(&bp->block_recs, record_size, RAPI_BLOCKS_PER_SLAB);
   rapi_slab_init(&bp->chunk_recs, sizeof(rapi_chunk), 64);
   rap_allocator_set_alignment(self, bp->alignment);
   return RAP_OK;
@@ -152,11 +155,7 @@ rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size) {
   rapi_block *rem = rapi_slab_alloc(&bp->block_recs);
   if (rem == NULL) return NULL;   /* no record: the block stays whole, which is still correct */
   rem->requested = 0;
-  rem->owner = NULL;
-  rem->uses = NULL;
-  rem->fifo_prev = rem->fifo_next = NULL;
-  rem->tag = 0;
-  rem->seq = 0;
+  if (bp->record_size > sizeof *rem) memset(rem + 1, 0, bp->record_size - sizeof *rem);
   rem->ptr = b->ptr + size;
   rem->size = b->size - size;
   rem->chunk = b->chunk;
@@ -283,7 +282,7 @@ int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
     return st;
   }
   memset(c, 0, sizeof *c);
-  memset(b, 0, sizeof *b);
+  memset(b, 0, bp->record_size);
   c->base = base;
   c->size = request;
   c->usable = usable;

@@ -86,18 +86,17 @@ enum { RAPI_FREE = 0, RAPI_USED = 1, RAPI_PENDING = 2, RAPI_DEFERRED = 3 };
 #define RAPI_FL_COUNT (64 - RAPI_SL_LOG2 + 1)
 
 typedef struct rapi_chunk rapi_chunk;
+/* The engine's block record: 72 B on a 64-bit target (eight words and the class and state), from
+ * the pool's slab, never in the managed memory. A strategy that needs more per block embeds it
+ * first in its own record and gives that record's size to rapi_bp_init: the engine hands records
+ * out with the bytes after this one zeroed (the ResourceAwarePool's is 120 B). */
 struct rapi_block {
   char *ptr;
   size_t size;                       /* aligned extent of the block */
   size_t requested;                  /* user bytes while used */
   rapi_block *prev, *next;           /* address neighbours inside the chunk */
-  rapi_block *link_prev, *link_next; /* index class list, or a resource's pending list */
+  rapi_block *link_prev, *link_next; /* index class list, or a resource's pending index */
   rapi_chunk *chunk;
-  rap_resource *owner;               /* used or pending: the owning resource (resource-aware) */
-  struct rapi_use *uses;             /* other resources it was recorded on (record_resource) */
-  rapi_block *fifo_prev, *fifo_next; /* pending: the owner's list in deallocation order */
-  uint64_t tag;                      /* pending: the owner's batch number */
-  uint64_t seq;                      /* pending: deallocation order across owners */
   uint16_t fl, sl;                   /* index class while indexed */
   uint8_t state;
 };
@@ -147,13 +146,15 @@ typedef struct rapi_bp {
   rapi_block *deferred;              /* at most one block in state DEFERRED */
   rapi_chunk *chunks;
   rapi_slab block_recs, chunk_recs;
+  size_t record_size;                /* of a block record, the engine's part first */
   size_t current, hwm, used_bytes, used_hwm, actual, actual_hwm;
   size_t releasable_bytes, releasable_usable, releasable_chunks, pending_bytes, pending_count;
   size_t usable;                     /* bytes the chunks' blocks tile */
   size_t allocation_count, block_count, chunk_count;
   size_t max_request;
 } rapi_bp;
-int   rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list);
+/* record_size: sizeof(rapi_block), or of a strategy's record that embeds it first. */
+int   rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list, size_t record_size);
 void  rapi_bp_fini(rapi_bp *bp);
 /* Rounds a request to the pool's block size; RAP_ERR_NOMEM for sizes no pool can hold. */
 int   rapi_bp_round(rapi_bp *bp, size_t bytes, size_t *out);

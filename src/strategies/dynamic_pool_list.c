@@ -9,7 +9,7 @@
 #include "pool/pool.h"
 
 static int dpl_init(rap_allocator *self, void *state, rap_options *opts) {
-  return rapi_bp_init(state, self, opts, true);
+  return rapi_bp_init(state, self, opts, true, sizeof(rapi_block));
 }
 
 const rap_strategy rapi_dynamic_pool_list_strategy = {

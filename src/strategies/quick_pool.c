@@ -9,7 +9,7 @@
 #include "pool/pool.h"
 
 static int quick_init(rap_allocator *self, void *state, rap_options *opts) {
-  return rapi_bp_init(state, self, opts, false);
+  return rapi_bp_init(state, self, opts, false, sizeof(rapi_block));
 }
 
 void rapi_quick_pool_fini(rap_allocator *self, void *state) {
