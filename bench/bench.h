@@ -1,4 +1,7 @@
-/* bench.h — what rap-bench's pieces share: the peer interface, the environment, results.
+/* bench.h — what rap-bench's pieces share: the peer interface and the environment (also the C++
+ * peers' and the PyTorch plugin's), then the program's own layers, by the file that defines them:
+ * main.c (options, the run), measure.c (timing), peers.c (the peers), report.c (results and
+ * output) and the workloads (pairs.c, trace.c, runahead.c, threads.c).
  *
  * A peer is one allocator under test (a rap strategy, malloc, cudaMallocAsync, CUB, PyTorch's
  * caching allocator) behind one small table of functions, so every workload drives every peer
@@ -10,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,7 +69,97 @@ typedef int (*bench_torch_factory_fn)(const bench_env *env, int with_record, ben
 int bench_kernels_init(char *why);
 int bench_busy_kernel(void *stream, void *p, size_t n, unsigned ns);
 
-int rap_bench_main(int argc, char **argv);
+#ifndef __cplusplus
+/* What rap-bench's own C files share, grouped by the file that defines it. The C++ peers
+ * (peer_cub.cpp, the PyTorch plugin) see only the interface above. */
+
+/* ---- main.c: options, the environment, the run ------------------------------------------------ */
+
+typedef struct bench_options {
+  const char *out;
+  const char *only;   /* comma-separated workload ids, NULL = all */
+  const char *torch_plugin;
+  int quick;          /* fewer repetitions and smaller sizes: a smoke run */
+  int reps;
+  double rep_ms;      /* target length of one timed repetition */
+  double max_s;       /* no workload starts after this many seconds (0: no limit) */
+} bench_options;
+
+extern bench_options opt;
+/* The machine as the running workload sees it: have_gpu is 0 during the host workloads. */
+extern bench_env run_env;
+extern bench_torch_factory_fn bench_torch_factory;   /* NULL: no PyTorch peer in this run */
+
+/* ---- measure.c: time, randomness, repetitions ------------------------------------------------- */
+
+extern double t_start;   /* now_ns() when the run began */
+
+double now_ns(void);     /* CLOCK_MONOTONIC: tens of ns, so read only around a timed loop */
+/* A line on stderr, after the seconds since the start. */
+void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The workloads' fixed-seed generators: splitmix64, a double in [0, 1), log-uniform in [lo, hi]. */
+uint64_t splitmix(uint64_t *s);
+double uniform(uint64_t *s);
+size_t log_uniform(uint64_t *s, size_t lo, size_t hi);
+void sync_device(void);  /* cudaDeviceSynchronize when a GPU is in use; nothing otherwise */
+
+/* iters iterations of a workload's loop; non-zero: an allocation failed. */
+typedef int (*loop_fn)(void *arg, long iters);
+/* Calibrates fn to about opt.rep_ms per repetition (the doubling is the warm-up), then times
+ * opt.reps repetitions; samples[] (64 at most) gets ns per iteration. Returns the number of
+ * samples, 0 when fn failed. Costs under opt.rep_ms calibrating, then opt.reps * opt.rep_ms. */
+int measure(loop_fn fn, void *arg, double *samples);
+/* The median, minimum and maximum of n > 0 samples (sorts a copy). */
+void sample_stats(const double *v, int n, double *med, double *lo, double *hi);
+
+/* ---- peers.c: peers by description ------------------------------------------------------------ */
+
+enum { P_MALLOC, P_RAP, P_CUDA_MALLOC, P_ASYNC_DEFAULT, P_ASYNC_FRESH, P_CUB, P_TORCH, P_TORCH_REC };
+
+/* One allocator a workload names; made afresh (open_peer) for every group of measurements. */
+typedef struct pdesc {
+  int kind;
+  const char *label, *spec;   /* P_RAP only */
+  int host_async;             /* P_RAP: streams 1..4 are host_async queues when there is no GPU */
+} pdesc;
+
+/* Makes the peer on run_env or records why it was skipped (-1). */
+int open_peer(const char *wl, const pdesc *d, bench_peer *p);
+/* Records that p failed an allocation during what, with rap's last error. */
+void peer_failed(const char *wl, const bench_peer *p, const char *during);
+
+/* ---- report.c: results, the table, JSON and CSV, the targets ---------------------------------- */
+
+/* One row: the median, minimum and maximum of v[0..n) (n <= 0: nothing); ref marks the
+ * workload's reference allocator, which the ratio column divides by. */
+void add_row(const char *wl, const char *cas, const char *peer, const char *metric,
+             const double *v, int n, int ref);
+void add_one(const char *wl, const char *cas, const char *peer, const char *metric, double v,
+             int ref);
+/* What was not measured and why (64 at most; more are dropped). */
+void add_skip(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define SKIP(what, ...) add_skip(what, __VA_ARGS__)
+
+void print_workload(FILE *f, const char *wl);          /* wl's rows as a table */
+/* FILE.json and FILE.csv (an extension .json/.csv of out is dropped), rewritten whole after
+ * each workload; -1 when one cannot be written. */
+int write_outputs(const char *out, const char *started);
+void check_targets(void);                              /* the targets, from the rows measured */
+void print_summary(FILE *f);                           /* what was skipped, then the targets */
+void report_fini(void);
+
+/* ---- pairs.c, trace.c, runahead.c, threads.c: the workloads ----------------------------------- */
+
+void wl_a(void);        /* pairs.c */
+void wl_h(void);
+void wl_c(void);
+void wl_c_host(void);
+void wl_b(void);        /* trace.c */
+void wl_b_host(void);
+void wl_d(void);        /* runahead.c; nothing without CUDA */
+void wl_e(void);        /* threads.c */
+void wl_e_host(void);
+#endif
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,208 @@
-/* main.c — rap-bench's entry point; the program is bench.c. */
+/* main.c — rap-bench: rap's strategies and their peers, side by side, in one process. This file
+ * reads the options, finds the GPU and the PyTorch plugin, runs the workloads in order and prints;
+ * measure.c measures, peers.c makes the allocators, report.c keeps and writes the results, and
+ * pairs.c, trace.c, runahead.c and threads.c are the workloads.
+ *
+ * Workloads (ids for --only):
+ *   a  allocate+free pair, same size, same stream, device memory: 256 B, 64 KiB, 1 MiB, 64 MiB
+ *   b  random trace on 4 streams: log-uniform 256 B..4 MiB, <= 1000 live blocks, 200 000
+ *      operations, fixed seed; ns per pair and peak held / peak live (pools: 1 MiB chunks)
+ *   c  pair cost with 10..10^6 live blocks
+ *   d  CPU running ahead of 4 busy streams: 400 temporaries of 64 MiB, each used by a 1 ms kernel
+ *      and freed at once; (d1) on its own stream, (d2) allocated on the main stream, used on a
+ *      side stream (record_stream), freed on the main stream
+ *   e  1, 4, 16 threads on thread-safe allocators, operations per second
+ *   h  host: QuickPool over HOST with alignment 16 against glibc malloc, 64 B..64 KiB pairs
+ * b, c and e also run over host memory (b-host, c-host, e-host); without a GPU only those and h
+ * run, and the program says what it skipped and why. Every figure is the median of several
+ * repetitions after a warm-up; the ratio column divides by the group's reference allocator.
+ */
 #include "bench.h"
 
-int main(int argc, char **argv) { return rap_bench_main(argc, argv); }
+#include <dlfcn.h>
+#include <rap/rap.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef RAP_BENCH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+/* ---- options ---------------------------------------------------------------------------------- */
+
+bench_options opt = {NULL, NULL, NULL, 0, 7, 20.0, 0};
+bench_env run_env;
+bench_torch_factory_fn bench_torch_factory;
+static char torch_note[240];   /* why there is no PyTorch peer */
+
+static int wanted(const char *id) {
+  if (opt.only == NULL) return 1;
+  size_t n = strlen(id);
+  for (const char *p = opt.only; *p;) {
+    const char *e = strchr(p, ',');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len == n && strncmp(p, id, n) == 0) return 1;
+    p += len + (e != NULL);
+  }
+  return 0;
+}
+
+/* ---- the workloads, in the order they run ----------------------------------------------------- */
+
+static const struct workload {
+  const char *id;
+  int device;              /* needs a GPU; host workloads run with the GPU hidden from peer_rap */
+  void (*run)(void);
+  const char *what;
+} workloads[] = {
+    {"a", 1, wl_a, "pairs on device memory"},
+    {"b", 1, wl_b, "random trace on 4 streams, device memory"},
+    {"d", 1, wl_d, "CPU running ahead of busy streams"},
+    {"h", 0, wl_h, "host pairs"},
+    {"c", 1, wl_c, "scaling with live blocks, device memory"},
+    {"e", 1, wl_e, "threads, device memory"},
+    {"b-host", 0, wl_b_host, "random trace, host memory"},
+    {"c-host", 0, wl_c_host, "scaling with live blocks, host memory"},
+    {"e-host", 0, wl_e_host, "threads, host memory"},
+};
+
+static void load_torch_plugin(void) {
+  const char *path = opt.torch_plugin ? opt.torch_plugin : getenv("RAP_BENCH_TORCH_PLUGIN");
+  if (path == NULL || *path == 0) {
+    const char *why = getenv("RAP_BENCH_TORCH_NOTE");
+    snprintf(torch_note, sizeof torch_note, "%s", why && *why ? why
+             : "no plugin given (--torch-plugin PATH; scripts/device-run.sh builds one where torch is installed)");
+    return;
+  }
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    snprintf(torch_note, sizeof torch_note, "dlopen(%s): %s", path, dlerror());
+    return;
+  }
+  void *sym = dlsym(h, "rap_bench_torch_factory");
+  if (sym == NULL) {
+    snprintf(torch_note, sizeof torch_note, "%s has no rap_bench_torch_factory", path);
+    return;
+  }
+  memcpy(&bench_torch_factory, &sym, sizeof sym);   /* object pointer to function pointer */
+}
+
+/* ---- main ------------------------------------------------------------------------------------- */
+
+static void env_init(void) {
+  memset(&run_env, 0, sizeof run_env);
+#ifdef RAP_BENCH_CUDA
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    snprintf(run_env.no_gpu_reason, sizeof run_env.no_gpu_reason, "no usable CUDA device (%s)",
+             e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    (void)cudaGetLastError();
+    return;
+  }
+  struct cudaDeviceProp prop;
+  if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
+    snprintf(run_env.no_gpu_reason, sizeof run_env.no_gpu_reason, "device 0: %s",
+             cudaGetErrorString(e));
+    return;
+  }
+  for (int s = 0; s < BENCH_STREAMS; s++) {
+    cudaStream_t st;
+    if ((e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking)) != cudaSuccess) {
+      snprintf(run_env.no_gpu_reason, sizeof run_env.no_gpu_reason, "cudaStreamCreate: %s",
+               cudaGetErrorString(e));
+      return;
+    }
+    run_env.streams[s] = st;
+  }
+  snprintf(run_env.gpu_name, sizeof run_env.gpu_name, "%.127s", prop.name);
+  cudaDriverGetVersion(&run_env.driver_version);
+  cudaRuntimeGetVersion(&run_env.runtime_version);
+  run_env.have_gpu = 1;
+#else
+  snprintf(run_env.no_gpu_reason, sizeof run_env.no_gpu_reason,
+           "this rap-bench was built without CUDA");
+#endif
+}
+
+static void env_fini(void) {
+#ifdef RAP_BENCH_CUDA
+  for (int s = 0; s < BENCH_STREAMS; s++)
+    if (run_env.streams[s]) cudaStreamDestroy((cudaStream_t)run_env.streams[s]);
+#endif
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: rap-bench [--out FILE] [--only LIST] [--quick] [--reps N] [--rep-ms MS]\n"
+          "  --out FILE   also write FILE.json and FILE.csv (an extension .json/.csv is dropped)\n"
+          "  --only LIST  workloads, comma-separated: a,b,b-host,c,c-host,d,e,e-host,h\n"
+          "  --quick      a smoke run: fewer repetitions, smaller traces, no 10^5+ live blocks\n"
+          "  --reps N     timed repetitions per figure (default 7)\n"
+          "  --rep-ms MS  length of one timed repetition (default 20)\n"
+          "  --max-s S    start no workload after S seconds (the rest are reported skipped)\n"
+          "  --torch-plugin PATH  librap_bench_torch.so (bench/build-torch-peer.sh): adds PyTorch's\n"
+          "               caching allocator as a peer; also RAP_BENCH_TORCH_PLUGIN\n");
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--out") && i + 1 < argc) opt.out = argv[++i];
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) opt.only = argv[++i];
+    else if (!strcmp(argv[i], "--quick")) opt.quick = 1;
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) opt.reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--rep-ms") && i + 1 < argc) opt.rep_ms = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--max-s") && i + 1 < argc) opt.max_s = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--torch-plugin") && i + 1 < argc) opt.torch_plugin = argv[++i];
+    else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
+    else return usage(stderr), 2;
+  }
+  if (opt.quick) {
+    opt.reps = opt.reps > 3 ? 3 : opt.reps;
+    opt.rep_ms = opt.rep_ms > 5 ? 5 : opt.rep_ms;
+  }
+  if (opt.reps < 1 || opt.reps > 64 || !(opt.rep_ms > 0)) return usage(stderr), 2;
+  if (getenv("RAP_LOG_LEVEL") == NULL) rap_log_set_level(RAP_LOG_ERROR);
+
+  char started[64];
+  time_t now = time(NULL);
+  strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+  t_start = now_ns();
+  env_init();
+  if (run_env.have_gpu) load_torch_plugin();
+  printf("rap-bench %d.%d.%d, %s; %s%s%s\n", RAP_VERSION_MAJOR, RAP_VERSION_MINOR, RAP_VERSION_PATCH,
+         started, run_env.have_gpu ? "GPU: " : "",
+         run_env.have_gpu ? run_env.gpu_name : run_env.no_gpu_reason,
+         bench_torch_factory ? "; with the PyTorch peer" : "");
+  fflush(stdout);
+  if (!run_env.have_gpu) SKIP("(a) (b) (c) (d) (e): device memory", "%s", run_env.no_gpu_reason);
+  else if (bench_torch_factory == NULL) SKIP("PyTorch caching allocator", "%s", torch_note);
+
+  for (size_t i = 0; i < sizeof workloads / sizeof *workloads; i++) {
+    const struct workload *w = &workloads[i];
+    if (!wanted(w->id) || (w->device && !run_env.have_gpu)) continue;
+    char what[64];
+    snprintf(what, sizeof what, "(%s) %s", w->id, w->what);
+    if (opt.max_s > 0 && (now_ns() - t_start) / 1e9 > opt.max_s) {
+      SKIP(what, "not started: the time budget (--max-s %g) was spent", opt.max_s);
+      continue;
+    }
+    progress("%s", what);
+    bench_env saved = run_env;
+    if (!w->device) run_env.have_gpu = 0;   /* host memory: rap resources are host or host_async */
+    w->run();
+    run_env = saved;
+    print_workload(stdout, w->id);
+    if (opt.out) write_outputs(opt.out, started);
+  }
+
+  check_targets();
+  print_summary(stdout);
+  int rc = 0;
+  if (opt.out && write_outputs(opt.out, started) != 0) rc = 1;
+  env_fini();
+  report_fini();
+  return rc;
+}

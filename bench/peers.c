@@ -1,5 +1,6 @@
 /* peers.c — the allocators rap-bench compares, behind bench_peer: malloc, rap's strategies,
- * cudaMalloc, and cudaMallocAsync on the device's default pool and on a fresh pool.
+ * cudaMalloc, and cudaMallocAsync on the device's default pool and on a fresh pool; then the
+ * peers by description (pdesc), which the workloads name and open_peer makes on run_env.
  */
 #include "bench.h"
 
@@ -13,7 +14,7 @@
 #include <rap/cuda.h>
 #endif
 
-/* ---- malloc ---------------------------------------------------------------------------------- */
+/* ---- malloc ----------------------------------------------------------------------------------- */
 
 static int m_alloc(void *ctx, void **p, size_t n, int s) {
   (void)ctx, (void)s;
@@ -40,7 +41,7 @@ int peer_malloc(bench_peer *p, char *why) {
   return 0;
 }
 
-/* ---- rap ------------------------------------------------------------------------------------- */
+/* ---- rap -------------------------------------------------------------------------------------- */
 
 typedef struct rap_ctx {
   rap_manager *rm;
@@ -117,7 +118,7 @@ int peer_rap(bench_peer *p, const bench_env *env, const char *label, const char 
   return 0;
 }
 
-/* ---- CUDA runtime peers ---------------------------------------------------------------------- */
+/* ---- CUDA runtime peers ----------------------------------------------------------------------- */
 
 #ifdef RAP_BENCH_CUDA
 
@@ -277,3 +278,53 @@ int bench_busy_kernel(void *stream, void *p, size_t n, unsigned ns) {
 }
 
 #endif
+
+/* ---- peers by description: what the workloads name -------------------------------------------- */
+
+static const char *pdesc_name(const pdesc *d) {
+  switch (d->kind) {
+  case P_MALLOC: return "malloc (glibc)";
+  case P_RAP: return d->label;
+  case P_CUDA_MALLOC: return "cudaMalloc/cudaFree";
+  case P_ASYNC_DEFAULT: return "cudaMallocAsync (default pool)";
+  case P_ASYNC_FRESH: return "cudaMallocAsync (new pool)";
+  case P_CUB: return "CUB CachingDeviceAllocator";
+  default: return "PyTorch caching allocator";
+  }
+}
+
+static int make_peer(const pdesc *d, bench_peer *p, char *why) {
+  switch (d->kind) {
+  case P_MALLOC: return peer_malloc(p, why);
+  case P_RAP: return peer_rap(p, &run_env, d->label, d->spec, d->host_async, why);
+  case P_CUDA_MALLOC: return peer_cuda_malloc(p, &run_env, why);
+  case P_ASYNC_DEFAULT: return peer_cuda_async_default(p, &run_env, why);
+  case P_ASYNC_FRESH: return peer_cuda_async_fresh(p, &run_env, why);
+  case P_CUB: return peer_cub(p, &run_env, why);
+  default:
+    if (!run_env.have_gpu) return snprintf(why, 160, "%s", run_env.no_gpu_reason), -1;
+    if (bench_torch_factory == NULL) return snprintf(why, 160, "not in this binary"), -1;
+    return bench_torch_factory(&run_env, d->kind == P_TORCH_REC, p, why);
+  }
+}
+
+int open_peer(const char *wl, const pdesc *d, bench_peer *p) {
+  char why[160] = "";
+  if (make_peer(d, p, why) == 0) return 0;
+  char what[96];
+  snprintf(what, sizeof what, "(%s) %s", wl, pdesc_name(d));
+  if (d->kind == P_TORCH || d->kind == P_TORCH_REC) {
+    /* Said once, in main, when the binary has no PyTorch peer at all. */
+    if (bench_torch_factory == NULL || !run_env.have_gpu) return -1;
+  } else if (d->kind != P_MALLOC && d->kind != P_RAP && !run_env.have_gpu) {
+    return -1;   /* the device workloads as a whole are reported skipped */
+  }
+  SKIP(what, "%s", why);
+  return -1;
+}
+
+void peer_failed(const char *wl, const bench_peer *p, const char *during) {
+  char what[96];
+  snprintf(what, sizeof what, "(%s) %s", wl, p->name);
+  SKIP(what, "an allocation failed during %s: %s", during, rap_last_error());
+}

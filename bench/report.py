@@ -80,7 +80,7 @@ def main(argv):
             out.append(f"- {s['what']}: {s['why']}")
         out.append("")
     if data.get("targets"):
-        out.append("#### Targets (issue 7)\n")
+        out.append("#### Targets\n")
         out.append("| target | measured | met |")
         out.append("|---|---|---|")
         for t in data["targets"]:
