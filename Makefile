@@ -15,6 +15,7 @@ build: deps
 
 test: build
 	cd build && $(CTEST)
+	bash scripts/layers.sh build
 
 demo: build
 	./build/examples/demo

@@ -115,7 +115,8 @@ static inline void rapi_slab_free(rapi_slab *s, void *p) {
   s->live--;
 }
 
-/* ---- core/manager.c -------------------------------------------------------------------------- */
+/* ---- the types every layer shares: an allocator (core/allocator.c answers for any of them), a
+ * resource and its events (events/, resources/), the manager (manager/) ------------------- */
 struct rap_allocator {
   const rap_strategy *strategy;   /* hot fields first */
   void *state;
@@ -126,7 +127,9 @@ struct rap_allocator {
   size_t children;
   uint64_t seq;                   /* creation order: children are always newer than parents */
   rap_allocator *next;            /* manager's list, newest first */
-  rap_allocator *guard;           /* the ThreadSafe wrapper whose lock covers this one, or NULL */
+  pthread_mutex_t *guard_lock;    /* the lock of the nearest ThreadSafe above, or NULL: the manager
+                                     takes it for its own calls into this allocator (find, a
+                                     resource's destroy) */
   UT_hash_handle hh;              /* manager's name map */
 };
 
@@ -215,18 +218,6 @@ void rapi_resource_ref(rap_resource *r);
 void rapi_resource_unref(rap_resource *r);
 /* The host_async queue whose work function this thread is running, or NULL. */
 extern _Thread_local rap_resource *rapi_current_queue;
-/* Pools with state for a resource say so, and take it back when they drop that state. */
-int  rapi_resource_watch(rap_resource *r, rap_allocator *a);
-void rapi_resource_unwatch(rap_resource *r, rap_allocator *a);
-/* strategies/resource_aware_pool.c: when a resource goes away. busy: RAP_ERR_BUSY (with its
- * sentence) while r owns live blocks of a, changing nothing; forget: r has been synchronized, so
- * its batches and uses have passed: a drops every trace of r and cannot fail. */
-int  rapi_rap_resource_busy(rap_allocator *a, rap_resource *r);
-void rapi_rap_forget_resource(rap_allocator *a, rap_resource *r);
-/* strategies/thread_safe.c: runs fn(a, arg) under the lock of the ThreadSafe wrapper that guards
- * a, or plainly where none does: for the manager's calls that reach an allocator directly (find,
- * resource teardown), which must not race with callers going through its wrapper. */
-int  rapi_guarded(rap_allocator *a, int (*fn)(rap_allocator *, void *), void *arg);
 
 typedef struct rapi_strategy_entry {
   const rap_strategy *strategy;
@@ -242,16 +233,17 @@ struct rap_manager {
   rap_resource *resources;         /* created resources */
   uint64_t next_seq, next_resource_id;
 };
-void rapi_manager_link_resource(rap_manager *rm, rap_resource *r);
+
+/* ---- resources/resource.c: the manager's list of created resources ------------------------- */
+void rapi_resource_link(rap_manager *rm, rap_resource *r);
+void rapi_resource_unlink(rap_manager *rm, rap_resource *r);
+
+/* ---- manager/manager.c: make one allocator, no environment override (spec.c is the front door,
+ * rap_allocator_make included, and builds chains from this) --------------------------------- */
 int  rapi_allocator_make_direct(rap_manager *rm, const char *name, const char *strategy,
                                 const char *parent, const char *options, rap_allocator **out);
 
-/* ---- core/spec.c ----------------------------------------------------------------------------- */
-const char *rapi_env_spec(const char *name);   /* RAP_ALLOCATOR_<NAME>, or NULL */
-int  rapi_make_from_env(rap_manager *rm, const char *name, const char *env, rap_allocator **out);
-void rapi_manager_unlink_resource(rap_manager *rm, rap_resource *r);
-
-/* ---- core/registry.c: the built-in strategies and platform allocators ---------------------- */
+/* ---- manager/registry.c: the built-in strategies and platform allocators ------------------- */
 const rap_strategy *rapi_registry_builtin(const char *name);
 /* Platform allocator by name: fills *strategy and the options text; RAP_ERR_NOT_FOUND if none. */
 int  rapi_registry_platform(const char *name, const rap_strategy **strategy, char *opts, size_t cap);

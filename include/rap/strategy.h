@@ -16,7 +16,8 @@ extern "C" {
 #endif
 RAP_API_BEGIN
 
-#define RAP_STRATEGY_VERSION 1
+/* 2 appended resource_gone; tables of version 1 are still accepted (they end before it). */
+#define RAP_STRATEGY_VERSION 2
 
 typedef struct rap_options rap_options;   /* the parsed key=value list given at make time */
 
@@ -44,7 +45,18 @@ typedef struct rap_strategy {
   int (*record_resource)(void *state, void *ptr, rap_resource *r);
   int (*pointer_resource)(void *state, const void *ptr, rap_resource **out);
   int (*resource_stats)(void *state, rap_resource *r, rap_stats *out);
+  /* Version 2, optional: a resource this instance watches (rap_resource_watch) is being destroyed.
+   * commit 0: RAP_ERR_BUSY, with a sentence, while r still owns live blocks here, changing nothing;
+   * commit 1: r has been synchronized, so everything it was used for has passed: drop every trace
+   * of it (this cannot fail). Called under the lock of a ThreadSafe above the instance, if any. */
+  int (*resource_gone)(void *state, rap_resource *r, int commit);
 } rap_strategy;
+
+/* An instance that keeps state per resource watches it, so that destroying the resource calls its
+ * resource_gone (and only its: pools that never saw a resource are not touched). Watching the host
+ * resource, which is never destroyed, does nothing. RAP_ERR_NOMEM when out of host memory. */
+int  rap_resource_watch(rap_resource *r, rap_allocator *self);
+void rap_resource_unwatch(rap_resource *r, rap_allocator *self);
 
 /* Registers a strategy with one manager; the table must outlive it. RAP_ERR_EXISTS on a name clash. */
 int  rap_strategy_register(rap_manager *rm, const rap_strategy *strategy);

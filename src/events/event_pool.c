@@ -61,9 +61,11 @@ void rapi_resource_unref(rap_resource *r) {
 
 /* ---- which pools know a resource --------------------------------------------------------- */
 
-int rapi_resource_watch(rap_resource *r, rap_allocator *a) {
+int rap_resource_watch(rap_resource *r, rap_allocator *a) {
+  if (r == NULL || a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_resource_watch: resource or allocator is NULL");
+  if (r == &r->rm->host) return RAP_OK;
   rapi_watch *w = rapi_malloc(sizeof *w);
-  if (w == NULL) return RAP_ERR_NOMEM;
+  if (w == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_resource_watch: out of host memory");
   w->a = a;
   pthread_mutex_lock(&r->event_lock);
   w->next = r->watchers;
@@ -72,7 +74,8 @@ int rapi_resource_watch(rap_resource *r, rap_allocator *a) {
   return RAP_OK;
 }
 
-void rapi_resource_unwatch(rap_resource *r, rap_allocator *a) {
+void rap_resource_unwatch(rap_resource *r, rap_allocator *a) {
+  if (r == NULL || r == &r->rm->host) return;
   rapi_watch *gone = NULL;
   pthread_mutex_lock(&r->event_lock);
   for (rapi_watch **pp = &r->watchers; *pp != NULL; pp = &(*pp)->next)

@@ -143,7 +143,7 @@ static int create(rap_manager *rm, cudaStream_t s, bool owned, rap_resource **ou
   uintptr_t h = (uintptr_t)s;
   c->base.key = h < 16 ? h + 1 + ((uintptr_t)c->device << 4) : h;
   rapi_event_pool_init(&c->base);
-  rapi_manager_link_resource(rm, &c->base);
+  rapi_resource_link(rm, &c->base);
   *out = &c->base;
   return RAP_OK;
 }

@@ -196,7 +196,7 @@ int rap_resource_create_host_async(rap_manager *rm, rap_resource **out) {
     free(q);
     return rapi_fail(RAP_ERR_BACKEND, "rap_resource_create_host_async: pthread_create failed");
   }
-  rapi_manager_link_resource(rm, &q->base);
+  rapi_resource_link(rm, &q->base);
   *out = &q->base;
   return RAP_OK;
 }

@@ -88,7 +88,7 @@ static RAPI_NOINLINE rstate *lookup_slow(ra_pool *p, rap_resource *r) {
     rs->sync = r->ops->record == NULL;
     rs->open = 1;
     /* A resource that can be destroyed learns of this pool, so that its destroy visits it. */
-    if (r != &r->rm->host && rapi_resource_watch(r, p->bp.self) != RAP_OK) {
+    if (r != &r->rm->host && rap_resource_watch(r, p->bp.self) != RAP_OK) {
       free(rs);
       return NULL;
     }
@@ -98,7 +98,7 @@ static RAPI_NOINLINE rstate *lookup_slow(ra_pool *p, rap_resource *r) {
       rstate *chk = NULL;
       HASH_FIND(hh, p->by_key, &r->key, sizeof r->key, chk);
       if (chk != rs) {
-        if (r != &r->rm->host) rapi_resource_unwatch(r, p->bp.self);
+        if (r != &r->rm->host) rap_resource_unwatch(r, p->bp.self);
         free(rs);
         return NULL;
       }
@@ -644,7 +644,7 @@ static void forget(ra_pool *p, rstate *rs) {
   free(rs->fences);
   HASH_DELETE(hh, p->by_key, rs);
   if (p->last == rs) p->last = NULL;
-  if (rs->r != &rs->r->rm->host) rapi_resource_unwatch(rs->r, p->bp.self);
+  if (rs->r != &rs->r->rm->host) rap_resource_unwatch(rs->r, p->bp.self);
   free(rs);
 }
 
@@ -661,19 +661,18 @@ static void ra_fini(rap_allocator *self, void *state) {
   rapi_bp_fini(&p->bp);
 }
 
-static rstate *state_of(rap_allocator *a, rap_resource *r) {
-  if (a->strategy != &rapi_resource_aware_pool_strategy) return NULL;
-  ra_pool *p = a->state;
+static rstate *state_of(ra_pool *p, rap_resource *r) {
   rstate *rs = NULL;
   HASH_FIND(hh, p->by_key, &r->key, sizeof r->key, rs);
   return rs != NULL && rs->r == r ? rs : NULL;
 }
 
-int rapi_rap_resource_busy(rap_allocator *a, rap_resource *r) {
-  rstate *rs = state_of(a, r);
+static int resource_busy(ra_pool *p, rap_resource *r) {
+  rstate *rs = state_of(p, r);
   if (rs == NULL || rs->used_count == 0) return RAP_OK;
   return rapi_fail(RAP_ERR_BUSY, "rap_resource_destroy: the resource still owns %zu live block%s of "
-                   "'%s'", rs->used_count, rs->used_count == 1 ? "" : "s", a->name);
+                   "'%s'", rs->used_count, rs->used_count == 1 ? "" : "s",
+                   rap_allocator_name(p->bp.self));
 }
 
 /* Moves b, pending on a resource that is going away and whose own batch has passed, to the first
@@ -697,13 +696,9 @@ static void rehome(ra_pool *p, rstate *from, rapi_block *b) {
 /* r has been synchronized: every batch it recorded or left open has passed, and so has every use
  * recorded on it. Those uses are dropped; r's pending blocks become free, or, where another
  * resource's use has not passed, pending on that resource; then r's state goes. */
-void rapi_rap_forget_resource(rap_allocator *a, rap_resource *r) {
-  rstate *rs = state_of(a, r);
-  if (rs == NULL) {
-    rapi_resource_unwatch(r, a);
-    return;
-  }
-  ra_pool *p = a->state;
+static void forget_resource(ra_pool *p, rap_resource *r) {
+  rstate *rs = state_of(p, r);
+  if (rs == NULL) return;
   rs->done = rs->open;
   rs->open_dirty = false;
   if (rs->uses_out > 0)
@@ -737,6 +732,13 @@ void rapi_rap_forget_resource(rap_allocator *a, rap_resource *r) {
   (void)poll_all(p, false);   /* blocks that waited only on r's uses come back */
 }
 
+/* The strategy table's resource_gone: r is being destroyed (commit 0: may it go? commit 1: it went). */
+static int ra_resource_gone(void *state, rap_resource *r, int commit) {
+  if (!commit) return resource_busy(state, r);
+  forget_resource(state, r);
+  return RAP_OK;
+}
+
 static int ra_owns(void *state, const void *ptr) {
   return rapi_map_contains_shared(&((ra_pool *)state)->bp.used, ptr);   /* from any thread */
 }
@@ -757,4 +759,5 @@ const rap_strategy rapi_resource_aware_pool_strategy = {
     .record_resource = ra_record,
     .pointer_resource = ra_pointer_resource,
     .resource_stats = ra_resource_stats,
+    .resource_gone = ra_resource_gone,
 };

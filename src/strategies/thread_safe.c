@@ -2,9 +2,9 @@
  *
  * One mutex per ThreadSafe instance, taken around every call into the wrapped allocator (its
  * parent), statistics and checks included. Nothing is process-wide: two ThreadSafe pools never
- * contend with each other. The wrapper also guards the allocators below it (their `guard`), so
- * that the manager's own calls into them (rap_allocator_find, rap_resource_destroy) take the same
- * lock as the wrapper's callers.
+ * contend with each other. The wrapper also guards the allocators below it (their `guard_lock`),
+ * so that the manager's own calls into them (rap_allocator_find, rap_resource_destroy) take the
+ * same lock as the wrapper's callers.
  */
 #include "rap_internal.h"
 
@@ -31,16 +31,17 @@ static int ts_init(rap_allocator *self, void *state, rap_options *opts) {
   if (pthread_mutex_init(&ts->lock, NULL) != 0)
     return rapi_fail(RAP_ERR_BACKEND, "%s: pthread_mutex_init failed", rap_allocator_name(self));
   rap_allocator_set_alignment(self, rap_allocator_alignment(ts->inner));
-  /* The manager holds its lock here, as wherever guard is read. */
+  /* The manager holds its lock here, as wherever guard_lock is read. */
   for (rap_allocator *a = ts->inner; a != NULL; a = a->parent)
-    if (a->guard == NULL) a->guard = self;
+    if (a->guard_lock == NULL) a->guard_lock = &ts->lock;
   return RAP_OK;
 }
 
 static void ts_fini(rap_allocator *self, void *state) {
+  (void)self;
   thread_safe *ts = state;
   for (rap_allocator *a = ts->inner; a != NULL; a = a->parent)
-    if (a->guard == self) a->guard = NULL;
+    if (a->guard_lock == &ts->lock) a->guard_lock = NULL;
   pthread_mutex_destroy(&ts->lock);
 }
 
@@ -87,12 +88,6 @@ static int ts_pointer_resource(void *state, const void *ptr, rap_resource **out)
 static int ts_resource_stats(void *state, rap_resource *r, rap_stats *out) {
   thread_safe *ts = state;
   LOCKED(ts, rap_allocator_resource_stats(ts->inner, r, out));
-}
-
-int rapi_guarded(rap_allocator *a, int (*fn)(rap_allocator *, void *), void *arg) {
-  if (a->guard == NULL) return fn(a, arg);
-  thread_safe *ts = a->guard->state;
-  LOCKED(ts, fn(a, arg));
 }
 
 const rap_strategy rapi_thread_safe_strategy = {

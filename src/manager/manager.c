@@ -78,7 +78,7 @@ int rap_manager_destroy(rap_manager *rm) {
   }
   while (rm->resources != NULL) {
     rap_resource *r = rm->resources;
-    rapi_manager_unlink_resource(rm, r);
+    rapi_resource_unlink(rm, r);
     if (r->ops->close) r->ops->close(r);
     rapi_resource_unref(r);
   }
@@ -95,25 +95,6 @@ int rap_manager_destroy(rap_manager *rm) {
   return RAP_OK;
 }
 
-void rapi_manager_link_resource(rap_manager *rm, rap_resource *r) {
-  pthread_mutex_lock(&rm->lock);
-  r->id = rm->next_resource_id++;
-  r->prev = NULL;
-  r->next = rm->resources;
-  if (rm->resources) rm->resources->prev = r;
-  rm->resources = r;
-  pthread_mutex_unlock(&rm->lock);
-}
-
-void rapi_manager_unlink_resource(rap_manager *rm, rap_resource *r) {
-  pthread_mutex_lock(&rm->lock);
-  if (r->prev) r->prev->next = r->next;
-  else rm->resources = r->next;
-  if (r->next) r->next->prev = r->prev;
-  r->prev = r->next = NULL;
-  pthread_mutex_unlock(&rm->lock);
-}
-
 /* ---- strategies ------------------------------------------------------------------------------ */
 
 static const rap_strategy *find_strategy(rap_manager *rm, const char *name) {
@@ -125,9 +106,9 @@ static const rap_strategy *find_strategy(rap_manager *rm, const char *name) {
 int rap_strategy_register(rap_manager *rm, const rap_strategy *s) {
   if (rm == NULL || s == NULL)
     return rapi_fail(RAP_ERR_INVALID, "rap_strategy_register: manager or strategy is NULL");
-  if (s->version != RAP_STRATEGY_VERSION)
+  if (s->version < 1 || s->version > RAP_STRATEGY_VERSION)
     return rapi_fail(RAP_ERR_UNSUPPORTED,
-                     "rap_strategy_register: strategy table version %d, this rap speaks %d",
+                     "rap_strategy_register: strategy table version %d, this rap speaks 1 to %d",
                      s->version, RAP_STRATEGY_VERSION);
   if (s->name == NULL || s->name[0] == '\0' || s->init == NULL || s->fini == NULL ||
       s->allocate == NULL || s->deallocate == NULL || s->stats == NULL || s->owns == NULL)
@@ -234,13 +215,6 @@ int rap_allocator_get(rap_manager *rm, const char *name, rap_allocator **out) {
   return st;
 }
 
-int rap_allocator_make(rap_manager *rm, const char *name, const char *strategy, const char *parent,
-                       const char *options, rap_allocator **out) {
-  const char *env = name != NULL && rm != NULL && out != NULL ? rapi_env_spec(name) : NULL;
-  if (env != NULL) return rapi_make_from_env(rm, name, env, out);
-  return rapi_allocator_make_direct(rm, name, strategy, parent, options, out);
-}
-
 int rapi_allocator_make_direct(rap_manager *rm, const char *name, const char *strategy,
                                const char *parent, const char *options, rap_allocator **out) {
   if (rm == NULL || name == NULL || strategy == NULL || out == NULL)
@@ -298,6 +272,17 @@ int rap_allocator_destroy(rap_allocator *a) {
 
 static int owns(rap_allocator *a, void *ptr) { return a->strategy->owns(a->state, ptr) ? 1 : 0; }
 
+/* fn(a, arg) under the lock of the ThreadSafe above a, if any: for the manager's own calls into an
+ * allocator, which must not race with callers going through that wrapper. */
+static int guarded(rap_allocator *a, int (*fn)(rap_allocator *, void *), void *arg) {
+  if (a->guard_lock == NULL) return fn(a, arg);
+  rapi_held held;
+  rapi_lock(a->guard_lock, &held);
+  int st = fn(a, arg);
+  rapi_unlock(&held);
+  return st;
+}
+
 /* Newest first: a pool's block can share its address with the chunk it came from. Allocators whose
  * owns is safe on any thread (every built-in one but FixedPool: a seqlock read of a pool's map, a
  * locked platform map) are asked directly, so find never touches what other threads are changing;
@@ -311,7 +296,7 @@ int rap_allocator_find(rap_manager *rm, const void *ptr, rap_allocator **out) {
   rap_allocator *found = NULL;
   for (rap_allocator *a = rm->allocators; a != NULL && found == NULL; a = a->next) {
     bool direct = (a->strategy->flags & RAP_STRATEGY_CONCURRENT_OWNS) != 0;
-    if ((direct ? owns(a, (void *)ptr) : rapi_guarded(a, owns, (void *)ptr)) == 1) found = a;
+    if ((direct ? owns(a, (void *)ptr) : guarded(a, owns, (void *)ptr)) == 1) found = a;
   }
   rapi_unlock(&held);
   if (found == NULL)
@@ -320,124 +305,15 @@ int rap_allocator_find(rap_manager *rm, const void *ptr, rap_allocator **out) {
   return RAP_OK;
 }
 
-const char *rap_allocator_name(const rap_allocator *a) { return a ? a->name : NULL; }
-const char *rap_allocator_strategy(const rap_allocator *a) { return a ? a->strategy->name : NULL; }
-rap_allocator *rap_allocator_parent(const rap_allocator *a) { return a ? a->parent : NULL; }
-rap_manager *rap_allocator_manager(const rap_allocator *a) { return a ? a->rm : NULL; }
-void rap_allocator_set_alignment(rap_allocator *self, size_t alignment) {
-  if (self != NULL) self->alignment = alignment;
+
+static int gone(rap_allocator *a, void *r) {
+  return a->strategy->version >= 2 && a->strategy->resource_gone != NULL
+             ? a->strategy->resource_gone(a->state, r, 0) : RAP_OK;
 }
-size_t rap_allocator_alignment(const rap_allocator *a) { return a ? a->alignment : 0; }
-
-/* ---- blocks: the hot entry points go straight to the strategy ------------------------------- */
-
-static RAPI_NOINLINE int bad_call(const char *fn, const rap_allocator *a, const void *out,
-                                  const rap_resource *r) {
-  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "%s: allocator is NULL", fn);
-  if (out == NULL) return rapi_fail(RAP_ERR_INVALID, "%s: out is NULL", fn);
-  (void)r;
-  return rapi_fail(RAP_ERR_INVALID, "%s('%s'): the resource belongs to another manager", fn,
-                   a->name);
-}
-
-int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
-  if (RAPI_UNLIKELY(a == NULL || out == NULL || (r != NULL && r->rm != a->rm)))
-    return bad_call("rap_allocate", a, out, r);
-  return a->strategy->allocate(a->state, out, bytes, r);
-}
-
-int rap_deallocate(rap_allocator *a, void *ptr, rap_resource *r) {
-  if (RAPI_UNLIKELY(a == NULL || (r != NULL && r->rm != a->rm)))
-    return bad_call("rap_deallocate", a, "", r);
-  if (RAPI_UNLIKELY(ptr == NULL)) return RAP_OK;
-  return a->strategy->deallocate(a->state, ptr, r);
-}
-
-int rap_release(rap_allocator *a) {
-  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_release: allocator is NULL");
-  return a->strategy->release ? a->strategy->release(a->state) : RAP_OK;
-}
-
-int rap_allocator_check(rap_allocator *a) {
-  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_check: allocator is NULL");
-  return a->strategy->check ? a->strategy->check(a->state) : RAP_OK;
-}
-
-int rap_record_resource(rap_allocator *a, void *ptr, rap_resource *r) {
-  if (a == NULL || r == NULL)
-    return rapi_fail(RAP_ERR_INVALID, "rap_record_resource: allocator or resource is NULL");
-  if (r->rm != a->rm) return bad_call("rap_record_resource", a, "", r);
-  if (ptr == NULL)
-    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_record_resource('%s'): pointer is NULL", a->name);
-  if (a->strategy->record_resource == NULL)
-    return rapi_fail(RAP_ERR_UNSUPPORTED,
-                     "rap_record_resource('%s'): %s does not track resources", a->name,
-                     a->strategy->name);
-  return a->strategy->record_resource(a->state, ptr, r);
-}
-
-int rap_pointer_resource(rap_allocator *a, const void *ptr, rap_resource **out) {
-  if (a == NULL || out == NULL)
-    return rapi_fail(RAP_ERR_INVALID, "rap_pointer_resource: allocator or out is NULL");
-  if (a->strategy->pointer_resource != NULL) return a->strategy->pointer_resource(a->state, ptr, out);
-  if (ptr == NULL || !a->strategy->owns(a->state, ptr))
-    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_pointer_resource('%s'): %p is not a live block",
-                     a->name, ptr);
-  *out = &a->rm->host;   /* strategies without resources hand every block to the host */
-  return RAP_OK;
-}
-
-int rap_allocator_stats(rap_allocator *a, rap_stats *out) {
-  if (a == NULL || out == NULL)
-    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_stats: allocator or out is NULL");
-  rap_stats s;
-  memset(&s, 0, sizeof s);
-  int st = a->strategy->stats(a->state, &s);
-  if (st == RAP_OK) *out = s;
-  return st;
-}
-
-int rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *out) {
-  if (a == NULL || r == NULL || out == NULL)
-    return rapi_fail(RAP_ERR_INVALID,
-                     "rap_allocator_resource_stats: allocator, resource or out is NULL");
-  if (r->rm != a->rm) return bad_call("rap_allocator_resource_stats", a, out, r);
-  rap_stats s;
-  memset(&s, 0, sizeof s);
-  int st;
-  if (a->strategy->resource_stats != NULL) {
-    st = a->strategy->resource_stats(a->state, r, &s);
-  } else {
-    /* Without resource tracking every block belongs to the host resource. */
-    st = r == &a->rm->host ? a->strategy->stats(a->state, &s) : RAP_OK;
-  }
-  if (st == RAP_OK) *out = s;
-  return st;
-}
-
-/* ---- the host resource ----------------------------------------------------------------------- */
-
-int rap_resource_host(rap_manager *rm, rap_resource **out) {
-  if (rm == NULL || out == NULL)
-    return rapi_fail(RAP_ERR_INVALID, "rap_resource_host: manager or out is NULL");
-  *out = &rm->host;
-  return RAP_OK;
-}
-
-int rap_resource_synchronize(rap_resource *r) {
-  if (r == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_resource_synchronize: resource is NULL");
-  return r->ops->synchronize(r);
-}
-
-int rap_resource_submit(rap_resource *r, void (*fn)(void *), void *arg) {
-  if (r == NULL || fn == NULL)
-    return rapi_fail(RAP_ERR_INVALID, "rap_resource_submit: resource or function is NULL");
-  return r->ops->submit(r, fn, arg);
-}
-
-static int busy(rap_allocator *a, void *r) { return rapi_rap_resource_busy(a, r); }
 static int forget(rap_allocator *a, void *r) {
-  rapi_rap_forget_resource(a, r);
+  if (a->strategy->version >= 2 && a->strategy->resource_gone != NULL)
+    (void)a->strategy->resource_gone(a->state, r, 1);
+  rap_resource_unwatch(r, a);
   return RAP_OK;
 }
 
@@ -460,51 +336,13 @@ int rap_resource_destroy(rap_resource *r) {
   /* The watch list changes only under the manager's lock, except that a pool first seeing r adds
    * itself: using r while destroying it is the caller's race, as with any handle. */
   for (rapi_watch *w = r->watchers; w != NULL && st == RAP_OK; w = w->next)
-    st = rapi_guarded(w->a, busy, r);   /* a pool under a ThreadSafe: under its lock */
-  while (st == RAP_OK && r->watchers != NULL) (void)rapi_guarded(r->watchers->a, forget, r);
+    st = guarded(w->a, gone, r);   /* an allocator under a ThreadSafe: under its lock */
+  while (st == RAP_OK && r->watchers != NULL) (void)guarded(r->watchers->a, forget, r);
   rapi_unlock(&held);
   if (st != RAP_OK) return st;
-  rapi_manager_unlink_resource(rm, r);
+  rapi_resource_unlink(rm, r);
   if (r->ops->close) r->ops->close(r);
   rapi_resource_unref(r);
   return RAP_OK;
 }
 
-const char *rap_resource_kind(const rap_resource *r) { return r ? r->ops->kind : NULL; }
-
-/* The host resource runs work at once, in the caller's thread; its events have always passed. */
-static int host_synchronize(rap_resource *r) {
-  (void)r;
-  return RAP_OK;
-}
-static void host_destroy(rap_resource *r) { (void)r; }
-static int host_submit(rap_resource *r, void (*fn)(void *), void *arg) {
-  (void)r;
-  fn(arg);
-  return RAP_OK;
-}
-static int host_query(rapi_event *e) {
-  (void)e;
-  return 1;
-}
-static int host_event_synchronize(rapi_event *e) {
-  (void)e;
-  return RAP_OK;
-}
-static int host_wait(rap_resource *r, rapi_event *e) {
-  (void)r;
-  (void)e;
-  return RAPI_HOST_WAIT;   /* the host waits by blocking: it is the one stream that cannot queue */
-}
-const rapi_resource_ops rapi_host_resource_ops = {
-    .kind = "host",
-    .synchronize = host_synchronize,
-    .close = NULL,
-    .destroy = host_destroy,
-    .submit = host_submit,
-    .record = NULL,
-    .query = host_query,
-    .event_synchronize = host_event_synchronize,
-    .event_release = NULL,
-    .wait = host_wait,
-};

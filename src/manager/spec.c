@@ -200,7 +200,7 @@ static int make_from_spec(rap_manager *rm, const char *name, const char *spec, r
 }
 
 /* RAP_ALLOCATOR_<NAME>, with the name upper-cased and every other character made '_'. */
-const char *rapi_env_spec(const char *name) {
+static const char *env_spec(const char *name) {
   char var[RAPI_NAME_MAX + 16] = "RAP_ALLOCATOR_";
   size_t n = strlen(var);
   for (const char *c = name; *c && n + 1 < sizeof var; c++)
@@ -213,7 +213,7 @@ const char *rapi_env_spec(const char *name) {
 int rap_allocator_make_spec(rap_manager *rm, const char *name, const char *spec, rap_allocator **out) {
   if (rm == NULL || name == NULL || spec == NULL || out == NULL)
     return rapi_fail(RAP_ERR_INVALID, "rap_allocator_make_spec: manager, name, spec or out is NULL");
-  const char *env = rapi_env_spec(name);
+  const char *env = env_spec(name);
   if (env != NULL) {
     rap_log(RAP_LOG_INFO, "allocator '%s': the environment replaces '%s' with '%s'", name, spec, env);
     spec = env;
@@ -221,7 +221,11 @@ int rap_allocator_make_spec(rap_manager *rm, const char *name, const char *spec,
   return make_from_spec(rm, name, spec, out);
 }
 
-int rapi_make_from_env(rap_manager *rm, const char *name, const char *env, rap_allocator **out) {
+/* The front door of rap_allocator_make: RAP_ALLOCATOR_<NAME> replaces what the program asked for. */
+int rap_allocator_make(rap_manager *rm, const char *name, const char *strategy, const char *parent,
+                       const char *options, rap_allocator **out) {
+  const char *env = name != NULL && rm != NULL && out != NULL ? env_spec(name) : NULL;
+  if (env == NULL) return rapi_allocator_make_direct(rm, name, strategy, parent, options, out);
   rap_log(RAP_LOG_INFO, "allocator '%s': made from the environment as '%s'", name, env);
   return make_from_spec(rm, name, env, out);
 }

@@ -1,0 +1,102 @@
+/* allocator.c — what every allocator answers, whatever its strategy: the public entry points that
+ * go straight to the allocator's table, and the accessors strategies use on themselves and their
+ * parents. The base layer: strategies call these on their parents, nothing here calls upward.
+ */
+#include "rap_internal.h"
+
+#include <string.h>
+
+const char *rap_allocator_name(const rap_allocator *a) { return a ? a->name : NULL; }
+const char *rap_allocator_strategy(const rap_allocator *a) { return a ? a->strategy->name : NULL; }
+rap_allocator *rap_allocator_parent(const rap_allocator *a) { return a ? a->parent : NULL; }
+rap_manager *rap_allocator_manager(const rap_allocator *a) { return a ? a->rm : NULL; }
+void rap_allocator_set_alignment(rap_allocator *self, size_t alignment) {
+  if (self != NULL) self->alignment = alignment;
+}
+size_t rap_allocator_alignment(const rap_allocator *a) { return a ? a->alignment : 0; }
+
+/* ---- blocks: the hot entry points go straight to the strategy ------------------------------- */
+
+static RAPI_NOINLINE int bad_call(const char *fn, const rap_allocator *a, const void *out,
+                                  const rap_resource *r) {
+  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "%s: allocator is NULL", fn);
+  if (out == NULL) return rapi_fail(RAP_ERR_INVALID, "%s: out is NULL", fn);
+  (void)r;
+  return rapi_fail(RAP_ERR_INVALID, "%s('%s'): the resource belongs to another manager", fn,
+                   a->name);
+}
+
+int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
+  if (RAPI_UNLIKELY(a == NULL || out == NULL || (r != NULL && r->rm != a->rm)))
+    return bad_call("rap_allocate", a, out, r);
+  return a->strategy->allocate(a->state, out, bytes, r);
+}
+
+int rap_deallocate(rap_allocator *a, void *ptr, rap_resource *r) {
+  if (RAPI_UNLIKELY(a == NULL || (r != NULL && r->rm != a->rm)))
+    return bad_call("rap_deallocate", a, "", r);
+  if (RAPI_UNLIKELY(ptr == NULL)) return RAP_OK;
+  return a->strategy->deallocate(a->state, ptr, r);
+}
+
+int rap_release(rap_allocator *a) {
+  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_release: allocator is NULL");
+  return a->strategy->release ? a->strategy->release(a->state) : RAP_OK;
+}
+
+int rap_allocator_check(rap_allocator *a) {
+  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_check: allocator is NULL");
+  return a->strategy->check ? a->strategy->check(a->state) : RAP_OK;
+}
+
+int rap_record_resource(rap_allocator *a, void *ptr, rap_resource *r) {
+  if (a == NULL || r == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_record_resource: allocator or resource is NULL");
+  if (r->rm != a->rm) return bad_call("rap_record_resource", a, "", r);
+  if (ptr == NULL)
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_record_resource('%s'): pointer is NULL", a->name);
+  if (a->strategy->record_resource == NULL)
+    return rapi_fail(RAP_ERR_UNSUPPORTED,
+                     "rap_record_resource('%s'): %s does not track resources", a->name,
+                     a->strategy->name);
+  return a->strategy->record_resource(a->state, ptr, r);
+}
+
+int rap_pointer_resource(rap_allocator *a, const void *ptr, rap_resource **out) {
+  if (a == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_pointer_resource: allocator or out is NULL");
+  if (a->strategy->pointer_resource != NULL) return a->strategy->pointer_resource(a->state, ptr, out);
+  if (ptr == NULL || !a->strategy->owns(a->state, ptr))
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_pointer_resource('%s'): %p is not a live block",
+                     a->name, ptr);
+  *out = &a->rm->host;   /* strategies without resources hand every block to the host */
+  return RAP_OK;
+}
+
+int rap_allocator_stats(rap_allocator *a, rap_stats *out) {
+  if (a == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_stats: allocator or out is NULL");
+  rap_stats s;
+  memset(&s, 0, sizeof s);
+  int st = a->strategy->stats(a->state, &s);
+  if (st == RAP_OK) *out = s;
+  return st;
+}
+
+int rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *out) {
+  if (a == NULL || r == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID,
+                     "rap_allocator_resource_stats: allocator, resource or out is NULL");
+  if (r->rm != a->rm) return bad_call("rap_allocator_resource_stats", a, out, r);
+  rap_stats s;
+  memset(&s, 0, sizeof s);
+  int st;
+  if (a->strategy->resource_stats != NULL) {
+    st = a->strategy->resource_stats(a->state, r, &s);
+  } else {
+    /* Without resource tracking every block belongs to the host resource. */
+    st = r == &a->rm->host ? a->strategy->stats(a->state, &s) : RAP_OK;
+  }
+  if (st == RAP_OK) *out = s;
+  return st;
+}
