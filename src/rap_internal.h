@@ -32,8 +32,16 @@
       (hashv) = h_;                                                                                \
     }                                                                                              \
   } while (0)
-/* uthash never aborts here: a failed table allocation sets rapi_hash_oom, and callers check it. */
+/* uthash never aborts here: a failed table allocation sets rapi_hash_oom, and callers check it.
+ * With nonfatal OOM uthash rolls a failed add back, so the dance is one macro: RAPI_HASH_TRY(ok,
+ * HASH_ADD(...)) sets ok to whether the item went in (the table is unchanged otherwise). */
 extern _Thread_local int rapi_hash_oom;
+#define RAPI_HASH_TRY(ok, ...)                                                                     \
+  do {                                                                                             \
+    rapi_hash_oom = 0;                                                                             \
+    __VA_ARGS__;                                                                                   \
+    (ok) = !rapi_hash_oom;                                                                         \
+  } while (0)
 #define HASH_NONFATAL_OOM 1
 #define uthash_nonfatal_oom(obj) (rapi_hash_oom = 1)
 /* ---- core/host_mem.c: the seam for the library's own host allocations ----------------------
@@ -113,6 +121,74 @@ static inline void rapi_slab_free(rapi_slab *s, void *p) {
   *(void **)p = s->free_list;
   s->free_list = p;
   s->live--;
+}
+
+/* ---- core/ptr_map.c: live pointer -> its record, open addressing --------------------------
+ * One map for every allocator that looks pointers up: pools (blocks), FixedPool (slots), the
+ * tracked pass-through body (platform allocations). Written by its owner only (a pool's thread,
+ * or under the tracked body's lock); other threads (rap_allocator_find) may ask whether a key
+ * is there through rapi_map_contains_shared. Slots are stored atomically (plain stores on x86). An
+ * insert fills an empty slot and a removal that moves nothing empties one: neither can make a
+ * reader miss another key, so neither costs anything more. Only a removal that shifts entries back,
+ * and growth, bump seq around the change (a seqlock), and a reader that overlapped one retries; a
+ * table replaced by growth is kept until the map goes, so a late reader never reads freed memory. */
+typedef struct rapi_map_slot {
+  uintptr_t key;                     /* 0: empty */
+  void *value;
+} rapi_map_slot;
+typedef struct rapi_map_table rapi_map_table;   /* the allocation behind slots, with its size */
+typedef struct rapi_ptr_map {
+  rapi_map_slot *slots;
+  size_t mask, count;
+  unsigned shift;
+  unsigned seq;                      /* odd while a change is under way */
+  rapi_map_table *table;
+} rapi_ptr_map;
+int  rapi_map_init(rapi_ptr_map *m);
+void rapi_map_fini(rapi_ptr_map *m);
+int  rapi_map_grow(rapi_ptr_map *m);
+void rapi_map_remove_at(rapi_ptr_map *m, size_t i);
+bool rapi_map_contains_shared(const rapi_ptr_map *m, const void *ptr);   /* from any thread */
+static inline void rapi_map_write_begin(rapi_ptr_map *m) {
+  __atomic_store_n(&m->seq, m->seq + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+static inline void rapi_map_write_end(rapi_ptr_map *m) {
+  __atomic_store_n(&m->seq, m->seq + 1, __ATOMIC_RELEASE);
+}
+static inline void rapi_map_set(rapi_map_slot *slot, uintptr_t key, void *value) {
+  __atomic_store_n(&slot->key, key, __ATOMIC_RELAXED);
+  __atomic_store_n(&slot->value, value, __ATOMIC_RELAXED);
+}
+static inline size_t rapi_map_home(const rapi_ptr_map *m, uintptr_t key) {
+  return (size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> m->shift) & m->mask;
+}
+/* The slot holding key, or the empty slot where it would go. */
+static inline size_t rapi_map_probe(const rapi_ptr_map *m, uintptr_t key) {
+  size_t i = rapi_map_home(m, key);
+  while (m->slots[i].key != 0 && m->slots[i].key != key) i = (i + 1) & m->mask;
+  return i;
+}
+static inline void *rapi_map_find(const rapi_ptr_map *m, const void *ptr) {
+  uintptr_t key = (uintptr_t)ptr;
+  if (RAPI_UNLIKELY(key == 0)) return NULL;
+  return m->slots[rapi_map_probe(m, key)].value;
+}
+static inline bool rapi_map_has_room(const rapi_ptr_map *m) { return (m->count + 1) * 2 <= m->mask + 1; }
+/* key must not be in the map, and the map must have room (rapi_map_has_room, or grow first). */
+static inline void rapi_map_insert(rapi_ptr_map *m, const void *ptr, void *value) {
+  rapi_map_slot *slot = &m->slots[rapi_map_probe(m, (uintptr_t)ptr)];
+  __atomic_store_n(&slot->value, value, __ATOMIC_RELAXED);
+  __atomic_store_n(&slot->key, (uintptr_t)ptr, __ATOMIC_RELAXED);
+  m->count++;
+}
+/* Makes room for one more entry; RAP_ERR_NOMEM (no sentence) if the table could not grow. */
+static inline int rapi_map_reserve(rapi_ptr_map *m) {
+  return RAPI_LIKELY(rapi_map_has_room(m)) ? RAP_OK : rapi_map_grow(m);
+}
+static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
+  size_t i = rapi_map_probe(m, (uintptr_t)ptr);
+  if (m->slots[i].key != 0) rapi_map_remove_at(m, i);
 }
 
 /* ---- the types every layer shares: an allocator (core/allocator.c answers for any of them), a
@@ -254,12 +330,11 @@ int  rapi_registry_platform(const char *name, const rap_strategy **strategy, cha
 typedef struct rapi_prec {
   void *ptr;
   size_t bytes;
-  UT_hash_handle hh;
 } rapi_prec;
 typedef struct rapi_platform rapi_platform;
 struct rapi_platform {
   pthread_mutex_t lock;
-  rapi_prec *map;
+  rapi_ptr_map map;                /* live pointer -> its rapi_prec */
   rapi_slab recs;
   size_t current, hwm, count, actual, actual_hwm;
   /* r is passed through by wrappers (Fault, SizeLimiter) and ignored by real platforms. */

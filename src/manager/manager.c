@@ -177,10 +177,9 @@ static int create_locked(rap_manager *rm, const char *name, const rap_strategy *
   a->seq = rm->next_seq++;
   a->next = rm->allocators;
   rm->allocators = a;
-  rapi_hash_oom = 0;
-  HASH_ADD_KEYPTR(hh, rm->by_name, a->name, strlen(a->name), a);
-  if (rapi_hash_oom && lookup(rm, a->name) != a) {
-    /* uthash could not allocate its table: undo. */
+  bool added;
+  RAPI_HASH_TRY(added, HASH_ADD_KEYPTR(hh, rm->by_name, a->name, strlen(a->name), a));
+  if (!added) {
     rm->allocators = a->next;
     s->fini(a, state);
     free(state);

@@ -1,5 +1,5 @@
 /* pool.h — the block engine that pool strategies extend: chunks from a parent, blocks that tile
- * them, the two-level segregated-fit index and the address-ordered free list, the map from a live
+ * them, the two-level segregated-fit index and the address-ordered free list, and, in each pool, the map (core/ptr_map.c) from a live
  * block's address to its record. QuickPool and DynamicPoolList use it as it is; the
  * ResourceAwarePool extends its block record by embedding it first (see rapi_block).
  * Depends on the base layer (rap_internal.h) only.
@@ -8,69 +8,6 @@
 #define RAP_POOL_H
 
 #include "rap_internal.h"
-
-/* ---- pool/ptr_map.c: block address -> block record, open addressing ----------------------
- * Written by the pool's own thread only; other threads (rap_allocator_find) may ask whether a key
- * is there through rapi_map_contains_shared. Slots are stored atomically (plain stores on x86). An
- * insert fills an empty slot and a removal that moves nothing empties one: neither can make a
- * reader miss another key, so neither costs anything more. Only a removal that shifts entries back,
- * and growth, bump seq around the change (a seqlock), and a reader that overlapped one retries; a
- * table replaced by growth is kept until the map goes, so a late reader never reads freed memory. */
-typedef struct rapi_block rapi_block;
-typedef struct rapi_map_slot {
-  uintptr_t key;                     /* 0: empty */
-  rapi_block *block;
-} rapi_map_slot;
-typedef struct rapi_map_table rapi_map_table;   /* the allocation behind slots, with its size */
-typedef struct rapi_ptr_map {
-  rapi_map_slot *slots;
-  size_t mask, count;
-  unsigned shift;
-  unsigned seq;                      /* odd while a change is under way */
-  rapi_map_table *table;
-} rapi_ptr_map;
-int  rapi_map_init(rapi_ptr_map *m);
-void rapi_map_fini(rapi_ptr_map *m);
-int  rapi_map_grow(rapi_ptr_map *m);
-void rapi_map_remove_at(rapi_ptr_map *m, size_t i);
-bool rapi_map_contains_shared(const rapi_ptr_map *m, const void *ptr);   /* from any thread */
-static inline void rapi_map_write_begin(rapi_ptr_map *m) {
-  __atomic_store_n(&m->seq, m->seq + 1, __ATOMIC_RELAXED);
-  __atomic_thread_fence(__ATOMIC_RELEASE);
-}
-static inline void rapi_map_write_end(rapi_ptr_map *m) {
-  __atomic_store_n(&m->seq, m->seq + 1, __ATOMIC_RELEASE);
-}
-static inline void rapi_map_set(rapi_map_slot *slot, uintptr_t key, rapi_block *b) {
-  __atomic_store_n(&slot->key, key, __ATOMIC_RELAXED);
-  __atomic_store_n(&slot->block, b, __ATOMIC_RELAXED);
-}
-static inline size_t rapi_map_home(const rapi_ptr_map *m, uintptr_t key) {
-  return (size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> m->shift) & m->mask;
-}
-/* The slot holding key, or the empty slot where it would go. */
-static inline size_t rapi_map_probe(const rapi_ptr_map *m, uintptr_t key) {
-  size_t i = rapi_map_home(m, key);
-  while (m->slots[i].key != 0 && m->slots[i].key != key) i = (i + 1) & m->mask;
-  return i;
-}
-static inline rapi_block *rapi_map_find(const rapi_ptr_map *m, const void *ptr) {
-  uintptr_t key = (uintptr_t)ptr;
-  if (RAPI_UNLIKELY(key == 0)) return NULL;
-  return m->slots[rapi_map_probe(m, key)].block;
-}
-static inline bool rapi_map_has_room(const rapi_ptr_map *m) { return (m->count + 1) * 2 <= m->mask + 1; }
-/* key must not be in the map, and the map must have room (rapi_map_has_room, or grow first). */
-static inline void rapi_map_insert(rapi_ptr_map *m, const void *ptr, rapi_block *b) {
-  rapi_map_slot *slot = &m->slots[rapi_map_probe(m, (uintptr_t)ptr)];
-  __atomic_store_n(&slot->block, b, __ATOMIC_RELAXED);
-  __atomic_store_n(&slot->key, (uintptr_t)ptr, __ATOMIC_RELAXED);
-  m->count++;
-}
-static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
-  size_t i = rapi_map_probe(m, (uintptr_t)ptr);
-  if (m->slots[i].key != 0) rapi_map_remove_at(m, i);
-}
 
 /* ---- pool/block_pool.c: chunks, blocks and the segregated-fit index -------------------
  * The machinery QuickPool and ResourceAwarePool share. A chunk comes from the parent; blocks tile
@@ -85,6 +22,7 @@ enum { RAPI_FREE = 0, RAPI_USED = 1, RAPI_PENDING = 2, RAPI_DEFERRED = 3 };
 #define RAPI_SL_COUNT (1u << RAPI_SL_LOG2)
 #define RAPI_FL_COUNT (64 - RAPI_SL_LOG2 + 1)
 
+typedef struct rapi_block rapi_block;
 typedef struct rapi_chunk rapi_chunk;
 /* The engine's block record: 72 B on a 64-bit target (eight words and the class and state), from
  * the pool's slab, never in the managed memory. A strategy that needs more per block embeds it

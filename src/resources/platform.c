@@ -16,19 +16,24 @@ int rapi_platform_init(rapi_platform *p, rap_allocator *self) {
     return rapi_fail(RAP_ERR_BACKEND, "%s: pthread_mutex_init failed", rap_allocator_name(self));
   rapi_slab_init(&p->recs, sizeof(rapi_prec), 256);
   p->self = self;
+  if (rapi_map_init(&p->map) != RAP_OK) {
+    pthread_mutex_destroy(&p->lock);
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
+  }
   return RAP_OK;
 }
 
 void rapi_platform_fini(rap_allocator *self, void *state) {
   rapi_platform *p = state;
-  rapi_prec *rec, *tmp;
-  HASH_ITER(hh, p->map, rec, tmp) {
-    HASH_DEL(p->map, rec);
+  for (size_t i = 0; p->map.slots != NULL && i <= p->map.mask; i++) {
+    rapi_prec *rec = p->map.slots[i].value;
+    if (p->map.slots[i].key == 0) continue;
     int st = p->raw_free(p, rec->ptr, rec->bytes, NULL);
     if (st != RAP_OK)
       rap_log(RAP_LOG_WARN, "%s: freeing %p at teardown failed: %s", rap_allocator_name(self),
               rec->ptr, rap_last_error());
   }
+  rapi_map_fini(&p->map);
   rapi_slab_destroy(&p->recs);
   pthread_mutex_destroy(&p->lock);
   free(p->impl);
@@ -39,7 +44,7 @@ int rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *
   void *ptr = NULL;
   rapi_held held;
   rapi_lock(&p->lock, &held);
-  rapi_prec *rec = rapi_slab_alloc(&p->recs);
+  rapi_prec *rec = rapi_map_reserve(&p->map) == RAP_OK ? rapi_slab_alloc(&p->recs) : NULL;
   if (rec == NULL) {
     rapi_unlock(&held);
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for block records",
@@ -49,20 +54,17 @@ int rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *
    * (a pool, or a platform) makes the unique pointer, and counts what the user asked for. */
   size_t raw = bytes || p->pass_through ? bytes : 1;
   int st = p->raw_alloc(p, &ptr, raw, r);
+  if (st == RAP_OK && !rapi_map_has_room(&p->map) && rapi_map_reserve(&p->map) != RAP_OK) {
+    /* The map was made room for, but a pool below let this lock go while it waited, and others
+     * took that room: give the bytes back rather than lose track of them. */
+    p->raw_free(p, ptr, bytes, r);
+    st = rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for the pointer map",
+                   rap_allocator_name(p->self));
+  }
   if (st == RAP_OK) {
     rec->ptr = ptr;
     rec->bytes = bytes;
-    rapi_hash_oom = 0;
-    HASH_ADD_PTR(p->map, ptr, rec);
-    if (rapi_hash_oom) {
-      rapi_prec *chk = NULL;
-      HASH_FIND_PTR(p->map, &ptr, chk);
-      if (chk == NULL) {
-        p->raw_free(p, ptr, bytes, r);
-        st = rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for the pointer map",
-                       rap_allocator_name(p->self));
-      }
-    }
+    rapi_map_insert(&p->map, ptr, rec);
   }
   if (st != RAP_OK) {
     rapi_slab_free(&p->recs, rec);
@@ -83,8 +85,7 @@ int rapi_platform_deallocate(void *state, void *ptr, rap_resource *r) {
   rapi_platform *p = state;
   rapi_held held;
   rapi_lock(&p->lock, &held);
-  rapi_prec *rec = NULL;
-  HASH_FIND_PTR(p->map, &ptr, rec);
+  rapi_prec *rec = rapi_map_find(&p->map, ptr);
   if (rec == NULL) {
     rapi_unlock(&held);
     return rapi_fail(RAP_ERR_UNKNOWN_POINTER,
@@ -93,7 +94,7 @@ int rapi_platform_deallocate(void *state, void *ptr, rap_resource *r) {
   }
   int st = p->raw_free(p, ptr, rec->bytes, r);
   if (st == RAP_OK) {
-    HASH_DEL(p->map, rec);
+    rapi_map_remove(&p->map, ptr);
     p->current -= rec->bytes;
     p->actual -= rec->bytes || p->pass_through ? rec->bytes : 1;
     p->count--;
@@ -120,19 +121,19 @@ int rapi_platform_stats(void *state, rap_stats *out) {
 int rapi_platform_owns(void *state, const void *ptr) {
   rapi_platform *p = state;
   pthread_mutex_lock(&p->lock);
-  rapi_prec *rec = NULL;
-  HASH_FIND_PTR(p->map, &ptr, rec);
+  int owns = rapi_map_find(&p->map, ptr) != NULL;
   pthread_mutex_unlock(&p->lock);
-  return rec != NULL;
+  return owns;
 }
 
 int rapi_platform_check(void *state) {
   rapi_platform *p = state;
   pthread_mutex_lock(&p->lock);
   size_t n = 0, bytes = 0;
-  for (rapi_prec *rec = p->map; rec != NULL; rec = rec->hh.next) {
+  for (size_t i = 0; i <= p->map.mask; i++) {
+    if (p->map.slots[i].key == 0) continue;
     n++;
-    bytes += rec->bytes;
+    bytes += ((rapi_prec *)p->map.slots[i].value)->bytes;
   }
   int ok = n == p->count && bytes == p->current && p->recs.live == n;
   pthread_mutex_unlock(&p->lock);

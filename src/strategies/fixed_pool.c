@@ -2,8 +2,9 @@
  *
  * Chunks of objects_per_chunk slots come from the parent. Each chunk keeps a stack of its free
  * slot numbers; chunks with a free slot sit on a list, so allocate pops a slot in O(1). Live
- * pointers are found through a uthash of slot records that live in the chunk's host-side header,
- * so deallocate is O(1) too, and a double or foreign free is a status, not a crash.
+ * pointers are found through the pointer map (core/ptr_map.c) of slot records that live in the
+ * chunk's host-side header, so deallocate is O(1) too, a double or foreign free is a status, not
+ * a crash, and rap_allocator_find may ask from any thread.
  * Invariant: a slot is either on its chunk's free stack or in the live map, never both.
  */
 #include "rap_internal.h"
@@ -17,7 +18,6 @@ typedef struct fp_slot {
   char *ptr;
   fp_chunk *chunk;
   size_t requested;
-  UT_hash_handle hh;
 } fp_slot;
 
 struct fp_chunk {
@@ -34,8 +34,7 @@ typedef struct fixed_pool {
   rap_allocator *self, *parent;
   size_t object_size, stride, per_chunk;
   fp_chunk *chunks, *avail;
-  fp_slot *live;                    /* uthash on ptr, never empty: see sentinel */
-  fp_slot sentinel;                 /* keyed by NULL, keeps uthash from freeing its table */
+  rapi_ptr_map live;                /* live slots by address */
   size_t current, hwm, count, chunk_count, actual, actual_hwm;
 } fixed_pool;
 
@@ -77,9 +76,8 @@ static int fp_init(rap_allocator *self, void *state, rap_options *opts) {
     return rapi_fail(RAP_ERR_INVALID, "%s: object_size times objects_per_chunk overflows",
                      rap_allocator_name(self));
   rap_allocator_set_alignment(self, align);
-  rapi_hash_oom = 0;
-  HASH_ADD_PTR(fp->live, ptr, &fp->sentinel);
-  if (rapi_hash_oom) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
+  if (rapi_map_init(&fp->live) != RAP_OK)
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
   return RAP_OK;
 }
 
@@ -101,8 +99,8 @@ static void free_chunk(fixed_pool *fp, fp_chunk *c) {
 static void fp_fini(rap_allocator *self, void *state) {
   (void)self;
   fixed_pool *fp = state;
-  HASH_CLEAR(hh, fp->live);
   while (fp->chunks) free_chunk(fp, fp->chunks);
+  rapi_map_fini(&fp->live);
 }
 
 static RAPI_NOINLINE int grow(fixed_pool *fp) {
@@ -147,19 +145,16 @@ static int fp_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   if (RAPI_UNLIKELY(bytes > fp->object_size))
     return rapi_fail(RAP_ERR_INVALID, "%s: %zu bytes is more than the object size, %zu",
                      rap_allocator_name(fp->self), bytes, fp->object_size);
+  if (RAPI_UNLIKELY(rapi_map_reserve(&fp->live) != RAP_OK))
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for the pointer map",
+                     rap_allocator_name(fp->self));
   if (RAPI_UNLIKELY(fp->avail == NULL)) {
     int st = grow(fp);
     if (st != RAP_OK) return st;
   }
   fp_chunk *c = fp->avail;
   fp_slot *s = &c->slots[c->free_stack[c->nfree - 1]];
-  rapi_hash_oom = 0;
-  HASH_ADD_PTR(fp->live, ptr, s);
-  if (RAPI_UNLIKELY(rapi_hash_oom)) {
-    fp_slot *chk = NULL;
-    HASH_FIND_PTR(fp->live, &s->ptr, chk);
-    if (chk != s) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(fp->self));
-  }
+  rapi_map_insert(&fp->live, s->ptr, s);
   if (--c->nfree == 0) avail_remove(fp, c);
   s->requested = bytes;
   fp->current += bytes;
@@ -172,12 +167,11 @@ static int fp_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
 static int fp_deallocate(void *state, void *ptr, rap_resource *r) {
   fixed_pool *fp = state;
   (void)r;
-  fp_slot *s = NULL;
-  HASH_FIND_PTR(fp->live, &ptr, s);
-  if (RAPI_UNLIKELY(s == NULL || s == &fp->sentinel))
+  fp_slot *s = rapi_map_find(&fp->live, ptr);
+  if (RAPI_UNLIKELY(s == NULL))
     return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_deallocate('%s'): %p is not a live object "
                      "(double free, interior or foreign pointer)", rap_allocator_name(fp->self), ptr);
-  HASH_DELETE(hh, fp->live, s);
+  rapi_map_remove(&fp->live, ptr);
   fp_chunk *c = s->chunk;
   c->free_stack[c->nfree++] = (uint32_t)(s - c->slots);
   if (!c->on_avail) avail_push(fp, c);
@@ -216,11 +210,8 @@ static int fp_stats(void *state, rap_stats *out) {
   return RAP_OK;
 }
 
-static int fp_owns(void *state, const void *ptr) {
-  fixed_pool *fp = state;
-  fp_slot *s = NULL;
-  HASH_FIND_PTR(fp->live, &ptr, s);
-  return s != NULL && s != &fp->sentinel;
+static int fp_owns(void *state, const void *ptr) {   /* from any thread: a seqlock read */
+  return rapi_map_contains_shared(&((fixed_pool *)state)->live, ptr);
 }
 
 static int fp_check(void *state) {
@@ -231,19 +222,20 @@ static int fp_check(void *state) {
     if (c->nfree > fp->per_chunk || c->on_avail != (c->nfree > 0))
       return rapi_fail(RAP_ERR_CORRUPT, "%s: a chunk counts %u free slots", rap_allocator_name(fp->self), c->nfree);
     used += fp->per_chunk - c->nfree;
+    for (size_t i = 0; i < fp->per_chunk; i++)   /* live slots: those the map finds */
+      if (rapi_map_find(&fp->live, c->slots[i].ptr) == &c->slots[i]) requested += c->slots[i].requested;
   }
-  for (fp_slot *s = fp->live; s != NULL; s = s->hh.next) requested += s->requested;
-  if (chunks != fp->chunk_count || used != fp->count || HASH_COUNT(fp->live) != used + 1 ||
+  if (chunks != fp->chunk_count || used != fp->count || fp->live.count != used ||
       requested != fp->current)
-    return rapi_fail(RAP_ERR_CORRUPT, "%s: %zu objects in chunks, %u in the map, %zu counted",
-                     rap_allocator_name(fp->self), used, HASH_COUNT(fp->live) - 1, fp->count);
+    return rapi_fail(RAP_ERR_CORRUPT, "%s: %zu objects in chunks, %zu in the map, %zu counted",
+                     rap_allocator_name(fp->self), used, fp->live.count, fp->count);
   return RAP_OK;
 }
 
 const rap_strategy rapi_fixed_pool_strategy = {
     .version = RAP_STRATEGY_VERSION,
     .name = "FixedPool",
-    .flags = RAP_STRATEGY_NEEDS_PARENT,
+    .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS,
     .state_size = sizeof(fixed_pool),
     .init = fp_init,
     .fini = fp_fini,

@@ -92,16 +92,12 @@ static RAPI_NOINLINE rstate *lookup_slow(ra_pool *p, rap_resource *r) {
       free(rs);
       return NULL;
     }
-    rapi_hash_oom = 0;
-    HASH_ADD(hh, p->by_key, key, sizeof rs->key, rs);
-    if (rapi_hash_oom) {
-      rstate *chk = NULL;
-      HASH_FIND(hh, p->by_key, &r->key, sizeof r->key, chk);
-      if (chk != rs) {
-        if (r != &r->rm->host) rap_resource_unwatch(r, p->bp.self);
-        free(rs);
-        return NULL;
-      }
+    bool added;
+    RAPI_HASH_TRY(added, HASH_ADD(hh, p->by_key, key, sizeof rs->key, rs));
+    if (!added) {
+      rap_resource_unwatch(r, p->bp.self);
+      free(rs);
+      return NULL;
     }
   }
   p->last = rs;

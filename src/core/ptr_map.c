@@ -1,4 +1,5 @@
-/* ptr_map.c — the pools' map from a live block's address to its record.
+/* ptr_map.c — the map from a live pointer to its record: pools' blocks, FixedPool's slots, the
+ * tracked pass-through body's platform allocations.
  *
  * Open addressing with linear probing over {key, record} pairs, at most half full, deletion by
  * backward shift (no tombstones), so a lookup is one multiply and, almost always, one probe in
@@ -11,7 +12,7 @@
  * for such readers, and a table that growth replaced stays, chained to its successor, until the
  * map goes: the retired tables add up to less than the live one.
  */
-#include "pool/pool.h"
+#include "rap_internal.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -81,7 +82,7 @@ void rapi_map_remove_at(rapi_ptr_map *m, size_t i) {
     if (((j - home) & m->mask) >= ((j - hole) & m->mask)) {
       if (!moving) rapi_map_write_begin(m);
       moving = true;
-      rapi_map_set(&m->slots[hole], m->slots[j].key, m->slots[j].block);
+      rapi_map_set(&m->slots[hole], m->slots[j].key, m->slots[j].value);
       hole = j;
     }
   }
