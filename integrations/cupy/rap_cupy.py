@@ -25,9 +25,14 @@ that raises cupy.cuda.memory.OutOfMemoryError when rap returns none.
 Streams: a cupy.cuda.Stream destroys its handle when collected, while blocks freed on it may still
 be pending there. enable() therefore wraps Stream.__del__: when rap knows the stream, rap takes
 the handle over and destroys it once no block needs it.
+
+The library is found from RAP_CUPY_LIB, next to this file, or under <repo>/device-build or
+<repo>/build. Finding and loading it is integrations/common/rap_loader.py, shared with rap_torch;
+a build copies it next to this file.
 """
 
 import ctypes
+import importlib.util
 import os
 
 import cupy
@@ -38,9 +43,27 @@ __all__ = [
     "release_graph_pools", "spec",
 ]
 
-_STATS = ("current", "peak", "reserved", "peak_reserved", "pending", "pending_count", "free",
-          "releasable", "largest_free", "allocations", "blocks", "chunks", "used", "streams",
-          "graph_pools", "deferred")
+
+def _import_loader():
+    """rap_loader, which this module shares with rap_torch: the copy a build puts next to this
+    file, else integrations/common/rap_loader.py in the source tree (also through a symlink)."""
+    tried = []
+    for f in (__file__, os.path.realpath(__file__)):
+        here = os.path.dirname(os.path.abspath(f))
+        for path in (os.path.join(here, "rap_loader.py"),
+                     os.path.join(os.path.dirname(here), "common", "rap_loader.py")):
+            if path in tried:
+                continue
+            if os.path.exists(path):
+                found = importlib.util.spec_from_file_location("rap_loader", path)
+                module = importlib.util.module_from_spec(found)
+                found.loader.exec_module(module)
+                return module
+            tried.append(path)
+    raise ImportError("rap_cupy: rap_loader.py not found; looked at " + ", ".join(tried))
+
+
+_loader = _import_loader()
 
 # Cython C-API entries that return CuPy's current stream, with the C signature we call them by
 # (a capsule's name is its signature; an exception clause after it does not change the call).
@@ -56,23 +79,13 @@ _c_allocator = None
 
 
 def library_path():
-    env = os.environ.get("RAP_CUPY_LIB")
-    if env:
-        return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    candidates = [os.path.join(here, "librap_cupy.so")]
-    root = os.path.dirname(os.path.dirname(here))
-    for build in ("device-build", "build", "build-rel"):
-        candidates.append(os.path.join(root, build, "integrations", "cupy", "librap_cupy.so"))
-    for c in candidates:
-        if os.path.exists(c):
-            return c
-    raise FileNotFoundError("librap_cupy.so not found (set RAP_CUPY_LIB); looked at " +
-                            ", ".join(candidates))
+    """Where librap_cupy.so is: RAP_CUPY_LIB, next to this file, or under <repo>/device-build,
+    <repo>/build or <repo>/build-rel."""
+    return _loader.library_path("cupy", __file__)
 
 
 def _load(path):
-    lib = ctypes.CDLL(path)
+    lib = _loader.load(path, "cupy")
     vp, sz, ip = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_ssize_t
     lib.rap_cupy_malloc_on.argtypes = [sz, ctypes.c_int, ip]
     lib.rap_cupy_malloc_on.restype = vp
@@ -86,10 +99,6 @@ def _load(path):
     lib.rap_cupy_pointer_stream.argtypes = [vp, ctypes.c_int]
     lib.rap_cupy_pointer_stream.restype = ip
     lib.rap_cupy_stream_retire.argtypes = [ip]
-    lib.rap_cupy_release_graph_pools.restype = sz
-    lib.rap_cupy_stat_values.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(sz), sz]
-    lib.rap_cupy_spec.argtypes = [ctypes.c_int, ctypes.c_char_p, sz]
-    lib.rap_cupy_last_error.restype = ctypes.c_char_p
     return lib
 
 
@@ -228,12 +237,8 @@ def pointer_stream(array):
 
 def memory_stats(device=None, graph=False):
     _need()
-    n = _lib.rap_cupy_stat_count()
-    out = (ctypes.c_size_t * n)()
     dev = cupy.cuda.runtime.getDevice() if device is None else int(device)
-    if _lib.rap_cupy_stat_values(dev, 1 if graph else 0, out, n) != 0:
-        raise RuntimeError("rap_cupy: " + _lib.rap_cupy_last_error().decode())
-    return {k: out[i] for i, k in enumerate(_STATS[:n])}
+    return _loader.memory_stats(_lib, "cupy", dev, graph)
 
 
 def used_bytes(device=None):
@@ -260,6 +265,4 @@ def release_graph_pools():
 
 def spec(device=0):
     lib = _lib if _lib is not None else _load(library_path())
-    buf = ctypes.create_string_buffer(1024)
-    lib.rap_cupy_spec(int(device), buf, len(buf))
-    return buf.value.decode()
+    return _loader.spec(lib, "cupy", int(device))

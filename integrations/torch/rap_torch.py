@@ -21,10 +21,12 @@ asking CUDA at each allocation; hooks() says which. RAP_TORCH_POOL_HOOKS=0 force
 graphs.
 
 The library is found from RAP_TORCH_LIB, next to this file, or under <repo>/device-build or
-<repo>/build.
+<repo>/build. Finding and loading it is integrations/common/rap_loader.py, shared with rap_cupy;
+a build copies it next to this file.
 """
 
 import ctypes
+import importlib.util
 import os
 
 import torch
@@ -35,44 +37,44 @@ __all__ = [
     "release_graph_pools", "graph_memory_reserved", "record_stream", "spec", "hooks",
 ]
 
-_STATS = ("current", "peak", "reserved", "peak_reserved", "pending", "pending_count", "free",
-          "releasable", "largest_free", "allocations", "blocks", "chunks", "used", "streams",
-          "graph_pools", "deferred")
+
+def _import_loader():
+    """rap_loader, which this module shares with rap_cupy: the copy a build puts next to this
+    file, else integrations/common/rap_loader.py in the source tree (also through a symlink)."""
+    tried = []
+    for f in (__file__, os.path.realpath(__file__)):
+        here = os.path.dirname(os.path.abspath(f))
+        for path in (os.path.join(here, "rap_loader.py"),
+                     os.path.join(os.path.dirname(here), "common", "rap_loader.py")):
+            if path in tried:
+                continue
+            if os.path.exists(path):
+                found = importlib.util.spec_from_file_location("rap_loader", path)
+                module = importlib.util.module_from_spec(found)
+                found.loader.exec_module(module)
+                return module
+            tried.append(path)
+    raise ImportError("rap_torch: rap_loader.py not found; looked at " + ", ".join(tried))
+
+
+_loader = _import_loader()
 
 _lib = None
 _hooks = {}
 
 
 def library_path():
-    """Where librap_torch.so is."""
-    env = os.environ.get("RAP_TORCH_LIB")
-    if env:
-        return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    candidates = [os.path.join(here, "librap_torch.so")]
-    root = os.path.dirname(os.path.dirname(here))
-    for build in ("device-build", "build", "build-rel"):
-        candidates.append(os.path.join(root, build, "integrations", "torch", "librap_torch.so"))
-    for c in candidates:
-        if os.path.exists(c):
-            return c
-    raise FileNotFoundError("librap_torch.so not found (set RAP_TORCH_LIB); looked at " +
-                            ", ".join(candidates))
+    """Where librap_torch.so is: RAP_TORCH_LIB, next to this file, or under <repo>/device-build,
+    <repo>/build or <repo>/build-rel."""
+    return _loader.library_path("torch", __file__)
 
 
 def _load(path):
-    lib = ctypes.CDLL(path)
+    lib = _loader.load(path, "torch")
     lib.rap_torch_record_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.rap_torch_record_stream.restype = None
     lib.rap_torch_empty_cache.argtypes = []
     lib.rap_torch_empty_cache.restype = None
-    lib.rap_torch_release_graph_pools.restype = ctypes.c_size_t
-    lib.rap_torch_stat_values.argtypes = [ctypes.c_int, ctypes.c_int,
-                                          ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t]
-    lib.rap_torch_stat_values.restype = ctypes.c_int
-    lib.rap_torch_stat_count.restype = ctypes.c_int
-    lib.rap_torch_spec.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
-    lib.rap_torch_last_error.restype = ctypes.c_char_p
     lib.rap_torch_use_pool_hooks.argtypes = [ctypes.c_int]
     lib.rap_torch_use_pool_hooks.restype = None
     return lib
@@ -180,12 +182,7 @@ def _device(device):
 def memory_stats(device=None, graph=False):
     """rap's statistics for a device's pool (graph=True: summed over its CUDA-graph pools)."""
     _need()
-    n = _lib.rap_torch_stat_count()
-    out = (ctypes.c_size_t * n)()
-    st = _lib.rap_torch_stat_values(_device(device), 1 if graph else 0, out, n)
-    if st != 0:
-        raise RuntimeError("rap_torch: " + _lib.rap_torch_last_error().decode())
-    return {k: out[i] for i, k in enumerate(_STATS[:n])}
+    return _loader.memory_stats(_lib, "torch", _device(device), graph)
 
 
 def memory_allocated(device=None):
@@ -228,6 +225,4 @@ def release_graph_pools():
 
 def spec(device=None):
     lib = _lib if _lib is not None else _load(library_path())
-    buf = ctypes.create_string_buffer(1024)
-    lib.rap_torch_spec(_device(device) if device is not None else 0, buf, len(buf))
-    return buf.value.decode()
+    return _loader.spec(lib, "torch", _device(device) if device is not None else 0)
