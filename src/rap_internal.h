@@ -324,36 +324,50 @@ const rap_strategy *rapi_registry_builtin(const char *name);
 /* Platform allocator by name: fills *strategy and the options text; RAP_ERR_NOT_FOUND if none. */
 int  rapi_registry_platform(const char *name, const rap_strategy **strategy, char *opts, size_t cap);
 
-/* ---- resources/platform.c: allocators that track every live pointer ------------------------
- * HOST, the CUDA platform allocators and Fault share this: a locked map pointer -> size, the
- * statistics, and two raw operations. Platform allocators are safe for concurrent callers. */
+/* ---- resources/tracked.c: the tracked pass-through body ---------------------------------------
+ * Allocators that hand out raw memory from somewhere else and track every live pointer: the
+ * platform allocators (HOST, the CUDA ones: their raw operations are malloc, cudaMalloc, ...) and
+ * the wrappers Fault and SizeLimiter (theirs pass the request to the parent). One body: a locked map
+ * pointer -> record, the statistics, and two raw operations; safe for concurrent callers. A table
+ * takes every method from RAPI_TRACKED_METHODS, so all of them answer the optional calls alike. */
 typedef struct rapi_prec {
   void *ptr;
   size_t bytes;
 } rapi_prec;
-typedef struct rapi_platform rapi_platform;
-struct rapi_platform {
+typedef struct rapi_tracked rapi_tracked;
+struct rapi_tracked {
   pthread_mutex_t lock;
   rapi_ptr_map map;                /* live pointer -> its rapi_prec */
   rapi_slab recs;
   size_t current, hwm, count, actual, actual_hwm;
   /* r is passed through by wrappers (Fault, SizeLimiter) and ignored by real platforms. */
-  int (*raw_alloc)(rapi_platform *p, void **out, size_t bytes, rap_resource *r);
-  int (*raw_free)(rapi_platform *p, void *ptr, size_t bytes, rap_resource *r);
+  int (*raw_alloc)(rapi_tracked *p, void **out, size_t bytes, rap_resource *r);
+  int (*raw_free)(rapi_tracked *p, void *ptr, size_t bytes, rap_resource *r);
   rap_allocator *self;
   void *impl;   /* the backend's own state */
   bool pass_through;   /* a wrapper (Fault, SizeLimiter): zero bytes go to the parent as zero */
 };
-int  rapi_platform_init(rapi_platform *p, rap_allocator *self);
-void rapi_platform_fini(rap_allocator *self, void *state);
-int  rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *r);
-int  rapi_platform_deallocate(void *state, void *ptr, rap_resource *r);
-int  rapi_platform_stats(void *state, rap_stats *out);
-int  rapi_platform_owns(void *state, const void *ptr);
-int  rapi_platform_check(void *state);
-int  rapi_platform_record_resource(void *state, void *ptr, rap_resource *r);
-int  rapi_platform_pointer_resource(void *state, const void *ptr, rap_resource **out);
-int  rapi_platform_release(void *state);   /* wrappers: release the parent */
+/* The one init: impl is the backend's state (freed with the allocator, also when init fails);
+ * pass_through for wrappers; alignment is what every pointer it returns is aligned to. */
+int  rapi_tracked_init(rapi_tracked *p, rap_allocator *self, void *impl,
+                       int (*raw_alloc)(rapi_tracked *, void **, size_t, rap_resource *),
+                       int (*raw_free)(rapi_tracked *, void *, size_t, rap_resource *),
+                       bool pass_through, size_t alignment);
+void rapi_tracked_fini(rap_allocator *self, void *state);
+int  rapi_tracked_allocate(void *state, void **out, size_t bytes, rap_resource *r);
+int  rapi_tracked_deallocate(void *state, void *ptr, rap_resource *r);
+int  rapi_tracked_stats(void *state, rap_stats *out);
+int  rapi_tracked_owns(void *state, const void *ptr);
+int  rapi_tracked_check(void *state);
+int  rapi_tracked_record_resource(void *state, void *ptr, rap_resource *r);
+int  rapi_tracked_pointer_resource(void *state, const void *ptr, rap_resource **out);
+int  rapi_tracked_release(void *state);   /* wrappers: release the parent; platforms: nothing */
+#define RAPI_TRACKED_METHODS                                                                       \
+  .fini = rapi_tracked_fini, .allocate = rapi_tracked_allocate,                                    \
+  .deallocate = rapi_tracked_deallocate, .stats = rapi_tracked_stats, .owns = rapi_tracked_owns,   \
+  .release = rapi_tracked_release, .check = rapi_tracked_check,                                    \
+  .record_resource = rapi_tracked_record_resource,                                                 \
+  .pointer_resource = rapi_tracked_pointer_resource
 
 /* ---- strategies, one table each -------------------------------------------------------------- */
 extern const rap_strategy rapi_quick_pool_strategy;

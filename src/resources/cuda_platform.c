@@ -26,7 +26,7 @@ static const char *call_name(int kind) {
 }
 
 /* Runs f on the allocator's device, restoring the caller's current device afterwards. */
-static int enter_device(rapi_platform *p, int *saved) {
+static int enter_device(rapi_tracked *p, int *saved) {
   cuda_impl *c = p->impl;
   cudaError_t e = cudaGetDevice(saved);
   if (e == cudaSuccess && *saved != c->device) e = cudaSetDevice(c->device);
@@ -36,12 +36,12 @@ static int enter_device(rapi_platform *p, int *saved) {
   return RAP_OK;
 }
 
-static void leave_device(rapi_platform *p, int saved) {
+static void leave_device(rapi_tracked *p, int saved) {
   cuda_impl *c = p->impl;
   if (saved != c->device) (void)cudaSetDevice(saved);
 }
 
-static int cuda_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_resource *r) {
+static int cuda_raw_alloc(rapi_tracked *p, void **out, size_t bytes, rap_resource *r) {
   (void)r;   /* cudaMalloc is not stream-ordered */
   cuda_impl *c = p->impl;
   int saved = 0;
@@ -64,7 +64,7 @@ static int cuda_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_resour
   return RAP_OK;
 }
 
-static int cuda_raw_free(rapi_platform *p, void *ptr, size_t bytes, rap_resource *r) {
+static int cuda_raw_free(rapi_tracked *p, void *ptr, size_t bytes, rap_resource *r) {
   (void)bytes;
   (void)r;
   cuda_impl *c = p->impl;
@@ -81,7 +81,6 @@ static int cuda_raw_free(rapi_platform *p, void *ptr, size_t bytes, rap_resource
 }
 
 static int cuda_init(rap_allocator *self, void *state, rap_options *opts) {
-  rapi_platform *p = state;
   const char *kind = "device";
   uint64_t device = 0;
   int st = rap_options_get_string(opts, "kind", &kind);
@@ -104,28 +103,15 @@ static int cuda_init(rap_allocator *self, void *state, rap_options *opts) {
             : strcmp(kind, "managed") == 0 ? KIND_MANAGED
                                            : KIND_DEVICE;
   c->device = (int)device;
-  p->impl = c;
-  p->raw_alloc = cuda_raw_alloc;
-  p->raw_free = cuda_raw_free;
-  rap_allocator_set_alignment(self, 256);   /* the runtime's documented least alignment */
-  st = rapi_platform_init(p, self);
-  if (st != RAP_OK) {
-    free(c);
-    p->impl = NULL;
-  }
-  return st;
+  /* 256: the runtime's documented least alignment */
+  return rapi_tracked_init(state, self, c, cuda_raw_alloc, cuda_raw_free, false, 256);
 }
 
 const rap_strategy rapi_cuda_platform = {
     .version = RAP_STRATEGY_VERSION,
     .name = "CUDA",
     .flags = RAP_STRATEGY_CONCURRENT_OWNS,
-    .state_size = sizeof(rapi_platform),
+    .state_size = sizeof(rapi_tracked),
     .init = cuda_init,
-    .fini = rapi_platform_fini,
-    .allocate = rapi_platform_allocate,
-    .deallocate = rapi_platform_deallocate,
-    .stats = rapi_platform_stats,
-    .owns = rapi_platform_owns,
-    .check = rapi_platform_check,
+    RAPI_TRACKED_METHODS,
 };

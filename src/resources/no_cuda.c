@@ -14,21 +14,13 @@ static int no_cuda_init(rap_allocator *self, void *state, rap_options *opts) {
                    rap_allocator_name(self));
 }
 
-static void no_cuda_fini(rap_allocator *self, void *state) {
-  (void)self;
-  (void)state;
-}
-
 const rap_strategy rapi_cuda_platform = {
     .version = RAP_STRATEGY_VERSION,
     .name = "CUDA",
     .flags = RAP_STRATEGY_CONCURRENT_OWNS,
+    .state_size = sizeof(rapi_tracked),
     .init = no_cuda_init,
-    .fini = no_cuda_fini,
-    .allocate = rapi_platform_allocate,
-    .deallocate = rapi_platform_deallocate,
-    .stats = rapi_platform_stats,
-    .owns = rapi_platform_owns,
+    RAPI_TRACKED_METHODS,
 };
 
 /* rap/cuda.h's functions, for programs that include it against a build without CUDA. */

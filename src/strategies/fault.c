@@ -18,7 +18,7 @@ typedef struct fault_impl {
   size_t requests, failures;
 } fault_impl;
 
-static int fault_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_resource *r) {
+static int fault_raw_alloc(rapi_tracked *p, void **out, size_t bytes, rap_resource *r) {
   fault_impl *f = p->impl;
   f->requests++;
   const char *why = NULL;
@@ -42,7 +42,7 @@ static int fault_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_resou
   return rap_allocate(rap_allocator_parent(p->self), out, bytes, r);
 }
 
-static int fault_raw_free(rapi_platform *p, void *ptr, size_t bytes, rap_resource *r) {
+static int fault_raw_free(rapi_tracked *p, void *ptr, size_t bytes, rap_resource *r) {
   (void)bytes;
   return rap_deallocate(rap_allocator_parent(p->self), ptr, r);
 }
@@ -72,44 +72,29 @@ static int apply(fault_impl *f, rap_options *opts) {
 }
 
 static int fault_init(rap_allocator *self, void *state, rap_options *opts) {
-  rapi_platform *p = state;
   fault_impl *f = rapi_calloc(1, sizeof *f);
   if (f == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
   f->pass_left = UINT64_MAX;
   f->budget = SIZE_MAX;
   int st = apply(f, opts);
-  if (st == RAP_OK) {
-    p->impl = f;
-    p->raw_alloc = fault_raw_alloc;
-    p->raw_free = fault_raw_free;
-    p->pass_through = true;
-    rap_allocator_set_alignment(self, rap_allocator_alignment(rap_allocator_parent(self)));
-    st = rapi_platform_init(p, self);
-  }
   if (st != RAP_OK) {
     free(f);
-    p->impl = NULL;
+    return st;
   }
-  return st;
+  return rapi_tracked_init(state, self, f, fault_raw_alloc, fault_raw_free, true,
+                           rap_allocator_alignment(rap_allocator_parent(self)));
 }
 
 const rap_strategy rapi_fault_strategy = {
     .version = RAP_STRATEGY_VERSION,
     .name = "Fault",
     .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS,
-    .state_size = sizeof(rapi_platform),
+    .state_size = sizeof(rapi_tracked),
     .init = fault_init,
-    .fini = rapi_platform_fini,
-    .allocate = rapi_platform_allocate,
-    .deallocate = rapi_platform_deallocate,
-    .stats = rapi_platform_stats,
-    .owns = rapi_platform_owns,
-    .check = rapi_platform_check,
-    .record_resource = rapi_platform_record_resource,
-    .pointer_resource = rapi_platform_pointer_resource,
+    RAPI_TRACKED_METHODS,
 };
 
-static int as_fault(rap_allocator *a, const char *fn, rapi_platform **out) {
+static int as_fault(rap_allocator *a, const char *fn, rapi_tracked **out) {
   if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "%s: allocator is NULL", fn);
   if (a->strategy != &rapi_fault_strategy)
     return rapi_fail(RAP_ERR_INVALID, "%s: '%s' is a %s, not a Fault allocator", fn, a->name,
@@ -119,7 +104,7 @@ static int as_fault(rap_allocator *a, const char *fn, rapi_platform **out) {
 }
 
 int rap_fault_configure(rap_allocator *a, const char *options) {
-  rapi_platform *p = NULL;
+  rapi_tracked *p = NULL;
   int st = as_fault(a, "rap_fault_configure", &p);
   if (st != RAP_OK) return st;
   rap_options opts;
@@ -133,7 +118,7 @@ int rap_fault_configure(rap_allocator *a, const char *options) {
 }
 
 int rap_fault_requests(rap_allocator *a, size_t *out) {
-  rapi_platform *p = NULL;
+  rapi_tracked *p = NULL;
   int st = as_fault(a, "rap_fault_requests", &p);
   if (st != RAP_OK) return st;
   if (out == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_fault_requests: out is NULL");

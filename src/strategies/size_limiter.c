@@ -14,7 +14,7 @@ typedef struct limiter {
                         this allocator's lock go while it waits (rapi_host_wait) */
 } limiter;
 
-static int limiter_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_resource *r) {
+static int limiter_raw_alloc(rapi_tracked *p, void **out, size_t bytes, rap_resource *r) {
   limiter *l = p->impl;
   if (bytes > l->limit || p->current + l->inflight > l->limit - bytes) {
     char want[32], lim[32], live[32];
@@ -30,13 +30,12 @@ static int limiter_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_res
   return st;
 }
 
-static int limiter_raw_free(rapi_platform *p, void *ptr, size_t bytes, rap_resource *r) {
+static int limiter_raw_free(rapi_tracked *p, void *ptr, size_t bytes, rap_resource *r) {
   (void)bytes;
   return rap_deallocate(rap_allocator_parent(p->self), ptr, r);
 }
 
 static int limiter_init(rap_allocator *self, void *state, rap_options *opts) {
-  rapi_platform *p = state;
   size_t limit = 0;
   int st = rap_options_get_size(opts, "limit", &limit);
   if (st != RAP_OK) return st;
@@ -47,32 +46,15 @@ static int limiter_init(rap_allocator *self, void *state, rap_options *opts) {
   if (l == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
   l->limit = limit;
   l->inflight = 0;
-  p->impl = l;
-  p->raw_alloc = limiter_raw_alloc;
-  p->raw_free = limiter_raw_free;
-  p->pass_through = true;
-  rap_allocator_set_alignment(self, rap_allocator_alignment(rap_allocator_parent(self)));
-  st = rapi_platform_init(p, self);
-  if (st != RAP_OK) {
-    free(l);
-    p->impl = NULL;
-  }
-  return st;
+  return rapi_tracked_init(state, self, l, limiter_raw_alloc, limiter_raw_free, true,
+                           rap_allocator_alignment(rap_allocator_parent(self)));
 }
 
 const rap_strategy rapi_size_limiter_strategy = {
     .version = RAP_STRATEGY_VERSION,
     .name = "SizeLimiter",
     .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS,
-    .state_size = sizeof(rapi_platform),
+    .state_size = sizeof(rapi_tracked),
     .init = limiter_init,
-    .fini = rapi_platform_fini,
-    .allocate = rapi_platform_allocate,
-    .deallocate = rapi_platform_deallocate,
-    .stats = rapi_platform_stats,
-    .owns = rapi_platform_owns,
-    .release = rapi_platform_release,
-    .check = rapi_platform_check,
-    .record_resource = rapi_platform_record_resource,
-    .pointer_resource = rapi_platform_pointer_resource,
+    RAPI_TRACKED_METHODS,
 };

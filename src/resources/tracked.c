@@ -11,20 +11,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-int rapi_platform_init(rapi_platform *p, rap_allocator *self) {
-  if (pthread_mutex_init(&p->lock, NULL) != 0)
+int rapi_tracked_init(rapi_tracked *p, rap_allocator *self, void *impl,
+                      int (*raw_alloc)(rapi_tracked *, void **, size_t, rap_resource *),
+                      int (*raw_free)(rapi_tracked *, void *, size_t, rap_resource *),
+                      bool pass_through, size_t alignment) {
+  if (pthread_mutex_init(&p->lock, NULL) != 0) {
+    free(impl);
     return rapi_fail(RAP_ERR_BACKEND, "%s: pthread_mutex_init failed", rap_allocator_name(self));
-  rapi_slab_init(&p->recs, sizeof(rapi_prec), 256);
-  p->self = self;
+  }
   if (rapi_map_init(&p->map) != RAP_OK) {
     pthread_mutex_destroy(&p->lock);
+    free(impl);
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
   }
+  rapi_slab_init(&p->recs, sizeof(rapi_prec), 256);
+  p->self = self;
+  p->impl = impl;
+  p->raw_alloc = raw_alloc;
+  p->raw_free = raw_free;
+  p->pass_through = pass_through;
+  rap_allocator_set_alignment(self, alignment);
   return RAP_OK;
 }
 
-void rapi_platform_fini(rap_allocator *self, void *state) {
-  rapi_platform *p = state;
+void rapi_tracked_fini(rap_allocator *self, void *state) {
+  rapi_tracked *p = state;
   for (size_t i = 0; p->map.slots != NULL && i <= p->map.mask; i++) {
     rapi_prec *rec = p->map.slots[i].value;
     if (p->map.slots[i].key == 0) continue;
@@ -39,8 +50,8 @@ void rapi_platform_fini(rap_allocator *self, void *state) {
   free(p->impl);
 }
 
-int rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
-  rapi_platform *p = state;
+int rapi_tracked_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+  rapi_tracked *p = state;
   void *ptr = NULL;
   rapi_held held;
   rapi_lock(&p->lock, &held);
@@ -81,8 +92,8 @@ int rapi_platform_allocate(void *state, void **out, size_t bytes, rap_resource *
   return RAP_OK;
 }
 
-int rapi_platform_deallocate(void *state, void *ptr, rap_resource *r) {
-  rapi_platform *p = state;
+int rapi_tracked_deallocate(void *state, void *ptr, rap_resource *r) {
+  rapi_tracked *p = state;
   rapi_held held;
   rapi_lock(&p->lock, &held);
   rapi_prec *rec = rapi_map_find(&p->map, ptr);
@@ -104,8 +115,8 @@ int rapi_platform_deallocate(void *state, void *ptr, rap_resource *r) {
   return st;
 }
 
-int rapi_platform_stats(void *state, rap_stats *out) {
-  rapi_platform *p = state;
+int rapi_tracked_stats(void *state, rap_stats *out) {
+  rapi_tracked *p = state;
   pthread_mutex_lock(&p->lock);
   out->current_bytes = p->current;
   out->high_watermark = p->hwm;
@@ -118,16 +129,16 @@ int rapi_platform_stats(void *state, rap_stats *out) {
   return RAP_OK;
 }
 
-int rapi_platform_owns(void *state, const void *ptr) {
-  rapi_platform *p = state;
+int rapi_tracked_owns(void *state, const void *ptr) {
+  rapi_tracked *p = state;
   pthread_mutex_lock(&p->lock);
   int owns = rapi_map_find(&p->map, ptr) != NULL;
   pthread_mutex_unlock(&p->lock);
   return owns;
 }
 
-int rapi_platform_check(void *state) {
-  rapi_platform *p = state;
+int rapi_tracked_check(void *state) {
+  rapi_tracked *p = state;
   pthread_mutex_lock(&p->lock);
   size_t n = 0, bytes = 0;
   for (size_t i = 0; i <= p->map.mask; i++) {
@@ -146,7 +157,7 @@ int rapi_platform_check(void *state) {
 
 /* ---- HOST ------------------------------------------------------------------------------------ */
 
-static int host_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_resource *r) {
+static int host_raw_alloc(rapi_tracked *p, void **out, size_t bytes, rap_resource *r) {
   (void)r;   /* host memory is not stream-ordered: any resource may have it at once */
   /* No object may exceed PTRDIFF_MAX; asking malloc anyway aborts under sanitizers. */
   void *ptr = bytes <= (size_t)PTRDIFF_MAX ? malloc(bytes) : NULL;
@@ -159,7 +170,7 @@ static int host_raw_alloc(rapi_platform *p, void **out, size_t bytes, rap_resour
   return RAP_OK;
 }
 
-static int host_raw_free(rapi_platform *p, void *ptr, size_t bytes, rap_resource *r) {
+static int host_raw_free(rapi_tracked *p, void *ptr, size_t bytes, rap_resource *r) {
   (void)p;
   (void)r;
   (void)bytes;
@@ -169,46 +180,46 @@ static int host_raw_free(rapi_platform *p, void *ptr, size_t bytes, rap_resource
 
 static int host_init(rap_allocator *self, void *state, rap_options *opts) {
   (void)opts;
-  rapi_platform *p = state;
-  p->raw_alloc = host_raw_alloc;
-  p->raw_free = host_raw_free;
-  rap_allocator_set_alignment(self, 16);   /* what glibc's malloc guarantees on 64-bit targets */
-  return rapi_platform_init(p, self);
+  /* 16: what glibc's malloc guarantees on 64-bit targets */
+  return rapi_tracked_init(state, self, NULL, host_raw_alloc, host_raw_free, false, 16);
 }
 
 const rap_strategy rapi_host_platform = {
     .version = RAP_STRATEGY_VERSION,
     .name = "HOST",
     .flags = RAP_STRATEGY_CONCURRENT_OWNS,
-    .state_size = sizeof(rapi_platform),
+    .state_size = sizeof(rapi_tracked),
     .init = host_init,
-    .fini = rapi_platform_fini,
-    .allocate = rapi_platform_allocate,
-    .deallocate = rapi_platform_deallocate,
-    .stats = rapi_platform_stats,
-    .owns = rapi_platform_owns,
-    .check = rapi_platform_check,
+    RAPI_TRACKED_METHODS,
 };
 
-/* ---- what wrappers built on this body (Fault, SizeLimiter) pass to their parent ------------ */
+/* ---- the optional calls, answered alike by platforms and by wrappers (which pass them on) -- */
 
-int rapi_platform_record_resource(void *state, void *ptr, rap_resource *r) {
-  rapi_platform *p = state;
-  if (!rapi_platform_owns(state, ptr))
+/* A platform tracks no resources; a wrapper passes the question on. */
+int rapi_tracked_record_resource(void *state, void *ptr, rap_resource *r) {
+  rapi_tracked *p = state;
+  if (!p->pass_through)
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_record_resource('%s'): %s does not track resources",
+                     rap_allocator_name(p->self), rap_allocator_strategy(p->self));
+  if (!rapi_tracked_owns(state, ptr))
     return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_record_resource('%s'): %p is not a live block",
                      rap_allocator_name(p->self), ptr);
   return rap_record_resource(rap_allocator_parent(p->self), ptr, r);
 }
 
-int rapi_platform_pointer_resource(void *state, const void *ptr, rap_resource **out) {
-  rapi_platform *p = state;
-  if (ptr == NULL || !rapi_platform_owns(state, ptr))
+int rapi_tracked_pointer_resource(void *state, const void *ptr, rap_resource **out) {
+  rapi_tracked *p = state;
+  if (ptr == NULL || !rapi_tracked_owns(state, ptr))
     return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_pointer_resource('%s'): %p is not a live block",
                      rap_allocator_name(p->self), ptr);
+  if (!p->pass_through) {
+    *out = &rap_allocator_manager(p->self)->host;   /* raw memory belongs to no stream */
+    return RAP_OK;
+  }
   return rap_pointer_resource(rap_allocator_parent(p->self), ptr, out);
 }
 
-int rapi_platform_release(void *state) {
-  rapi_platform *p = state;
-  return rap_release(rap_allocator_parent(p->self));
+int rapi_tracked_release(void *state) {
+  rapi_tracked *p = state;
+  return p->pass_through ? rap_release(rap_allocator_parent(p->self)) : RAP_OK;
 }
