@@ -85,6 +85,22 @@ int  rapi_fail(int status, const char *fmt, ...)
     ;
 void rapi_format_size(char *buf, size_t cap, size_t bytes);   /* "256 MiB", "1.5 KiB", "17 B" */
 
+/* ---- core/allocator.c: debug levels ----------------------------------------------------------
+ * RAP_DEBUG in the environment, read when the first manager is made: 1 checks the preconditions
+ * the code states with RAPI_ASSERT (a broken one is logged as an error and the public call it
+ * happened in answers RAP_ERR_CORRUPT naming it); 2 also runs the allocator's invariant walker
+ * (rap_allocator_check) after every public call on it, which then answers the walker's status if
+ * the call left the allocator broken. Off (0), each costs one predictable branch. */
+extern int rapi_debug;
+void rapi_debug_read_env(void);
+void rapi_assert_failed(const char *file, int line, const char *cond);
+static inline int rapi_debug_level(void) { return __atomic_load_n(&rapi_debug, __ATOMIC_RELAXED); }
+#define RAPI_ASSERT(cond)                                                                          \
+  do {                                                                                             \
+    if (RAPI_UNLIKELY(rapi_debug_level() > 0) && !(cond))                                         \
+      rapi_assert_failed(__FILE__, __LINE__, #cond);                                               \
+  } while (0)
+
 /* ---- core/options.c -------------------------------------------------------------------------- */
 typedef struct rapi_option {
   char *key, *value;

@@ -1,10 +1,53 @@
 /* allocator.c — what every allocator answers, whatever its strategy: the public entry points that
  * go straight to the allocator's table, and the accessors strategies use on themselves and their
  * parents. The base layer: strategies call these on their parents, nothing here calls upward.
+ * Also the debug levels (RAP_DEBUG, rap_internal.h): with it off the entry points cost one branch
+ * more; on, every public call on an allocator goes through debugged(), below.
  */
 #include "rap_internal.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+int rapi_debug;
+static _Thread_local char assert_failed[256];   /* the first broken precondition of this call */
+
+void rapi_debug_read_env(void) {
+  const char *v = getenv("RAP_DEBUG");
+  int level = v != NULL && v[0] >= '0' && v[0] <= '9' ? atoi(v) : 0;
+  if (level != rapi_debug_level()) __atomic_store_n(&rapi_debug, level, __ATOMIC_RELAXED);
+}
+
+void rapi_assert_failed(const char *file, int line, const char *cond) {
+  const char *base = strrchr(file, '/');
+  rap_log(RAP_LOG_ERROR, "RAP_DEBUG: %s:%d: precondition broken: %s", base ? base + 1 : file, line,
+          cond);
+  if (assert_failed[0] == '\0')
+    snprintf(assert_failed, sizeof assert_failed, "%s:%d: %s", base ? base + 1 : file, line, cond);
+}
+
+/* A public call with the debug checks: preconditions broken inside it make it RAP_ERR_CORRUPT, and
+ * at level 2 the allocator's invariants are walked after it. Nested calls (a pool asking its
+ * parent) each check their own allocator; the first broken precondition is reported once. */
+static RAPI_NOINLINE int debugged(rap_allocator *a, const char *fn, int st) {
+  if (assert_failed[0] != '\0') {
+    char what[256];
+    memcpy(what, assert_failed, sizeof what);
+    assert_failed[0] = '\0';
+    return rapi_fail(RAP_ERR_CORRUPT, "%s('%s'): RAP_DEBUG: precondition broken at %s", fn, a->name,
+                     what);
+  }
+  if (rapi_debug_level() >= 2 && a->strategy->check != NULL) {
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", rap_last_error());
+    int chk = a->strategy->check(a->state);
+    if (chk != RAP_OK) return chk;
+    if (st != RAP_OK) rapi_fail(st, "%s", saved);   /* the call's own sentence stays */
+  }
+  return st;
+}
+#define DEBUGGED(a, fn, call) (RAPI_UNLIKELY(rapi_debug_level() > 0) ? debugged((a), (fn), (call)) : (call))
 
 const char *rap_allocator_name(const rap_allocator *a) { return a ? a->name : NULL; }
 const char *rap_allocator_strategy(const rap_allocator *a) { return a ? a->strategy->name : NULL; }
@@ -29,19 +72,19 @@ static RAPI_NOINLINE int bad_call(const char *fn, const rap_allocator *a, const 
 int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
   if (RAPI_UNLIKELY(a == NULL || out == NULL || (r != NULL && r->rm != a->rm)))
     return bad_call("rap_allocate", a, out, r);
-  return a->strategy->allocate(a->state, out, bytes, r);
+  return DEBUGGED(a, "rap_allocate", a->strategy->allocate(a->state, out, bytes, r));
 }
 
 int rap_deallocate(rap_allocator *a, void *ptr, rap_resource *r) {
   if (RAPI_UNLIKELY(a == NULL || (r != NULL && r->rm != a->rm)))
     return bad_call("rap_deallocate", a, "", r);
   if (RAPI_UNLIKELY(ptr == NULL)) return RAP_OK;
-  return a->strategy->deallocate(a->state, ptr, r);
+  return DEBUGGED(a, "rap_deallocate", a->strategy->deallocate(a->state, ptr, r));
 }
 
 int rap_release(rap_allocator *a) {
   if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_release: allocator is NULL");
-  return a->strategy->release ? a->strategy->release(a->state) : RAP_OK;
+  return DEBUGGED(a, "rap_release", a->strategy->release ? a->strategy->release(a->state) : RAP_OK);
 }
 
 int rap_allocator_check(rap_allocator *a) {
@@ -59,7 +102,7 @@ int rap_record_resource(rap_allocator *a, void *ptr, rap_resource *r) {
     return rapi_fail(RAP_ERR_UNSUPPORTED,
                      "rap_record_resource('%s'): %s does not track resources", a->name,
                      a->strategy->name);
-  return a->strategy->record_resource(a->state, ptr, r);
+  return DEBUGGED(a, "rap_record_resource", a->strategy->record_resource(a->state, ptr, r));
 }
 
 int rap_pointer_resource(rap_allocator *a, const void *ptr, rap_resource **out) {

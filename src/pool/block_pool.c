@@ -151,6 +151,7 @@ static void unindex_free(rapi_bp *bp, rapi_block *b) {
 /* ---- blocks ----------------------------------------------------------------------------------- */
 
 rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size) {
+  RAPI_ASSERT(size <= b->size && size % bp->alignment == 0);
   if (b->size - size < bp->alignment) return NULL;
   rapi_block *rem = rapi_slab_alloc(&bp->block_recs);
   if (rem == NULL) return NULL;   /* no record: the block stays whole, which is still correct */
@@ -198,6 +199,7 @@ int rapi_bp_reserve_slow(rapi_bp *bp) {
 }
 
 void rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
+  RAPI_ASSERT(b->state != RAPI_USED && rapi_map_has_room(&bp->used) && bytes <= b->size);
   rapi_map_insert(&bp->used, b->ptr, b);   /* room was made by rapi_bp_reserve */
   b->state = RAPI_USED;
   b->requested = bytes;
@@ -210,6 +212,7 @@ void rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
 
 
 void rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b) {
+  RAPI_ASSERT(b->state == RAPI_USED && rapi_map_find(&bp->used, b->ptr) == b);
   rapi_map_remove(&bp->used, b->ptr);
   bp->current -= b->requested;
   bp->used_bytes -= b->size;
@@ -230,6 +233,7 @@ void rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b) {
  * reused for the merged block (in place when its class holds), so the common case costs no
  * bitmap update. Neither neighbour was a whole chunk, since b lies beside it. */
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b) {
+  RAPI_ASSERT(b->state != RAPI_FREE);
   rapi_block *entry = NULL;
   size_t entry_size = 0;
   if (b->prev && b->prev->state == RAPI_FREE) {

@@ -198,6 +198,7 @@ static void add_pending(ra_pool *p, rstate *rs, rapi_block *b, rapi_block *after
 
 /* Takes b out of the pending state; returns the FIFO position it held. */
 static rapi_block *drop_pending(ra_pool *p, rstate *rs, rapi_block *b) {
+  RAPI_ASSERT(b->state == RAPI_PENDING && RA(b)->owner == rs && rs->pending_count > 0);
   rapi_block *at = RA(b)->fifo_prev;
   fifo_remove(rs, b);
   if (b == rs->hot) rs->hot = NULL;
@@ -229,6 +230,7 @@ static bool uses_passed(const rapi_block *b) {
  * pending on the same owner with the same batch, in the same place of the owner's FIFO: it never
  * becomes free for other resources before the owner has passed that batch. */
 static void take_pending(ra_pool *p, rstate *owner, rapi_block *b, size_t size) {
+  RAPI_ASSERT(b->size >= size);
   rapi_block *at = drop_pending(p, owner, b);
   /* A block with uses is handed out whole: a remainder would need the same uses. */
   rapi_block *rem = RA(b)->uses == NULL ? rapi_bp_split(&p->bp, b, size) : NULL;
@@ -675,6 +677,7 @@ static int resource_busy(ra_pool *p, rap_resource *r) {
  * resource it was also used on that has not passed that use: it is pending there now, in batch
  * order in that resource's FIFO, exactly as if that resource had freed it. */
 static void rehome(ra_pool *p, rstate *from, rapi_block *b) {
+  RAPI_ASSERT(RA(b)->uses != NULL && !uses_passed(b));
   drop_pending(p, from, b);
   rapi_use **pu = &RA(b)->uses;
   while (passed((*pu)->rs, (*pu)->tag)) pu = &(*pu)->next;
