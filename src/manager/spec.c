@@ -30,6 +30,7 @@ typedef struct node {
 typedef struct parser {
   const char *text, *p;
   char error[160];
+  size_t error_at;          /* offset of the character the error is about */
   unsigned depth;
 } parser;
 
@@ -42,6 +43,7 @@ static void skip(parser *ps) {
 }
 
 static node *fail_at(parser *ps, const char *what) {
+  if (ps->error[0] == '\0') ps->error_at = (size_t)(ps->p - ps->text);
   if (ps->error[0] == '\0')
     snprintf(ps->error, sizeof ps->error, "column %zu: %s", (size_t)(ps->p - ps->text) + 1, what);
   return NULL;
@@ -177,7 +179,7 @@ static int build(rap_manager *rm, node *n, const char *name, rap_allocator **out
 }
 
 static int make_from_spec(rap_manager *rm, const char *name, const char *spec, rap_allocator **out) {
-  parser ps = {spec, spec, "", 0};
+  parser ps = {spec, spec, "", 0, 0};
   node *root = parse(&ps);
   if (root != NULL) {
     skip(&ps);
@@ -192,8 +194,18 @@ static int make_from_spec(rap_manager *rm, const char *name, const char *spec, r
       root = NULL;
     }
   }
-  if (root == NULL)
-    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_make_spec('%s'): '%s': %s", name, spec, ps.error);
+  if (root == NULL) {
+    /* A long spec is quoted around the error only, so that the column and the reason always fit
+     * in the sentence. */
+    size_t len = strlen(spec), from = 0, shown = len;
+    if (len > 64) {
+      from = ps.error_at > 32 ? ps.error_at - 32 : 0;
+      shown = len - from < 64 ? len - from : 64;
+    }
+    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_make_spec('%s'): '%s%.*s%s': %s", name,
+                     from > 0 ? "..." : "", (int)shown, spec + from, from + shown < len ? "..." : "",
+                     ps.error);
+  }
   int st = build(rm, root, name, out);
   free_node(root);
   return st;
