@@ -10,11 +10,22 @@
  * events before reporting out of memory, or a host-side cross-resource wait), the hook in
  * fz_host_async.c lets every queue run, and the model is told.
  *
+ * Lifecycle (configuration bit 0x80 of byte 4; inputs without it decode as before): the pool may
+ * also be a FixedPool (over HOST or over the pool) or one pool over another, and opcode bytes from
+ * 0xE0 are lifecycle operations: destroy a queue (refused exactly while it owns a live block; else
+ * a fresh queue takes its slot), busy or not, its gate opened first or by the hook (which then
+ * opens only the gates that queue waits behind); destroy the whole allocator chain and build it
+ * again (refused while blocks are live); let one queue run alone, so that waits queued on a queue
+ * outlive it; and two scenarios of the contract, "lend" (a use outlives the owner) and "wait on"
+ * (a queued cross-resource wait outlives the queue it waits for).
+ *
  * Checked after every operation: each status against the model (or, where the model cannot know,
  * that out of memory came with a parent refusal and changed nothing), no two live blocks overlap,
  * alignment, the hand-out rule of §3.1 (model.h), current_bytes and allocation_count exactly,
  * pending bytes at least what has not passed, per-resource figures, rap_allocator_check on every
- * allocator in the chain, each block's fill pattern before it is freed, and a clean teardown.
+ * allocator in the chain, each pool's chunks equal to what its parent holds for it, each block's
+ * fill pattern before it is freed, and a clean teardown. A queue that should have run everything
+ * but has not after FZ_STUCK_SECONDS is a failure too (a wait queued on a destroyed queue's event).
  */
 #include "model.h"
 
@@ -23,25 +34,37 @@
 #include <rap/rap.h>
 #include <rap/strategy.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int rap_fuzz_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
 int fz_queue_waits(rap_resource *r, rap_resource *const *queues, int n, unsigned *mask);
 void fz_queue_instrument(rap_resource *r);
 void fz_queue_forget_waits(void);
+void fz_queue_forget(rap_resource *r);
+int fz_queue_of(const pthread_cond_t *c, rap_resource *const *queues, int n);
 void fz_report(FILE *out);
 
-enum { K_QUICK, K_DPL, K_RAP, K_COUNT };
-static const char *const kind_names[K_COUNT] = {"QuickPool", "DynamicPoolList", "ResourceAwarePool"};
+enum { K_QUICK, K_DPL, K_RAP, K_FIXED, K_COUNT };
+static const char *const kind_names[K_COUNT] = {"QuickPool", "DynamicPoolList", "ResourceAwarePool",
+                                                "FixedPool"};
 enum { W_NONE, W_THREADSAFE, W_LIMITER, W_FAULT };
+enum { FZ_STUCK_SECONDS = 20 };   /* far more than any queue here needs once its gates are open */
 
 /* Operations run, per strategy (and ResourceAwarePool with cross_resource=wait), for the report. */
 static size_t ops_run[K_COUNT + 1], inputs_run[K_COUNT + 1], host_blocks;
+/* Lifecycle, for the report: inputs, pools over pools, queue destroys done and refused, chains
+ * destroyed and built again, chain destroys refused. */
+static size_t lc_inputs, lc_stacked, lc_destroyed, lc_refused, lc_rebuilt, lc_chain_refused;
+/* Of the queues destroyed: with another queue's wait queued on them, with uses recorded on them,
+ * leaving a block pending for a use that has not passed. */
+static size_t lc_waited_on, lc_with_uses, lc_orphans, cross_waits;
 
 typedef struct gate_node {
   gate g;
@@ -59,22 +82,27 @@ typedef struct wrapper {
 typedef struct run {
   const uint8_t *data;
   size_t size, pos;
-  int kind;
-  char spec[512];
+  int kind;            /* of the pool under test (the outermost pool) */
+  bool lifecycle;      /* configuration bit: lifecycle operations and configurations */
+  size_t object_size;  /* FixedPool */
+  char spec[640];
   rap_manager *rm;
-  rap_allocator *top, *pool, *host_platform;
+  rap_allocator *top, *pool, *lower, *host_platform;   /* lower: a pool under the pool, or NULL */
   rap_allocator *chain[8];
   int nchain;
   wrapper outer[2];    /* outermost first */
   int nouter;
-  wrapper inner;       /* between the pool and HOST; kind W_NONE if none */
+  wrapper inner;       /* between the pool (or the pool under it) and HOST; kind W_NONE if none */
+  size_t olim, ilim;   /* the SizeLimiters' limits, outside and inside */
+  bool cross_wait;
   rap_resource *res[FZ_RES];   /* 0: the host; 1..FZ_QUEUES: queues */
   gate_node *gates[FZ_RES];
   model m;
   size_t align;
   uintptr_t freed[8];
   unsigned nfreed, seed;
-  bool in_call, blocked, trace;
+  bool in_call, blocked, precise, trace;
+  unsigned blocked_set;   /* the queues the hook let run */
   int op;
   const char *opname;
 } run;
@@ -91,6 +119,7 @@ __attribute__((noreturn, format(printf, 1, 2))) static void fail(const char *fmt
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   fprintf(stderr, "\n  spec: %s\n  last error: %s\n", R.spec, rap_last_error());
+  if (R.trace) m_dump(&R.m, stderr);
   abort();
 }
 
@@ -106,22 +135,13 @@ static void expect_status(int got, int want, const char *call) {
 
 /* ---- the host-block hook, queues and gates ----------------------------------------------------- */
 
+static const unsigned ALL_QUEUES = ((1u << FZ_RES) - 1u) & ~1u;
+
 static void open_gates(int q) {
   for (gate_node *g = R.gates[q]; g != NULL; g = g->next) gate_open(&g->g);
 }
 
-int rap_fuzz_cond_wait(pthread_cond_t *c, pthread_mutex_t *m) {
-  if (pthread_equal(pthread_self(), fz_main) && R.in_call && !R.blocked) {
-    /* The host is about to wait for a queue inside a pool call: let every queue run. */
-    R.blocked = true;
-    for (int q = 1; q <= FZ_QUEUES; q++) open_gates(q);
-  }
-  return pthread_cond_wait(c, m);
-}
-
-static void sync_queue(int q) {
-  open_gates(q);
-  expect_status(rap_resource_synchronize(R.res[q]), RAP_OK, "rap_resource_synchronize");
+static void free_gates(int q) {
   for (gate_node *g = R.gates[q], *next; g != NULL; g = next) {
     next = g->next;
     gate_destroy(&g->g);
@@ -130,28 +150,71 @@ static void sync_queue(int q) {
   R.gates[q] = NULL;
 }
 
-static const unsigned ALL_QUEUES = ((1u << FZ_RES) - 1u) & ~1u;
+/* Every wait of the host resource in host_async goes through here. Inside a pool call the host is
+ * about to wait for a queue: let every queue run (R.precise: only the queue it waits for and what
+ * that one waits for, so that the others keep their order). No wait of the driver's own thread
+ * may take long, since every gate it waits behind is open: one that does is reported. */
+int rap_fuzz_cond_wait(pthread_cond_t *c, pthread_mutex_t *m) {
+  if (!pthread_equal(pthread_self(), fz_main)) return pthread_cond_wait(c, m);
+  int k = fz_queue_of(c, R.res + 1, FZ_QUEUES);
+  if (R.in_call) {
+    unsigned set = ALL_QUEUES;
+    if (R.precise && k > 0) set = m_fwd_closure(&R.m, k);
+    if (!R.blocked || (set & ~R.blocked_set) != 0) {
+      R.blocked = true;
+      for (int q = 1; q <= FZ_QUEUES; q++)
+        if ((set & ~R.blocked_set) >> q & 1u) open_gates(q);
+      R.blocked_set |= set;
+    }
+  }
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += FZ_STUCK_SECONDS;
+  int rc = pthread_cond_timedwait(c, m, &until);
+  if (rc == ETIMEDOUT)
+    fail("the host has waited %d s for %s%d, which should have run everything by then (every gate "
+         "it waits behind is open)", FZ_STUCK_SECONDS, k > 0 ? "queue " : "an unknown condition ", k);
+  return rc;
+}
 
-static void pass_set(unsigned set) {
+static void sync_queue(int q) {
+  open_gates(q);
+  expect_status(rap_resource_synchronize(R.res[q]), RAP_OK, "rap_resource_synchronize");
+  free_gates(q);
+}
+
+/* Every queue in set runs everything (but `gone`, a queue destroyed meanwhile, whose gates ran);
+ * a queue outside set that only waited for them is idle too. */
+static void pass_queues(unsigned set, int gone) {
   for (int q = 1; q <= FZ_QUEUES; q++)
-    if (set >> q & 1u) open_gates(q);
+    if ((set >> q & 1u) && q != gone) open_gates(q);
   for (int q = 1; q <= FZ_QUEUES; q++)
-    if (set >> q & 1u) sync_queue(q);
+    if (set >> q & 1u) {
+      if (q != gone) sync_queue(q);
+      else free_gates(q);
+    }
   m_passed_set(&R.m, set);
+  for (int q = 1; q <= FZ_QUEUES; q++)
+    if (!(set >> q & 1u) && q != gone && !m_busy(&R.m, q))
+      expect_status(rap_resource_synchronize(R.res[q]), RAP_OK, "rap_resource_synchronize");
   if (set == ALL_QUEUES) fz_queue_forget_waits();
 }
+
+static void pass_set(unsigned set) { pass_queues(set, 0); }
 
 static void call_begin(void) {
   R.in_call = true;
   R.blocked = false;
+  R.blocked_set = 0;
 }
 
-/* Returns whether the host blocked; if so, every queue has run everything. */
+/* Returns whether the host blocked; if so, every queue it let run has run everything. */
 static bool call_end(void) {
   R.in_call = false;
+  R.precise = false;
   if (!R.blocked) return false;
   host_blocks++;
-  pass_set(ALL_QUEUES);
+  pass_set(R.blocked_set);
   return true;
 }
 
@@ -180,6 +243,45 @@ static size_t size_arg(void) {
 
 /* ---- building the pool ------------------------------------------------------------------------ */
 
+static bool is_pool(const char *strategy) {
+  for (int k = 0; k < K_COUNT; k++)
+    if (strcmp(strategy, kind_names[k]) == 0) return true;
+  return false;
+}
+
+/* Makes the chain from R.spec and finds its levels: wrappers outside the pool, the pool, a pool
+ * under it, a wrapper inside, HOST. Run at the start and after the chain was destroyed. */
+static void make_chain(void) {
+  R.nchain = R.nouter = 0;
+  R.pool = R.lower = R.host_platform = NULL;
+  memset(R.outer, 0, sizeof R.outer);
+  memset(&R.inner, 0, sizeof R.inner);
+  expect_status(rap_allocator_make_spec(R.rm, "fz", R.spec, &R.top), RAP_OK, "rap_allocator_make_spec");
+  for (rap_allocator *a = R.top; a != NULL; a = rap_allocator_parent(a)) {
+    EXPECT(R.nchain < 8, "the chain is too long");
+    R.chain[R.nchain++] = a;
+    const char *s = rap_allocator_strategy(a);
+    int w = strcmp(s, "ThreadSafe") == 0 ? W_THREADSAFE : strcmp(s, "SizeLimiter") == 0 ? W_LIMITER
+          : strcmp(s, "Fault") == 0 ? W_FAULT : W_NONE;
+    if (is_pool(s)) {
+      if (R.pool == NULL) R.pool = a;
+      else R.lower = a;
+    } else if (strcmp(s, "HOST") == 0) {
+      R.host_platform = a;
+    } else if (R.pool == NULL) {
+      R.outer[R.nouter++] = (wrapper){a, w, R.olim, 0, 0};
+    } else {
+      R.inner = (wrapper){a, w, R.ilim, 0, 0};
+    }
+  }
+  EXPECT(R.pool != NULL && R.host_platform != NULL, "the spec did not build a pool over HOST");
+  EXPECT(strcmp(rap_allocator_strategy(R.pool), kind_names[R.kind]) == 0, "the pool is a %s, not a %s",
+         rap_allocator_strategy(R.pool), kind_names[R.kind]);
+  R.align = rap_allocator_alignment(R.pool);
+  EXPECT(rap_allocator_alignment(R.top) == R.align, "the top reports alignment %zu, the pool %zu",
+         rap_allocator_alignment(R.top), R.align);
+}
+
 static void build(void) {
   unsigned b0 = byte(), b1 = byte(), b2 = byte(), b3 = byte(), b4 = byte(), b5 = byte();
   static const char *const initial[] = {"4KiB", "16KiB", "64KiB", "256KiB", "1MiB", "1KiB", "512", "2MiB"};
@@ -190,23 +292,45 @@ static void build(void) {
                                      "blocks_releasable_hwm:2", "percent_releasable_hwm:75"};
   static const size_t outer_limit[] = {4096, 65536, 1 << 20, 16 << 20};
   static const size_t inner_limit[] = {256 << 10, 1 << 20, 4 << 20, 64 << 20};
-  R.kind = (int)(b0 % K_COUNT);
-  bool wait = R.kind == K_RAP && (b4 >> 6 & 1u);
+  /* Lifecycle configurations: a FixedPool's object size and objects per chunk; the chunk sizes
+   * of a pool under the pool. */
+  static const size_t object_size[] = {16, 64, 100, 256, 1000, 4096, 65536, 1};
+  static const unsigned per_chunk[] = {64, 1, 7, 1024};
+  static const char *const lower_initial[] = {"256KiB", "1MiB", "4MiB", "64KiB"};
+  static const char *const lower_next[] = {"1MiB", "64KiB", "0", "4MiB"};
+  int base = (int)(b0 % 3);
+  R.lifecycle = b4 >> 7 & 1u;
+  int shape = R.lifecycle ? (int)(b2 >> 2 & 3u) : 0;   /* 0 one pool, 1 FixedPool, 2-3 pool over pool */
+  R.kind = shape == 1 ? K_FIXED : base;
+  bool wait = base == K_RAP && (b4 >> 6 & 1u);
   int o1 = (int)(b1 & 3u), o2 = (int)(b1 >> 2 & 3u), in = (int)(b2 & 3u);
   size_t olim = outer_limit[b5 & 3u], ilim = inner_limit[b5 >> 2 & 3u];
 
-  char inner[128], pool[320], tmp[sizeof R.spec + 64];
+  char inner[128], pool[320], lower[448], tmp[sizeof R.spec + 64];
   if (in == W_FAULT) snprintf(inner, sizeof inner, "Fault(HOST)");
   else if (in == W_LIMITER) snprintf(inner, sizeof inner, "SizeLimiter(HOST, limit=%zu)", ilim);
   else if (in == W_THREADSAFE) snprintf(inner, sizeof inner, "ThreadSafe(HOST)");
   else snprintf(inner, sizeof inner, "HOST");
-  int n = snprintf(pool, sizeof pool, "%s(%s, initial_size=%s, next_size=%s", kind_names[R.kind], inner,
+  if (shape >= 2) {   /* the pool under test over another kind of pool */
+    snprintf(lower, sizeof lower, "%s(%s, initial_size=%s, next_size=%s%s)",
+             kind_names[(base + shape - 1) % 3], inner, lower_initial[b5 >> 4 & 3u],
+             lower_next[b5 >> 6 & 3u], (base + shape - 1) % 3 == K_RAP ? ", cross_resource=wait" : "");
+    snprintf(inner, sizeof inner, "%s", "");
+  }
+  const char *parent = shape >= 2 ? lower : inner;
+  int n = snprintf(pool, sizeof pool, "%s(%s, initial_size=%s, next_size=%s", kind_names[base], parent,
                    initial[b3 & 7u], next[b3 >> 3 & 7u]);
   if (align[b4 & 7u]) n += snprintf(pool + n, sizeof pool - (size_t)n, ", alignment=%s", align[b4 & 7u]);
   if (heur[b4 >> 3 & 7u]) n += snprintf(pool + n, sizeof pool - (size_t)n, ", heuristic=%s", heur[b4 >> 3 & 7u]);
   if (wait) n += snprintf(pool + n, sizeof pool - (size_t)n, ", cross_resource=wait");
   snprintf(pool + n, sizeof pool - (size_t)n, ")");
-  snprintf(R.spec, sizeof R.spec, "%s", pool);
+  if (shape == 1) {   /* a FixedPool over HOST, or over the pool */
+    R.object_size = object_size[b2 >> 4 & 7u];
+    snprintf(R.spec, sizeof R.spec, "FixedPool(%s, object_size=%zu, objects_per_chunk=%u)",
+             b2 >> 7 ? pool : inner, R.object_size, per_chunk[b5 >> 4 & 3u]);
+  } else {
+    snprintf(R.spec, sizeof R.spec, "%s", pool);
+  }
   const int outers[2] = {o2, o1};   /* innermost first */
   for (int i = 0; i < 2; i++) {
     if (outers[i] == W_THREADSAFE) snprintf(tmp, sizeof tmp, "ThreadSafe(%s)", R.spec);
@@ -220,31 +344,11 @@ static void build(void) {
   }
 
   expect_status(rap_manager_create(&R.rm), RAP_OK, "rap_manager_create");
-  expect_status(rap_allocator_make_spec(R.rm, "fz", R.spec, &R.top), RAP_OK, "rap_allocator_make_spec");
-  /* Walk the chain: wrappers outside the pool, the pool, what is inside it. */
-  bool below = false;
-  for (rap_allocator *a = R.top; a != NULL; a = rap_allocator_parent(a)) {
-    EXPECT(R.nchain < 8, "the chain is too long");
-    R.chain[R.nchain++] = a;
-    const char *s = rap_allocator_strategy(a);
-    int w = strcmp(s, "ThreadSafe") == 0 ? W_THREADSAFE : strcmp(s, "SizeLimiter") == 0 ? W_LIMITER
-          : strcmp(s, "Fault") == 0 ? W_FAULT : W_NONE;
-    if (strcmp(s, kind_names[R.kind]) == 0) {
-      R.pool = a;
-      below = true;
-    } else if (strcmp(s, "HOST") == 0) {
-      R.host_platform = a;
-    } else if (!below) {
-      R.outer[R.nouter++] = (wrapper){a, w, olim, 0, 0};
-    } else {
-      R.inner = (wrapper){a, w, ilim, 0, 0};
-    }
-  }
-  EXPECT(R.pool != NULL && R.host_platform != NULL, "the spec did not build a pool over HOST");
-  R.align = rap_allocator_alignment(R.pool);
-  EXPECT(rap_allocator_alignment(R.top) == R.align, "the top reports alignment %zu, the pool %zu",
-         rap_allocator_alignment(R.top), R.align);
-  m_init(&R.m, R.kind == K_RAP, wait, R.align);
+  R.olim = olim;
+  R.ilim = ilim;
+  R.cross_wait = wait && R.kind == K_RAP;
+  make_chain();
+  m_init(&R.m, R.kind == K_RAP, R.cross_wait, R.align);
   expect_status(rap_resource_host(R.rm, &R.res[0]), RAP_OK, "rap_resource_host");
   for (int q = 1; q <= FZ_QUEUES; q++) {
     expect_status(rap_resource_create_host_async(R.rm, &R.res[q]), RAP_OK, "rap_resource_create_host_async");
@@ -322,11 +426,23 @@ static void verify(void) {
          p.pending_bytes, p.actual_bytes);
   EXPECT(p.largest_free_block <= p.free_bytes, "largest free block %zu > free bytes %zu",
          p.largest_free_block, p.free_bytes);
-  EXPECT(h.current_bytes == p.actual_bytes, "HOST holds %zu bytes for the pool, the pool says %zu",
-         h.current_bytes, p.actual_bytes);
+  rap_stats below = p;   /* the pool that takes its chunks from HOST (through the inner wrapper) */
+  if (R.lower != NULL) {
+    below = stats(R.lower);
+    EXPECT(below.current_bytes == p.actual_bytes && below.allocation_count == p.chunk_count,
+           "the pool under the pool holds %zu blocks of %zu bytes, the pool has %zu chunks of %zu",
+           below.allocation_count, below.current_bytes, p.chunk_count, p.actual_bytes);
+    EXPECT(below.used_bytes + below.free_bytes + below.pending_bytes <= below.actual_bytes,
+           "under the pool: used %zu + free %zu + pending %zu bytes exceed the %zu held", below.used_bytes,
+           below.free_bytes, below.pending_bytes, below.actual_bytes);
+    EXPECT(below.pending_count == 0, "the pool under the pool, which only the host uses, has %zu pending "
+           "blocks", below.pending_count);
+  }
+  EXPECT(h.current_bytes == below.actual_bytes, "HOST holds %zu bytes for the pool, the pool says %zu",
+         h.current_bytes, below.actual_bytes);
   if (R.inner.kind == W_FAULT || R.inner.kind == W_LIMITER)
-    EXPECT(stats(R.inner.a).current_bytes == p.actual_bytes, "the inner %s holds %zu bytes, the pool %zu",
-           rap_allocator_strategy(R.inner.a), stats(R.inner.a).current_bytes, p.actual_bytes);
+    EXPECT(stats(R.inner.a).current_bytes == below.actual_bytes, "the inner %s holds %zu bytes, the pool %zu",
+           rap_allocator_strategy(R.inner.a), stats(R.inner.a).current_bytes, below.actual_bytes);
   if (!R.m.resource_aware) {
     EXPECT(p.pending_count == 0 && p.pending_bytes == 0, "a %s has pending blocks", kind_names[R.kind]);
     return;
@@ -351,7 +467,9 @@ static void verify(void) {
            s.pending_bytes, mine);
     pending += s.pending_bytes;
   }
-  EXPECT(pending == p.pending_bytes, "resources hold %zu pending bytes, the pool %zu", pending, p.pending_bytes);
+  /* Blocks pending on a destroyed queue (kept for a use that has not passed) may be nobody's. */
+  EXPECT(R.m.orphans ? pending <= p.pending_bytes : pending == p.pending_bytes,
+         "resources hold %zu pending bytes, the pool %zu", pending, p.pending_bytes);
   if (p.pending_count == 0) m_drop_hazards(&R.m);
 }
 
@@ -383,11 +501,13 @@ static int pick_live(unsigned hint) {
   return -1;
 }
 
-static void op_allocate(unsigned hint, unsigned rsel, size_t n) {
+/* Returns the slot of the new block, or -1. */
+static int op_allocate(unsigned hint, unsigned rsel, size_t n) {
   int slot = -1;
   for (int i = 0; i < FZ_SLOTS && slot < 0; i++)
     if (!R.m.slot[(hint + (unsigned)i) % FZ_SLOTS].live) slot = (int)((hint + (unsigned)i) % FZ_SLOTS);
-  if (slot < 0) return;
+  if (slot < 0) return -1;
+  if (R.kind == K_FIXED && n > R.object_size) n %= R.object_size + 1;   /* a FixedPool's objects only */
   int x = rsel % 5 < 2 ? 0 : (int)(rsel % 5) - 1;   /* 0: NULL, 1: the host, 2..4: queues */
   rap_resource *r = rsel % 5 == 0 ? NULL : R.res[x];
 
@@ -425,9 +545,10 @@ static void op_allocate(unsigned hint, unsigned rsel, size_t n) {
     rap_stats after = stats(R.pool);
     EXPECT(after.current_bytes == before.current_bytes && after.allocation_count == before.allocation_count &&
            after.used_bytes == before.used_bytes, "a failed rap_allocate changed the live blocks");
-    return;
+    return -1;
   }
   uintptr_t a = (uintptr_t)p;
+  if (R.trace) fprintf(stderr, "  slot %d: %p, %zu bytes on resource %d%s\n", slot, p, n, x, blocked ? " (host waited)" : "");
   EXPECT(p != NULL && p != sentinel, "rap_allocate gave no pointer");
   EXPECT(a % R.align == 0, "%p is not aligned to %zu", p, R.align);
   int other = m_overlapping_live(&R.m, a, a + (n ? n : 1));
@@ -444,16 +565,15 @@ static void op_allocate(unsigned hint, unsigned rsel, size_t n) {
            waits & ~queued);
     EXPECT(R.m.cross_wait || queued == 0, "queue %d waits for another queue without cross_resource=wait", x);
     m_add_deps(&R.m, x, queued);
+    cross_waits += queued != 0;
     if (!m_busy(&R.m, x) && jobs > 0) sync_queue(x);   /* waits whose events completed: let them run */
   }
   m_consume(&R.m, a, n);
   m_allocated(&R.m, slot, a, n, x, ++R.seed);
-  fill_block(&R.m.slot[slot]);
+  fill_block(&R.m.slot[slot]);  return slot;
 }
 
-static void op_deallocate(unsigned hint, unsigned mode) {
-  int slot = pick_live(hint);
-  if (slot < 0) return;
+static void deallocate_slot(int slot, unsigned mode) {
   m_block *b = &R.m.slot[slot];
   int owner = R.m.resource_aware ? b->owner : 0, rid = -1;
   switch (mode % 4) {
@@ -464,6 +584,7 @@ static void op_deallocate(unsigned hint, unsigned mode) {
   }
   int want = R.m.resource_aware && rid >= 0 && rid != owner ? RAP_ERR_WRONG_RESOURCE : RAP_OK;
   check_pattern(slot);
+  if (R.trace) fprintf(stderr, "  slot %d (%#lx) on resource %d\n", slot, (unsigned long)b->p, rid);
   rap_stats bp = stats(R.pool), bt = stats(R.top);
   call_begin();
   int st = rap_deallocate(R.top, (void *)b->p, rid < 0 ? NULL : R.res[rid]);
@@ -480,11 +601,14 @@ static void op_deallocate(unsigned hint, unsigned mode) {
   m_deallocated(&R.m, slot);
 }
 
-static void op_record(unsigned hint, unsigned rsel) {
+static void op_deallocate(unsigned hint, unsigned mode) {
   int slot = pick_live(hint);
-  if (slot < 0) return;
-  int rid = (int)(rsel % 5) - 1;   /* -1: NULL */
+  if (slot >= 0) deallocate_slot(slot, mode);
+}
+
+static void record_slot(int slot, int rid) {
   int want = rid < 0 ? RAP_ERR_INVALID : R.m.resource_aware ? RAP_OK : RAP_ERR_UNSUPPORTED;
+  if (R.trace) fprintf(stderr, "  slot %d on resource %d\n", slot, rid);
   rap_stats before = stats(R.pool);
   call_begin();
   int st = rap_record_resource(R.top, (void *)R.m.slot[slot].p, rid < 0 ? NULL : R.res[rid]);
@@ -495,8 +619,14 @@ static void op_record(unsigned hint, unsigned rsel) {
   if (st == RAP_OK) m_record(&R.m, slot, rid);
 }
 
+static void op_record(unsigned hint, unsigned rsel) {
+  int slot = pick_live(hint);
+  if (slot >= 0) record_slot(slot, (int)(rsel % 5) - 1);   /* -1: NULL */
+}
+
 static void op_busy(unsigned q) {
   q = q % FZ_QUEUES + 1;
+  if (R.trace) fprintf(stderr, "  queue %u\n", q);
   gate_node *g = malloc(sizeof *g);
   EXPECT(g != NULL, "out of memory");
   gate_init(&g->g);
@@ -508,6 +638,7 @@ static void op_busy(unsigned q) {
 
 static void op_release(unsigned which) {
   rap_allocator *a = which & 1u ? R.pool : R.top;
+  if (R.lower != NULL && (which & 6u) == 6u) a = R.lower;
   call_begin();
   int st = rap_release(a);
   call_end();
@@ -574,6 +705,183 @@ static void op_fault(unsigned target, unsigned k) {
   w->fail_left = k;
 }
 
+/* ---- lifecycle --------------------------------------------------------------------------------- */
+
+/* Destroys the host (refused) or a queue. The destroy synchronizes the queue: with `open` its
+ * gates (and those of what it waits for) are opened first; without, the hook opens them when the
+ * host blocks, and only those, so another queue with a wait queued on this one stays behind its
+ * gate and its wait outlives the queue. */
+static void op_destroy_queue(unsigned which, unsigned how) {
+  if (which % 8 == 7) {
+    expect_status(rap_resource_destroy(R.res[0]), RAP_ERR_INVALID, "rap_resource_destroy(host)");
+    return;
+  }
+  int q = (int)(which % FZ_QUEUES) + 1;
+  if (R.trace) fprintf(stderr, "  queue %d%s\n", q, how & 1u ? ", its gates opened first" : "");
+  if (how & 1u) pass_set(m_fwd_closure(&R.m, q));
+  unsigned set = m_fwd_closure(&R.m, q);   /* what synchronizing q makes pass */
+  int want = m_owns_live(&R.m, q) ? RAP_ERR_BUSY : RAP_OK;
+  rap_stats bp = stats(R.pool), bq;
+  memset(&bq, 0, sizeof bq);
+  if (R.m.resource_aware)
+    expect_status(rap_allocator_resource_stats(R.pool, R.res[q], &bq), RAP_OK, "rap_allocator_resource_stats");
+  bool waited_on = false, uses = false, orphans = R.m.orphans;
+  for (int r = 1; r <= FZ_QUEUES; r++) waited_on |= r != q && (R.m.q[r].queued >> q & 1u);
+  for (int i = 0; i < FZ_SLOTS; i++) uses |= R.m.slot[i].live && (R.m.slot[i].uses >> q & 1u);
+  for (int i = 0; i < R.m.nhz; i++) uses |= R.m.hz[i].owner != q && (R.m.hz[i].ents >> q & 1u);
+  rap_resource *old = R.res[q];
+  call_begin();
+  R.precise = true;
+  int st = rap_resource_destroy(old);
+  R.in_call = R.precise = false;
+  if (R.blocked) {
+    host_blocks++;
+    set |= R.blocked_set;
+  }
+  if (R.trace) fprintf(stderr, "  %s%s\n", rap_status_name(st), R.blocked ? " (host waited)" : "");
+  expect_status(st, want, "rap_resource_destroy");
+  if (st == RAP_OK) {
+    lc_destroyed++;
+    pass_queues(set, q);   /* q's gates ran: it was synchronized and its worker joined */
+    fz_queue_forget(old);
+    m_queue_destroyed(&R.m, q);
+    lc_waited_on += waited_on;
+    lc_with_uses += uses;
+    for (int i = 0; i < R.m.nhz && !orphans; i++)
+      if (R.m.hz[i].owner == FZ_DEAD && !m_hazard_passed(&R.m, &R.m.hz[i])) {
+        lc_orphans++;
+        orphans = true;
+      }
+    expect_status(rap_resource_create_host_async(R.rm, &R.res[q]), RAP_OK, "rap_resource_create_host_async");
+    fz_queue_instrument(R.res[q]);
+  } else {
+    lc_refused++;
+    pass_set(set);
+    rap_stats aq;
+    if (R.m.resource_aware) {
+      expect_status(rap_allocator_resource_stats(R.pool, R.res[q], &aq), RAP_OK, "rap_allocator_resource_stats");
+      EXPECT(aq.current_bytes == bq.current_bytes && aq.allocation_count == bq.allocation_count &&
+             aq.used_bytes == bq.used_bytes, "a refused rap_resource_destroy changed queue %d's blocks", q);
+    }
+  }
+  rap_stats ap = stats(R.pool);
+  EXPECT(ap.current_bytes == bp.current_bytes && ap.allocation_count == bp.allocation_count &&
+         ap.used_bytes == bp.used_bytes, "rap_resource_destroy changed the live blocks");
+}
+
+/* Contract item 2 as a scenario: a block is recorded on another queue r, r gets busy, the block is
+ * freed on its owner, and the owner is destroyed (the use instead, for a block of the host). */
+static void op_lend(unsigned hint, unsigned how) {
+  int slot = pick_live(hint);
+  if (slot < 0) return;
+  int owner = R.m.slot[slot].owner, r = (owner + (int)(how % 2)) % FZ_QUEUES + 1;
+  if (r == owner) r = r % FZ_QUEUES + 1;
+  record_slot(slot, r);
+  R.m.now++;
+  op_busy((unsigned)r - 1);
+  R.m.now++;
+  verify();
+  deallocate_slot(slot, 0);
+  R.m.now++;
+  verify();
+  op_destroy_queue((unsigned)(owner > 0 ? owner : r) - 1, how >> 1);
+}
+
+static void op_pass_one(unsigned which);
+
+/* Contract item 3 as a scenario, with cross_resource=wait (elsewhere: pass one): queue q frees a
+ * block larger than any free one while busy; queue x, busy behind a gate, asks for that size and
+ * queues a wait for q's event behind its gate (or the pool grows, below wait_above); then q may be
+ * destroyed, its event still awaited. */
+static void op_wait_on(unsigned which, unsigned how) {
+  if (!R.m.cross_wait) {
+    op_pass_one(which);
+    return;
+  }
+  int q = (int)(which % FZ_QUEUES) + 1, x = q % FZ_QUEUES + 1;
+  size_t n = stats(R.pool).largest_free_block + 1 + (how & 15u) * 64;
+  if (n > ((size_t)1 << 20)) return;   /* big blocks cost much under the sanitizers */
+  op_busy((unsigned)q - 1);
+  R.m.now++;
+  int slot = op_allocate(which, (unsigned)q + 1, n);
+  verify();
+  if (slot < 0) return;
+  R.m.now++;
+  deallocate_slot(slot, 0);
+  verify();
+  R.m.now++;
+  op_busy((unsigned)x - 1);
+  R.m.now++;
+  op_allocate(which + 1, (unsigned)x + 1, n);
+  if (how & 16u) {
+    verify();
+    R.m.now++;
+    op_destroy_queue((unsigned)q - 1, how >> 5);
+  }
+}
+
+/* Lets queue q (and what it waits for) run everything, and no other. */
+static void op_pass_one(unsigned which) { pass_set(m_fwd_closure(&R.m, (int)(which % FZ_QUEUES) + 1)); }
+
+static void all_stats(rap_stats *out) {
+  for (int i = 0; i < R.nchain; i++) out[i] = stats(R.chain[i]);
+}
+
+/* Destroys the allocator chain, outermost first, and builds it again: refused while blocks are
+ * live (and for an allocator with a child, always), and then nothing changes. `how`: free every
+ * block first (one time in four); destroy HOST too. */
+static void op_chain(unsigned which, unsigned how) {
+  if (how % 4 == 0) {
+    for (int i = 0; i < FZ_SLOTS; i++) {
+      if (!R.m.slot[i].live) continue;
+      check_pattern(i);
+      call_begin();
+      int st = rap_deallocate(R.top, (void *)R.m.slot[i].p, NULL);
+      call_end();
+      inner_failures();
+      expect_status(st, RAP_OK, "rap_deallocate");
+      R.freed[R.nfreed++ % 8] = R.m.slot[i].p;
+      m_deallocated(&R.m, i);
+    }
+    verify();
+  }
+  rap_stats before[8], after[8];
+  if (R.nchain > 1) {   /* an allocator under another */
+    rap_allocator *a = R.chain[1 + which % (unsigned)(R.nchain - 1)];
+    all_stats(before);
+    expect_status(rap_allocator_destroy(a), RAP_ERR_BUSY, "rap_allocator_destroy(an allocator with a child)");
+    all_stats(after);
+    EXPECT(memcmp(before, after, (size_t)R.nchain * sizeof before[0]) == 0,
+           "a refused rap_allocator_destroy('%s') changed the statistics", rap_allocator_name(a));
+  }
+  if (R.m.count > 0) {
+    all_stats(before);
+    expect_status(rap_allocator_destroy(R.top), RAP_ERR_BUSY, "rap_allocator_destroy(with live blocks)");
+    all_stats(after);
+    EXPECT(memcmp(before, after, (size_t)R.nchain * sizeof before[0]) == 0,
+           "a refused rap_allocator_destroy(top) changed the statistics");
+    deep_check();
+    lc_chain_refused++;
+    return;
+  }
+  bool host_too = how >> 2 & 1u;
+  rap_allocator *host = R.host_platform;
+  call_begin();   /* a ResourceAwarePool's teardown waits for its pending blocks: the hook runs the queues */
+  for (int i = 0; i < R.nchain; i++) {
+    if (R.chain[i] == host && !host_too) break;
+    expect_status(rap_allocator_destroy(R.chain[i]), RAP_OK, "rap_allocator_destroy");
+  }
+  call_end();
+  if (!host_too) {
+    rap_stats h = stats(host);
+    EXPECT(h.current_bytes == 0 && h.allocation_count == 0,
+           "HOST still holds %zu blocks of %zu bytes once the chain is gone", h.allocation_count, h.current_bytes);
+  }
+  make_chain();
+  m_reset_pool(&R.m, R.kind == K_RAP, R.cross_wait, R.align);
+  lc_rebuilt++;
+}
+
 /* ---- one input ---------------------------------------------------------------------------------- */
 
 static void finish(void) {
@@ -589,26 +897,36 @@ static void finish(void) {
   }
   pass_set(ALL_QUEUES);
   expect_status(rap_release(R.pool), RAP_OK, "rap_release");
+  if (R.lower != NULL) expect_status(rap_release(R.lower), RAP_OK, "rap_release(the pool under the pool)");
   verify();
   rap_stats p = stats(R.pool);
   EXPECT(p.pending_count == 0 && p.pending_bytes == 0, "%zu blocks still pending with every queue idle",
          p.pending_count);
   EXPECT(p.chunk_count == 0 && p.actual_bytes == 0, "an empty pool keeps %zu chunks after rap_release",
          p.chunk_count);
-  expect_status(rap_manager_destroy(R.rm), RAP_OK, "rap_manager_destroy");
-  for (int q = 1; q <= FZ_QUEUES; q++) {
-    for (gate_node *g = R.gates[q], *next; g != NULL; g = next) {
-      next = g->next;
-      gate_destroy(&g->g);
-      free(g);
-    }
+  if (R.lower != NULL) {
+    rap_stats l = stats(R.lower);
+    EXPECT(l.chunk_count == 0 && l.actual_bytes == 0,
+           "an empty pool under the pool keeps %zu chunks after rap_release", l.chunk_count);
   }
+  expect_status(rap_manager_destroy(R.rm), RAP_OK, "rap_manager_destroy");
+  for (int q = 1; q <= FZ_QUEUES; q++) free_gates(q);
 }
 
-static const char *const op_names[16] = {"allocate", "allocate", "allocate", "allocate", "deallocate",
+static const char *const op_names[21] = {"allocate", "allocate", "allocate", "allocate", "deallocate",
                                          "deallocate", "record_resource", "busy", "pass", "release",
                                          "bad", "fault", "check", "pass all", "allocate on a queue",
-                                         "deallocate"};
+                                         "deallocate", "destroy queue", "destroy chain", "pass one",
+                                         "lend", "wait on"};
+
+/* An opcode: the low four bits, as ever; with the lifecycle bit, bytes from 0xE0 are lifecycle
+ * operations (of 32: 12 destroy a queue, 4 the chain, 8 let one queue run, 4 lend, 4 wait on). */
+static unsigned opcode(void) {
+  unsigned raw = byte();
+  if (!R.lifecycle || raw < 0xE0) return raw % 16;
+  raw &= 31u;
+  return raw < 12 ? 16 : raw < 16 ? 17 : raw < 24 ? 18 : raw < 28 ? 19 : 20;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memset(&R, 0, sizeof R);
@@ -620,9 +938,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   build();
   inputs_run[R.kind]++;
   if (R.m.cross_wait) inputs_run[K_COUNT]++;
+  lc_inputs += R.lifecycle;
+  lc_stacked += R.lower != NULL;
   if (R.trace) fprintf(stderr, "spec: %s\n", R.spec);
   for (R.op = 0; R.pos < R.size && R.op < 4000; R.op++) {
-    unsigned code = byte() % 16;
+    unsigned code = opcode();
     R.opname = op_names[code];
     R.m.now++;
     unsigned a = byte(), b = byte();
@@ -638,6 +958,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 10: op_bad(a, b); break;
     case 11: op_fault(a, b); break;
     case 12: deep_check(); break;
+    case 16: op_destroy_queue(a, b); break;
+    case 17: op_chain(a, b); break;
+    case 18: op_pass_one(a); break;
+    case 19: op_lend(a, b); break;
+    case 20: op_wait_on(a, b); break;
     default: pass_set(ALL_QUEUES); break;
     }
     verify();
@@ -655,7 +980,13 @@ __attribute__((destructor)) static void report_at_exit(void) { fz_report(stderr)
 
 void fz_report(FILE *out) {
   fprintf(out, "rap fuzz: operations per strategy: QuickPool %zu (%zu inputs), DynamicPoolList %zu (%zu), "
-          "ResourceAwarePool %zu (%zu; %zu of them cross_resource=wait); host waited %zu times\n",
+          "ResourceAwarePool %zu (%zu; %zu of them cross_resource=wait), FixedPool %zu (%zu); "
+          "host waited %zu times, queued a cross-resource wait %zu times\n",
           ops_run[K_QUICK], inputs_run[K_QUICK], ops_run[K_DPL], inputs_run[K_DPL], ops_run[K_RAP],
-          inputs_run[K_RAP], ops_run[K_COUNT], host_blocks);
+          inputs_run[K_RAP], ops_run[K_COUNT], ops_run[K_FIXED], inputs_run[K_FIXED], host_blocks,
+          cross_waits);
+  fprintf(out, "rap fuzz: lifecycle: %zu inputs (%zu with a pool over a pool); queues destroyed %zu "
+          "(%zu with a wait queued on them, %zu with uses, %zu leaving a block pending on a busy use), "
+          "refused %zu; chains destroyed and rebuilt %zu, refused %zu\n", lc_inputs, lc_stacked,
+          lc_destroyed, lc_waited_on, lc_with_uses, lc_orphans, lc_refused, lc_rebuilt, lc_chain_refused);
 }

@@ -3,7 +3,9 @@
  *    host blocks inside a pool call (an out-of-memory wait, a host-side cross-resource wait) and can
  *    let every queue run instead of deadlocking: reproducibly, since the block itself is;
  *  - a queue made with fz_queue_instrument logs the waits a pool queues on it (cross_resource=wait),
- *    so the driver can tell a queue that will drain at once from one held behind another queue.
+ *    so the driver can tell a queue that will drain at once from one held behind another queue;
+ *  - the driver can tell which queue the host waits for (fz_queue_of), and forget a destroyed
+ *    queue's logged waits (fz_queue_forget).
  * The library's own archive member is not linked into the fuzz programs: this file defines
  * rap_resource_create_host_async first.
  */
@@ -15,7 +17,9 @@ int rap_fuzz_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
 
 void fz_queue_instrument(rap_resource *r);
 void fz_queue_forget_waits(void);
+void fz_queue_forget(rap_resource *r);
 int  fz_queue_waits(rap_resource *r, rap_resource *const *queues, int n, unsigned *mask);
+int  fz_queue_of(const pthread_cond_t *c, rap_resource *const *queues, int n);
 
 /* Waits queued by pools, in the calling (driver) thread only. */
 enum { FZ_WAIT_LOG = 256 };
@@ -52,6 +56,22 @@ void fz_queue_instrument(rap_resource *r) { r->ops = &fz_ops; }
 
 /* Called when every queue has run everything, and between inputs. */
 void fz_queue_forget_waits(void) { wait_count = 0; }
+
+/* r has been destroyed: after it ran everything, so the waits on its events are done. */
+void fz_queue_forget(rap_resource *r) {
+  int k = 0;
+  for (int i = 0; i < wait_count; i++)
+    if (wait_log[i].waiter != r && wait_log[i].target != r) wait_log[k++] = wait_log[i];
+  wait_count = k;
+}
+
+/* i+1 if c is the condition the host waits on for queues[i] to make progress, else 0. Compares
+ * addresses only. */
+int fz_queue_of(const pthread_cond_t *c, rap_resource *const *queues, int n) {
+  for (int i = 0; i < n; i++)
+    if (queues[i] != NULL && c == &((host_async *)queues[i])->done) return i + 1;
+  return 0;
+}
 
 /* Sets bit i+1 of *mask for every queues[i] whose event a wait logged on r has not reached, and
  * forgets r's logged waits. Returns the number of jobs on r that have not finished. */

@@ -14,6 +14,16 @@ void m_init(model *m, bool resource_aware, bool cross_wait, size_t align) {
   m->now = 1;
 }
 
+void m_reset_pool(model *m, bool resource_aware, bool cross_wait, size_t align) {
+  memset(m->slot, 0, sizeof m->slot);
+  m->nhz = 0;
+  m->current = m->count = 0;
+  m->orphans = false;
+  m->resource_aware = resource_aware;
+  m->cross_wait = cross_wait;
+  m->align = align;
+}
+
 bool m_passed(const model *m, int q, uint64_t t) {
   if (q == 0 || !m_busy(m, q)) return true;
   return t < m->q[q].busy_since;   /* deallocated while q was idle: nothing of q can touch it */
@@ -149,6 +159,7 @@ void m_add_deps(model *m, int q, unsigned deps) {
   if (deps == 0) return;
   if (!m_busy(m, q)) m->q[q].busy_since = m->now;
   m->q[q].deps |= deps;
+  m->q[q].queued |= deps;
 }
 
 unsigned m_pass_closure(const model *m, int q) {
@@ -171,6 +182,7 @@ void m_passed_set(model *m, unsigned set) {
     } else {
       m->q[r].deps &= ~set;
     }
+    if (!m_busy(m, r)) m->q[r].queued = 0;
   }
 }
 
@@ -183,4 +195,56 @@ size_t m_unpassed_bytes(const model *m, int owner) {
   return sum;
 }
 
-void m_drop_hazards(model *m) { m->nhz = 0; }
+void m_dump(const model *m, FILE *out) {
+  for (int q = 1; q <= FZ_QUEUES; q++)
+    fprintf(out, "  queue %d: %d gates, waits for %#x, busy since op %llu%s\n", q, m->q[q].gates,
+            m->q[q].deps, (unsigned long long)m->q[q].busy_since, m_busy(m, q) ? "" : " (idle)");
+  for (int i = 0; i < FZ_SLOTS; i++)
+    if (m->slot[i].live)
+      fprintf(out, "  slot %d: %#lx, %zu bytes, owner %d, uses %#x\n", i, (unsigned long)m->slot[i].p,
+              m->slot[i].n, m->slot[i].owner, m->slot[i].uses);
+  for (int i = 0; i < m->nhz; i++)
+    fprintf(out, "  hazard [%#lx, %#lx) owner %d, queues %#x, op %llu%s\n", (unsigned long)m->hz[i].lo,
+            (unsigned long)m->hz[i].hi, m->hz[i].owner, m->hz[i].ents, (unsigned long long)m->hz[i].t,
+            m_hazard_passed(m, &m->hz[i]) ? " (passed)" : "");
+}
+
+void m_drop_hazards(model *m) {
+  m->nhz = 0;
+  m->orphans = false;
+}
+
+unsigned m_fwd_closure(const model *m, int q) {
+  unsigned set = 1u << q, before;
+  do {
+    before = set;
+    for (int r = 1; r <= FZ_QUEUES; r++)
+      if (set >> r & 1u) set |= m->q[r].deps;
+  } while (set != before);
+  return set;
+}
+
+/* ---- lifecycle -------------------------------------------------------------------------------- */
+
+bool m_owns_live(const model *m, int q) {
+  if (!m->resource_aware) return false;   /* other pools hand every block to the host */
+  for (int i = 0; i < FZ_SLOTS; i++)
+    if (m->slot[i].live && m->slot[i].owner == q) return true;
+  return false;
+}
+
+/* The caller has passed q (m_passed_set). Uses on q are dropped (contract item 2); a hazard keeps
+ * the queues it still waits for, and one pending on q belongs to no resource any more. */
+void m_queue_destroyed(model *m, int q) {
+  for (int i = 0; i < FZ_SLOTS; i++) m->slot[i].uses &= ~(1u << q);
+  for (int i = 0; i < m->nhz; i++) {
+    m_hazard *h = &m->hz[i];
+    h->ents &= ~(1u << q);
+    if (h->owner == q) {
+      h->owner = FZ_DEAD;
+      m->orphans = true;
+    }
+  }
+  for (int r = 1; r <= FZ_QUEUES; r++) m->q[r].deps &= ~(1u << q);
+  memset(&m->q[q], 0, sizeof m->q[q]);
+}

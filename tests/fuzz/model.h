@@ -10,6 +10,11 @@
  * resource x only when every hazard over it has passed or is x's own (cross_resource=wait: x
  * queues a wait instead; the host blocks). Pending bytes in a pool are at least the bytes of the
  * hazards that have not passed.
+ * Lifecycle (the contract of issue 10): destroying queue q synchronizes it (q and what it waits
+ * for pass); it is refused (RAP_ERR_BUSY, nothing changes) exactly while q owns a live block of a
+ * resource-aware pool. Otherwise q's uses are dropped, its hazards lose q (a block pending on q
+ * and on a busy use stays a hazard of that use: its owner is FZ_DEAD) and the slot gets a fresh
+ * queue. Destroying the allocator chain resets the blocks; the queues live on.
  */
 #ifndef RAP_FUZZ_MODEL_H
 #define RAP_FUZZ_MODEL_H
@@ -17,8 +22,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
-enum { FZ_QUEUES = 3, FZ_RES = FZ_QUEUES + 1, FZ_SLOTS = 64, FZ_HAZARDS = 512 };
+enum { FZ_QUEUES = 3, FZ_RES = FZ_QUEUES + 1, FZ_SLOTS = 64, FZ_HAZARDS = 512, FZ_DEAD = -2 };
 
 typedef struct m_block {
   bool live;
@@ -31,7 +37,7 @@ typedef struct m_block {
 
 typedef struct m_hazard {
   uintptr_t lo, hi;   /* [lo, hi) */
-  int owner;          /* the resource it is pending on (0: the host, with uses) */
+  int owner;          /* the resource it is pending on (0: the host, with uses; FZ_DEAD: destroyed) */
   unsigned ents;      /* bit q: queues that must pass t */
   bool whole;         /* it has uses: a reuse takes the whole block */
   uint64_t t;         /* the op that deallocated it */
@@ -40,6 +46,8 @@ typedef struct m_hazard {
 typedef struct m_queue {
   int gates;          /* closed gates queued */
   unsigned deps;      /* bit q: queued waits on events of queue q that have not completed */
+  unsigned queued;    /* bit q: waits on q's events queued since this queue was last idle (they may
+                         not have run, even once q passed: a report figure) */
   uint64_t busy_since;
 } m_queue;
 
@@ -52,9 +60,12 @@ typedef struct model {
   m_queue q[FZ_RES];  /* index 0 unused: the host is never busy */
   uint64_t now;       /* op counter */
   size_t current, count;
+  bool orphans;       /* a destroyed queue left hazards: the pool may count them on no resource */
 } model;
 
 void m_init(model *m, bool resource_aware, bool cross_wait, size_t align);
+/* A new allocator chain: no blocks, no hazards; the queues and the op counter carry on. */
+void m_reset_pool(model *m, bool resource_aware, bool cross_wait, size_t align);
 static inline bool m_busy(const model *m, int q) { return q > 0 && (m->q[q].gates > 0 || m->q[q].deps != 0); }
 bool m_passed(const model *m, int q, uint64_t t);
 bool m_hazard_passed(const model *m, const m_hazard *h);
@@ -81,5 +92,11 @@ unsigned m_pass_closure(const model *m, int q);        /* q, what it waits for, 
 void m_passed_set(model *m, unsigned set);            /* every queue in set ran everything */
 size_t m_unpassed_bytes(const model *m, int owner);    /* owner -1: all */
 void m_drop_hazards(model *m);                         /* the pool has nothing pending */
+unsigned m_fwd_closure(const model *m, int q);         /* q and what it waits for, transitively */
+
+/* Lifecycle. */
+bool m_owns_live(const model *m, int q);               /* q owns a live block (resource-aware) */
+void m_queue_destroyed(model *m, int q);               /* q passed and is gone; the slot is fresh */
+void m_dump(const model *m, FILE *out);                /* queues, live blocks, hazards (RAP_FUZZ_TRACE) */
 
 #endif /* RAP_FUZZ_MODEL_H */

@@ -1,6 +1,8 @@
 /* replay.c — runs the fuzz driver without libFuzzer: over files and directories (the corpus, and
  * every crash kept in it), or over N pseudo-random inputs from a fixed seed (--random N [SEED]).
  * ctest runs both, so `make test` (and the ASan and TSan suites) replay the corpus.
+ * --keep-going (first) runs each input in a child process and lists every one that fails, instead
+ * of stopping at the first: for triage, not for ctest.
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -8,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 void fz_report(FILE *out);
@@ -16,7 +20,31 @@ void fz_report(FILE *out);
 const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
 
-static size_t replayed;
+static size_t replayed, failed;
+static int keep_going;
+
+/* One input, in a child process when keep_going: a failure is listed, and the run goes on. */
+static void run_one(const char *what, const uint8_t *buf, size_t len) {
+  if (!keep_going) {
+    LLVMFuzzerTestOneInput(buf, len);
+    return;
+  }
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("fork");
+    exit(2);
+  }
+  if (pid == 0) {
+    LLVMFuzzerTestOneInput(buf, len);
+    _exit(0);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    failed++;
+    fprintf(stderr, "rap fuzz replay: FAILED %s\n", what);
+  }
+}
 
 static int run_file(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -39,7 +67,7 @@ static int run_file(const char *path) {
   }
   fclose(f);
   if (getenv("RAP_FUZZ_TRACE")) fprintf(stderr, "== %s\n", path);
-  LLVMFuzzerTestOneInput(buf, len);
+  run_one(path, buf, len);
   free(buf);
   replayed++;
   return 0;
@@ -98,6 +126,12 @@ static size_t random_input(uint64_t seed, size_t i, uint8_t *buf, size_t cap) {
 
 int main(int argc, char **argv) {
   int rc = 0;
+  if (argc >= 2 && strcmp(argv[1], "--keep-going") == 0) {
+    keep_going = 1;
+    argv[1] = argv[0];
+    argc--;
+    argv++;
+  }
   if (argc >= 4 && strcmp(argv[1], "--emit") == 0) {   /* seeds for a corpus: --emit DIR N [SEED] */
     size_t count = strtoull(argv[3], NULL, 10);
     uint64_t seed = argc >= 5 ? strtoull(argv[4], NULL, 10) : 20240601;
@@ -122,14 +156,21 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < count; i++) {
       size_t len = random_input(seed, i, buf, sizeof buf);
       if (getenv("RAP_FUZZ_TRACE")) fprintf(stderr, "== random input %zu\n", i);
-      LLVMFuzzerTestOneInput(buf, len);
+      char what[64];
+      snprintf(what, sizeof what, "random input %zu", i);
+      run_one(what, buf, len);
       replayed++;
     }
   } else if (argc < 2) {
-    fprintf(stderr, "usage: %s CORPUS_DIR_OR_FILE... | --random N [SEED] | --emit DIR N [SEED]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--keep-going] CORPUS_DIR_OR_FILE... | [--keep-going] --random N [SEED] | "
+            "--emit DIR N [SEED]\n", argv[0]);
     return 2;
   } else {
     for (int i = 1; i < argc; i++) rc |= run_path(argv[i]);
+  }
+  if (keep_going) {
+    printf("rap fuzz replay: %zu inputs, %zu failed\n", replayed, failed);
+    return failed ? 1 : rc;
   }
   printf("rap fuzz replay: %zu inputs, no mismatch\n", replayed);
   fz_report(stdout);
