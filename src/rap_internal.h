@@ -93,7 +93,11 @@ void rapi_format_size(char *buf, size_t cap, size_t bytes);   /* "256 MiB", "1.5
  * the call left the allocator broken. Off (0), each costs one predictable branch. */
 extern int rapi_debug;
 void rapi_debug_read_env(void);
-void rapi_assert_failed(const char *file, int line, const char *cond);
+void rapi_assert_failed(const char *file, int line, const char *cond)
+#if defined(__GNUC__)
+    __attribute__((cold, noinline))
+#endif
+    ;
 static inline int rapi_debug_level(void) { return __atomic_load_n(&rapi_debug, __ATOMIC_RELAXED); }
 #define RAPI_ASSERT(cond)                                                                          \
   do {                                                                                             \
@@ -204,7 +208,13 @@ static inline int rapi_map_reserve(rapi_ptr_map *m) {
 }
 static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
   size_t i = rapi_map_probe(m, (uintptr_t)ptr);
-  if (m->slots[i].key != 0) rapi_map_remove_at(m, i);
+  if (m->slots[i].key == 0) return;
+  if (RAPI_LIKELY(m->slots[(i + 1) & m->mask].key == 0)) {   /* the end of its run: nothing moves */
+    rapi_map_set(&m->slots[i], 0, NULL);
+    m->count--;
+    return;
+  }
+  rapi_map_remove_at(m, i);
 }
 
 /* ---- the types every layer shares: an allocator (core/allocator.c answers for any of them), a

@@ -47,7 +47,6 @@ static RAPI_NOINLINE int debugged(rap_allocator *a, const char *fn, int st) {
   }
   return st;
 }
-#define DEBUGGED(a, fn, call) (RAPI_UNLIKELY(rapi_debug_level() > 0) ? debugged((a), (fn), (call)) : (call))
 
 const char *rap_allocator_name(const rap_allocator *a) { return a ? a->name : NULL; }
 const char *rap_allocator_strategy(const rap_allocator *a) { return a ? a->strategy->name : NULL; }
@@ -69,22 +68,36 @@ static RAPI_NOINLINE int bad_call(const char *fn, const rap_allocator *a, const 
                    a->name);
 }
 
-int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
-  if (RAPI_UNLIKELY(a == NULL || out == NULL || (r != NULL && r->rm != a->rm)))
+/* The two hot entry points: one unlikely branch covers bad input and the debug levels alike, then a
+ * tail call into the strategy. */
+static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
+  if (a == NULL || out == NULL || (r != NULL && r->rm != a->rm))
     return bad_call("rap_allocate", a, out, r);
-  return DEBUGGED(a, "rap_allocate", a->strategy->allocate(a->state, out, bytes, r));
+  return debugged(a, "rap_allocate", a->strategy->allocate(a->state, out, bytes, r));
+}
+
+int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
+  if (RAPI_UNLIKELY(a == NULL || out == NULL || (r != NULL && r->rm != a->rm) | (rapi_debug_level() > 0)))
+    return allocate_checked(a, out, bytes, r);
+  return a->strategy->allocate(a->state, out, bytes, r);
+}
+
+static RAPI_NOINLINE int deallocate_checked(rap_allocator *a, void *ptr, rap_resource *r) {
+  if (a == NULL || (r != NULL && r->rm != a->rm)) return bad_call("rap_deallocate", a, "", r);
+  if (ptr == NULL) return RAP_OK;
+  return debugged(a, "rap_deallocate", a->strategy->deallocate(a->state, ptr, r));
 }
 
 int rap_deallocate(rap_allocator *a, void *ptr, rap_resource *r) {
-  if (RAPI_UNLIKELY(a == NULL || (r != NULL && r->rm != a->rm)))
-    return bad_call("rap_deallocate", a, "", r);
-  if (RAPI_UNLIKELY(ptr == NULL)) return RAP_OK;
-  return DEBUGGED(a, "rap_deallocate", a->strategy->deallocate(a->state, ptr, r));
+  if (RAPI_UNLIKELY(a == NULL || ptr == NULL || (r != NULL && r->rm != a->rm) | (rapi_debug_level() > 0)))
+    return deallocate_checked(a, ptr, r);
+  return a->strategy->deallocate(a->state, ptr, r);
 }
 
 int rap_release(rap_allocator *a) {
   if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_release: allocator is NULL");
-  return DEBUGGED(a, "rap_release", a->strategy->release ? a->strategy->release(a->state) : RAP_OK);
+  int st = a->strategy->release ? a->strategy->release(a->state) : RAP_OK;
+  return RAPI_UNLIKELY(rapi_debug_level() > 0) ? debugged(a, "rap_release", st) : st;
 }
 
 int rap_allocator_check(rap_allocator *a) {
@@ -102,7 +115,8 @@ int rap_record_resource(rap_allocator *a, void *ptr, rap_resource *r) {
     return rapi_fail(RAP_ERR_UNSUPPORTED,
                      "rap_record_resource('%s'): %s does not track resources", a->name,
                      a->strategy->name);
-  return DEBUGGED(a, "rap_record_resource", a->strategy->record_resource(a->state, ptr, r));
+  int st = a->strategy->record_resource(a->state, ptr, r);
+  return RAPI_UNLIKELY(rapi_debug_level() > 0) ? debugged(a, "rap_record_resource", st) : st;
 }
 
 int rap_pointer_resource(rap_allocator *a, const void *ptr, rap_resource **out) {

@@ -150,9 +150,7 @@ static void unindex_free(rapi_bp *bp, rapi_block *b) {
 
 /* ---- blocks ----------------------------------------------------------------------------------- */
 
-rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size) {
-  RAPI_ASSERT(size <= b->size && size % bp->alignment == 0);
-  if (b->size - size < bp->alignment) return NULL;
+rapi_block *rapi_bp_split_slow(rapi_bp *bp, rapi_block *b, size_t size) {
   rapi_block *rem = rapi_slab_alloc(&bp->block_recs);
   if (rem == NULL) return NULL;   /* no record: the block stays whole, which is still correct */
   rem->requested = 0;
@@ -199,7 +197,6 @@ int rapi_bp_reserve_slow(rapi_bp *bp) {
 }
 
 void rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
-  RAPI_ASSERT(b->state != RAPI_USED && rapi_map_has_room(&bp->used) && bytes <= b->size);
   rapi_map_insert(&bp->used, b->ptr, b);   /* room was made by rapi_bp_reserve */
   b->state = RAPI_USED;
   b->requested = bytes;
@@ -212,7 +209,6 @@ void rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
 
 
 void rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b) {
-  RAPI_ASSERT(b->state == RAPI_USED && rapi_map_find(&bp->used, b->ptr) == b);
   rapi_map_remove(&bp->used, b->ptr);
   bp->current -= b->requested;
   bp->used_bytes -= b->size;
@@ -221,6 +217,7 @@ void rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b) {
 }
 
 void rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b) {
+  RAPI_ASSERT(b->next != NULL && b->next->chunk == b->chunk && b->ptr + b->size == b->next->ptr);
   rapi_block *n = b->next;
   b->size += n->size;
   b->next = n->next;
@@ -232,6 +229,8 @@ void rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b) {
 /* Merges b with its free neighbours and indexes the result. A free neighbour's index entry is
  * reused for the merged block (in place when its class holds), so the common case costs no
  * bitmap update. Neither neighbour was a whole chunk, since b lies beside it. */
+/* Preconditions are asserted here and on other slow paths (RAP_DEBUG=1), not on the pair's path,
+ * where even a cold branch changes what the compiler inlines. */
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b) {
   RAPI_ASSERT(b->state != RAPI_FREE);
   rapi_block *entry = NULL;
@@ -269,6 +268,7 @@ rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b) {
 /* ---- chunks ----------------------------------------------------------------------------------- */
 
 int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
+  RAPI_ASSERT(usable > 0 && usable % bp->alignment == 0);
   size_t pad = bp->parent_alignment >= bp->alignment ? 0 : bp->alignment - bp->parent_alignment;
   size_t request = usable + pad;
   rapi_chunk *c = rapi_slab_alloc(&bp->chunk_recs);

@@ -103,7 +103,11 @@ int   rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out);
 /* A new chunk for a miss of size bytes, split, the remainder indexed free; if the parent is dry,
  * releases wholly free chunks and asks once more. */
 int   rapi_bp_grow_for(rapi_bp *bp, size_t size, rapi_block **out);
-rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size); /* remainder or NULL; b keeps size */
+/* Splits off what b has beyond size: the remainder, or NULL (too small to keep, or no record). */
+rapi_block *rapi_bp_split_slow(rapi_bp *bp, rapi_block *b, size_t size);
+static inline rapi_block *rapi_bp_split(rapi_bp *bp, rapi_block *b, size_t size) {
+  return b->size - size < bp->alignment ? NULL : rapi_bp_split_slow(bp, b, size);
+}
 /* Makes room in the used map for one more block: called before a block is taken, so that the
  * insert of rapi_bp_mark_used cannot fail and running out of host memory changes nothing. */
 int   rapi_bp_reserve_slow(rapi_bp *bp);

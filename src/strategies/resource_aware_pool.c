@@ -198,7 +198,6 @@ static void add_pending(ra_pool *p, rstate *rs, rapi_block *b, rapi_block *after
 
 /* Takes b out of the pending state; returns the FIFO position it held. */
 static rapi_block *drop_pending(ra_pool *p, rstate *rs, rapi_block *b) {
-  RAPI_ASSERT(b->state == RAPI_PENDING && RA(b)->owner == rs && rs->pending_count > 0);
   rapi_block *at = RA(b)->fifo_prev;
   fifo_remove(rs, b);
   if (b == rs->hot) rs->hot = NULL;
@@ -230,7 +229,6 @@ static bool uses_passed(const rapi_block *b) {
  * pending on the same owner with the same batch, in the same place of the owner's FIFO: it never
  * becomes free for other resources before the owner has passed that batch. */
 static void take_pending(ra_pool *p, rstate *owner, rapi_block *b, size_t size) {
-  RAPI_ASSERT(b->size >= size);
   rapi_block *at = drop_pending(p, owner, b);
   /* A block with uses is handed out whole: a remainder would need the same uses. */
   rapi_block *rem = RA(b)->uses == NULL ? rapi_bp_split(&p->bp, b, size) : NULL;
@@ -698,6 +696,7 @@ static void rehome(ra_pool *p, rstate *from, rapi_block *b) {
 static void forget_resource(ra_pool *p, rap_resource *r) {
   rstate *rs = state_of(p, r);
   if (rs == NULL) return;
+  RAPI_ASSERT(rs->used_count == 0);   /* resource_gone(commit 0) said so */
   rs->done = rs->open;
   rs->open_dirty = false;
   if (rs->uses_out > 0)

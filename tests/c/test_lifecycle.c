@@ -1,4 +1,4 @@
-/* test_lifecycle.c — the life cycle of resources, managers and specs (issue 10's contract).
+/* test_lifecycle.c — the life cycle of resources, managers and specs (docs/errors.md, "Lifetimes, threads and callbacks").
  *
  * Destroying a resource: it is refused (RAP_ERR_BUSY) only while the resource owns a live block,
  * and a refused destroy changes nothing, so what it frees later is still pending on it; uses

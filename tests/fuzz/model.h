@@ -10,7 +10,7 @@
  * resource x only when every hazard over it has passed or is x's own (cross_resource=wait: x
  * queues a wait instead; the host blocks). Pending bytes in a pool are at least the bytes of the
  * hazards that have not passed.
- * Lifecycle (the contract of issue 10): destroying queue q synchronizes it (q and what it waits
+ * Lifecycle (docs/errors.md, "Lifetimes, threads and callbacks"): destroying queue q synchronizes it (q and what it waits
  * for pass); it is refused (RAP_ERR_BUSY, nothing changes) exactly while q owns a live block of a
  * resource-aware pool. Otherwise q's uses are dropped, its hazards lose q (a block pending on q
  * and on a busy use stays a hazard of that use: its owner is FZ_DEAD) and the slot gets a fresh
