@@ -12,11 +12,17 @@ cmake --install "$build" --prefix "$work/prefix" >/dev/null
 cmake -S tests/consumer -B "$work/cmake" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/cmake" >/dev/null
 LD_LIBRARY_PATH="$work/prefix/lib" "$work/cmake/consumer"
+if [ -x "$work/cmake/cuda_consumer" ]; then LD_LIBRARY_PATH="$work/prefix/lib" "$work/cmake/cuda_consumer"; fi
 
 libdir=$(find "$work/prefix" -name rap.pc -printf '%h\n' | head -1)
 PKG_CONFIG_PATH="$libdir" cc -std=c11 -Wall -Werror tests/consumer/main.c \
   $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs rap) -o "$work/pc-consumer"
 LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/pc-consumer"
+if [ -x "$work/cmake/cuda_consumer" ]; then   # a CUDA build: rap/cuda.h through pkg-config too
+  PKG_CONFIG_PATH="$libdir" cc -std=c11 -Wall -Werror tests/consumer/cuda_consumer.c \
+    $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs rap) -o "$work/pc-cuda-consumer"
+  LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/pc-cuda-consumer"
+fi
 # The static archive, with the private dependencies pkg-config lists for it.
 static_libs=$(PKG_CONFIG_PATH="$libdir" pkg-config --static --libs rap | sed 's/-lrap//')
 cc -std=c11 -Wall -Werror tests/consumer/main.c $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags rap) \

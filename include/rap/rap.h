@@ -28,6 +28,8 @@ RAP_API_BEGIN
 #define RAP_VERSION_MAJOR 0
 #define RAP_VERSION_MINOR 1
 #define RAP_VERSION_PATCH 0
+const char *rap_version(void);   /* the library's "MAJOR.MINOR.PATCH", which may differ from the macros
+                                    a program was compiled with */
 
 /* ---------------------------------------------------------------------------------------------
  * Status codes: one list, which also generates rap_status_name and rap_strerror.

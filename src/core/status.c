@@ -14,6 +14,10 @@
 static _Thread_local char last_error[512];
 _Thread_local int rapi_hash_oom;
 
+#define RAPI_VERSION_STRING                                                                        \
+  RAPI_STR(RAP_VERSION_MAJOR) "." RAPI_STR(RAP_VERSION_MINOR) "." RAPI_STR(RAP_VERSION_PATCH)
+const char *rap_version(void) { return RAPI_VERSION_STRING; }
+
 const char *rap_status_name(int status) {
   switch (status) {
 #define RAPI_NAME_CASE(name, value, text) \

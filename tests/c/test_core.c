@@ -17,6 +17,12 @@ RAP_TEST(Status, NamesAndTextsComeFromOneList) {
   RAP_CHECK(strlen(rap_strerror(-999)) > 0);
 }
 
+RAP_TEST(Status, VersionMatchesTheHeader) {
+  char want[32];
+  snprintf(want, sizeof want, "%d.%d.%d", RAP_VERSION_MAJOR, RAP_VERSION_MINOR, RAP_VERSION_PATCH);
+  RAP_CHECK(strcmp(rap_version(), want) == 0);
+}
+
 RAP_TEST(Manager, CreateAndDestroyEmpty) {
   rap_manager *rm;
   RAP_CHECK_OK(rap_manager_create(&rm));
