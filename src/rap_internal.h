@@ -281,6 +281,7 @@ struct rap_resource {
   rapi_event *free_events;
   size_t events_created;
   int refs;                        /* atomic */
+  int waits_queued;                /* atomic: host_async waits queued here and not yet run */
   rapi_watch *watchers;            /* pools with state for this resource */
 };
 
@@ -314,7 +315,8 @@ void rapi_event_pool_put(rap_resource *r, rapi_event *e);
 void rapi_event_pool_fini(rap_resource *r, void (*destroy_handle)(void *));
 /* Blocks the host until e has completed, with every lock of this thread let go meanwhile (above).
  * e may be recycled by others during the wait: a copy is waited on, and its resource is kept.
- * RAP_ERR_BUSY: e is of the queue whose work this thread is running (it would wait for itself). */
+ * RAP_ERR_BUSY, from a queue's work: e is of that queue (it would wait for itself), or of another
+ * queue that has waits of its own queued (they may be for this queue: both would hang). */
 int  rapi_host_wait(const rapi_event *e);
 void rapi_resource_ref(rap_resource *r);
 void rapi_resource_unref(rap_resource *r);

@@ -20,6 +20,7 @@ void rapi_event_pool_init(rap_resource *r) {
   r->free_events = NULL;
   r->events_created = 0;
   r->refs = 1;   /* the manager's */
+  r->waits_queued = 0;
   r->watchers = NULL;
 }
 
@@ -99,6 +100,12 @@ static void relock(rapi_held *h) {
 int rapi_host_wait(const rapi_event *e) {
   rapi_event copy = *e;
   rap_resource *r = copy.r;
+  /* A queue's work may not block on a queue that itself waits for something: it may be waiting
+   * for this very queue, and then neither moves. (Its own queue says BUSY in event_synchronize.) */
+  if (rapi_current_queue != NULL && r != rapi_current_queue &&
+      __atomic_load_n(&r->waits_queued, __ATOMIC_ACQUIRE) > 0)
+    return rapi_fail(RAP_ERR_BUSY, "a queue's work cannot wait for a %s resource that has waits of "
+                     "its own queued", r->ops->kind);
   rapi_resource_ref(r);
   for (rapi_held *h = rapi_held_top; h != NULL; h = h->below) pthread_mutex_unlock(h->m);
   int st = r->ops->event_synchronize(&copy);

@@ -31,11 +31,12 @@ int rap_manager_create(rap_manager **out) {
   return RAP_OK;
 }
 
-static size_t live_blocks(rap_allocator *a, size_t *bytes) {
+static size_t live_blocks(rap_allocator *a, size_t *bytes, size_t *pending) {
   rap_stats s;
   memset(&s, 0, sizeof s);
   if (a->strategy->stats(a->state, &s) != RAP_OK) return 0;
   *bytes = s.current_bytes;
+  if (pending) *pending = s.pending_count;
   return s.allocation_count;
 }
 
@@ -60,6 +61,9 @@ static void unlink_and_free(rap_allocator *a) {
  * into memory that is there), then allocators go children first, then the resources. */
 int rap_manager_destroy(rap_manager *rm) {
   if (rm == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_manager_destroy: manager is NULL");
+  if (rapi_current_queue != NULL && rapi_current_queue->rm == rm)
+    return rapi_fail(RAP_ERR_BUSY, "rap_manager_destroy: a manager cannot be destroyed from the work "
+                     "of one of its own queues");
   for (rap_resource *r = rm->resources; r != NULL; r = r->next)
     if (r->ops->synchronize(r) != RAP_OK)
       rap_log(RAP_LOG_WARN, "rap_manager_destroy: synchronizing a %s resource failed: %s",
@@ -67,7 +71,7 @@ int rap_manager_destroy(rap_manager *rm) {
   bool leaked = false;
   while (rm->allocators != NULL) {
     rap_allocator *a = rm->allocators;   /* newest first: children before parents */
-    size_t bytes = 0, blocks = live_blocks(a, &bytes);
+    size_t bytes = 0, blocks = live_blocks(a, &bytes, NULL);
     if (blocks > 0) {
       char sz[32];
       rapi_format_size(sz, sizeof sz, bytes);
@@ -256,7 +260,7 @@ int rap_allocator_destroy(rap_allocator *a) {
   rapi_held held;
   rapi_lock(&rm->lock, &held);
   /* Children first: an allocator with none is not under a wrapper that others may be calling. */
-  size_t bytes = 0, blocks = a->children > 0 ? 0 : live_blocks(a, &bytes);
+  size_t bytes = 0, pending = 0, blocks = a->children > 0 ? 0 : live_blocks(a, &bytes, &pending);
   int st = RAP_OK;
   if (a->children > 0)
     st = rapi_fail(RAP_ERR_BUSY, "rap_allocator_destroy('%s'): %zu allocator%s still use it",
@@ -264,6 +268,11 @@ int rap_allocator_destroy(rap_allocator *a) {
   else if (blocks > 0)
     st = rapi_fail(RAP_ERR_BUSY, "rap_allocator_destroy('%s'): %zu block%s still live", a->name,
                    blocks, blocks == 1 ? " is" : "s are");
+  else if (pending > 0 && rapi_current_queue != NULL)
+    /* Teardown waits for pending blocks; a queue's work cannot wait for its own queue (the blocks
+     * may be pending on it), so the pool must go from elsewhere. */
+    st = rapi_fail(RAP_ERR_BUSY, "rap_allocator_destroy('%s'): %zu block%s still pending, and a "
+                   "queue's own work cannot wait for them", a->name, pending, pending == 1 ? " is" : "s are");
   else
     unlink_and_free(a);
   rapi_unlock(&held);

@@ -196,6 +196,16 @@ int rapi_bp_reserve_slow(rapi_bp *bp) {
                    rap_allocator_name(bp->self));
 }
 
+int rapi_bp_reserve_after_grow(rapi_bp *bp, rapi_block *b) {
+  if (RAPI_LIKELY(rapi_map_has_room(&bp->used))) return RAP_OK;
+  int st = rapi_bp_reserve_slow(bp);
+  if (st != RAP_OK) {
+    b->state = RAPI_USED;   /* taken, never handed out: it goes back as a used block would */
+    rapi_bp_make_free(bp, b);
+  }
+  return st;
+}
+
 void rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
   rapi_map_insert(&bp->used, b->ptr, b);   /* room was made by rapi_bp_reserve */
   b->state = RAPI_USED;
@@ -271,19 +281,20 @@ int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
   RAPI_ASSERT(usable > 0 && usable % bp->alignment == 0);
   size_t pad = bp->parent_alignment >= bp->alignment ? 0 : bp->alignment - bp->parent_alignment;
   size_t request = usable + pad;
+  void *base = NULL;
+  int st = rap_allocate(bp->parent, &base, request, NULL);
+  if (st != RAP_OK) return st;
+  /* Records only once the parent answered: a parent pool may let the locks above go while it
+   * waits, and a check meanwhile must not count half-made records. */
   rapi_chunk *c = rapi_slab_alloc(&bp->chunk_recs);
   rapi_block *b = c ? rapi_slab_alloc(&bp->block_recs) : NULL;
   if (b == NULL) {
     if (c) rapi_slab_free(&bp->chunk_recs, c);
+    if (rap_deallocate(bp->parent, base, NULL) != RAP_OK)
+      rap_log(RAP_LOG_WARN, "%s: giving a chunk back failed: %s", rap_allocator_name(bp->self),
+              rap_last_error());
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for block records",
                      rap_allocator_name(bp->self));
-  }
-  void *base = NULL;
-  int st = rap_allocate(bp->parent, &base, request, NULL);
-  if (st != RAP_OK) {
-    rapi_slab_free(&bp->block_recs, b);
-    rapi_slab_free(&bp->chunk_recs, c);
-    return st;
   }
   memset(c, 0, sizeof *c);
   memset(b, 0, bp->record_size);

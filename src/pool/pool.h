@@ -116,6 +116,9 @@ static inline int rapi_bp_reserve(rapi_bp *bp) {
   return rapi_bp_reserve_slow(bp);
 }
 void  rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes);   /* used map, then counters */
+/* After growing: the parent may have let this thread's locks go while it waited, and others may
+ * have used the map's room. Makes room again, or gives b (just grown, not yet used) back free. */
+int   rapi_bp_reserve_after_grow(rapi_bp *bp, rapi_block *b);
 void  rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b);       /* counters and used map */
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
 void  rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b);        /* b takes in b->next's bytes */

@@ -126,6 +126,7 @@ static void run_wait(void *arg) {
   if (copy->r->ops->event_synchronize(copy) != RAP_OK)
     rap_log(RAP_LOG_WARN, "host_async: a queued wait for a %s event failed: %s", copy->r->ops->kind,
             rap_last_error());
+  __atomic_sub_fetch(&rapi_current_queue->waits_queued, 1, __ATOMIC_RELEASE);
   rapi_resource_unref(copy->r);
   free(copy);
 }
@@ -136,8 +137,10 @@ static int ha_wait(rap_resource *r, rapi_event *e) {
   if (copy == NULL) return rapi_fail(RAP_ERR_NOMEM, "host_async: out of host memory for a wait");
   *copy = *e;
   rapi_resource_ref(e->r);
+  __atomic_add_fetch(&r->waits_queued, 1, __ATOMIC_RELEASE);
   int st = ha_submit(r, run_wait, copy);
   if (st != RAP_OK) {
+    __atomic_sub_fetch(&r->waits_queued, 1, __ATOMIC_RELEASE);
     rapi_resource_unref(e->r);
     free(copy);
   }

@@ -55,33 +55,32 @@ int rapi_tracked_allocate(void *state, void **out, size_t bytes, rap_resource *r
   void *ptr = NULL;
   rapi_held held;
   rapi_lock(&p->lock, &held);
-  rapi_prec *rec = rapi_map_reserve(&p->map) == RAP_OK ? rapi_slab_alloc(&p->recs) : NULL;
-  if (rec == NULL) {
+  if (rapi_map_reserve(&p->map) != RAP_OK) {
     rapi_unlock(&held);
-    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for block records",
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for the pointer map",
                      rap_allocator_name(p->self));
   }
   /* Zero bytes: still a unique pointer. A wrapper passes the request on as asked: its parent
    * (a pool, or a platform) makes the unique pointer, and counts what the user asked for. */
   size_t raw = bytes || p->pass_through ? bytes : 1;
   int st = p->raw_alloc(p, &ptr, raw, r);
-  if (st == RAP_OK && !rapi_map_has_room(&p->map) && rapi_map_reserve(&p->map) != RAP_OK) {
-    /* The map was made room for, but a pool below let this lock go while it waited, and others
-     * took that room: give the bytes back rather than lose track of them. */
-    p->raw_free(p, ptr, bytes, r);
-    st = rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for the pointer map",
-                   rap_allocator_name(p->self));
-  }
-  if (st == RAP_OK) {
-    rec->ptr = ptr;
-    rec->bytes = bytes;
-    rapi_map_insert(&p->map, ptr, rec);
-  }
   if (st != RAP_OK) {
-    rapi_slab_free(&p->recs, rec);
     rapi_unlock(&held);
     return st;
   }
+  /* A pool below may have let this lock go while it waited (rapi_host_wait): the record and the
+   * map's room are taken only now, so that nobody meanwhile saw a half-made entry, and if host
+   * memory ran out the bytes go back rather than be lost track of. */
+  rapi_prec *rec = rapi_map_reserve(&p->map) == RAP_OK ? rapi_slab_alloc(&p->recs) : NULL;
+  if (rec == NULL) {
+    p->raw_free(p, ptr, bytes, r);
+    rapi_unlock(&held);
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for block records",
+                     rap_allocator_name(p->self));
+  }
+  rec->ptr = ptr;
+  rec->bytes = bytes;
+  rapi_map_insert(&p->map, ptr, rec);
   p->current += bytes;
   p->actual += raw;
   p->count++;

@@ -16,6 +16,7 @@ typedef struct fault_impl {
   uint64_t fail_at;                /* 0: off; else requests up to and including the one to fail */
   size_t budget;                   /* SIZE_MAX: no budget */
   size_t requests, failures;
+  size_t inflight;                 /* asked of the parent, not answered yet (see SizeLimiter) */
 } fault_impl;
 
 static int fault_raw_alloc(rapi_tracked *p, void **out, size_t bytes, rap_resource *r) {
@@ -30,7 +31,7 @@ static int fault_raw_alloc(rapi_tracked *p, void **out, size_t bytes, rap_resour
     why = "fail_next";
   } else if (f->pass_left == 0) {
     why = "fail_after";
-  } else if (f->budget != SIZE_MAX && (bytes > f->budget || p->current > f->budget - bytes)) {
+  } else if (f->budget != SIZE_MAX && (bytes > f->budget || p->current + f->inflight > f->budget - bytes)) {
     why = "budget";
   }
   if (why != NULL) {
@@ -39,7 +40,10 @@ static int fault_raw_alloc(rapi_tracked *p, void **out, size_t bytes, rap_resour
                      rap_allocator_name(p->self), f->requests, bytes, why);
   }
   if (f->pass_left != UINT64_MAX) f->pass_left--;
-  return rap_allocate(rap_allocator_parent(p->self), out, bytes, r);
+  f->inflight += bytes;
+  int st = rap_allocate(rap_allocator_parent(p->self), out, bytes, r);
+  f->inflight -= bytes;
+  return st;
 }
 
 static int fault_raw_free(rapi_tracked *p, void *ptr, size_t bytes, rap_resource *r) {

@@ -21,6 +21,7 @@ void rapi_quick_pool_fini(rap_allocator *self, void *state) {
 static RAPI_NOINLINE int quick_allocate_slow(rapi_bp *bp, void **out, size_t bytes, size_t size) {
   rapi_block *b = NULL;
   int st = rapi_bp_grow_for(bp, size, &b);
+  if (st == RAP_OK) st = rapi_bp_reserve_after_grow(bp, b);
   if (st != RAP_OK) return st;
   rapi_bp_mark_used(bp, b, bytes);
   *out = b->ptr;

@@ -277,14 +277,21 @@ static int poll_all(ra_pool *p, bool record) {
  * polls afresh, waits for one resource's newest fence, and callers start over after it. A queue's
  * own work cannot wait for that queue: it is skipped, and its blocks stay pending. */
 static int wait_all(ra_pool *p) {
+  uintptr_t skipped[16];   /* resources a queue's work may not wait for (rapi_host_wait: BUSY) */
+  unsigned nskipped = 0;
   for (unsigned round = 0; round < 64; round++) {
     int st = poll_all(p, true);
     if (st != RAP_OK) return st;
     rstate *rs = p->by_key;
-    while (rs != NULL && (rs->fcount == 0 || rs->r == rapi_current_queue)) rs = rs->hh.next;
+    for (; rs != NULL; rs = rs->hh.next) {
+      bool skip = rs->fcount == 0 || rs->r == rapi_current_queue;
+      for (unsigned i = 0; i < nskipped && !skip; i++) skip = skipped[i] == rs->key;
+      if (!skip) break;
+    }
     if (rs == NULL) return RAP_OK;
     st = rapi_host_wait(rs->fences[(rs->fhead + rs->fcount - 1) % rs->fcap].ev);
-    if (st != RAP_OK) return st;
+    if (st == RAP_ERR_BUSY && nskipped < 16) skipped[nskipped++] = rs->key;
+    else if (st != RAP_OK) return st;
   }
   return poll_all(p, false);
 }
@@ -417,6 +424,9 @@ static RAPI_NOINLINE int ra_allocate_slow(ra_pool *p, rstate *rs, void **out, si
   char saved[512] = "";
   bool waited_all = false;
   for (unsigned round = 0;; round++) {
+    /* A host wait let this thread's locks go: others may have used the room made in the map. */
+    int room = rapi_bp_reserve(&p->bp);
+    if (room != RAP_OK) return room;
     (void)poll_all(p, true);   /* a failing resource is logged; growing may still serve us */
     rapi_block *b = take_own_or_free(p, rs, size);
     /* Waiting serializes the waiter behind the owner; below wait_above the pool grows instead, so
@@ -436,6 +446,7 @@ static RAPI_NOINLINE int ra_allocate_slow(ra_pool *p, rstate *rs, void **out, si
     }
     if (b == NULL) {
       int st = rapi_bp_grow_for(&p->bp, size, &b);
+      if (st == RAP_OK) st = rapi_bp_reserve_after_grow(&p->bp, b);
       if (st == RAP_ERR_NOMEM && p->bp.pending_count > 0 && !waited_all) {
         snprintf(saved, sizeof saved, "%s", rap_last_error());
         waited_all = true;

@@ -734,3 +734,103 @@ RAP_TEST(Lifecycle, ManagerDestroyFinishesQueuedWorkBeforeFreeingPools) {
   gate_destroy(g);
   free(g);
 }
+
+/* ---- found by review after the fixes --------------------------------------------------------
+ * Two queues: A's work host-waits for C while C holds a queued wait for A's point behind that work.
+ * The work must not hang: the pool grows instead, or, with nothing to grow into, answers NOMEM. */
+typedef struct cross_job {
+  rap_allocator *pool;
+  void *got;
+} cross_job;
+
+static int cross_alloc_fn(void *arg) {
+  cross_job *j = arg;
+  return rap_allocate(j->pool, &j->got, 64 * KiB, NULL);
+}
+
+RAP_TEST(Lifecycle, QueueWorkDoesNotWaitForAQueueThatWaitsForIt) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = tu_make(rm, "pool", "ResourceAwarePool", "HOST",
+                                "initial_size=64KiB next_size=64KiB heuristic=never "
+                                "cross_resource=wait wait_above=1KiB");
+  rap_resource *a, *c;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &a));
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &c));
+  gate g;
+  gate_init(&g);
+  RAP_CHECK_OK(rap_resource_submit(a, gate_job, &g));
+  cross_job j = {pool, NULL};
+  wd_call *call = wd_submit(a, cross_alloc_fn, &j);   /* A's work, behind the gate */
+  void *x, *y;
+  RAP_CHECK_OK(rap_allocate(pool, &x, 64 * KiB, a));
+  RAP_CHECK_OK(rap_deallocate(pool, x, a));             /* pending on A */
+  RAP_CHECK_OK(rap_allocate(pool, &y, 64 * KiB, c));    /* C takes it behind a queued wait for A */
+  RAP_CHECK(y == x);
+  RAP_CHECK_OK(rap_deallocate(pool, y, c));             /* pending on C, behind that wait */
+  gate_open(&g);
+  gate *gates[] = {&g};
+  int st = -1;
+  WD_FINISH(call, gates, 1, &st, "A's work allocating on the host");
+  RAP_CHECK_OK(st);                                      /* grew: HOST has memory */
+  RAP_CHECK(j.got != x);
+  RAP_CHECK_OK(rap_deallocate(pool, j.got, NULL));
+  RAP_CHECK_OK(rap_resource_synchronize(a));
+  RAP_CHECK_OK(rap_resource_synchronize(c));
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+  gate_destroy(&g);
+}
+
+/* A pool's teardown waits for its pending blocks; from its own queue's work it cannot, so the
+ * destroy is refused and the queue's later work still writes into memory that is there. */
+typedef struct own_destroy {
+  rap_allocator *pool;
+  int status;
+  void *x;
+} own_destroy;
+
+static void own_destroy_job(void *arg) {
+  own_destroy *d = arg;
+  d->status = rap_allocator_destroy(d->pool);
+}
+static void own_write_job(void *arg) { tu_fill(((own_destroy *)arg)->x, 64 * KiB, 7); }
+
+RAP_TEST(Lifecycle, AllocatorDestroyFromItsQueuesWorkIsBusy) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = tu_make(rm, "pool", "ResourceAwarePool", "HOST",
+                                "initial_size=64KiB next_size=64KiB heuristic=never");
+  rap_resource *a;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &a));
+  own_destroy d = {pool, -1000, NULL};
+  RAP_CHECK_OK(rap_allocate(pool, &d.x, 64 * KiB, a));
+  RAP_CHECK_OK(rap_resource_submit(a, own_destroy_job, &d));
+  RAP_CHECK_OK(rap_resource_submit(a, own_write_job, &d));   /* stream-ordered use of x */
+  RAP_CHECK_OK(rap_deallocate(pool, d.x, a));                 /* pending on a until it passes */
+  RAP_CHECK_OK(rap_resource_synchronize(a));
+  RAP_CHECK_STATUS(d.status, RAP_ERR_BUSY);
+  RAP_CHECK(tu_intact(d.x, 64 * KiB, 7));
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* The manager cannot go from the work of one of its own queues: refused, nothing changed. */
+typedef struct own_manager {
+  rap_manager *rm;
+  int status;
+} own_manager;
+
+static void own_manager_job(void *arg) {
+  own_manager *m = arg;
+  m->status = rap_manager_destroy(m->rm);
+}
+
+RAP_TEST(Lifecycle, ManagerDestroyFromItsQueuesWorkIsBusy) {
+  rap_manager *rm = tu_manager();
+  rap_resource *a;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &a));
+  own_manager m = {rm, -1000};
+  RAP_CHECK_OK(rap_resource_submit(a, own_manager_job, &m));
+  RAP_CHECK_OK(rap_resource_synchronize(a));
+  RAP_CHECK_STATUS(m.status, RAP_ERR_BUSY);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
