@@ -84,6 +84,8 @@ int  rapi_fail(int status, const char *fmt, ...)
 #endif
     ;
 void rapi_format_size(char *buf, size_t cap, size_t bytes);   /* "256 MiB", "1.5 KiB", "17 B" */
+void rapi_log_read_env(void);   /* RAP_LOG_LEVEL again (tests); warns about a value that is no level */
+static inline bool rapi_log_on(int level) { return level >= rap_log_get_level(); }
 
 /* ---- core/allocator.c: debug levels ----------------------------------------------------------
  * RAP_DEBUG in the environment, read when the first manager is made: 1 checks the preconditions

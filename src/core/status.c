@@ -88,14 +88,17 @@ static rap_log_fn log_fn;
 static void *log_user;
 static int log_level = -1;   /* -1: not read from the environment yet */
 
-static int level_from_env(void) {
+/* *bad is set when the variable holds something that is not a level. */
+static int level_from_env(bool *bad) {
   const char *v = getenv("RAP_LOG_LEVEL");
+  *bad = false;
   if (v == NULL || *v == '\0') return RAP_LOG_WARN;
   static const char *names[] = {"debug", "info", "warn", "error", "off"};
   for (int i = 0; i < 5; i++)
     if (strcasecmp(v, names[i]) == 0) return i;
   if (strcasecmp(v, "warning") == 0) return RAP_LOG_WARN;
   if (v[0] >= '0' && v[0] <= '4' && v[1] == '\0') return v[0] - '0';
+  *bad = true;
   return RAP_LOG_WARN;
 }
 
@@ -110,17 +113,31 @@ int rap_log_set_handler(rap_log_fn fn, void *user) {
 int rap_log_set_level(int level) {
   if (level < RAP_LOG_DEBUG || level > RAP_LOG_OFF)
     return rapi_fail(RAP_ERR_INVALID, "rap_log_set_level: level %d is not a rap_log_level", level);
-  pthread_mutex_lock(&log_lock);
-  log_level = level;
-  pthread_mutex_unlock(&log_lock);
+  __atomic_store_n(&log_level, level, __ATOMIC_RELAXED);
   return RAP_OK;
 }
 
+/* The level is read without a lock (debug lines sit on paths many threads take); the environment
+ * is read once, and a value that is no level is said, not ignored. */
+void rapi_log_read_env(void) {
+  bool bad;
+  int level = level_from_env(&bad);
+  __atomic_store_n(&log_level, level, __ATOMIC_RELAXED);
+  if (bad)
+    rap_log(RAP_LOG_WARN, "RAP_LOG_LEVEL='%s' is not a level (debug, info, warn, error, off or 0-4): "
+            "using warn", getenv("RAP_LOG_LEVEL"));
+}
+
 int rap_log_get_level(void) {
-  pthread_mutex_lock(&log_lock);
-  if (log_level < 0) log_level = level_from_env();
-  int l = log_level;
-  pthread_mutex_unlock(&log_lock);
+  int l = __atomic_load_n(&log_level, __ATOMIC_RELAXED);
+  if (RAPI_UNLIKELY(l < 0)) {
+    pthread_mutex_lock(&log_lock);
+    bool first = __atomic_load_n(&log_level, __ATOMIC_RELAXED) < 0;
+    if (first) __atomic_store_n(&log_level, RAP_LOG_WARN, __ATOMIC_RELAXED);   /* no recursion */
+    pthread_mutex_unlock(&log_lock);
+    if (first) rapi_log_read_env();
+    l = __atomic_load_n(&log_level, __ATOMIC_RELAXED);
+  }
   return l;
 }
 

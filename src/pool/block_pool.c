@@ -313,6 +313,13 @@ int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
   bp->usable += usable;
   if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
   bp->chunk_count++;
+  if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG))) {
+    char sz[32], held[32];
+    rapi_format_size(sz, sizeof sz, request);
+    rapi_format_size(held, sizeof held, bp->actual);
+    rap_log(RAP_LOG_DEBUG, "%s: grew by a chunk of %s from '%s' (%zu chunks, %s held)",
+            rap_allocator_name(bp->self), sz, rap_allocator_name(bp->parent), bp->chunk_count, held);
+  }
   bp->block_count++;
   *out = b;
   return RAP_OK;
@@ -345,6 +352,12 @@ int rapi_bp_grow_for(rapi_bp *bp, size_t size, rapi_block **out) {
 }
 
 static void drop_chunk(rapi_bp *bp, rapi_chunk *c) {
+  if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG))) {
+    char sz[32];
+    rapi_format_size(sz, sizeof sz, c->size);
+    rap_log(RAP_LOG_DEBUG, "%s: gave a chunk of %s back to '%s'", rap_allocator_name(bp->self), sz,
+            rap_allocator_name(bp->parent));
+  }
   if (c->prev) c->prev->next = c->next;
   else bp->chunks = c->next;
   if (c->next) c->next->prev = c->prev;

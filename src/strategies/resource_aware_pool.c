@@ -129,6 +129,10 @@ static int fence_open(ra_pool *p, rstate *rs) {
   int st = rs->r->ops->record(rs->r, &ev);
   if (st != RAP_OK) return st;
   rs->fences[(rs->fhead + rs->fcount++) % rs->fcap] = (fence){rs->open, ev};
+  if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG)))
+    rap_log(RAP_LOG_DEBUG, "%s: fenced batch %llu (%zu pending blocks) on %s resource #%llu",
+            rap_allocator_name(p->bp.self), (unsigned long long)rs->open, rs->open_count,
+            rs->r->ops->kind, (unsigned long long)rs->r->id);
   rs->open++;
   rs->open_dirty = false;
   rs->open_count = 0;
@@ -338,6 +342,10 @@ static void fence_or_poll(ra_pool *p, rstate *rs) {
  * thread's locks let go, which sets *host_waited: the caller must start over). */
 static int wait_event(rstate *rs, rapi_event *ev, bool *host_waited) {
   int st = rs->r->ops->wait(rs->r, ev);
+  if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG)) && st >= 0)
+    rap_log(RAP_LOG_DEBUG, "cross_resource=wait: %s resource #%llu waits for %s resource #%llu %s",
+            rs->r->ops->kind, (unsigned long long)rs->r->id, ev->r->ops->kind,
+            (unsigned long long)ev->r->id, st == RAPI_HOST_WAIT ? "on the host" : "(queued)");
   if (st != RAPI_HOST_WAIT) return st;
   *host_waited = true;
   return rapi_host_wait(ev);
@@ -484,8 +492,9 @@ static int ra_deallocate(void *state, void *ptr, rap_resource *r) {
   rstate *owner = RA(b)->owner;
   if (RAPI_UNLIKELY(r != NULL && r->key != owner->key))
     return rapi_fail(RAP_ERR_WRONG_RESOURCE,
-                     "rap_deallocate('%s'): %p belongs to a %s resource, not this %s resource",
-                     rap_allocator_name(p->bp.self), ptr, owner->r->ops->kind, r->ops->kind);
+                     "rap_deallocate('%s'): %p belongs to %s resource #%llu, not to %s resource #%llu",
+                     rap_allocator_name(p->bp.self), ptr, owner->r->ops->kind,
+                     (unsigned long long)owner->r->id, r->ops->kind, (unsigned long long)r->id);
   owner->current -= b->requested;
   owner->used_bytes -= b->size;
   owner->used_count--;
