@@ -87,8 +87,8 @@ static RAPI_NOINLINE rstate *lookup_slow(ra_pool *p, rap_resource *r) {
     rs->key = r->key;
     rs->sync = r->ops->record == NULL;
     rs->open = 1;
-    /* A resource that can be destroyed learns of this pool, so that its destroy visits it. */
-    if (r != &r->rm->host && rap_resource_watch(r, p->bp.self) != RAP_OK) {
+    /* The resource learns of this pool, so that its destroy visits it (the host: a no-op). */
+    if (rap_resource_watch(r, p->bp.self) != RAP_OK) {
       free(rs);
       return NULL;
     }
@@ -660,7 +660,7 @@ static void forget(ra_pool *p, rstate *rs) {
   free(rs->fences);
   HASH_DELETE(hh, p->by_key, rs);
   if (p->last == rs) p->last = NULL;
-  if (rs->r != &rs->r->rm->host) rap_resource_unwatch(rs->r, p->bp.self);
+  rap_resource_unwatch(rs->r, p->bp.self);
   free(rs);
 }
 
