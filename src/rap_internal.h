@@ -171,6 +171,7 @@ void rapi_map_fini(rapi_ptr_map *m);
 int  rapi_map_grow(rapi_ptr_map *m);
 void rapi_map_remove_at(rapi_ptr_map *m, size_t i);
 bool rapi_map_contains_shared(const rapi_ptr_map *m, const void *ptr);   /* from any thread */
+void *rapi_map_get_shared(const rapi_ptr_map *m, const void *ptr);      /* from any thread */
 static inline void rapi_map_write_begin(rapi_ptr_map *m) {
   __atomic_store_n(&m->seq, m->seq + 1, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -412,6 +413,7 @@ int  rapi_quick_pool_check(void *state);
 extern const rap_strategy rapi_fault_strategy;
 extern const rap_strategy rapi_resource_aware_pool_strategy;
 extern const rap_strategy rapi_thread_safe_strategy;
+extern const rap_strategy rapi_thread_cache_strategy;
 extern const rap_strategy rapi_size_limiter_strategy;
 extern const rap_strategy rapi_fixed_pool_strategy;
 extern const rap_strategy rapi_dynamic_pool_list_strategy;

@@ -117,6 +117,7 @@ typedef struct rap_stats {
   size_t releasable_bytes, free_bytes, pending_bytes, largest_free_block;
   size_t allocation_count, block_count, pending_count, chunk_count;
   size_t used_bytes;                           /* aligned bytes of live blocks */
+  size_t cached_bytes, cached_count;           /* free blocks held by per-thread caches (ThreadCache) */
 } rap_stats;
 int  rap_allocator_stats(rap_allocator *a, rap_stats *out);
 int  rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *out);

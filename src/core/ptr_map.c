@@ -91,23 +91,25 @@ void rapi_map_remove_at(rapi_ptr_map *m, size_t i) {
   m->count--;
 }
 
-/* A seqlock read: a snapshot taken while no change was under way and none began before it ended. */
-bool rapi_map_contains_shared(const rapi_ptr_map *m, const void *ptr) {
+/* A seqlock read: a snapshot taken while no change was under way and none began before it ended.
+ * The record of ptr, or NULL; a removal stores the key first, so a reader may meet a key whose
+ * record is already gone: that reads as absent. */
+void *rapi_map_get_shared(const rapi_ptr_map *m, const void *ptr) {
   uintptr_t key = (uintptr_t)ptr;
-  if (key == 0) return false;
+  if (key == 0) return NULL;
   for (unsigned tries = 0;; tries++) {
     if (tries >= 64) sched_yield();   /* the owner is busy changing it: let it get on */
     unsigned s1 = __atomic_load_n(&m->seq, __ATOMIC_ACQUIRE);
     if (s1 & 1) continue;
     const rapi_map_table *t = __atomic_load_n(&m->table, __ATOMIC_ACQUIRE);
-    bool found = false;
+    void *found = NULL;
     if (t != NULL) {
       size_t i = (size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> t->shift) & t->mask;
       for (size_t n = 0; n <= t->mask; n++, i = (i + 1) & t->mask) {
         uintptr_t k = __atomic_load_n(&t->slots[i].key, __ATOMIC_RELAXED);
         if (k == 0) break;
         if (k == key) {
-          found = true;
+          found = __atomic_load_n(&t->slots[i].value, __ATOMIC_RELAXED);
           break;
         }
       }
@@ -115,4 +117,8 @@ bool rapi_map_contains_shared(const rapi_ptr_map *m, const void *ptr) {
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(&m->seq, __ATOMIC_RELAXED) == s1) return found;
   }
+}
+
+bool rapi_map_contains_shared(const rapi_ptr_map *m, const void *ptr) {
+  return rapi_map_get_shared(m, ptr) != NULL;
 }

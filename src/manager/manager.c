@@ -326,6 +326,18 @@ static int forget(rap_allocator *a, void *r) {
   return RAP_OK;
 }
 
+static unsigned depth(const rap_allocator *a) {
+  unsigned d = 0;
+  for (a = a->parent; a != NULL; a = a->parent) d++;
+  return d;
+}
+static unsigned deepest(const rap_resource *r) {
+  unsigned d = 0;
+  for (const rapi_watch *w = r->watchers; w != NULL; w = w->next)
+    if (depth(w->a) > d) d = depth(w->a);
+  return d;
+}
+
 /* Synchronizes r, so that everything it was used for has passed; refuses while r owns live blocks
  * (asking every pool that knows r before changing any), then every such pool drops r. Pools that
  * never saw r are not touched: other threads may be using them. The memory of r stays while a
@@ -344,9 +356,17 @@ int rap_resource_destroy(rap_resource *r) {
   rapi_lock(&rm->lock, &held);
   /* The watch list changes only under the manager's lock, except that a pool first seeing r adds
    * itself: using r while destroying it is the caller's race, as with any handle. */
-  for (rapi_watch *w = r->watchers; w != NULL && st == RAP_OK; w = w->next)
-    st = guarded(w->a, gone, r);   /* an allocator under a ThreadSafe: under its lock */
-  while (st == RAP_OK && r->watchers != NULL) (void)guarded(r->watchers->a, forget, r);
+  /* Wrappers before what they wrap, asked and told: a ThreadCache gives its cached blocks of r
+   * back to its parent first, so the parent answers for r's live blocks alone. */
+  for (unsigned d = deepest(r) + 1; d-- > 0 && st == RAP_OK;)
+    for (rapi_watch *w = r->watchers; w != NULL && st == RAP_OK; w = w->next)
+      if (depth(w->a) == d) st = guarded(w->a, gone, r);   /* under a ThreadSafe: its lock */
+  while (st == RAP_OK && r->watchers != NULL) {
+    rapi_watch *first = r->watchers;
+    for (rapi_watch *w = r->watchers; w != NULL; w = w->next)
+      if (depth(w->a) > depth(first->a)) first = w;
+    (void)guarded(first->a, forget, r);
+  }
   rapi_unlock(&held);
   if (st != RAP_OK) return st;
   rapi_resource_unlink(rm, r);

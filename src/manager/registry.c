@@ -17,6 +17,7 @@ static const rap_strategy *const builtins[] = {
     &rapi_resource_aware_pool_strategy,
     &rapi_dynamic_pool_list_strategy,
     &rapi_thread_safe_strategy,
+    &rapi_thread_cache_strategy,
     &rapi_size_limiter_strategy,
     &rapi_fixed_pool_strategy,
 };

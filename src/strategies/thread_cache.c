@@ -1,0 +1,902 @@
+/* thread_cache.c — ThreadCache: a thread-safe wrapper whose allocate and deallocate take no shared
+ * lock in the common case.
+ *
+ * Each thread that uses an instance gets its own cache of free blocks, binned by resource and size
+ * class (four classes per power of two above four alignment units, so a request is rounded up by at
+ * most a quarter). A block freed on resource r goes to the freeing thread's bin for r and serves
+ * that thread's next request on r of its class: r's stream order makes the reuse safe, exactly as a
+ * pool's own reuse of a block pending on r, so no event is needed. Nothing cached for r is ever
+ * handed to another resource: a bin only serves its resource, and a block leaves the caches by being
+ * deallocated on r in the parent, which applies the pending rule from there on.
+ *
+ * What is shared, and when it is touched:
+ * - `lock`, around the parent (the wrapped pool), the record slab and the writes of `map`: only when
+ *   a thread's bin is empty (refill, a few blocks at once), when a cache passes its bounds (flush, a
+ *   batch at once), for blocks above `max_size`, and for the cold calls (stats, check, release, ...).
+ * - `map`, pointer -> record, for every block that came through a cache: written under `lock`,
+ *   read by deallocate without any lock (the map's seqlock read).
+ * - a record's `state`, changed by compare-and-swap: LIVE while the user holds the block.
+ * - a cache's `xfree`, a lock-free list: a block freed by another thread than the one whose cache
+ *   handed it out is pushed there (one compare-and-swap) and the owner takes the whole list back
+ *   when its bins run dry (mimalloc's thread-delayed free, for the producer/consumer case).
+ * - a cache's own `spin`, taken by its thread on every call (never contended then) and by whoever
+ *   walks all caches (stats, check, release, out of memory, a resource's or the allocator's end).
+ *   It is a leaf: nothing else is taken, and the parent is never called, while it is held.
+ *
+ * Thread ends: a process-wide thread-specific key runs at a thread's exit and flushes every cache of
+ * that thread to its parent; the cache stays, abandoned, for the next thread that comes (blocks
+ * still live from it are freed through it as from any other thread's cache). Process-wide, under
+ * `registry`, are only the lists that link threads to caches: taken when a thread first uses an
+ * instance, at thread exit and when an instance goes, never on the hot path.
+ */
+#include "rap_internal.h"
+
+#include <sched.h>
+#include <stdio.h>
+
+#define TC_SLOTS 8         /* resources one thread's cache keeps bins for at once */
+#define TC_WAYS 4          /* instances a thread finds without any lock */
+#define TC_MAX_CLASSES 96
+#define TC_SPARE_UP 2      /* an empty bin may borrow from the next classes up */
+
+enum { TC_LIVE = 1, TC_CACHED, TC_XFREED, TC_GOING };
+
+typedef struct tc_cache tc_cache;
+typedef struct tc_rec {
+  void *ptr;
+  struct tc_rec *next;       /* in a bin, an xfree list or a batch being flushed */
+  rap_resource *r;           /* allocated on; a cached block is pending on it */
+  tc_cache *owner;           /* the cache it returns to */
+  unsigned cls;
+  int state;                 /* atomic: TC_LIVE, ... */
+  int recorded;              /* atomic: used on another resource too (rap_record_resource) */
+} tc_rec;
+
+typedef struct tc_bin {
+  tc_rec *head;
+  size_t n;
+} tc_bin;
+
+typedef struct tc_slot {
+  rap_resource *r;           /* NULL: unused */
+  uint64_t used;             /* the cache's tick at its last use: the least recent goes first */
+  tc_bin *bins;              /* one per class */
+} tc_slot;
+
+typedef struct thread_cache thread_cache;
+typedef struct tc_thread tc_thread;
+struct tc_cache {
+  int spin;                  /* atomic */
+  int abandoned;             /* atomic: its thread ended */
+  thread_cache *tc;
+  tc_thread *thread;         /* the thread it belongs to, under registry; NULL when abandoned */
+  tc_cache *inst_next;       /* the instance's list, under list_lock */
+  tc_cache *thread_next;     /* the thread's list, under registry */
+  tc_rec *xfree;             /* atomic: blocks freed by other threads */
+  size_t bytes, blocks;      /* cached in the bins */
+  uint64_t tick;
+  tc_slot slots[TC_SLOTS];
+};
+
+struct thread_cache {
+  pthread_mutex_t lock;      /* the parent, the slab, the map's writes, the watch list */
+  pthread_mutex_t list_lock; /* the list of caches */
+  rap_allocator *self, *inner;
+  uint64_t id;               /* never reused: a thread's ways hold ids, not pointers alone */
+  rapi_ptr_map map;
+  rapi_slab recs;
+  tc_cache *caches;
+  rap_resource **watched;
+  size_t nwatched, capwatched;
+  size_t align;
+  unsigned shift;            /* log2(align) */
+  unsigned ncls;
+  size_t max_size;           /* largest class: bigger requests go to the parent under the lock */
+  size_t cap_bytes;          /* per thread */
+  size_t cap_blocks;         /* per bin */
+  size_t cls_size[TC_MAX_CLASSES];
+};
+
+/* ---- threads --------------------------------------------------------------------------------- */
+
+struct tc_thread {
+  uint64_t id[TC_WAYS];
+  tc_cache *c[TC_WAYS];
+  unsigned next;
+  tc_cache *caches;          /* every cache of this thread, under registry */
+  bool keyed;
+};
+static _Thread_local tc_thread tls;
+static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t exit_key;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static int exit_key_ok;
+static uint64_t next_id = 1;   /* atomic */
+
+static void thread_exit(void *arg);
+static void make_exit_key(void) { exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0; }
+
+static inline void spin_lock(tc_cache *c) {
+  for (unsigned n = 0; __atomic_exchange_n(&c->spin, 1, __ATOMIC_ACQUIRE); n++) {
+    while (__atomic_load_n(&c->spin, __ATOMIC_RELAXED))
+      if (++n > 64) sched_yield();
+  }
+}
+static inline void spin_unlock(tc_cache *c) { __atomic_store_n(&c->spin, 0, __ATOMIC_RELEASE); }
+
+static inline tc_cache *my_cache(const thread_cache *t) {
+  for (int i = 0; i < TC_WAYS; i++)
+    if (tls.id[i] == t->id) return tls.c[i];
+  return NULL;
+}
+
+/* ---- classes --------------------------------------------------------------------------------- */
+
+/* Units of align: 1, 2, 3, 4, then four classes per power of two (5, 6, 7, 8, 10, 12, 14, 16, ...). */
+static inline unsigned class_of(const thread_cache *t, size_t bytes) {
+  size_t u = (bytes + t->align - 1) >> t->shift;
+  if (u <= 4) return (unsigned)(u == 0 ? 0 : u - 1);
+  unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)(u - 1));   /* 2^k < u <= 2^(k+1) */
+  return 4u + (k - 2u) * 4u + (unsigned)((u - 1 - ((size_t)1 << k)) >> (k - 2u));
+}
+
+static size_t class_units(unsigned cls) {
+  if (cls < 4) return cls + 1;
+  unsigned k = (cls - 4) / 4 + 2, j = (cls - 4) % 4;
+  return ((size_t)1 << k) + ((size_t)(j + 1) << (k - 2));
+}
+
+/* ---- flushing: blocks back to the parent ------------------------------------------------------ */
+
+static RAPI_NOINLINE void watch_forget(thread_cache *t, rap_resource *r);
+
+/* Deallocates a batch of records on their resources in the parent, under lock. */
+static void flush_batch(thread_cache *t, tc_rec *list) {
+  if (list == NULL) return;
+  rapi_held held;
+  rapi_lock(&t->lock, &held);
+  for (tc_rec *rec = list, *next; rec != NULL; rec = next) {
+    next = rec->next;
+    int st = rap_deallocate(t->inner, rec->ptr, rec->r);
+    if (st != RAP_OK)
+      rap_log(RAP_LOG_ERROR, "%s: returning a cached block to '%s' failed: %s",
+              rap_allocator_name(t->self), rap_allocator_name(t->inner), rap_last_error());
+    rapi_map_remove(&t->map, rec->ptr);
+    rapi_slab_free(&t->recs, rec);
+  }
+  rapi_unlock(&held);
+}
+
+/* Under c's spin: moves a whole bin to *out. */
+static void take_bin(thread_cache *t, tc_cache *c, tc_bin *b, tc_rec **out) {
+  size_t bytes = 0, n = 0;
+  for (tc_rec *rec = b->head, *next; rec != NULL; rec = next) {
+    next = rec->next;
+    bytes += t->cls_size[rec->cls];
+    n++;
+    rec->next = *out;
+    *out = rec;
+  }
+  c->bytes -= bytes;
+  c->blocks -= n;
+  b->head = NULL;
+  b->n = 0;
+}
+
+/* Under c's spin: every bin of a slot to *out, and the slot freed. */
+static void take_slot(thread_cache *t, tc_cache *c, tc_slot *s, tc_rec **out) {
+  for (unsigned k = 0; k < t->ncls; k++)
+    if (s->bins[k].n) take_bin(t, c, &s->bins[k], out);
+  s->r = NULL;
+}
+
+static tc_slot *slot_find(tc_cache *c, rap_resource *r) {
+  for (int i = 0; i < TC_SLOTS; i++)
+    if (c->slots[i].r == r) {
+      c->slots[i].used = ++c->tick;
+      return &c->slots[i];
+    }
+  return NULL;
+}
+
+/* Under c's spin: a slot for r, taking the least recently used one if all are in use; its blocks
+ * go to *out, to be flushed after the spin is let go. */
+static tc_slot *slot_assign(thread_cache *t, tc_cache *c, rap_resource *r, tc_rec **out) {
+  tc_slot *s = slot_find(c, r);
+  if (s != NULL) return s;
+  tc_slot *victim = &c->slots[0];
+  for (int i = 0; i < TC_SLOTS; i++) {
+    if (c->slots[i].r == NULL) {
+      victim = &c->slots[i];
+      break;
+    }
+    if (c->slots[i].used < victim->used) victim = &c->slots[i];
+  }
+  if (victim->r != NULL) take_slot(t, c, victim, out);
+  victim->r = r;
+  victim->used = ++c->tick;
+  return victim;
+}
+
+static inline void bin_push(thread_cache *t, tc_cache *c, tc_slot *s, tc_rec *rec) {
+  tc_bin *b = &s->bins[rec->cls];
+  rec->next = b->head;
+  b->head = rec;
+  b->n++;
+  c->bytes += t->cls_size[rec->cls];
+  c->blocks++;
+}
+
+/* Under c's spin: the blocks other threads freed into c go to its bins (or to *out, for a resource
+ * it keeps no slot for and cannot take one without flushing). */
+static void drain_xfree(thread_cache *t, tc_cache *c, tc_rec **out) {
+  tc_rec *list = __atomic_exchange_n(&c->xfree, NULL, __ATOMIC_ACQUIRE);
+  for (tc_rec *rec = list, *next; rec != NULL; rec = next) {
+    next = rec->next;
+    __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);
+    tc_slot *s = slot_find(c, rec->r);
+    if (s == NULL) {
+      rec->next = *out;
+      *out = rec;
+    } else {
+      bin_push(t, c, s, rec);
+    }
+  }
+}
+
+/* Under c's spin: trims c back within its bounds; the surplus goes to *out. A bin over its count
+ * keeps its newest half; a cache over its bytes gives up whole bins, largest classes first, until it
+ * holds half its bound. */
+static void trim(thread_cache *t, tc_cache *c, tc_slot *s, unsigned cls, tc_rec **out) {
+  tc_bin *b = &s->bins[cls];
+  if (b->n > t->cap_blocks) {
+    size_t keep = t->cap_blocks / 2, bytes = 0, n = 0;
+    tc_rec *cut = b->head;
+    for (size_t i = 1; i < keep && cut != NULL; i++) cut = cut->next;
+    tc_rec *rest = keep == 0 ? b->head : cut ? cut->next : NULL;
+    if (keep == 0) b->head = NULL;
+    else if (cut) cut->next = NULL;
+    for (tc_rec *rec = rest, *next; rec != NULL; rec = next) {
+      next = rec->next;
+      bytes += t->cls_size[rec->cls];
+      n++;
+      rec->next = *out;
+      *out = rec;
+    }
+    b->n -= n;
+    c->bytes -= bytes;
+    c->blocks -= n;
+  }
+  for (unsigned k = t->ncls; k-- > 0 && c->bytes > t->cap_bytes / 2 && c->bytes > 0;)
+    for (int i = 0; i < TC_SLOTS && c->bytes > t->cap_bytes / 2; i++)
+      if (c->slots[i].r != NULL && c->slots[i].bins[k].n) take_bin(t, c, &c->slots[i].bins[k], out);
+}
+
+/* Every cache's blocks (those for r only, unless r is NULL) back to the parent. */
+static void flush_all(thread_cache *t, rap_resource *r) {
+  tc_rec *out = NULL;
+  pthread_mutex_lock(&t->list_lock);
+  for (tc_cache *c = t->caches; c != NULL; c = c->inst_next) {
+    spin_lock(c);
+    tc_rec *lost = NULL;
+    drain_xfree(t, c, &lost);
+    for (tc_rec *rec = lost, *next; rec != NULL; rec = next) {   /* no slot: straight out */
+      next = rec->next;
+      rec->next = out;
+      out = rec;
+    }
+    for (int i = 0; i < TC_SLOTS; i++)
+      if (c->slots[i].r != NULL && (r == NULL || c->slots[i].r == r))
+        take_slot(t, c, &c->slots[i], &out);
+    spin_unlock(c);
+  }
+  pthread_mutex_unlock(&t->list_lock);
+  flush_batch(t, out);
+}
+
+/* ---- a thread's cache ------------------------------------------------------------------------ */
+
+static void cache_free(tc_cache *c) {
+  if (c == NULL) return;
+  free(c->slots[0].bins);   /* one allocation for every slot's bins */
+  free(c);
+}
+
+static tc_cache *cache_new(thread_cache *t) {
+  tc_cache *c = rapi_calloc(1, sizeof *c);
+  if (c == NULL) return NULL;
+  tc_bin *bins = rapi_calloc((size_t)TC_SLOTS * t->ncls, sizeof *bins);
+  if (bins == NULL) {
+    free(c);
+    return NULL;
+  }
+  for (int i = 0; i < TC_SLOTS; i++) c->slots[i].bins = bins + (size_t)i * t->ncls;
+  c->tc = t;
+  return c;
+}
+
+/* The calling thread's cache of t, found or made (or adopted from a thread that ended); NULL when
+ * no host memory is left for one, and the caller goes through the lock instead. */
+static RAPI_NOINLINE tc_cache *cache_get(thread_cache *t) {
+  tc_cache *c = my_cache(t);
+  if (c != NULL) return c;
+  pthread_once(&exit_once, make_exit_key);
+  if (!exit_key_ok) return NULL;
+  pthread_mutex_lock(&registry);
+  for (c = tls.caches; c != NULL && c->tc != t; c = c->thread_next) {}
+  if (c == NULL) {
+    if (!tls.keyed) tls.keyed = pthread_setspecific(exit_key, &tls) == 0;
+    if (tls.keyed) {
+      pthread_mutex_lock(&t->list_lock);
+      for (c = t->caches; c != NULL && !__atomic_load_n(&c->abandoned, __ATOMIC_RELAXED); c = c->inst_next) {}
+      if (c == NULL && (c = cache_new(t)) != NULL) {
+        c->inst_next = t->caches;
+        t->caches = c;
+      }
+      pthread_mutex_unlock(&t->list_lock);
+    }
+    if (c != NULL) {
+      spin_lock(c);
+      __atomic_store_n(&c->abandoned, 0, __ATOMIC_RELAXED);
+      c->thread = &tls;
+      spin_unlock(c);
+      c->thread_next = tls.caches;
+      tls.caches = c;
+    }
+  }
+  pthread_mutex_unlock(&registry);
+  if (c != NULL) {
+    unsigned w = tls.next++ % TC_WAYS;
+    tls.id[w] = t->id;
+    tls.c[w] = c;
+  }
+  return c;
+}
+
+/* At a thread's end: its caches go back to their parents and wait, abandoned, for another thread. */
+static void thread_exit(void *arg) {
+  tc_thread *th = arg;
+  pthread_mutex_lock(&registry);
+  for (tc_cache *c = th->caches, *next; c != NULL; c = next) {
+    next = c->thread_next;
+    thread_cache *t = c->tc;
+    tc_rec *out = NULL;
+    spin_lock(c);
+    __atomic_store_n(&c->abandoned, 1, __ATOMIC_RELAXED);
+    c->thread = NULL;
+    c->thread_next = NULL;
+    drain_xfree(t, c, &out);
+    for (int i = 0; i < TC_SLOTS; i++)
+      if (c->slots[i].r != NULL) take_slot(t, c, &c->slots[i], &out);
+    spin_unlock(c);
+    flush_batch(t, out);
+  }
+  th->caches = NULL;
+  th->keyed = false;   /* a later destructor that allocates here gets a cache, and this, again */
+  for (int i = 0; i < TC_WAYS; i++) th->id[i] = 0;
+  pthread_mutex_unlock(&registry);
+}
+
+/* ---- the parent, under the lock ---------------------------------------------------------------- */
+
+static int locked_allocate(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
+  rapi_held held;
+  rapi_lock(&t->lock, &held);
+  int st = rap_allocate(t->inner, out, bytes, r);
+  rapi_unlock(&held);
+  if (st == RAP_ERR_NOMEM) {   /* what the caches hold may be what is missing */
+    flush_all(t, NULL);
+    rapi_lock(&t->lock, &held);
+    st = rap_allocate(t->inner, out, bytes, r);
+    rapi_unlock(&held);
+  }
+  return st;
+}
+
+static int locked_deallocate(thread_cache *t, void *ptr, rap_resource *r) {
+  rapi_held held;
+  rapi_lock(&t->lock, &held);
+  int st = rap_deallocate(t->inner, ptr, r);
+  rapi_unlock(&held);
+  return st;
+}
+
+/* Under lock: t watches r, so that r's destroy flushes the caches' blocks for it first. */
+static int watch(thread_cache *t, rap_resource *r) {
+  if (r == &rap_allocator_manager(t->self)->host) return RAP_OK;
+  for (size_t i = 0; i < t->nwatched; i++)
+    if (t->watched[i] == r) return RAP_OK;
+  if (t->nwatched == t->capwatched) {
+    size_t cap = t->capwatched ? t->capwatched * 2 : 8;
+    rap_resource **w = rapi_realloc(t->watched, cap * sizeof *w);
+    if (w == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(t->self));
+    t->watched = w;
+    t->capwatched = cap;
+  }
+  int st = rap_resource_watch(r, t->self);
+  if (st == RAP_OK) t->watched[t->nwatched++] = r;
+  return st;
+}
+
+static RAPI_NOINLINE void watch_forget(thread_cache *t, rap_resource *r) {
+  for (size_t i = 0; i < t->nwatched; i++)
+    if (t->watched[i] == r) {
+      t->watched[i] = t->watched[--t->nwatched];
+      rap_resource_unwatch(r, t->self);
+      return;
+    }
+}
+
+/* Under lock: up to want blocks of class cls on r from the parent, each with its record in the map,
+ * chained through next; the count made. The first failure's status is in *st when none was made. */
+static size_t refill_locked(thread_cache *t, tc_cache *c, unsigned cls, rap_resource *r, size_t want,
+                            tc_rec **out, int *st) {
+  size_t got = 0;
+  *st = watch(t, r);
+  if (*st != RAP_OK) return 0;
+  for (; got < want; got++) {
+    if (rapi_map_reserve(&t->map) != RAP_OK) {
+      *st = rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(t->self));
+      break;
+    }
+    tc_rec *rec = rapi_slab_alloc(&t->recs);
+    if (rec == NULL) {
+      *st = rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(t->self));
+      break;
+    }
+    void *p = NULL;
+    *st = rap_allocate(t->inner, &p, t->cls_size[cls], r);
+    if (*st != RAP_OK) {
+      rapi_slab_free(&t->recs, rec);
+      break;
+    }
+    rec->ptr = p;
+    rec->r = r;
+    rec->owner = c;
+    rec->cls = cls;
+    rec->next = *out;
+    __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);   /* owns may look at any time */
+    __atomic_store_n(&rec->recorded, 0, __ATOMIC_RELAXED);
+    rapi_map_insert(&t->map, p, rec);
+    *out = rec;
+  }
+  return got;
+}
+
+/* ---- allocate and deallocate ------------------------------------------------------------------- */
+
+/* The calling thread's bin for (r, cls) was empty: blocks other threads freed, a bin a little
+ * larger, then a few blocks from the parent (the first is the answer, the rest go to the bin). */
+static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
+  tc_cache *c = cache_get(t);
+  if (c == NULL) return locked_allocate(t, out, bytes, r);
+  unsigned cls = class_of(t, bytes);
+  tc_rec *surplus = NULL, *rec = NULL;
+  spin_lock(c);
+  drain_xfree(t, c, &surplus);
+  tc_slot *s = slot_assign(t, c, r, &surplus);
+  for (unsigned k = cls; k < t->ncls && k <= cls + TC_SPARE_UP && rec == NULL; k++) {
+    tc_bin *b = &s->bins[k];
+    if ((rec = b->head) != NULL) {
+      b->head = rec->next;
+      b->n--;
+      c->bytes -= t->cls_size[k];
+      c->blocks--;
+    }
+  }
+  spin_unlock(c);
+  flush_batch(t, surplus);
+  if (rec != NULL) {
+    __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELAXED);
+    *out = rec->ptr;
+    return RAP_OK;
+  }
+  /* A few at once for small classes, so that a thread meets the lock seldom. */
+  size_t want = t->cap_bytes / 8 / t->cls_size[cls];
+  want = want < 1 ? 1 : want > 4 ? 4 : want;
+  int st;
+  tc_rec *got = NULL;
+  rapi_held held;
+  rapi_lock(&t->lock, &held);
+  size_t n = refill_locked(t, c, cls, r, want, &got, &st);
+  rapi_unlock(&held);
+  if (n == 0 && st == RAP_ERR_NOMEM) {
+    flush_all(t, NULL);
+    rapi_lock(&t->lock, &held);
+    n = refill_locked(t, c, cls, r, 1, &got, &st);
+    rapi_unlock(&held);
+  }
+  if (n == 0) return st;
+  rec = got;
+  got = got->next;
+  if (got != NULL) {
+    spin_lock(c);
+    s = slot_assign(t, c, r, &surplus);
+    for (tc_rec *x = got, *next; x != NULL; x = next) {
+      next = x->next;
+      bin_push(t, c, s, x);
+    }
+    spin_unlock(c);
+    flush_batch(t, surplus);
+  }
+  __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELAXED);
+  *out = rec->ptr;
+  return RAP_OK;
+}
+
+static int tc_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+  thread_cache *t = state;
+  if (r == NULL) r = &rap_allocator_manager(t->self)->host;
+  if (RAPI_UNLIKELY(bytes - 1 >= t->max_size)) return locked_allocate(t, out, bytes, r);
+  tc_cache *c = my_cache(t);
+  if (RAPI_LIKELY(c != NULL)) {
+    unsigned cls = class_of(t, bytes);
+    spin_lock(c);
+    tc_slot *s = c->slots[0].r == r ? &c->slots[0] : slot_find(c, r);
+    tc_rec *rec;
+    if (RAPI_LIKELY(s != NULL && (rec = s->bins[cls].head) != NULL)) {
+      s->bins[cls].head = rec->next;
+      s->bins[cls].n--;
+      c->bytes -= t->cls_size[cls];
+      c->blocks--;
+      spin_unlock(c);
+      __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELAXED);
+      *out = rec->ptr;
+      return RAP_OK;
+    }
+    spin_unlock(c);
+  }
+  return allocate_miss(t, out, bytes, r);
+}
+
+/* A block that needs the parent's judgement (freed on another resource than its own, or recorded
+ * on others): it leaves the caches, if the parent takes it. */
+static RAPI_NOINLINE int deallocate_uncached(thread_cache *t, tc_rec *rec, void *ptr, rap_resource *r) {
+  int expect = TC_LIVE;
+  if (!__atomic_compare_exchange_n(&rec->state, &expect, TC_GOING, false, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_RELAXED))
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_deallocate('%s'): %p is not a live block (freed "
+                     "twice?)", rap_allocator_name(t->self), ptr);
+  rapi_held held;
+  rapi_lock(&t->lock, &held);
+  int st = rap_deallocate(t->inner, ptr, r);
+  if (st == RAP_OK) {
+    rapi_map_remove(&t->map, ptr);
+    rapi_slab_free(&t->recs, rec);
+  } else {
+    __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELEASE);
+  }
+  rapi_unlock(&held);
+  return st;
+}
+
+/* Another thread's cache handed the block out: it goes back there (or here, when that thread has
+ * ended). */
+static RAPI_NOINLINE int deallocate_foreign(thread_cache *t, tc_rec *rec, void *ptr) {
+  int expect = TC_LIVE;
+  if (!__atomic_compare_exchange_n(&rec->state, &expect, TC_XFREED, false, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_RELAXED))
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_deallocate('%s'): %p is not a live block (freed "
+                     "twice?)", rap_allocator_name(t->self), ptr);
+  tc_cache *owner = rec->owner;
+  tc_cache *me = __atomic_load_n(&owner->abandoned, __ATOMIC_RELAXED) ? cache_get(t) : NULL;
+  if (me == NULL) {   /* the owner takes it back when its bins run dry */
+    tc_rec *head = __atomic_load_n(&owner->xfree, __ATOMIC_RELAXED);
+    do rec->next = head;
+    while (!__atomic_compare_exchange_n(&owner->xfree, &head, rec, true, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED));
+    return RAP_OK;
+  }
+  tc_rec *surplus = NULL;
+  spin_lock(me);
+  rec->owner = me;
+  __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);
+  tc_slot *s = slot_assign(t, me, rec->r, &surplus);
+  bin_push(t, me, s, rec);
+  trim(t, me, s, rec->cls, &surplus);
+  spin_unlock(me);
+  flush_batch(t, surplus);
+  return RAP_OK;
+}
+
+static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
+  thread_cache *t = state;
+  tc_rec *rec = rapi_map_get_shared(&t->map, ptr);
+  if (RAPI_UNLIKELY(rec == NULL)) return locked_deallocate(t, ptr, r);
+  if (RAPI_UNLIKELY((r != NULL && r != rec->r) | __atomic_load_n(&rec->recorded, __ATOMIC_RELAXED)))
+    return deallocate_uncached(t, rec, ptr, r);
+  tc_cache *c = my_cache(t);
+  if (RAPI_UNLIKELY(rec->owner != c)) return deallocate_foreign(t, rec, ptr);
+  spin_lock(c);
+  if (RAPI_UNLIKELY(__atomic_load_n(&rec->state, __ATOMIC_RELAXED) != TC_LIVE)) {
+    spin_unlock(c);
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_deallocate('%s'): %p is not a live block (freed "
+                     "twice?)", rap_allocator_name(t->self), ptr);
+  }
+  tc_slot *s = c->slots[0].r == rec->r ? &c->slots[0] : slot_find(c, rec->r);
+  if (RAPI_UNLIKELY(s == NULL)) {
+    spin_unlock(c);
+    return deallocate_uncached(t, rec, ptr, rec->r);   /* its slot went to other resources */
+  }
+  __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);
+  bin_push(t, c, s, rec);
+  if (RAPI_UNLIKELY(s->bins[rec->cls].n > t->cap_blocks || c->bytes > t->cap_bytes)) {
+    tc_rec *surplus = NULL;
+    trim(t, c, s, rec->cls, &surplus);
+    spin_unlock(c);
+    flush_batch(t, surplus);
+    return RAP_OK;
+  }
+  spin_unlock(c);
+  return RAP_OK;
+}
+
+/* ---- the cold calls ---------------------------------------------------------------------------- */
+
+/* What the caches hold (for r only, unless NULL), other threads' frees included. */
+static void cached_sum(thread_cache *t, rap_resource *r, size_t *bytes, size_t *blocks) {
+  *bytes = *blocks = 0;
+  pthread_mutex_lock(&t->list_lock);
+  for (tc_cache *c = t->caches; c != NULL; c = c->inst_next) {
+    spin_lock(c);
+    for (int i = 0; i < TC_SLOTS; i++) {
+      if (c->slots[i].r == NULL || (r != NULL && c->slots[i].r != r)) continue;
+      for (unsigned k = 0; k < t->ncls; k++) {
+        *bytes += c->slots[i].bins[k].n * t->cls_size[k];
+        *blocks += c->slots[i].bins[k].n;
+      }
+    }
+    for (tc_rec *x = __atomic_load_n(&c->xfree, __ATOMIC_ACQUIRE); x != NULL; x = x->next)
+      if (r == NULL || x->r == r) {
+        *bytes += t->cls_size[x->cls];
+        *blocks += 1;
+      }
+    spin_unlock(c);
+  }
+  pthread_mutex_unlock(&t->list_lock);
+}
+
+static void see_through(rap_stats *out, size_t bytes, size_t blocks) {
+  out->current_bytes -= bytes < out->current_bytes ? bytes : out->current_bytes;
+  out->used_bytes -= bytes < out->used_bytes ? bytes : out->used_bytes;
+  out->allocation_count -= blocks < out->allocation_count ? blocks : out->allocation_count;
+  out->cached_bytes += bytes;
+  out->cached_count += blocks;
+}
+
+static int tc_stats(void *state, rap_stats *out) {
+  thread_cache *t = state;
+  size_t bytes, blocks;
+  rapi_held held;
+  rapi_lock(&t->lock, &held);   /* no refill or flush in between: the two views agree */
+  int st = rap_allocator_stats(t->inner, out);
+  rapi_unlock(&held);
+  if (st != RAP_OK) return st;
+  cached_sum(t, NULL, &bytes, &blocks);
+  see_through(out, bytes, blocks);
+  return RAP_OK;
+}
+
+static int tc_resource_stats(void *state, rap_resource *r, rap_stats *out) {
+  thread_cache *t = state;
+  size_t bytes, blocks;
+  rapi_held held;
+  rapi_lock(&t->lock, &held);
+  int st = rap_allocator_resource_stats(t->inner, r, out);
+  rapi_unlock(&held);
+  if (st != RAP_OK) return st;
+  cached_sum(t, r, &bytes, &blocks);
+  see_through(out, bytes, blocks);
+  return RAP_OK;
+}
+
+static int tc_owns(void *state, const void *ptr) {
+  thread_cache *t = state;
+  tc_rec *rec = rapi_map_get_shared(&t->map, ptr);
+  if (rec != NULL) return __atomic_load_n(&rec->state, __ATOMIC_RELAXED) == TC_LIVE;
+  if (t->inner->strategy->flags & RAP_STRATEGY_CONCURRENT_OWNS)
+    return t->inner->strategy->owns(t->inner->state, ptr);
+  rapi_held held;
+  rapi_lock(&t->lock, &held);
+  int st = t->inner->strategy->owns(t->inner->state, ptr);
+  rapi_unlock(&held);
+  return st;
+}
+
+static int tc_release(void *state) {
+  thread_cache *t = state;
+  flush_all(t, NULL);
+  rapi_held held;
+  rapi_lock(&t->lock, &held);
+  int st = rap_release(t->inner);
+  rapi_unlock(&held);
+  return st;
+}
+
+/* Every cached block is where its record says: in the map under its pointer, in the bin of its
+ * class in a slot of its resource, of the cache it names, and the caches' counts add up. */
+static int tc_check(void *state) {
+  thread_cache *t = state;
+  const char *name = rap_allocator_name(t->self);
+  int st = RAP_OK;
+  pthread_mutex_lock(&t->list_lock);
+  for (tc_cache *c = t->caches; c != NULL && st == RAP_OK; c = c->inst_next) {
+    spin_lock(c);
+    size_t bytes = 0, blocks = 0;
+    for (int i = 0; i < TC_SLOTS && st == RAP_OK; i++) {
+      tc_slot *s = &c->slots[i];
+      for (unsigned k = 0; k < t->ncls && st == RAP_OK; k++) {
+        size_t n = 0;
+        if (s->r == NULL && s->bins[k].head != NULL)
+          st = rapi_fail(RAP_ERR_CORRUPT, "%s: an unused slot of a thread's cache holds blocks", name);
+        for (tc_rec *x = s->bins[k].head; x != NULL && st == RAP_OK; x = x->next, n++) {
+          if (x->cls != k || x->r != s->r || x->owner != c ||
+              __atomic_load_n(&x->state, __ATOMIC_RELAXED) != TC_CACHED ||
+              rapi_map_get_shared(&t->map, x->ptr) != x)
+            st = rapi_fail(RAP_ERR_CORRUPT, "%s: cached block %p is misfiled (class %u in bin %u, "
+                           "state %d)", name, x->ptr, x->cls, k, x->state);
+          if (n > s->bins[k].n) break;
+        }
+        if (st == RAP_OK && n != s->bins[k].n)
+          st = rapi_fail(RAP_ERR_CORRUPT, "%s: a bin counts %zu blocks and holds %zu", name,
+                         s->bins[k].n, n);
+        bytes += n * t->cls_size[k];
+        blocks += n;
+      }
+    }
+    if (st == RAP_OK && (bytes != c->bytes || blocks != c->blocks))
+      st = rapi_fail(RAP_ERR_CORRUPT, "%s: a thread's cache counts %zu bytes in %zu blocks and holds "
+                     "%zu in %zu", name, c->bytes, c->blocks, bytes, blocks);
+    spin_unlock(c);
+  }
+  pthread_mutex_unlock(&t->list_lock);
+  if (st != RAP_OK) return st;
+  rapi_held held;
+  rapi_lock(&t->lock, &held);
+  st = rap_allocator_check(t->inner);
+  rapi_unlock(&held);
+  return st;
+}
+
+static int tc_record(void *state, void *ptr, rap_resource *r) {
+  thread_cache *t = state;
+  tc_rec *rec = rapi_map_get_shared(&t->map, ptr);
+  if (rec != NULL && __atomic_load_n(&rec->state, __ATOMIC_RELAXED) != TC_LIVE)
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_record_resource('%s'): %p is not a live block",
+                     rap_allocator_name(t->self), ptr);
+  rapi_held held;
+  rapi_lock(&t->lock, &held);
+  int st = rap_record_resource(t->inner, ptr, r);
+  if (st == RAP_OK && rec != NULL && r != rec->r) __atomic_store_n(&rec->recorded, 1, __ATOMIC_RELAXED);
+  rapi_unlock(&held);
+  return st;
+}
+
+static int tc_pointer_resource(void *state, const void *ptr, rap_resource **out) {
+  thread_cache *t = state;
+  tc_rec *rec = rapi_map_get_shared(&t->map, ptr);
+  if (rec != NULL && __atomic_load_n(&rec->state, __ATOMIC_RELAXED) != TC_LIVE)
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_pointer_resource('%s'): %p is not a live block",
+                     rap_allocator_name(t->self), ptr);
+  rapi_held held;
+  rapi_lock(&t->lock, &held);
+  int st = rap_pointer_resource(t->inner, ptr, out);
+  rapi_unlock(&held);
+  return st;
+}
+
+/* Asked (commit 0): the caches' blocks for r go back to the parent, pending on r there, so that the
+ * parent answers for r's live blocks alone. Told (commit 1): r is forgotten. */
+static int tc_resource_gone(void *state, rap_resource *r, int commit) {
+  thread_cache *t = state;
+  flush_all(t, r);
+  if (commit) {
+    rapi_held held;
+    rapi_lock(&t->lock, &held);
+    watch_forget(t, r);
+    rapi_unlock(&held);
+  }
+  return RAP_OK;
+}
+
+/* ---- init and fini ------------------------------------------------------------------------------ */
+
+static int tc_init(rap_allocator *self, void *state, rap_options *opts) {
+  thread_cache *t = state;
+  const char *name = rap_allocator_name(self);
+  t->self = self;
+  t->inner = rap_allocator_parent(self);
+  t->align = rap_allocator_alignment(t->inner);
+  if (t->align == 0) t->align = 1;
+  t->max_size = 1 << 20;
+  t->cap_bytes = 4 << 20;
+  uint64_t blocks = 16;
+  int st;
+  if ((st = rap_options_get_size(opts, "max_size", &t->max_size)) != RAP_OK ||
+      (st = rap_options_get_size(opts, "cache_bytes", &t->cap_bytes)) != RAP_OK ||
+      (st = rap_options_get_uint(opts, "cache_blocks", &blocks)) != RAP_OK)
+    return st;
+  if (!rapi_is_pow2(t->align))
+    return rapi_fail(RAP_ERR_INVALID, "%s: the parent's alignment %zu is not a power of two", name,
+                     t->align);
+  if (blocks == 0 || blocks > (1u << 20))
+    return rapi_fail(RAP_ERR_INVALID, "%s: cache_blocks must be 1 to 1048576, not %llu", name,
+                     (unsigned long long)blocks);
+  t->cap_blocks = (size_t)blocks;
+  t->shift = (unsigned)__builtin_ctzll((unsigned long long)t->align);
+  /* Classes up to max_size, at most TC_MAX_CLASSES of them. */
+  size_t units = t->max_size == 0 ? 0 : (t->max_size - 1) / t->align + 1;
+  unsigned last = units == 0 ? 0 : class_of(t, t->max_size);
+  if (units == 0 || last >= TC_MAX_CLASSES || units > ((size_t)1 << 40))
+    return rapi_fail(RAP_ERR_INVALID, "%s: max_size must be from 1 B to %zu times the alignment "
+                     "(%zu)", name, class_units(TC_MAX_CLASSES - 1), t->align);
+  t->ncls = last + 1;
+  for (unsigned k = 0; k < t->ncls; k++) t->cls_size[k] = class_units(k) << t->shift;
+  t->max_size = t->cls_size[last];
+  t->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
+  if (pthread_mutex_init(&t->lock, NULL) != 0)
+    return rapi_fail(RAP_ERR_BACKEND, "%s: pthread_mutex_init failed", name);
+  if (pthread_mutex_init(&t->list_lock, NULL) != 0) {
+    pthread_mutex_destroy(&t->lock);
+    return rapi_fail(RAP_ERR_BACKEND, "%s: pthread_mutex_init failed", name);
+  }
+  if (rapi_map_init(&t->map) != RAP_OK) {
+    pthread_mutex_destroy(&t->list_lock);
+    pthread_mutex_destroy(&t->lock);
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", name);
+  }
+  rapi_slab_init(&t->recs, sizeof(tc_rec), 256);
+  rap_allocator_set_alignment(self, t->align);
+  /* The manager's own calls into the allocators below take the same lock (as under ThreadSafe). */
+  for (rap_allocator *a = t->inner; a != NULL; a = a->parent)
+    if (a->guard_lock == NULL) a->guard_lock = &t->lock;
+  return RAP_OK;
+}
+
+/* Nobody calls the instance any more: every cache goes back to the parent and is unlinked from its
+ * thread, if that thread still runs. */
+static void tc_fini(rap_allocator *self, void *state) {
+  thread_cache *t = state;
+  pthread_mutex_lock(&registry);
+  flush_all(t, NULL);
+  for (tc_cache *c = t->caches, *next; c != NULL; c = next) {
+    next = c->inst_next;
+    if (c->thread != NULL)
+      for (tc_cache **pp = &c->thread->caches; *pp != NULL; pp = &(*pp)->thread_next)
+        if (*pp == c) {
+          *pp = c->thread_next;
+          break;
+        }
+    cache_free(c);
+  }
+  t->caches = NULL;
+  pthread_mutex_unlock(&registry);
+  while (t->nwatched > 0) watch_forget(t, t->watched[0]);
+  free(t->watched);
+  for (rap_allocator *a = t->inner; a != NULL; a = a->parent)
+    if (a->guard_lock == &t->lock) a->guard_lock = NULL;
+  rapi_slab_destroy(&t->recs);
+  rapi_map_fini(&t->map);
+  pthread_mutex_destroy(&t->list_lock);
+  pthread_mutex_destroy(&t->lock);
+  (void)self;
+}
+
+const rap_strategy rapi_thread_cache_strategy = {
+    .version = RAP_STRATEGY_VERSION,
+    .name = "ThreadCache",
+    .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS,
+    .state_size = sizeof(thread_cache),
+    .init = tc_init,
+    .fini = tc_fini,
+    .allocate = tc_allocate,
+    .deallocate = tc_deallocate,
+    .stats = tc_stats,
+    .owns = tc_owns,
+    .release = tc_release,
+    .check = tc_check,
+    .record_resource = tc_record,
+    .pointer_resource = tc_pointer_resource,
+    .resource_stats = tc_resource_stats,
+    .resource_gone = tc_resource_gone,
+};
