@@ -37,7 +37,6 @@
 #define TC_SLOTS 8         /* resources one thread's cache keeps bins for at once */
 #define TC_WAYS 4          /* instances a thread finds without any lock */
 #define TC_MAX_CLASSES 96
-#define TC_SPARE_UP 2      /* an empty bin may borrow from the next classes up */
 
 enum { TC_LIVE = 1, TC_CACHED, TC_XFREED, TC_GOING };
 
@@ -75,6 +74,7 @@ struct tc_cache {
   tc_rec *xfree;             /* atomic: blocks freed by other threads */
   size_t bytes, blocks;      /* cached in the bins */
   uint64_t tick;
+  size_t misses, trims;      /* its thread's visits to the lock, for the debug log at the end */
   tc_slot slots[TC_SLOTS];
 };
 
@@ -465,24 +465,25 @@ static size_t refill_locked(thread_cache *t, tc_cache *c, unsigned cls, rap_reso
 
 /* ---- allocate and deallocate ------------------------------------------------------------------- */
 
-/* The calling thread's bin for (r, cls) was empty: blocks other threads freed, a bin a little
- * larger, then a few blocks from the parent (the first is the answer, the rest go to the bin). */
+/* The calling thread's bin for (r, cls) was empty: blocks other threads freed, then a few blocks
+ * from the parent (the first is the answer, the rest go to the bin). No bin lends to another class:
+ * a block that served a smaller class would come back to its own and leave the smaller one dry
+ * for good, so that the thread would keep missing on a workload that repeats itself. */
 static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
   tc_cache *c = cache_get(t);
   if (c == NULL) return locked_allocate(t, out, bytes, r);
   unsigned cls = class_of(t, bytes);
   tc_rec *surplus = NULL, *rec = NULL;
   spin_lock(c);
+  c->misses++;
   drain_xfree(t, c, &surplus);
   tc_slot *s = slot_assign(t, c, r, &surplus);
-  for (unsigned k = cls; k < t->ncls && k <= cls + TC_SPARE_UP && rec == NULL; k++) {
-    tc_bin *b = &s->bins[k];
-    if ((rec = b->head) != NULL) {
-      b->head = rec->next;
-      b->n--;
-      c->bytes -= t->cls_size[k];
-      c->blocks--;
-    }
+  tc_bin *b = &s->bins[cls];
+  if ((rec = b->head) != NULL) {   /* other threads' frees filled it */
+    b->head = rec->next;
+    b->n--;
+    c->bytes -= t->cls_size[cls];
+    c->blocks--;
   }
   spin_unlock(c);
   flush_batch(t, surplus);
@@ -623,6 +624,7 @@ static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
   if (RAPI_UNLIKELY(s->bins[rec->cls].n > t->cap_blocks || c->bytes > t->cap_bytes)) {
     tc_rec *surplus = NULL;
     trim(t, c, s, rec->cls, &surplus);
+    c->trims++;
     spin_unlock(c);
     flush_batch(t, surplus);
     return RAP_OK;
@@ -859,8 +861,12 @@ static void tc_fini(rap_allocator *self, void *state) {
   thread_cache *t = state;
   pthread_mutex_lock(&registry);
   flush_all(t, NULL);
+  size_t caches = 0, misses = 0, trims = 0;
   for (tc_cache *c = t->caches, *next; c != NULL; c = next) {
     next = c->inst_next;
+    caches++;
+    misses += c->misses;
+    trims += c->trims;
     if (c->thread != NULL)
       for (tc_cache **pp = &c->thread->caches; *pp != NULL; pp = &(*pp)->thread_next)
         if (*pp == c) {
@@ -871,6 +877,9 @@ static void tc_fini(rap_allocator *self, void *state) {
   }
   t->caches = NULL;
   pthread_mutex_unlock(&registry);
+  if (rapi_log_on(RAP_LOG_DEBUG))
+    rap_log(RAP_LOG_DEBUG, "%s: %zu thread cache%s; bins ran dry %zu times, caches were trimmed %zu "
+            "times", rap_allocator_name(self), caches, caches == 1 ? "" : "s", misses, trims);
   while (t->nwatched > 0) watch_forget(t, t->watched[0]);
   free(t->watched);
   for (rap_allocator *a = t->inner; a != NULL; a = a->parent)
@@ -879,7 +888,6 @@ static void tc_fini(rap_allocator *self, void *state) {
   rapi_map_fini(&t->map);
   pthread_mutex_destroy(&t->list_lock);
   pthread_mutex_destroy(&t->lock);
-  (void)self;
 }
 
 const rap_strategy rapi_thread_cache_strategy = {
