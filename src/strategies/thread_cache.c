@@ -485,6 +485,7 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
     c->bytes -= t->cls_size[cls];
     c->blocks--;
   }
+  if (c->bytes > t->cap_bytes) trim(t, c, s, cls, &surplus);   /* what came back may be a lot */
   spin_unlock(c);
   flush_batch(t, surplus);
   if (rec != NULL) {

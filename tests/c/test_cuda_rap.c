@@ -1,7 +1,8 @@
 /* test_cuda_rap.c — the ResourceAwarePool on CUDA streams: the race detector with a gated kernel
  * over DEVICE, PINNED and UM pools, cross_resource=wait under a busy owner, same-stream reuse with
  * no event recorded, and lifetimes: streams destroyed after many threads used them, a queued wait
- * outliving the stream it waits for. Skips where no CUDA device is usable.
+ * outliving the stream it waits for; the same rule under a ThreadCache, with frees from other
+ * threads and streams going while caches hold blocks. Skips where no CUDA device is usable.
  */
 #include "../cuda/kernels.h"
 #include "gate.h"
@@ -228,4 +229,143 @@ RAP_TEST(CudaLifetimes, QueuedWaitOutlivesTheStream) {
   RAP_CHECK_OK(rap_manager_destroy(e.rm));
   gpu_gate_destroy(e.gate);
   gate_destroy(&hold);
+}
+
+/* ---- ThreadCache over the ResourceAwarePool ----------------------------------------------------
+ * A block in a thread's cache is pending on its stream like any other: the stream that freed it may
+ * have it back at once, another stream only once the stream's work on it has passed. Also when the
+ * block was freed by another thread than the one whose cache handed it out. */
+static void tc_setup(env *e) {
+  setup(e, "ResourceAwarePool", "DEVICE", "initial_size=64MiB");
+  rap_allocator *tc;
+  RAP_CHECK_OK(rap_allocator_make(e->rm, "tc", "ThreadCache", "pool", NULL, &tc));
+}
+
+RAP_TEST(CudaThreadCache, RaceDetectorDevice) {
+  env e;
+  tc_setup(&e);
+  rap_allocator *tc;
+  RAP_CHECK_OK(rap_allocator_get(e.rm, "tc", &tc));
+  void *p, *q, *again;
+  RAP_CHECK_OK(rap_allocate(tc, &p, 64 << 10, e.r1));
+  RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(e.r1), e.gate, p, 64 << 10, 0xAA) == 0);
+  RAP_CHECK_OK(rap_deallocate(tc, p, e.r1));   /* into this thread's cache, for r1 */
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(tc, &s));
+  RAP_CHECK_EQ(s.cached_count, 1);
+  RAP_CHECK_OK(rap_allocate(tc, &q, 64 << 10, e.r2));
+  RAP_CHECK(q != p);
+  RAP_CHECK(gpu_fill(rap_resource_cuda_stream(e.r2), q, 64 << 10, 0x55) == 0);
+  RAP_CHECK_OK(rap_allocate(tc, &again, 64 << 10, e.r1));   /* r1's own order makes it safe */
+  RAP_CHECK(again == p);
+  RAP_CHECK(gpu_fill(rap_resource_cuda_stream(e.r1), again, 64 << 10, 0x11) == 0);
+  RAP_CHECK_OK(rap_resource_synchronize(e.r2));
+  gpu_gate_open(e.gate);
+  RAP_CHECK_OK(rap_resource_synchronize(e.r1));
+  RAP_CHECK(gpu_all_bytes(q, 64 << 10, 0x55));
+  RAP_CHECK(gpu_all_bytes(again, 64 << 10, 0x11));   /* after r1's gated fill, in r1's order */
+  RAP_CHECK_OK(rap_deallocate(tc, q, e.r2));
+  RAP_CHECK_OK(rap_deallocate(tc, again, NULL));
+  RAP_CHECK_OK(rap_allocator_check(tc));
+  teardown(&e);
+}
+
+typedef struct tc_handoff {
+  rap_allocator *tc;
+  rap_resource *r;
+  void *p;
+  int st;
+} tc_handoff;
+
+static void *tc_free_elsewhere(void *arg) {
+  tc_handoff *h = arg;
+  h->st = rap_deallocate(h->tc, h->p, h->r);
+  return NULL;
+}
+
+RAP_TEST(CudaThreadCache, ForeignFreeStaysPendingOnItsStream) {
+  env e;
+  tc_setup(&e);
+  rap_allocator *tc;
+  RAP_CHECK_OK(rap_allocator_get(e.rm, "tc", &tc));
+  void *p, *q, *again;
+  RAP_CHECK_OK(rap_allocate(tc, &p, 4096, e.r1));
+  RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(e.r1), e.gate, p, 4096, 0xAA) == 0);
+  tc_handoff h = {tc, e.r1, p, -1};
+  pthread_t th;
+  RAP_CHECK(pthread_create(&th, NULL, tc_free_elsewhere, &h) == 0);
+  pthread_join(th, NULL);
+  RAP_CHECK_OK(h.st);   /* back to this thread's cache through its list of foreign frees */
+  RAP_CHECK_OK(rap_allocate(tc, &q, 4096, e.r2));
+  RAP_CHECK(q != p);
+  RAP_CHECK(gpu_fill(rap_resource_cuda_stream(e.r2), q, 4096, 0x55) == 0);
+  RAP_CHECK_OK(rap_allocate(tc, &again, 4096, e.r1));
+  RAP_CHECK(again == p);
+  RAP_CHECK_OK(rap_resource_synchronize(e.r2));
+  gpu_gate_open(e.gate);
+  RAP_CHECK_OK(rap_resource_synchronize(e.r1));
+  RAP_CHECK(gpu_all_bytes(q, 4096, 0x55));
+  RAP_CHECK_OK(rap_deallocate(tc, q, e.r2));
+  RAP_CHECK_OK(rap_deallocate(tc, again, e.r1));
+  RAP_CHECK_OK(rap_release(tc));
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(tc, &s));
+  RAP_CHECK_EQ(s.cached_bytes, 0);
+  RAP_CHECK_EQ(s.current_bytes, 0);
+  teardown(&e);
+}
+
+/* Sixteen threads over eight streams through one ThreadCache: each fills its blocks on its stream,
+ * hands every third block to the next thread to free, and the streams then go one by one while
+ * the caches still hold their blocks. */
+static void *tc_worker(void *p) {
+  lt_arg *a = p;
+  rap_resource *mine = a->streams[a->id % LT_STREAMS];
+  void *ring[8] = {0};
+  for (int i = 0; i < LT_OPS; i++) {
+    int k = i % 8;
+    if (ring[k] != NULL) {
+      if (rap_deallocate(a->ts, ring[k], i % 3 ? mine : NULL) != RAP_OK) a->failures++;
+      ring[k] = NULL;
+    }
+    if (rap_allocate(a->ts, &ring[k], (size_t)(256 << (i % 9)), mine) != RAP_OK) {
+      a->failures++;
+      continue;
+    }
+    if (gpu_fill(rap_resource_cuda_stream(mine), ring[k], 256, a->id) != 0) a->failures++;
+  }
+  for (int k = 0; k < 8; k++)
+    if (ring[k] != NULL && rap_deallocate(a->ts, ring[k], mine) != RAP_OK) a->failures++;
+  return NULL;
+}
+
+RAP_TEST(CudaThreadCache, StreamsGoWhileCachesHoldTheirBlocks) {
+  env e;
+  tc_setup(&e);
+  rap_allocator *tc;
+  RAP_CHECK_OK(rap_allocator_get(e.rm, "tc", &tc));
+  rap_resource *streams[LT_STREAMS];
+  for (int i = 0; i < LT_STREAMS; i++) RAP_CHECK_OK(rap_resource_create_cuda_stream(e.rm, &streams[i]));
+  pthread_t th[LT_THREADS];
+  lt_arg args[LT_THREADS];
+  for (int i = 0; i < LT_THREADS; i++) {
+    args[i] = (lt_arg){tc, streams, i, 0};
+    RAP_CHECK(pthread_create(&th[i], NULL, tc_worker, &args[i]) == 0);
+  }
+  int failures = 0;
+  for (int i = 0; i < LT_THREADS; i++) {
+    pthread_join(th[i], NULL);
+    failures += args[i].failures;
+  }
+  RAP_CHECK_EQ(failures, 0);
+  RAP_CHECK_OK(rap_allocator_check(tc));
+  for (int i = 0; i < LT_STREAMS; i++) RAP_CHECK_OK(rap_resource_destroy(streams[i]));
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(tc, &s));
+  RAP_CHECK_EQ(s.current_bytes, 0);
+  RAP_CHECK_EQ(s.cached_count, 0);   /* the threads ended, and the streams took theirs */
+  RAP_CHECK_OK(rap_allocator_stats(e.pool, &s));
+  RAP_CHECK_EQ(s.allocation_count, 0);
+  RAP_CHECK_OK(rap_allocator_check(tc));
+  teardown(&e);
 }
