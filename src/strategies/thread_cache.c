@@ -150,8 +150,11 @@ static size_t class_units(unsigned cls) {
 
 static RAPI_NOINLINE void watch_forget(thread_cache *t, rap_resource *r);
 
-/* Deallocates a batch of records on their resources in the parent, under lock. */
-static void flush_batch(thread_cache *t, tc_rec *list) {
+/* Deallocates a batch of records on their resources in the parent, under lock; the list is empty
+ * after (its records are gone: a caller that goes on collecting starts from nothing). */
+static void flush_batch(thread_cache *t, tc_rec **batch) {
+  tc_rec *list = *batch;
+  *batch = NULL;
   if (list == NULL) return;
   rapi_held held;
   rapi_lock(&t->lock, &held);
@@ -291,7 +294,7 @@ static void flush_all(thread_cache *t, rap_resource *r) {
     spin_unlock(c);
   }
   pthread_mutex_unlock(&t->list_lock);
-  flush_batch(t, out);
+  flush_batch(t, &out);
 }
 
 /* ---- a thread's cache ------------------------------------------------------------------------ */
@@ -369,7 +372,7 @@ static void thread_exit(void *arg) {
     for (int i = 0; i < TC_SLOTS; i++)
       if (c->slots[i].r != NULL) take_slot(t, c, &c->slots[i], &out);
     spin_unlock(c);
-    flush_batch(t, out);
+    flush_batch(t, &out);
   }
   th->caches = NULL;
   th->keyed = false;   /* a later destructor that allocates here gets a cache, and this, again */
@@ -487,7 +490,7 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
   }
   if (c->bytes > t->cap_bytes) trim(t, c, s, cls, &surplus);   /* what came back may be a lot */
   spin_unlock(c);
-  flush_batch(t, surplus);
+  flush_batch(t, &surplus);
   if (rec != NULL) {
     __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELAXED);
     *out = rec->ptr;
@@ -519,7 +522,7 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
       bin_push(t, c, s, x);
     }
     spin_unlock(c);
-    flush_batch(t, surplus);
+    flush_batch(t, &surplus);
   }
   __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELAXED);
   *out = rec->ptr;
@@ -597,7 +600,7 @@ static RAPI_NOINLINE int deallocate_foreign(thread_cache *t, tc_rec *rec, void *
   bin_push(t, me, s, rec);
   trim(t, me, s, rec->cls, &surplus);
   spin_unlock(me);
-  flush_batch(t, surplus);
+  flush_batch(t, &surplus);
   return RAP_OK;
 }
 
@@ -627,7 +630,7 @@ static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
     trim(t, c, s, rec->cls, &surplus);
     c->trims++;
     spin_unlock(c);
-    flush_batch(t, surplus);
+    flush_batch(t, &surplus);
     return RAP_OK;
   }
   spin_unlock(c);
