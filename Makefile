@@ -52,10 +52,21 @@ bench: build
 	./build/bench/rap-bench --out build/bench/results $(BENCH_ARGS)
 	python3 bench/plot.py build/bench/results.json build/bench/results.svg
 
-# A build for the GPU machine: made here, where the toolkit is, and carried there.
+# A build for the GPU machine: made here, where the toolkit is, and carried there. That machine
+# has no package manager, so this one's libmimalloc.so.2 (libmimalloc-dev), when there is one, is
+# copied beside rap-bench, where its mimalloc peer looks first.
+MIMALLOC_SO = $(shell $(CC) -print-file-name=libmimalloc.so.2 2>/dev/null)
+
 device-build: deps
 	cmake --preset device
 	cmake --build --preset device -j $(JOBS)
+	@if [ -d device-build/bench ] && [ -f "$(MIMALLOC_SO)" ]; then \
+	  cp -L "$(MIMALLOC_SO)" device-build/bench/libmimalloc.so.2 && \
+	  echo "device-build: $$(readlink -f "$(MIMALLOC_SO)") copied to device-build/bench/libmimalloc.so.2"; \
+	elif [ -d device-build/bench ]; then \
+	  rm -f device-build/bench/libmimalloc.so.2; \
+	  echo "device-build: no libmimalloc.so.2 here (libmimalloc-dev); rap-bench will skip its mimalloc peer"; \
+	fi
 
 # Model-based fuzzing (tests/fuzz): libFuzzer with clang, ASan and UBSan. `make fuzz` runs for
 # FUZZ_SECONDS, keeping what it finds in build-fuzz/corpus and crashes in build-fuzz/artifacts;

@@ -3,8 +3,8 @@
  * main.c (options, the run), measure.c (timing), peers.c (the peers), report.c (results and
  * output) and the workloads (pairs.c, trace.c, runahead.c, threads.c).
  *
- * A peer is one allocator under test (a rap strategy, malloc, cudaMallocAsync, CUB, PyTorch's
- * caching allocator) behind one small table of functions, so every workload drives every peer
+ * A peer is one allocator under test (a rap strategy, malloc, mimalloc, cudaMallocAsync, CUB,
+ * PyTorch's caching allocator) behind one small table of functions, so every workload drives every peer
  * through the same indirect call. Streams are named by index: 0 is the main stream, 1..4 are the
  * side streams; a peer that does not track streams ignores the index.
  */
@@ -49,6 +49,8 @@ typedef struct bench_peer {
 
 /* Peers (peers.c). Each returns 0, or -1 with a sentence in why[160]. */
 int peer_malloc(bench_peer *p, char *why);
+/* mimalloc's mi_malloc/mi_free, from a libmimalloc.so.2 that mimalloc_load found. */
+int peer_mimalloc(bench_peer *p, char *why);
 /* spec: a rap spec, "QuickPool(HOST, alignment=16)"; the streams map to rap resources
  * (CUDA streams with a GPU, host_async queues without one when host_async is set). */
 int peer_rap(bench_peer *p, const bench_env *env, const char *label, const char *spec,
@@ -75,6 +77,9 @@ int bench_busy_kernel(void *stream, void *p, size_t n, unsigned ns);
 
 /* ---- main.c: options, the environment, the run ------------------------------------------------ */
 
+#define BENCH_MAX_THREADS 256   /* the most threads one figure of (e) or (e-x) runs */
+#define BENCH_MAX_COUNTS 32     /* the most thread counts --threads lists */
+
 typedef struct bench_options {
   const char *out;
   const char *only;   /* comma-separated workload ids, NULL = all */
@@ -83,12 +88,17 @@ typedef struct bench_options {
   int reps;
   double rep_ms;      /* target length of one timed repetition */
   double max_s;       /* no workload starts after this many seconds (0: no limit) */
+  int threads[BENCH_MAX_COUNTS];   /* (e), (e-x): the thread counts, each 1..BENCH_MAX_THREADS */
+  int nthreads;                    /* how many; default 1, 4, 16 */
 } bench_options;
 
 extern bench_options opt;
 /* The machine as the running workload sees it: have_gpu is 0 during the host workloads. */
 extern bench_env run_env;
 extern bench_torch_factory_fn bench_torch_factory;   /* NULL: no PyTorch peer in this run */
+/* Ends the run from any thread when a peer hung in workload wl: what was measured is printed and
+ * written, with a note on what was not run, and the process exits with status 3. */
+void bench_end_early(const char *wl) __attribute__((noreturn));
 
 /* ---- measure.c: time, randomness, repetitions ------------------------------------------------- */
 
@@ -114,7 +124,17 @@ void sample_stats(const double *v, int n, double *med, double *lo, double *hi);
 
 /* ---- peers.c: peers by description ------------------------------------------------------------ */
 
-enum { P_MALLOC, P_RAP, P_CUDA_MALLOC, P_ASYNC_DEFAULT, P_ASYNC_FRESH, P_CUB, P_TORCH, P_TORCH_REC };
+enum { P_MALLOC, P_MIMALLOC, P_RAP, P_CUDA_MALLOC, P_ASYNC_DEFAULT, P_ASYNC_FRESH, P_CUB, P_TORCH,
+       P_TORCH_REC };
+
+/* mimalloc is loaded at run time, so that rap-bench builds and runs without it: from the file
+ * $RAP_BENCH_MIMALLOC names (or libmimalloc.so.2 in the folder it names) when set, else
+ * libmimalloc.so.2 next to the rap-bench executable (make device-build puts one there), else the
+ * system's. Returns 0 with have_mimalloc set and "VERSION (PATH)" in mimalloc_note, or -1 with
+ * why there is none there; without it the mimalloc peer is skipped (said once, in main). */
+extern int have_mimalloc;
+extern char mimalloc_note[320];
+int mimalloc_load(void);
 
 /* One allocator a workload names; made afresh (open_peer) for every group of measurements. */
 typedef struct pdesc {
@@ -159,6 +179,8 @@ void wl_b_host(void);
 void wl_d(void);        /* runahead.c; nothing without CUDA */
 void wl_e(void);        /* threads.c */
 void wl_e_host(void);
+void wl_e_x(void);
+void wl_e_x_host(void);
 #endif
 
 #ifdef __cplusplus

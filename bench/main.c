@@ -11,11 +11,13 @@
  *   d  CPU running ahead of 4 busy streams: 400 temporaries of 64 MiB, each used by a 1 ms kernel
  *      and freed at once; (d1) on its own stream, (d2) allocated on the main stream, used on a
  *      side stream (record_stream), freed on the main stream
- *   e  1, 4, 16 threads on thread-safe allocators, operations per second
- *   h  host: QuickPool over HOST with alignment 16 against glibc malloc, 64 B..64 KiB pairs
- * b, c and e also run over host memory (b-host, c-host, e-host); without a GPU only those and h
- * run, and the program says what it skipped and why. Every figure is the median of several
- * repetitions after a warm-up; the ratio column divides by the group's reference allocator.
+ *   e  threads on thread-safe allocators (1, 4, 16 or --threads), operations per second
+ *   e-x  the same, but the threads stand in a ring and each frees what the one before it
+ *      allocated, handed over through a lock-free queue, on the stream it was allocated on
+ *   h  host: QuickPool over HOST with alignment 16 against glibc malloc and mimalloc, 64 B..64 KiB
+ * b, c, e and e-x also run over host memory (b-host, c-host, e-host, e-x-host); without a GPU only
+ * those and h run, and the program says what it skipped and why. Every figure is the median of
+ * several repetitions after a warm-up; the ratio column divides by the group's reference allocator.
  */
 #include "bench.h"
 
@@ -25,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef RAP_BENCH_CUDA
 #include <cuda_runtime_api.h>
@@ -32,10 +35,11 @@
 
 /* ---- options ---------------------------------------------------------------------------------- */
 
-bench_options opt = {NULL, NULL, NULL, 0, 7, 20.0, 0};
+bench_options opt = {NULL, NULL, NULL, 0, 7, 20.0, 0, {1, 4, 16}, 3};
 bench_env run_env;
 bench_torch_factory_fn bench_torch_factory;
 static char torch_note[240];   /* why there is no PyTorch peer */
+static char started[64];       /* when the run began, UTC */
 
 static int wanted(const char *id) {
   if (opt.only == NULL) return 1;
@@ -63,9 +67,11 @@ static const struct workload {
     {"h", 0, wl_h, "host pairs"},
     {"c", 1, wl_c, "scaling with live blocks, device memory"},
     {"e", 1, wl_e, "threads, device memory"},
+    {"e-x", 1, wl_e_x, "threads freeing each other's blocks, device memory"},
     {"b-host", 0, wl_b_host, "random trace, host memory"},
     {"c-host", 0, wl_c_host, "scaling with live blocks, host memory"},
     {"e-host", 0, wl_e_host, "threads, host memory"},
+    {"e-x-host", 0, wl_e_x_host, "threads freeing each other's blocks, host memory"},
 };
 
 static void load_torch_plugin(void) {
@@ -137,14 +143,64 @@ static void env_fini(void) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: rap-bench [--out FILE] [--only LIST] [--quick] [--reps N] [--rep-ms MS]\n"
+          "                 [--max-s S] [--threads LIST] [--torch-plugin PATH]\n"
           "  --out FILE   also write FILE.json and FILE.csv (an extension .json/.csv is dropped)\n"
-          "  --only LIST  workloads, comma-separated: a,b,b-host,c,c-host,d,e,e-host,h\n"
+          "  --only LIST  workloads, comma-separated, of:\n"
+          "               a       allocate+free pairs, device memory\n"
+          "               b       random trace on 4 streams, device memory\n"
+          "               c       pair cost with 10..10^6 live blocks, device memory\n"
+          "               d       CPU running ahead of 4 busy streams\n"
+          "               e       threads, each freeing its own blocks, device memory\n"
+          "               e-x     threads in a ring, each freeing the blocks of the one before it\n"
+          "                       (handed over through lock-free queues), device memory\n"
+          "               h       pairs of one size, host memory\n"
+          "               b-host, c-host, e-host, e-x-host: b, c, e, e-x over host memory\n"
           "  --quick      a smoke run: fewer repetitions, smaller traces, no 10^5+ live blocks\n"
           "  --reps N     timed repetitions per figure (default 7)\n"
           "  --rep-ms MS  length of one timed repetition (default 20)\n"
           "  --max-s S    start no workload after S seconds (the rest are reported skipped)\n"
+          "  --threads LIST  thread counts of e, e-x, e-host, e-x-host, comma-separated, each\n"
+          "               1..%d (default 1,4,16; bench/plot_threads.py draws them)\n"
           "  --torch-plugin PATH  librap_bench_torch.so (bench/build-torch-peer.sh): adds PyTorch's\n"
-          "               caching allocator as a peer; also RAP_BENCH_TORCH_PLUGIN\n");
+          "               caching allocator as a peer; also RAP_BENCH_TORCH_PLUGIN\n"
+          "environment: RAP_BENCH_MIMALLOC=PATH  the libmimalloc.so.2 of the mimalloc peer (else one\n"
+          "               next to rap-bench, else the system's; without one that peer is skipped)\n",
+          BENCH_MAX_THREADS);
+}
+
+/* The workload in progress is printed as far as it went, the rest are noted as not run, then the
+ * summary; the outputs are written and the process exits at once (a peer's threads that hung
+ * cannot be joined or destroyed). */
+void bench_end_early(const char *wl) {
+  print_workload(stdout, wl);
+  char what[64];
+  snprintf(what, sizeof what, "the workloads after (%s)", wl);
+  SKIP(what, "not run: the run ended during (%s)", wl);
+  check_targets();
+  print_summary(stdout);
+  if (opt.out) write_outputs(opt.out, started);
+  fflush(stdout);
+  fflush(stderr);
+  _exit(3);
+}
+
+/* "1,2,4,8,16" into opt.threads; -1 on anything else (a count twice too). */
+static int parse_threads(const char *s) {
+  int n = 0;
+  while (*s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || v < 1 || v > BENCH_MAX_THREADS || n == BENCH_MAX_COUNTS) return -1;
+    for (int i = 0; i < n; i++)
+      if (opt.threads[i] == v) return -1;   /* one row per count and peer */
+    opt.threads[n++] = (int)v;
+    if (*end == ',' && end[1]) s = end + 1;
+    else if (*end == 0) s = end;
+    else return -1;
+  }
+  if (n == 0) return -1;
+  opt.nthreads = n;
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -156,6 +212,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--rep-ms") && i + 1 < argc) opt.rep_ms = atof(argv[++i]);
     else if (!strcmp(argv[i], "--max-s") && i + 1 < argc) opt.max_s = atof(argv[++i]);
     else if (!strcmp(argv[i], "--torch-plugin") && i + 1 < argc) opt.torch_plugin = argv[++i];
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+      if (parse_threads(argv[++i]) != 0) {
+        fprintf(stderr, "rap-bench: --threads wants distinct counts 1..%d separated by commas, not '%s'\n",
+                BENCH_MAX_THREADS, argv[i]);
+        return 2;
+      }
+    }
     else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), 0;
     else return usage(stderr), 2;
   }
@@ -166,19 +229,21 @@ int main(int argc, char **argv) {
   if (opt.reps < 1 || opt.reps > 64 || !(opt.rep_ms > 0)) return usage(stderr), 2;
   if (getenv("RAP_LOG_LEVEL") == NULL) rap_log_set_level(RAP_LOG_ERROR);
 
-  char started[64];
   time_t now = time(NULL);
   strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
   t_start = now_ns();
   env_init();
   if (run_env.have_gpu) load_torch_plugin();
-  printf("rap-bench %d.%d.%d, %s; %s%s%s\n", RAP_VERSION_MAJOR, RAP_VERSION_MINOR, RAP_VERSION_PATCH,
-         started, run_env.have_gpu ? "GPU: " : "",
+  mimalloc_load();
+  printf("rap-bench %d.%d.%d, %s; %s%s%s%s%s\n", RAP_VERSION_MAJOR, RAP_VERSION_MINOR,
+         RAP_VERSION_PATCH, started, run_env.have_gpu ? "GPU: " : "",
          run_env.have_gpu ? run_env.gpu_name : run_env.no_gpu_reason,
-         bench_torch_factory ? "; with the PyTorch peer" : "");
+         bench_torch_factory ? "; with the PyTorch peer" : "", have_mimalloc ? "; mimalloc " : "",
+         have_mimalloc ? mimalloc_note : "");
   fflush(stdout);
-  if (!run_env.have_gpu) SKIP("(a) (b) (c) (d) (e): device memory", "%s", run_env.no_gpu_reason);
+  if (!run_env.have_gpu) SKIP("(a) (b) (c) (d) (e) (e-x): device memory", "%s", run_env.no_gpu_reason);
   else if (bench_torch_factory == NULL) SKIP("PyTorch caching allocator", "%s", torch_note);
+  if (!have_mimalloc) SKIP("mimalloc", "%s", mimalloc_note);
 
   for (size_t i = 0; i < sizeof workloads / sizeof *workloads; i++) {
     const struct workload *w = &workloads[i];

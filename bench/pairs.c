@@ -1,6 +1,7 @@
 /* pairs.c — allocate+free pairs: (a) one size at a time on device memory; (h) one size at a time
  * and a log-uniform mix 64 B..64 KiB on host memory, QuickPool with alignment 16 against glibc
- * malloc; (c) the pair's cost with 10..10^6 other blocks live (c-host: over host memory).
+ * malloc and mimalloc; (c) the pair's cost with 10..10^6 other blocks live (c-host: over host
+ * memory).
  *
  * A pair is two indirect calls into the peer; measure() times opt.rep_ms of them per repetition.
  */
@@ -155,6 +156,7 @@ void wl_h(void) {
       {P_RAP, "rap QuickPool alignment=16", "QuickPool(HOST, alignment=16)", 0},
       {P_RAP, "rap ResourceAwarePool alignment=16", "ResourceAwarePool(HOST, alignment=16)", 0},
       {P_RAP, "rap DynamicPoolList alignment=16", "DynamicPoolList(HOST, alignment=16)", 0},
+      {P_MIMALLOC, 0, 0, 0},
   };
   static const size_t sizes[] = {64, 256, 1024, 4096, 16384, 65536};
   pairs("h", peers, sizeof peers / sizeof *peers, sizes, 6, 64, 65536);
@@ -180,7 +182,7 @@ void wl_c_host(void) {
       {{P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(HOST)", 0}, big},
       {{P_RAP, "rap QuickPool", "QuickPool(HOST)", 0}, qp_counts},
       {{P_RAP, "rap DynamicPoolList", "DynamicPoolList(HOST)", 0}, dpl_counts},
-      {{P_MALLOC, 0, 0, 0}, qp_counts},
+      {{P_MALLOC, 0, 0, 0}, qp_counts}, {{P_MIMALLOC, 0, 0, 0}, qp_counts},
   };
   scaling("c-host", peers, sizeof peers / sizeof *peers);
 }

@@ -1,13 +1,20 @@
-/* peers.c — the allocators rap-bench compares, behind bench_peer: malloc, rap's strategies,
- * cudaMalloc, and cudaMallocAsync on the device's default pool and on a fresh pool; then the
- * peers by description (pdesc), which the workloads name and open_peer makes on run_env.
+/* peers.c — the allocators rap-bench compares, behind bench_peer: malloc, mimalloc (loaded at run
+ * time), rap's strategies, cudaMalloc, and cudaMallocAsync on the device's default pool and on a
+ * fresh pool; then the peers by description (pdesc), which the workloads name and open_peer makes
+ * on run_env.
  */
 #include "bench.h"
 
+#include <dlfcn.h>
+#include <limits.h>
 #include <rap/rap.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #ifdef RAP_BENCH_CUDA
 #include <cuda_runtime_api.h>
@@ -39,6 +46,110 @@ int peer_malloc(bench_peer *p, char *why) {
   p->free = m_free;
   p->destroy = m_destroy;
   return 0;
+}
+
+/* ---- mimalloc ---------------------------------------------------------------------------------- */
+
+/* mimalloc's own calls, found with dlsym; the library stays loaded until the process exits (the
+ * heaps of threads that used it outlive any one peer). */
+static struct {
+  void *(*malloc)(size_t);
+  void (*free)(void *);
+  void (*collect)(bool force);   /* optional: returns what it can to the system */
+} mim;
+int have_mimalloc;
+char mimalloc_note[320] = "not looked for";
+
+static int mim_alloc(void *ctx, void **p, size_t n, int s) {
+  (void)ctx, (void)s;
+  *p = mim.malloc(n);
+  return *p ? 0 : -1;
+}
+
+static int mim_free(void *ctx, void *p, size_t n, int s) {
+  (void)ctx, (void)n, (void)s;
+  mim.free(p);
+  return 0;
+}
+
+static void mim_destroy(void *ctx) {
+  (void)ctx;
+  if (mim.collect) mim.collect(true);
+}
+
+int peer_mimalloc(bench_peer *p, char *why) {
+  memset(p, 0, sizeof *p);
+  if (mim.malloc == NULL) return snprintf(why, 160, "%.159s", mimalloc_note), -1;
+  snprintf(p->name, sizeof p->name, "mimalloc");
+  p->thread_safe = 1;
+  p->alloc = mim_alloc;
+  p->free = mim_free;
+  p->destroy = mim_destroy;
+  return 0;
+}
+
+/* dlopen(path), and mi_malloc and mi_free in it; 0, or -1 with why in mimalloc_note. */
+static int mim_open(const char *path) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) return snprintf(mimalloc_note, sizeof mimalloc_note, "%s", dlerror()), -1;
+  void *m = dlsym(h, "mi_malloc"), *f = dlsym(h, "mi_free"), *c = dlsym(h, "mi_collect");
+  void *v = dlsym(h, "mi_version");
+  if (m == NULL || f == NULL) {
+    dlclose(h);
+    return snprintf(mimalloc_note, sizeof mimalloc_note, "%s has no mi_malloc/mi_free", path), -1;
+  }
+  memcpy(&mim.malloc, &m, sizeof m);   /* object pointers to function pointers */
+  memcpy(&mim.free, &f, sizeof f);
+  memcpy(&mim.collect, &c, sizeof c);
+  int ver = 0;
+  if (v) {
+    int (*version)(void);
+    memcpy(&version, &v, sizeof v);
+    ver = version();   /* 209 is 2.0.9 */
+  }
+  Dl_info info;
+  const char *where = dladdr(m, &info) && info.dli_fname ? info.dli_fname : path;
+  char real[PATH_MAX];
+  if (realpath(where, real)) where = real;
+  snprintf(mimalloc_note, sizeof mimalloc_note, "%d.%d.%d (%.280s)", ver / 100, ver / 10 % 10,
+           ver % 10, where);
+  have_mimalloc = 1;
+  return 0;
+}
+
+int mimalloc_load(void) {
+  char path[PATH_MAX + 32];
+  const char *env = getenv("RAP_BENCH_MIMALLOC");
+  if (env && *env) {
+    struct stat st;
+    if (stat(env, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(path, sizeof path, "%s/libmimalloc.so.2", env);
+    else snprintf(path, sizeof path, "%s", env);
+    if (mim_open(path) == 0) return 0;
+    char why[sizeof mimalloc_note];
+    snprintf(why, sizeof why, "RAP_BENCH_MIMALLOC: %.290s", mimalloc_note);
+    snprintf(mimalloc_note, sizeof mimalloc_note, "%s", why);
+    return -1;
+  }
+  /* A copy next to the executable that does not load (built for a newer C library, say) is the
+   * reason given when the system has none either. */
+  char exe[PATH_MAX], beside[sizeof mimalloc_note] = "";
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    snprintf(path, sizeof path, "%s/libmimalloc.so.2", exe);
+    if (access(path, F_OK) == 0) {
+      if (mim_open(path) == 0) return 0;
+      snprintf(beside, sizeof beside, "%s", mimalloc_note);
+    }
+  }
+  if (mim_open("libmimalloc.so.2") == 0) return 0;
+  if (beside[0]) snprintf(mimalloc_note, sizeof mimalloc_note, "%s", beside);
+  else snprintf(mimalloc_note, sizeof mimalloc_note,
+                "no libmimalloc.so.2 next to rap-bench or on the library path (Debian: "
+                "libmimalloc2.0; RAP_BENCH_MIMALLOC=PATH names one)");
+  return -1;
 }
 
 /* ---- rap -------------------------------------------------------------------------------------- */
@@ -108,7 +219,8 @@ int peer_rap(bench_peer *p, const bench_env *env, const char *label, const char 
   }
   snprintf(p->name, sizeof p->name, "%s", label);
   p->device_mem = strstr(spec, "DEVICE") != NULL;
-  p->thread_safe = strncmp(spec, "ThreadSafe", 10) == 0;
+  /* Strategy names match without regard to case; ThreadCache is thread-safe whatever is below it. */
+  p->thread_safe = strncasecmp(spec, "ThreadSafe", 10) == 0 || strncasecmp(spec, "ThreadCache", 11) == 0;
   p->ctx = c;
   p->alloc = r_alloc;
   p->free = r_free;
@@ -284,6 +396,7 @@ int bench_busy_kernel(void *stream, void *p, size_t n, unsigned ns) {
 static const char *pdesc_name(const pdesc *d) {
   switch (d->kind) {
   case P_MALLOC: return "malloc (glibc)";
+  case P_MIMALLOC: return "mimalloc";
   case P_RAP: return d->label;
   case P_CUDA_MALLOC: return "cudaMalloc/cudaFree";
   case P_ASYNC_DEFAULT: return "cudaMallocAsync (default pool)";
@@ -296,6 +409,7 @@ static const char *pdesc_name(const pdesc *d) {
 static int make_peer(const pdesc *d, bench_peer *p, char *why) {
   switch (d->kind) {
   case P_MALLOC: return peer_malloc(p, why);
+  case P_MIMALLOC: return peer_mimalloc(p, why);
   case P_RAP: return peer_rap(p, &run_env, d->label, d->spec, d->host_async, why);
   case P_CUDA_MALLOC: return peer_cuda_malloc(p, &run_env, why);
   case P_ASYNC_DEFAULT: return peer_cuda_async_default(p, &run_env, why);
@@ -316,6 +430,8 @@ int open_peer(const char *wl, const pdesc *d, bench_peer *p) {
   if (d->kind == P_TORCH || d->kind == P_TORCH_REC) {
     /* Said once, in main, when the binary has no PyTorch peer at all. */
     if (bench_torch_factory == NULL || !run_env.have_gpu) return -1;
+  } else if (d->kind == P_MIMALLOC) {
+    return -1;   /* the only way it fails: no library, said once in main */
   } else if (d->kind != P_MALLOC && d->kind != P_RAP && !run_env.have_gpu) {
     return -1;   /* the device workloads as a whole are reported skipped */
   }

@@ -24,6 +24,8 @@ PANELS = [
     ("b-host", "held/live", "(b-host) random trace over host memory: peak held / peak live"),
     ("c-host", "ns/pair", "(c-host) pair cost with N live blocks, host memory: ns per pair"),
     ("e-host", "Mops/s", "(e-host) threads, host memory: million operations per second"),
+    ("e-x", "Mops/s", "(e-x) threads freeing each other's blocks, device: million operations per second"),
+    ("e-x-host", "Mops/s", "(e-x-host) threads freeing each other's blocks, host memory: million operations per second"),
 ]
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -92,7 +94,7 @@ def main(argv):
         for r in sel:
             if r["case"] not in cases:
                 cases.append(r["case"])
-        if all(c.endswith(" live") for c in cases):
+        if all(c.endswith((" live", " thread", " threads")) for c in cases):
             cases.sort(key=lambda c: int(c.split()[0]))
         vals = [r["median"] for r in sel if r["median"] > 0]
         lo = math.floor(math.log10(min(vals)))

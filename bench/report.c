@@ -114,6 +114,10 @@ static const char *wl_title(const char *wl) {
   if (!strcmp(wl, "d")) return "(d) CPU running ahead of 4 busy streams (1 ms kernels, 64 MiB temporaries)";
   if (!strcmp(wl, "e")) return "(e) threads on thread-safe allocators, device memory, 256 B..64 KiB";
   if (!strcmp(wl, "e-host")) return "(e-host) threads on thread-safe allocators, host memory, 64 B..64 KiB";
+  if (!strcmp(wl, "e-x"))
+    return "(e-x) threads in a ring, each freeing the blocks of the one before it, device memory, 256 B..64 KiB";
+  if (!strcmp(wl, "e-x-host"))
+    return "(e-x-host) threads in a ring, each freeing the blocks of the one before it, host memory, 64 B..64 KiB";
   if (!strcmp(wl, "h")) return "(h) host: pairs of one size, host memory";
   return wl;
 }
@@ -207,8 +211,13 @@ int write_outputs(const char *out, const char *started) {
   } else {
     fprintf(f, "null");
   }
-  fprintf(f, ",\n  \"options\": {\"quick\": %d, \"reps\": %d, \"rep_ms\": %g, \"torch_peer\": %d},\n",
+  fprintf(f, ",\n  \"options\": {\"quick\": %d, \"reps\": %d, \"rep_ms\": %g, \"torch_peer\": %d, \"threads\": [",
           opt.quick, opt.reps, opt.rep_ms, bench_torch_factory != NULL);
+  for (int i = 0; i < opt.nthreads; i++) fprintf(f, "%s%d", i ? ", " : "", opt.threads[i]);
+  fprintf(f, "], \"mimalloc\": ");
+  if (have_mimalloc) json_str(f, mimalloc_note);
+  else fputs("null", f);
+  fprintf(f, "},\n");
   fprintf(f, "  \"rows\": [\n");
   for (size_t i = 0; i < nrows; i++) {
     const row *r = &rows[i];

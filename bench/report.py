@@ -18,6 +18,10 @@ TITLES = {
     "b-host": "(b-host) the trace of (b) over host memory (4 host_async queues)",
     "c-host": "(c-host) pair cost with N live blocks, host memory",
     "e-host": "(e-host) threads on thread-safe allocators, host memory, 64 B..64 KiB",
+    "e-x": "(e-x) threads in a ring, each freeing the blocks of the one before it (on the stream they "
+           "were allocated on), device memory, 256 B..64 KiB",
+    "e-x-host": "(e-x-host) threads in a ring, each freeing the blocks of the one before it, host memory, "
+                "64 B..64 KiB",
 }
 
 
@@ -57,7 +61,7 @@ def main(argv):
         for m in metrics:
             ms = [r for r in sel if r["metric"] == m]
             cases = unique(r["case"] for r in ms)
-            if all(c.endswith(" live") for c in cases):
+            if all(c.endswith((" live", " thread", " threads")) for c in cases):
                 cases.sort(key=lambda c: int(c.split()[0]))
             allocs = unique(r["allocator"] for r in ms)
             out.append(f"| {m} | " + " | ".join(cases) + " |")

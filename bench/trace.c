@@ -146,7 +146,7 @@ void wl_b_host(void) {
       {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(HOST, initial_size=1MiB, next_size=1MiB)", 1},
       {P_RAP, "rap QuickPool", "QuickPool(HOST, initial_size=1MiB, next_size=1MiB)", 1},
       {P_RAP, "rap DynamicPoolList", "DynamicPoolList(HOST, initial_size=1MiB, next_size=1MiB)", 1},
-      {P_MALLOC, 0, 0, 0},
+      {P_MALLOC, 0, 0, 0}, {P_MIMALLOC, 0, 0, 0},
   };
   random_trace("b-host", peers, sizeof peers / sizeof *peers);
 }

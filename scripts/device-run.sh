@@ -7,7 +7,10 @@
 # each tool's log is $OUT/sanitizer-<tool>.log and their summary lines are in $OUT/sanitizer.txt.
 # Benchmarks: where python3 has torch, bench/build-torch-peer.sh first builds librap_bench_torch.so,
 # which rap-bench loads to add PyTorch's caching allocator as a peer; otherwise rap-bench says why
-# that peer was skipped. Results: $OUT/bench.{json,csv,log}; RAP_BENCH_ARGS adds options.
+# that peer was skipped. The mimalloc peer uses the libmimalloc.so.2 that make device-build put
+# beside rap-bench (or RAP_BENCH_MIMALLOC). Results: $OUT/bench.{json,csv,log}; RAP_BENCH_ARGS adds
+# options, e.g. RAP_BENCH_ARGS="--only e,e-x,e-host,e-x-host --threads 1,2,4,8,16" for a plot of
+# each with bench/plot_threads.py.
 set -uo pipefail
 out=${OUT:-out}
 mkdir -p "$out"
