@@ -41,7 +41,7 @@
 enum { TC_LIVE = 1, TC_CACHED, TC_XFREED, TC_GOING };
 
 typedef struct tc_cache tc_cache;
-typedef struct tc_rec {
+typedef struct tc_rec {   /* one cache line each (the slab's object size): no two threads' */
   void *ptr;
   struct tc_rec *next;       /* in a bin, an xfree list or a batch being flushed */
   rap_resource *r;           /* allocated on; a cached block is pending on it */
@@ -65,17 +65,21 @@ typedef struct tc_slot {
 typedef struct thread_cache thread_cache;
 typedef struct tc_thread tc_thread;
 struct tc_cache {
+  /* Its own thread's, on every call: kept off the lines other threads write. */
   int spin;                  /* atomic */
-  int abandoned;             /* atomic: its thread ended */
-  thread_cache *tc;
-  tc_thread *thread;         /* the thread it belongs to, under registry; NULL when abandoned */
-  tc_cache *inst_next;       /* the instance's list, under list_lock */
-  tc_cache *thread_next;     /* the thread's list, under registry */
-  tc_rec *xfree;             /* atomic: blocks freed by other threads */
   size_t bytes, blocks;      /* cached in the bins */
   uint64_t tick;
   size_t misses, trims;      /* its thread's visits to the lock, for the debug log at the end */
   tc_slot slots[TC_SLOTS];
+  char gap1[64];
+  /* Other threads': each free of a block this cache handed out reads abandoned and pushes. */
+  tc_rec *xfree;             /* atomic: blocks freed by other threads */
+  int abandoned;             /* atomic: its thread ended */
+  char gap2[64];
+  thread_cache *tc;
+  tc_thread *thread;         /* the thread it belongs to, under registry; NULL when abandoned */
+  tc_cache *inst_next;       /* the instance's list, under list_lock */
+  tc_cache *thread_next;     /* the thread's list, under registry */
 };
 
 struct thread_cache {
@@ -851,7 +855,7 @@ static int tc_init(rap_allocator *self, void *state, rap_options *opts) {
     pthread_mutex_destroy(&t->lock);
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", name);
   }
-  rapi_slab_init(&t->recs, sizeof(tc_rec), 256);
+  rapi_slab_init(&t->recs, (sizeof(tc_rec) + 63) & ~(size_t)63, 256);
   rap_allocator_set_alignment(self, t->align);
   /* The manager's own calls into the allocators below take the same lock (as under ThreadSafe). */
   for (rap_allocator *a = t->inner; a != NULL; a = a->parent)
