@@ -95,7 +95,7 @@ struct thread_cache {
   size_t align;
   unsigned shift;            /* log2(align) */
   unsigned ncls;
-  size_t max_size;           /* largest class: bigger requests go to the parent under the lock */
+  size_t max_size;           /* largest request cached: bigger ones go to the parent under the lock */
   size_t cap_bytes;          /* per thread */
   size_t cap_blocks;         /* per bin */
   size_t cls_size[TC_MAX_CLASSES];
@@ -795,10 +795,28 @@ static int tc_pointer_resource(void *state, const void *ptr, rap_resource **out)
   return st;
 }
 
-/* Asked (commit 0): the caches' blocks for r go back to the parent, pending on r there, so that the
- * parent answers for r's live blocks alone. Told (commit 1): r is forgotten. */
+/* Asked (commit 0): the wrapper answers for the parent too, counting the caches' blocks of r as the
+ * free blocks they are: BUSY while r owns a live block (nothing changes), else the caches' blocks
+ * for r go back to the parent, pending on r there, so that the parent, asked next, agrees. Told
+ * (commit 1): r is forgotten. */
 static int tc_resource_gone(void *state, rap_resource *r, int commit) {
   thread_cache *t = state;
+  if (!commit) {
+    rap_stats s;
+    memset(&s, 0, sizeof s);
+    rapi_held held;
+    rapi_lock(&t->lock, &held);
+    int st = rap_allocator_resource_stats(t->inner, r, &s);
+    rapi_unlock(&held);
+    if (st != RAP_OK) return st;
+    size_t bytes, blocks;
+    cached_sum(t, r, &bytes, &blocks);
+    if (s.allocation_count > blocks) {
+      size_t live = s.allocation_count - blocks;
+      return rapi_fail(RAP_ERR_BUSY, "rap_resource_destroy: the resource still owns %zu live block%s "
+                       "of '%s'", live, live == 1 ? "" : "s", rap_allocator_name(t->self));
+    }
+  }
   flush_all(t, r);
   if (commit) {
     rapi_held held;
@@ -842,7 +860,6 @@ static int tc_init(rap_allocator *self, void *state, rap_options *opts) {
                      "(%zu)", name, class_units(TC_MAX_CLASSES - 1), t->align);
   t->ncls = last + 1;
   for (unsigned k = 0; k < t->ncls; k++) t->cls_size[k] = class_units(k) << t->shift;
-  t->max_size = t->cls_size[last];
   t->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
   if (pthread_mutex_init(&t->lock, NULL) != 0)
     return rapi_fail(RAP_ERR_BACKEND, "%s: pthread_mutex_init failed", name);
