@@ -515,7 +515,8 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
     n = refill_locked(t, c, cls, r, 1, &got, &st);
     rapi_unlock(&held);
   }
-  if (n == 0) return st;
+  if (n == 0)   /* a parent that refuses the class (a FixedPool's object size) may take the request */
+    return st == RAP_ERR_INVALID ? locked_allocate(t, out, bytes, r) : st;
   rec = got;
   got = got->next;
   if (got != NULL) {
@@ -525,6 +526,7 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
       next = x->next;
       bin_push(t, c, s, x);
     }
+    if (c->bytes > t->cap_bytes) trim(t, c, s, cls, &surplus);
     spin_unlock(c);
     flush_batch(t, &surplus);
   }
@@ -819,8 +821,15 @@ static int tc_resource_gone(void *state, rap_resource *r, int commit) {
   }
   flush_all(t, r);
   if (commit) {
+    /* A parent that does not track resources let r go with blocks of it live: they belong to the
+     * host from now on, so that freeing them never looks at r again. */
+    rap_resource *host = &rap_allocator_manager(t->self)->host;
     rapi_held held;
     rapi_lock(&t->lock, &held);
+    for (size_t i = 0; i <= t->map.mask; i++) {
+      tc_rec *rec = t->map.slots[i].key != 0 ? t->map.slots[i].value : NULL;
+      if (rec != NULL && rec->r == r) rec->r = host;
+    }
     watch_forget(t, r);
     rapi_unlock(&held);
   }

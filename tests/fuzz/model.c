@@ -17,7 +17,7 @@ void m_init(model *m, bool resource_aware, bool cross_wait, size_t align) {
 void m_reset_pool(model *m, bool resource_aware, bool cross_wait, size_t align) {
   memset(m->slot, 0, sizeof m->slot);
   m->nhz = 0;
-  m->current = m->count = 0;
+  m->current = m->count = m->counted = 0;
   m->orphans = false;
   m->resource_aware = resource_aware;
   m->cross_wait = cross_wait;
@@ -35,23 +35,42 @@ bool m_hazard_passed(const model *m, const m_hazard *h) {
   return true;
 }
 
-static size_t extent(const model *m, size_t n) {
+size_t m_extent(const model *m, size_t n) {
   size_t a = m->align ? m->align : 1;
   if (n == 0) n = 1;
   return (n + a - 1) / a * a;
 }
 
+/* ---- ThreadCache classes ----------------------------------------------------------------------- */
+
+size_t m_tc_class(size_t align, size_t n) {
+  size_t u = (n + align - 1) / align;   /* units */
+  if (u <= 4) return (u ? u : 1) * align;
+  size_t p = 4;                         /* the power of two with p < u <= 2p */
+  while (p * 2 < u) p *= 2;
+  size_t c = p;
+  while (c < u) c += p / 4;             /* four classes between p and 2p */
+  return c * align;
+}
+
+size_t m_tc_count(const model *m, size_t n) {
+  if (m->tc_max == 0 || n == 0 || n > m->tc_max) return n;
+  return m_tc_class(m->align ? m->align : 1, n);
+}
+
 /* ---- blocks ----------------------------------------------------------------------------------- */
 
-void m_allocated(model *m, int slot, uintptr_t p, size_t n, int owner, unsigned seed) {
+void m_allocated(model *m, int slot, uintptr_t p, size_t n, size_t cnt, int owner, unsigned seed) {
   m_block *b = &m->slot[slot];
   b->live = true;
   b->p = p;
   b->n = n;
+  b->cnt = cnt;
   b->owner = owner;
   b->uses = 0;
   b->seed = seed;
   m->current += n;
+  m->counted += cnt;
   m->count++;
 }
 
@@ -74,12 +93,13 @@ static void add_hazard(model *m, m_hazard h) {
 void m_deallocated(model *m, int slot) {
   m_block *b = &m->slot[slot];
   m->current -= b->n;
+  m->counted -= b->cnt;
   m->count--;
   b->live = false;
   if (!m->resource_aware) return;   /* QuickPool, DynamicPoolList: free at once */
   unsigned ents = b->uses | (b->owner > 0 ? 1u << b->owner : 0u);
   if (ents == 0) return;            /* the host's own blocks are free at once */
-  m_hazard h = {b->p, b->p + extent(m, b->n), b->owner, ents, b->uses != 0, m->now};
+  m_hazard h = {b->p, b->p + m_extent(m, b->cnt), b->owner, ents, b->uses != 0, m->now, false};
   add_hazard(m, h);
 }
 
@@ -92,7 +112,7 @@ int m_find_live(const model *m, uintptr_t p) {
 int m_overlapping_live(const model *m, uintptr_t lo, uintptr_t hi) {
   for (int i = 0; i < FZ_SLOTS; i++) {
     const m_block *b = &m->slot[i];
-    if (b->live && lo < b->p + (b->n ? b->n : 1) && b->p < hi) return i;
+    if (b->live && lo < b->p + (b->cnt ? b->cnt : 1) && b->p < hi) return i;
   }
   return -1;
 }
@@ -108,6 +128,8 @@ int m_check_handout(const model *m, int x, uintptr_t lo, uintptr_t hi, bool bloc
     if (!(lo < h->hi && h->lo < hi)) continue;
     for (int q = 1; q <= FZ_QUEUES; q++) {
       if (!(h->ents >> q & 1u) || q == x || m_passed(m, q, h->t)) continue;
+      if (m->cross_wait && x != 0 && m->tc_max > 0 && (m->q[x].deps >> q & 1u) && m->q[x].waited[q] > h->t)
+        continue;   /* x waits for q since after the hazard: the cache's refill queued it */
       if (m->cross_wait && x != 0) {
         *waits |= 1u << q;   /* allowed if x now waits for q */
         continue;
@@ -122,8 +144,8 @@ int m_check_handout(const model *m, int x, uintptr_t lo, uintptr_t hi, bool bloc
   return 0;
 }
 
-void m_consume(model *m, uintptr_t p, size_t n) {
-  uintptr_t lo = p, hi = p + extent(m, n);
+void m_consume(model *m, uintptr_t p, size_t cnt) {
+  uintptr_t lo = p, hi = p + m_extent(m, cnt);
   m_hazard keep[FZ_HAZARDS + 2];
   int k = 0;
   for (int i = 0; i < m->nhz; i++) {
@@ -160,6 +182,8 @@ void m_add_deps(model *m, int q, unsigned deps) {
   if (!m_busy(m, q)) m->q[q].busy_since = m->now;
   m->q[q].deps |= deps;
   m->q[q].queued |= deps;
+  for (int r = 1; r <= FZ_QUEUES; r++)
+    if (deps >> r & 1u) m->q[q].waited[r] = m->now;
 }
 
 unsigned m_pass_closure(const model *m, int q) {
@@ -190,7 +214,7 @@ size_t m_unpassed_bytes(const model *m, int owner) {
   size_t sum = 0;
   for (int i = 0; i < m->nhz; i++) {
     const m_hazard *h = &m->hz[i];
-    if ((owner < 0 || h->owner == owner) && !m_hazard_passed(m, h)) sum += h->hi - h->lo;
+    if ((owner < 0 || h->owner == owner) && !h->cached && !m_hazard_passed(m, h)) sum += h->hi - h->lo;
   }
   return sum;
 }
@@ -201,12 +225,12 @@ void m_dump(const model *m, FILE *out) {
             m->q[q].deps, (unsigned long long)m->q[q].busy_since, m_busy(m, q) ? "" : " (idle)");
   for (int i = 0; i < FZ_SLOTS; i++)
     if (m->slot[i].live)
-      fprintf(out, "  slot %d: %#lx, %zu bytes, owner %d, uses %#x\n", i, (unsigned long)m->slot[i].p,
-              m->slot[i].n, m->slot[i].owner, m->slot[i].uses);
+      fprintf(out, "  slot %d: %#lx, %zu bytes (%zu counted), owner %d, uses %#x\n", i,
+              (unsigned long)m->slot[i].p, m->slot[i].n, m->slot[i].cnt, m->slot[i].owner, m->slot[i].uses);
   for (int i = 0; i < m->nhz; i++)
-    fprintf(out, "  hazard [%#lx, %#lx) owner %d, queues %#x, op %llu%s\n", (unsigned long)m->hz[i].lo,
+    fprintf(out, "  hazard [%#lx, %#lx) owner %d, queues %#x, op %llu%s%s\n", (unsigned long)m->hz[i].lo,
             (unsigned long)m->hz[i].hi, m->hz[i].owner, m->hz[i].ents, (unsigned long long)m->hz[i].t,
-            m_hazard_passed(m, &m->hz[i]) ? " (passed)" : "");
+            m_hazard_passed(m, &m->hz[i]) ? " (passed)" : "", m->hz[i].cached ? " (cached)" : "");
 }
 
 void m_drop_hazards(model *m) {

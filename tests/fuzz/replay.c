@@ -2,7 +2,9 @@
  * every crash kept in it), or over N pseudo-random inputs from a fixed seed (--random N [SEED]).
  * ctest runs both, so `make test` (and the ASan and TSan suites) replay the corpus.
  * --keep-going (first) runs each input in a child process and lists every one that fails, instead
- * of stopping at the first: for triage, not for ctest.
+ * of stopping at the first: for triage, not for ctest. --thread-cache (first, or after
+ * --keep-going) gives every random input the configuration bits that put a ThreadCache in its
+ * stack (fuzz_driver.c: byte 1's bits 4-7 equal to 8, byte 3's bits 6-7 clear).
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -21,7 +23,7 @@ const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
 
 static size_t replayed, failed;
-static int keep_going;
+static int keep_going, thread_cache;
 
 /* One input, in a child process when keep_going: a failure is listed, and the run goes on. */
 static void run_one(const char *what, const uint8_t *buf, size_t len) {
@@ -121,6 +123,10 @@ static size_t random_input(uint64_t seed, size_t i, uint8_t *buf, size_t cap) {
   uint64_t s = seed * 1000003u + i + 1;
   size_t len = 6 + next(&s) % (cap - 6);
   for (size_t k = 0; k < len; k++) buf[k] = (uint8_t)(next(&s) >> 56);
+  if (thread_cache) {
+    buf[1] = (uint8_t)((buf[1] & 0x0Fu) | 0x80u);
+    buf[3] &= 0x3Fu;
+  }
   return len;
 }
 
@@ -128,6 +134,12 @@ int main(int argc, char **argv) {
   int rc = 0;
   if (argc >= 2 && strcmp(argv[1], "--keep-going") == 0) {
     keep_going = 1;
+    argv[1] = argv[0];
+    argc--;
+    argv++;
+  }
+  if (argc >= 2 && strcmp(argv[1], "--thread-cache") == 0) {
+    thread_cache = 1;
     argv[1] = argv[0];
     argc--;
     argv++;
@@ -162,8 +174,8 @@ int main(int argc, char **argv) {
       replayed++;
     }
   } else if (argc < 2) {
-    fprintf(stderr, "usage: %s [--keep-going] CORPUS_DIR_OR_FILE... | [--keep-going] --random N [SEED] | "
-            "--emit DIR N [SEED]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--keep-going] CORPUS_DIR_OR_FILE... | [--keep-going] [--thread-cache] "
+            "--random N [SEED] | [--thread-cache] --emit DIR N [SEED]\n", argv[0]);
     return 2;
   } else {
     for (int i = 1; i < argc; i++) rc |= run_path(argv[i]);

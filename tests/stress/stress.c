@@ -1,11 +1,15 @@
-/* stress.c — many threads over ThreadSafe stacks and shared queues, with fixed seeds; not a benchmark.
+/* stress.c — many threads over ThreadSafe and ThreadCache stacks and shared queues, with fixed seeds;
+ * not a benchmark.
  *
  *   rap_stress [--threads N] [--ops N] [--seed S]         host_async queues (ctest: stress.host)
  *   rap_stress_cuda [--threads N] [--ops N] [--seed S]    CUDA streams and kernels (label cuda)
  *
- * THREADS threads (16) share four resources (host_async queues, or CUDA streams) and four
- * ThreadSafe stacks: ResourceAwarePool over a SizeLimiter, ResourceAwarePool with
- * cross_resource=wait, and (host) DynamicPoolList over QuickPool and QuickPool over Fault. Each
+ * THREADS threads (16) share four resources (host_async queues, or CUDA streams) and six stacks:
+ * four ThreadSafe ones (ResourceAwarePool over a SizeLimiter, ResourceAwarePool with
+ * cross_resource=wait, and on the host DynamicPoolList over QuickPool and QuickPool over Fault) and
+ * two ThreadCache ones with small bounds, so that caches trim, flush and take other threads' frees
+ * back all the time (on the host ThreadCache over a ResourceAwarePool over a SizeLimiter, and over a
+ * QuickPool; on CUDA over a ResourceAwarePool, and over one with cross_resource=wait). Each
  * thread allocates random sizes on the host or on a queue, on a random stack; the block is written
  * with the thread's byte and a tag: by the thread itself for the host, by a job (a kernel) queued
  * on the owning queue otherwise. Before it is freed the block is checked the same way: at once on
@@ -14,8 +18,10 @@
  * on a second queue and recorded there (rap_record_resource), some are freed by another thread
  * (a mailbox), some on the wrong resource first (RAP_ERR_WRONG_RESOURCE, nothing changes); frees
  * go with and without a resource; threads release their stack now and then, and queue slow work so
- * that queues fall behind. Any failed check, any unexpected status, or a pool whose books do not
- * close at the end fails the run. Prints the operation count and the time.
+ * that queues fall behind. Threads that end give their caches back (the blocks they posted are
+ * freed by the main thread, through an adopted cache). Any failed check, any unexpected status, or
+ * a stack whose books do not close at the end (nothing live, pending or cached after its release)
+ * fails the run. Prints the operation count and the time.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -43,7 +49,7 @@
 #define STRESS_SANITIZED 0
 #endif
 
-enum { MAX_THREADS = 64, QUEUES = 4, STACKS = 4, MAX_LIVE = 48, MAILBOX = 64 };
+enum { MAX_THREADS = 64, QUEUES = 4, STACKS = 6, MAX_LIVE = 48, MAILBOX = 64 };
 #define MAX_BYTES ((size_t)256 * 1024)
 
 /* Under ASan and TSan every byte costs: the CI run stays well under a minute. */
@@ -215,6 +221,10 @@ __attribute__((unused)) static const stack_def host_stacks[STACKS] = {
      "heuristic=blocks_releasable:2))", true, false},
     {"ThreadSafe(DynamicPoolList(QuickPool(HOST, initial_size=8MiB), initial_size=1MiB, next_size=256KiB))", false, false},
     {"ThreadSafe(QuickPool(Fault(HOST), initial_size=2MiB, alignment=512))", false, false},
+    {"ThreadCache(ResourceAwarePool(SizeLimiter(HOST, limit=512MiB), initial_size=4MiB, next_size=1MiB), "
+     "cache_bytes=256KiB, cache_blocks=4, max_size=64KiB)", true, true},
+    {"ThreadCache(QuickPool(HOST, initial_size=2MiB), cache_bytes=64KiB, cache_blocks=2, max_size=4KiB)", false,
+     false},
 };
 
 __attribute__((unused)) static const stack_def cuda_stacks[STACKS] = {
@@ -223,6 +233,10 @@ __attribute__((unused)) static const stack_def cuda_stacks[STACKS] = {
      "heuristic=blocks_releasable:2))", true, false},
     {"ThreadSafe(ResourceAwarePool(UM, initial_size=16MiB, next_size=8MiB))", true, false},
     {"ThreadSafe(ResourceAwarePool(PINNED, initial_size=16MiB, next_size=8MiB, cross_resource=wait))", true, false},
+    {"ThreadCache(ResourceAwarePool(DEVICE, initial_size=16MiB, next_size=8MiB), cache_bytes=1MiB, "
+     "cache_blocks=4, max_size=64KiB)", true, false},
+    {"ThreadCache(ResourceAwarePool(SizeLimiter(DEVICE, limit=1GiB), initial_size=16MiB, next_size=8MiB, "
+     "cross_resource=wait), cache_bytes=256KiB, cache_blocks=2, max_size=16KiB)", true, true},
 };
 
 typedef struct blk {
@@ -241,7 +255,7 @@ static rap_resource *res[QUEUES], *host_res;
 static int threads = 16;
 static long ops = DEFAULT_OPS;
 static uint64_t seed = 20241122;
-static atomic_ullong ops_done, nomem_seen, wrong_seen, records, mailed;
+static atomic_ullong ops_done, nomem_seen, wrong_seen, records, mailed, cached_peak;
 
 static pthread_mutex_t mail_lock = PTHREAD_MUTEX_INITIALIZER;
 static blk mailbox[MAILBOX];
@@ -351,7 +365,12 @@ static void *worker(void *arg) {
     }
     if (r % 97 == 0) expect(B->lag(res[(r >> 12) % QUEUES]), RAP_OK, "lag");
     if (i % 499 == 498) {
-      expect(rap_release(stacks[(r >> 24) % STACKS]), RAP_OK, "rap_release");
+      rap_allocator *a = stacks[(r >> 24) % STACKS];
+      rap_stats st;   /* what the caches hold just before a release gives it all back */
+      expect(rap_allocator_stats(a, &st), RAP_OK, "rap_allocator_stats");
+      for (unsigned long long peak = atomic_load(&cached_peak); st.cached_bytes > peak;)
+        if (atomic_compare_exchange_weak(&cached_peak, &peak, st.cached_bytes)) break;
+      expect(rap_release(a), RAP_OK, "rap_release");
       atomic_fetch_add(&ops_done, 1);
     }
   }
@@ -414,15 +433,17 @@ int main(int argc, char **argv) {
     expect(rap_allocator_check(stacks[k]), RAP_OK, "rap_allocator_check");
     rap_stats st;
     expect(rap_allocator_stats(stacks[k], &st), RAP_OK, "rap_allocator_stats");
-    if (st.current_bytes != 0 || st.allocation_count != 0 || st.pending_count != 0)
-      die("%s: %zu blocks of %zu bytes live, %zu pending at the end", defs[k].spec, st.allocation_count,
-          st.current_bytes, st.pending_count);
+    if (st.current_bytes != 0 || st.allocation_count != 0 || st.pending_count != 0 || st.cached_bytes != 0 ||
+        st.cached_count != 0)
+      die("%s: %zu blocks of %zu bytes live, %zu pending, %zu cached (%zu bytes) at the end", defs[k].spec,
+          st.allocation_count, st.current_bytes, st.pending_count, st.cached_count, st.cached_bytes);
   }
   unsigned long long n = atomic_load(&ops_done);
   printf("rap stress (%s): %d threads, %llu operations in %.2f s (%.0f ops/s); %llu records, %llu "
-         "cross-thread frees, %llu wrong-resource frees refused, %llu out of memory; %llu failed checks\n",
+         "cross-thread frees, %llu wrong-resource frees refused, %llu out of memory, at most %llu bytes cached "
+         "before a release; %llu failed checks\n",
          B->name, threads, n, secs, (double)n / secs, atomic_load(&records), atomic_load(&mailed),
-         atomic_load(&wrong_seen), atomic_load(&nomem_seen), errors);
+         atomic_load(&wrong_seen), atomic_load(&nomem_seen), atomic_load(&cached_peak), errors);
   expect(rap_manager_destroy(rm), RAP_OK, "rap_manager_destroy");
   B->fini();
   return errors == 0 ? 0 : 1;
