@@ -210,9 +210,9 @@ static double mops(rap_allocator *a, int n) {
 static void threads(rap_manager *rm, const char *parent) {
   char spec[128];
   rap_allocator *ts, *tc;
-  snprintf(spec, sizeof spec, "ThreadSafe(QuickPool(%s, initial_size=16MiB))", parent);
+  snprintf(spec, sizeof spec, "ThreadSafe(QuickPool(%s, initial_size=64MiB))", parent);
   CHECK(rap_allocator_make_spec(rm, "demo-ts", spec, &ts));
-  snprintf(spec, sizeof spec, "ThreadCache(QuickPool(%s, initial_size=16MiB))", parent);
+  snprintf(spec, sizeof spec, "ThreadCache(QuickPool(%s, initial_size=64MiB))", parent);
   CHECK(rap_allocator_make_spec(rm, "demo-tc", spec, &tc));
   printf("\n7. Threads sharing one pool, each allocating and freeing 256 B..32 KiB blocks for 50 ms\n"
          "   (million operations per second over all threads):\n");

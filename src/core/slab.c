@@ -18,13 +18,16 @@ void rapi_slab_init(rapi_slab *s, size_t object_size, size_t per_slab) {
 }
 
 void *rapi_slab_alloc_slow(rapi_slab *s) {
-  /* One header pointer links the slab, then per_slab records. */
+  /* One header pointer links the slab, then per_slab records. Records whose size is a multiple of
+   * a cache line start on one, so that no two share a line (ThreadCache's, written by many
+   * threads). */
   size_t header = rapi_align_up(sizeof(void *), 16);
-  char *slab = rapi_malloc(header + s->object_size * s->per_slab);
+  size_t line = s->object_size % 64 == 0 ? 64 : 0;
+  char *slab = rapi_malloc(header + line + s->object_size * s->per_slab);
   if (slab == NULL) return NULL;
   *(void **)slab = s->slabs;
   s->slabs = slab;
-  char *first = slab + header;
+  char *first = line ? (char *)rapi_align_up((uintptr_t)(slab + header), line) : slab + header;
   for (size_t i = s->per_slab; i-- > 1;) {
     void *obj = first + i * s->object_size;
     *(void **)obj = s->free_list;

@@ -41,7 +41,7 @@
 enum { TC_LIVE = 1, TC_CACHED, TC_XFREED, TC_GOING };
 
 typedef struct tc_cache tc_cache;
-typedef struct tc_rec {   /* one cache line each (the slab's object size): no two threads' */
+typedef struct tc_rec {   /* one cache line each (the slab aligns them): no two threads share one */
   void *ptr;
   struct tc_rec *next;       /* in a bin, an xfree list or a batch being flushed */
   rap_resource *r;           /* allocated on; a cached block is pending on it */
