@@ -77,12 +77,6 @@ static void *lc_alloc(lc *x, size_t n, rap_resource *r) {
   return p;
 }
 
-static rap_stats lc_rstats(rap_allocator *a, rap_resource *r) {
-  rap_stats s;
-  memset(&s, 0xee, sizeof s);
-  RAP_CHECK_OK(rap_allocator_resource_stats(a, r, &s));
-  return s;
-}
 
 static bool overlaps(const void *a, size_t an, const void *b, size_t bn) {
   uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
@@ -134,7 +128,7 @@ RAP_TEST(Lifecycle, RefusedDestroyKeepsLaterFreesPending) {
   TU_STATS_EQ(before, after);
   lc_busy(x, 1);
   RAP_CHECK_OK(rap_deallocate(x->pool, p, x->q[1]));
-  RAP_CHECK_EQ(lc_rstats(x->pool, x->q[1]).pending_bytes, 32 * KiB);
+  RAP_CHECK_EQ(tu_rstats(x->pool, x->q[1]).pending_bytes, 32 * KiB);
   void *o = lc_alloc(x, 32 * KiB, x->q[2]);   /* q1 has not passed the free: a new chunk */
   RAP_CHECK(!overlaps(o, 32 * KiB, p, 32 * KiB));
   TU_EXPECT(x->pool, chunk_count, 2);
@@ -292,7 +286,7 @@ RAP_TEST_P(Lifecycle, ManagerDestroyWithAQueuedWait, order_param, order_params) 
   RAP_CHECK_OK(rap_resource_submit(w, check_fill_job, f));   /* b is leaked on purpose */
   gate_open(g[0]);
   RAP_CHECK_OK(rap_resource_synchronize(o));
-  RAP_CHECK_OK(rap_log_set_handler(quiet_log, NULL));   /* the leak report */
+  RAP_CHECK_OK(rap_log_set_handler(quiet_log, NULL));   /* the leak tu_report */
   wd_call *c = wd_start(manager_destroy_call, rm);
   RAP_CHECK(c != NULL);
   RAP_CHECK(wd_wait_asleep(c));
@@ -431,8 +425,8 @@ typedef struct hf_snap {
 static hf_snap hf_snapshot(hf *h) {
   hf_snap s;
   s.pool = tu_stats(h->x->pool);
-  s.r[0] = lc_rstats(h->x->pool, h->x->host);
-  for (int i = 1; i <= 3; i++) s.r[i] = lc_rstats(h->x->pool, h->x->q[i]);
+  s.r[0] = tu_rstats(h->x->pool, h->x->host);
+  for (int i = 1; i <= 3; i++) s.r[i] = tu_rstats(h->x->pool, h->x->q[i]);
   return s;
 }
 
@@ -718,7 +712,7 @@ RAP_TEST(Lifecycle, ManagerDestroyFinishesQueuedWorkBeforeFreeingPools) {
   check_fill *f = new_check_fill(b, 1000, 3);
   RAP_CHECK_OK(rap_resource_submit(q, gate_job, g));
   RAP_CHECK_OK(rap_resource_submit(q, check_fill_job, f));   /* b is leaked on purpose */
-  RAP_CHECK_OK(rap_log_set_handler(quiet_log, NULL));      /* the leak report */
+  RAP_CHECK_OK(rap_log_set_handler(quiet_log, NULL));      /* the leak tu_report */
   wd_call *c = wd_start(manager_destroy_call, rm);
   RAP_CHECK(c != NULL);
   RAP_CHECK(wd_wait_asleep(c));

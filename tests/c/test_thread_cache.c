@@ -82,12 +82,6 @@ static void *fx_alloc(fx *x, size_t n, rap_resource *r) {
   return p;
 }
 
-static rap_stats rstats(rap_allocator *a, rap_resource *r) {
-  rap_stats s;
-  memset(&s, 0xee, sizeof s);
-  RAP_CHECK_OK(rap_allocator_resource_stats(a, r, &s));
-  return s;
-}
 
 
 /* Every field in which two stats differ, with both values, into buf; NULL if none. */
@@ -445,8 +439,8 @@ RAP_TEST(ThreadCache, StatsSeeThroughTheCaches) {
   RAP_CHECK(s.cached_count >= 1 && s.cached_bytes >= 1024);
   RAP_CHECK_EQ(in.current_bytes, s.current_bytes + s.cached_bytes);   /* the parent's live blocks */
   RAP_CHECK_EQ(in.allocation_count, s.allocation_count + s.cached_count);
-  rap_stats rq = rstats(x->tc, x->q[1]), rh = rstats(x->tc, x->host);
-  rap_stats iq = rstats(x->inner, x->q[1]), ih = rstats(x->inner, x->host);
+  rap_stats rq = tu_rstats(x->tc, x->q[1]), rh = tu_rstats(x->tc, x->host);
+  rap_stats iq = tu_rstats(x->inner, x->q[1]), ih = tu_rstats(x->inner, x->host);
   RAP_CHECK_EQ(rq.current_bytes, 2 * 3072 + BIG);
   RAP_CHECK_EQ(rq.allocation_count, 3);
   RAP_CHECK_EQ(rh.current_bytes, 2 * 1024);
@@ -648,7 +642,7 @@ RAP_TEST(ThreadCache, BlockFreedOnABusyQueueReachesNoOtherResource) {
   RAP_CHECK_OK(rap_release(x->tc));   /* the caches give them back: pending on q1 in the parent */
   TU_EXPECT(x->tc, cached_count, 0);
   RAP_CHECK(tu_stats(x->tc).pending_count >= 1);
-  RAP_CHECK(rstats(x->tc, x->q[1]).pending_bytes >= 12 * 768);
+  RAP_CHECK(tu_rstats(x->tc, x->q[1]).pending_bytes >= 12 * 768);
   round_avoiding(x, sp, nsp);
   worker_call(w, op_avoid, j);
   if (j->failure[0] != '\0') rap_test_fail(__FILE__, __LINE__, "worker: %s", j->failure);
@@ -765,13 +759,13 @@ RAP_TEST(ThreadCache, ExitingThreadGivesItsCacheBack) {
   kept->r = NULL;
   run_ops(NULL, op_free, kept);   /* into a's cache, waiting for a */
   rap_stats s = tu_stats(x->tc), in = tu_stats(x->inner);
-  rap_stats rq = rstats(x->tc, x->q[1]), rh = rstats(x->tc, x->host);
+  rap_stats rq = tu_rstats(x->tc, x->q[1]), rh = tu_rstats(x->tc, x->host);
   RAP_CHECK(rq.cached_count >= 12);
   RAP_CHECK(rq.cached_bytes >= 8 * 3072 + 4 * 768);
   RAP_CHECK(rh.cached_count >= 8);
   worker_stop(a);
   rap_stats s2 = tu_stats(x->tc), in2 = tu_stats(x->inner);
-  rap_stats rq2 = rstats(x->tc, x->q[1]), rh2 = rstats(x->tc, x->host);
+  rap_stats rq2 = tu_rstats(x->tc, x->q[1]), rh2 = tu_rstats(x->tc, x->host);
   RAP_CHECK_EQ(rq2.cached_count, 0);
   RAP_CHECK_EQ(rq2.cached_bytes, 0);
   RAP_CHECK_EQ(rh2.cached_bytes, rh.cached_bytes);
@@ -929,8 +923,8 @@ RAP_TEST(ThreadCache, ResourceDestroyWithCachedBlocks) {
   run_ops(NULL, op_free, kept);   /* into a's cache */
   run_ops(NULL, op_cycle, mine);
   run_ops(NULL, op_cycle, mh);
-  RAP_CHECK(rstats(x->tc, x->q[3]).cached_count >= 18);
-  rap_stats host_before = rstats(x->tc, x->host);
+  RAP_CHECK(tu_rstats(x->tc, x->q[3]).cached_count >= 18);
+  rap_stats host_before = tu_rstats(x->tc, x->host);
   fx_busy(x, 3);
   wd_call *c = wd_start(destroy_call, x->q[3]);
   RAP_CHECK(c != NULL);
@@ -1000,9 +994,9 @@ RAP_TEST(ThreadCache, RefusedResourceDestroyChangesNoStats) {
   ops *mine = ops_new(x->tc, x->q[3], 1024, 8, 2);
   run_ops(NULL, op_cycle, mine);
   void *l = fx_alloc(x, 1024, x->q[3]);
-  rap_stats before = tu_stats(x->tc), rbefore = rstats(x->tc, x->q[3]);
+  rap_stats before = tu_stats(x->tc), rbefore = tu_rstats(x->tc, x->q[3]);
   RAP_CHECK_STATUS(rap_resource_destroy(x->q[3]), RAP_ERR_BUSY);
-  rap_stats after = tu_stats(x->tc), rafter = rstats(x->tc, x->q[3]);
+  rap_stats after = tu_stats(x->tc), rafter = tu_rstats(x->tc, x->q[3]);
   STATS_SAME(before, after, "a refused rap_resource_destroy");
   STATS_SAME(rbefore, rafter, "a refused rap_resource_destroy (q3's figures)");
   RAP_CHECK_OK(rap_deallocate(x->tc, l, NULL));

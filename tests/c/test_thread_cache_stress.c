@@ -23,34 +23,6 @@ enum { ST_THREADS = 8, ST_RING = 24, ST_OPS = 5000, ST_BOX = 16 };
 #define ST_MAX (16 * KiB)
 #define ST_SPEC "ThreadCache(" RAP16 ", max_size=16KiB, cache_bytes=256KiB, cache_blocks=8)"
 
-typedef struct report {
-  int errors, first_status, first_line;
-} report;
-
-static void report_error(report *rep, int status, int line) {
-  if (rep->errors++ == 0) {
-    rep->first_status = status;
-    rep->first_line = line;
-  }
-}
-
-#define EXPECT_ST(rep, expr, want)                                                                 \
-  do {                                                                                             \
-    int st_ = (expr);                                                                              \
-    if (st_ != (want)) report_error((rep), st_, __LINE__);                                         \
-  } while (0)
-#define EXPECT_TRUE(rep, cond)                                                                     \
-  do {                                                                                             \
-    if (!(cond)) report_error((rep), RAP_ERR_CORRUPT, __LINE__);                                   \
-  } while (0)
-
-static void check_reports(const char *who, const report *reps, unsigned n) {
-  for (unsigned i = 0; i < n; i++)
-    if (reps[i].errors != 0)
-      rap_test_fail(__FILE__, __LINE__, "%s %u: %d errors, the first %s at line %d", who, i,
-                    reps[i].errors, rap_status_name(reps[i].first_status), reps[i].first_line);
-}
-
 /* A block's pattern: a 64-bit tag at both ends and one byte everywhere between. Written and checked
  * from the CPU for host blocks, by jobs on the block's queue for queue blocks. */
 typedef struct blk {
@@ -103,7 +75,7 @@ typedef struct st_thread {
   pthread_mutex_t box_lock;
   blk box[ST_BOX];
   unsigned nbox;
-  report rep;
+  tu_report rep;
 } st_thread;
 
 struct st_shared {
@@ -116,7 +88,7 @@ struct st_shared {
 };
 
 /* Writes the pattern: directly for host blocks, as work on the block's queue otherwise. */
-static void blk_write(report *rep, const blk *b) {
+static void blk_write(tu_report *rep, const blk *b) {
   if (b->r == NULL) {
     pattern_write(b);
     return;
@@ -130,7 +102,7 @@ static void blk_write(report *rep, const blk *b) {
 
 /* Checks the pattern (queue blocks: by work on their queue, ordered before the free) and frees the
  * block, on its owner named, or with NULL. */
-static void blk_free_in(rap_allocator *tc, rap_resource *host, report *rep, const blk *b,
+static void blk_free_in(rap_allocator *tc, rap_resource *host, tu_report *rep, const blk *b,
                         bool name_owner) {
   if (b->r == NULL) {
     EXPECT_TRUE(rep, pattern_intact(b));
@@ -145,7 +117,7 @@ static void blk_free_in(rap_allocator *tc, rap_resource *host, report *rep, cons
   EXPECT_ST(rep, rap_deallocate(tc, b->p, name_owner ? (b->r ? b->r : host) : NULL), RAP_OK);
 }
 
-static void blk_free(st_shared *sh, report *rep, const blk *b, bool name_owner) {
+static void blk_free(st_shared *sh, tu_report *rep, const blk *b, bool name_owner) {
   blk_free_in(sh->tc, sh->host, rep, b, name_owner);
 }
 
@@ -177,7 +149,7 @@ static size_t st_size(uint64_t *rng) {
 static void *st_worker(void *arg) {
   st_thread *t = arg;
   st_shared *sh = t->sh;
-  report *rep = &t->rep;
+  tu_report *rep = &t->rep;
   uint64_t rng = 0x9e3779b97f4a7c15ull + t->id;
   blk ring[ST_RING];
   memset(ring, 0, sizeof ring);
@@ -237,14 +209,14 @@ static void *st_worker(void *arg) {
 
 typedef struct st_checker {
   st_shared *sh;
-  report rep;
+  tu_report rep;
   unsigned rounds;
 } st_checker;
 
 static void *st_check_thread(void *arg) {
   st_checker *c = arg;
   st_shared *sh = c->sh;
-  report *rep = &c->rep;
+  tu_report *rep = &c->rep;
   for (unsigned i = 0; atomic_load(&sh->producers) > 0 && i < 200000; i++) {
     EXPECT_ST(rep, rap_allocator_check(sh->tc), RAP_OK);
     rap_stats s;
@@ -289,8 +261,8 @@ RAP_TEST(ThreadCache, StressEightThreadsHandingBlocksAround) {
   RAP_CHECK(pthread_create(&checker, NULL, st_check_thread, &chk) == 0);
   for (unsigned i = 0; i < ST_THREADS; i++) pthread_join(threads[i], NULL);
   pthread_join(checker, NULL);
-  for (unsigned i = 0; i < ST_THREADS; i++) check_reports("thread", &sh.th[i].rep, 1);
-  check_reports("checker", &chk.rep, 1);
+  for (unsigned i = 0; i < ST_THREADS; i++) tu_check_reports("thread", &sh.th[i].rep, 1);
+  tu_check_reports("checker", &chk.rep, 1);
   RAP_CHECK(chk.rounds > 0);
   for (unsigned i = 0; i < ST_THREADS; i++) RAP_CHECK_OK(rap_resource_synchronize(sh.th[i].q));
   RAP_CHECK_EQ(atomic_load(&job_errors), 0);   /* no block had two owners */
@@ -323,7 +295,7 @@ typedef struct sl_shared {
   unsigned nbox;
   bool done;              /* no producer comes any more */
   atomic_int checking;
-  report rep[SL_ROUNDS * SL_PRODUCERS], consumer_rep, checker_rep;
+  tu_report rep[SL_ROUNDS * SL_PRODUCERS], consumer_rep, checker_rep;
 } sl_shared;
 
 typedef struct sl_producer {
@@ -336,7 +308,7 @@ typedef struct sl_producer {
 static void *sl_produce(void *arg) {
   sl_producer *pr = arg;
   sl_shared *sh = pr->sh;
-  report *rep = &sh->rep[pr->id];
+  tu_report *rep = &sh->rep[pr->id];
   uint64_t rng = 31337 + pr->id;
   for (unsigned j = 0; j < SL_BLOCKS; j++) {
     blk b = {NULL, st_size(&rng), j % 3 == 0 ? sh->q : NULL, ((uint64_t)(pr->id + 100) << 48) | j};
@@ -378,7 +350,7 @@ static void *sl_consume(void *arg) {
 
 static void *sl_check(void *arg) {
   sl_shared *sh = arg;
-  report *rep = &sh->checker_rep;
+  tu_report *rep = &sh->checker_rep;
   for (unsigned i = 0; atomic_load(&sh->checking) && i < 200000; i++) {
     rap_stats s;
     EXPECT_ST(rep, rap_allocator_stats(sh->tc, &s), RAP_OK);
@@ -422,9 +394,9 @@ RAP_TEST(ThreadCache, StressShortLivedThreads) {
   pthread_join(consumer, NULL);
   atomic_store(&sh.checking, 0);
   pthread_join(checker, NULL);
-  check_reports("producer", sh.rep, SL_ROUNDS * SL_PRODUCERS);
-  check_reports("consumer", &sh.consumer_rep, 1);
-  check_reports("checker", &sh.checker_rep, 1);
+  tu_check_reports("producer", sh.rep, SL_ROUNDS * SL_PRODUCERS);
+  tu_check_reports("consumer", &sh.consumer_rep, 1);
+  tu_check_reports("checker", &sh.checker_rep, 1);
   RAP_CHECK_OK(rap_resource_synchronize(sh.q));
   RAP_CHECK_EQ(atomic_load(&job_errors), 0);
   rap_stats s = tu_stats(sh.tc);
@@ -487,7 +459,7 @@ static size_t ps_size(uint64_t *rng) {
 typedef struct ps_thread {
   ps_shared *sh;
   unsigned id;
-  report rep;
+  tu_report rep;
 } ps_thread;
 
 /* Frees on q1: blocks of q1 (here, or handed to allocator 0, which frees them on q1), and host
@@ -495,7 +467,7 @@ typedef struct ps_thread {
 static void *ps_freer(void *arg) {
   ps_thread *t = arg;
   ps_shared *sh = t->sh;
-  report *rep = &t->rep;
+  tu_report *rep = &t->rep;
   uint64_t rng = 4242;
   for (unsigned i = 0; i < PS_FREES; i++) {
     size_t n = ps_size(&rng);
@@ -523,7 +495,7 @@ static void *ps_freer(void *arg) {
 }
 
 /* Frees, on q1, what the freer handed over; each span is in the set before its free. */
-static void ps_drain(ps_shared *sh, report *rep) {
+static void ps_drain(ps_shared *sh, tu_report *rep) {
   span got[PS_BOX];
   pthread_mutex_lock(&sh->lock);
   unsigned n = sh->nbox;
@@ -541,7 +513,7 @@ static void ps_drain(ps_shared *sh, report *rep) {
 static void *ps_allocator(void *arg) {
   ps_thread *t = arg;
   ps_shared *sh = t->sh;
-  report *rep = &t->rep;
+  tu_report *rep = &t->rep;
   uint64_t rng = 777 + t->id;
   span ring[PS_RING];
   rap_resource *owner[PS_RING];
@@ -592,7 +564,7 @@ RAP_TEST(ThreadCache, StressPendingRuleWithAGatedQueue) {
     RAP_CHECK(pthread_create(&tid[i], NULL, fn, &th[i]) == 0);
   }
   for (unsigned i = 0; i <= PS_ALLOCATORS; i++) pthread_join(tid[i], NULL);
-  for (unsigned i = 0; i <= PS_ALLOCATORS; i++) check_reports("thread", &th[i].rep, 1);
+  for (unsigned i = 0; i <= PS_ALLOCATORS; i++) tu_check_reports("thread", &th[i].rep, 1);
   if (atomic_load(&sh.violations) != 0)
     rap_test_fail(__FILE__, __LINE__, "%d blocks overlapped memory freed on the busy q1 (the first "
                   "at %p)", atomic_load(&sh.violations), sh.first_violation);

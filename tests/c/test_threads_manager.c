@@ -9,7 +9,7 @@
  * and the owners' latest blocks, and reads the statistics of the allocators it may read; a churner
  * creates and destroys queues and allocators. rap_allocator_find must answer exactly as with one
  * thread, and nothing may race (ThreadSanitizer): destroying a resource touches only the pools that
- * have seen it. Workers report back; the checks run on the main thread. Bounded, fixed seeds.
+ * have seen it. Workers tu_report back; the checks run on the main thread. Bounded, fixed seeds.
  *
  * Work functions: a job on queue q1 allocates and frees on q1 itself, on the host resource and on
  * another queue q2; asks the host for what only a block pending on the busy q2 fits (wait mode may
@@ -32,37 +32,6 @@
 
 #define KiB ((size_t)1024)
 
-/* ---- reports from worker threads --------------------------------------------------------------- */
-
-typedef struct report {
-  int errors, first_status, first_line;
-} report;
-
-static void report_error(report *rep, int status, int line) {
-  if (rep->errors++ == 0) {
-    rep->first_status = status;
-    rep->first_line = line;
-  }
-}
-
-/* A status other than the one wanted; a broken condition reports RAP_ERR_CORRUPT. */
-#define EXPECT_ST(rep, expr, want)                                                                 \
-  do {                                                                                             \
-    int st_ = (expr);                                                                              \
-    if (st_ != (want)) report_error((rep), st_, __LINE__);                                         \
-  } while (0)
-#define EXPECT_TRUE(rep, cond)                                                                     \
-  do {                                                                                             \
-    if (!(cond)) report_error((rep), RAP_ERR_CORRUPT, __LINE__);                                   \
-  } while (0)
-
-static void check_reports(const char *who, report *reps, unsigned n) {
-  for (unsigned i = 0; i < n; i++)
-    if (reps[i].errors != 0)
-      rap_test_fail(__FILE__, __LINE__, "%s %u: %d errors, the first %s at line %d", who, i,
-                    reps[i].errors, rap_status_name(reps[i].first_status), reps[i].first_line);
-}
-
 /* ---- owners, a prober and a churner ------------------------------------------------------------ */
 
 enum { OWNERS = 4, ROUNDS = 8, BLOCKS = 72, PROBES = 200, CHURNS = 12 };
@@ -78,7 +47,7 @@ typedef struct shared {
 typedef struct owner {
   shared *sh;
   unsigned id;
-  report rep;
+  tu_report rep;
 } owner;
 
 static const char *const owner_strategy[OWNERS] = {"QuickPool", "ResourceAwarePool",
@@ -87,7 +56,7 @@ static const char *const owner_strategy[OWNERS] = {"QuickPool", "ResourceAwarePo
 static void *owner_thread(void *arg) {
   owner *o = arg;
   shared *sh = o->sh;
-  report *rep = &o->rep;
+  tu_report *rep = &o->rep;
   uint64_t rng = 1000 + o->id;
   void *p[BLOCKS];
   size_t n[BLOCKS];
@@ -130,7 +99,7 @@ static void *owner_thread(void *arg) {
       if (i % 16 == 1) {   /* freed: no one's, unless it also starts a chunk (then HOST's) */
         rap_allocator *found = NULL;
         int fst = rap_allocator_find(sh->rm, p[i], &found);
-        if (fst == RAP_OK && found != sh->host) report_error(rep, RAP_ERR_EXISTS, __LINE__);
+        if (fst == RAP_OK && found != sh->host) tu_report_error(rep, RAP_ERR_EXISTS, __LINE__);
         else if (fst != RAP_OK) EXPECT_ST(rep, fst, RAP_ERR_UNKNOWN_POINTER);
       }
     }
@@ -150,13 +119,13 @@ static void *owner_thread(void *arg) {
 typedef struct prober {
   shared *sh;
   rap_allocator *pool;   /* a QuickPool of its own */
-  report rep;
+  tu_report rep;
 } prober;
 
 static void *prober_thread(void *arg) {
   prober *pr = arg;
   shared *sh = pr->sh;
-  report *rep = &pr->rep;
+  tu_report *rep = &pr->rep;
   void *hb = NULL, *pb = NULL, *pb2 = NULL, *tb = NULL;
   EXPECT_ST(rep, rap_allocate(sh->host, &hb, 300, NULL), RAP_OK);
   EXPECT_ST(rep, rap_allocate(pr->pool, &pb, 300, NULL), RAP_OK);
@@ -165,7 +134,7 @@ static void *prober_thread(void *arg) {
   EXPECT_ST(rep, rap_allocate(sh->ts, &tb, 300, NULL), RAP_OK);
   char *foreign = malloc(64);
   if (rep->errors != 0 || foreign == NULL) {
-    report_error(rep, RAP_ERR_NOMEM, __LINE__);
+    tu_report_error(rep, RAP_ERR_NOMEM, __LINE__);
     free(foreign);
     return NULL;
   }
@@ -205,13 +174,13 @@ static void *prober_thread(void *arg) {
 
 typedef struct churner {
   shared *sh;
-  report rep;
+  tu_report rep;
 } churner;
 
 static void *churn_thread(void *arg) {
   churner *c = arg;
   shared *sh = c->sh;
-  report *rep = &c->rep;
+  tu_report *rep = &c->rep;
   for (unsigned i = 0; i < CHURNS; i++) {
     /* A queue made, used through the shared pool, and destroyed: its pending block comes back. */
     rap_resource *q = NULL;
@@ -272,9 +241,9 @@ RAP_TEST(ThreadsManager, FindAndDestroyWhileOwnersUseTheirPlainPools) {
   for (unsigned i = 0; i < OWNERS; i++) pthread_join(t_own[i], NULL);
   pthread_join(t_pr, NULL);
   pthread_join(t_ch, NULL);
-  check_reports("owner", (report[]){own[0].rep, own[1].rep, own[2].rep, own[3].rep}, OWNERS);
-  check_reports("prober", &pr.rep, 1);
-  check_reports("churner", &ch.rep, 1);
+  tu_check_reports("owner", (tu_report[]){own[0].rep, own[1].rep, own[2].rep, own[3].rep}, OWNERS);
+  tu_check_reports("prober", &pr.rep, 1);
+  tu_check_reports("churner", &ch.rep, 1);
   RAP_CHECK_OK(rap_release(sh.ts));
   TU_EXPECT(sh.ts, allocation_count, 0);
   TU_EXPECT(sh.ts, pending_count, 0);

@@ -136,4 +136,43 @@ static inline uint64_t tu_rand(uint64_t *state) {
   return x * UINT64_C(2685821657736338717);
 }
 
+
+/* ---- reports from worker threads: a worker counts what went wrong, the body checks after ----- */
+typedef struct tu_report {
+  int errors, first_status, first_line;
+} tu_report;
+
+static inline void tu_report_error(tu_report *rep, int status, int line) {
+  if (rep->errors++ == 0) {
+    rep->first_status = status;
+    rep->first_line = line;
+  }
+}
+
+/* A status other than the one wanted; a broken condition reports RAP_ERR_CORRUPT. */
+#define EXPECT_ST(rep, expr, want)                                                                 \
+  do {                                                                                             \
+    int st_ = (expr);                                                                              \
+    if (st_ != (want)) tu_report_error((rep), st_, __LINE__);                                      \
+  } while (0)
+#define EXPECT_TRUE(rep, cond)                                                                     \
+  do {                                                                                             \
+    if (!(cond)) tu_report_error((rep), RAP_ERR_CORRUPT, __LINE__);                                \
+  } while (0)
+
+static inline void tu_check_reports(const char *who, const tu_report *reps, unsigned n) {
+  for (unsigned i = 0; i < n; i++)
+    if (reps[i].errors != 0)
+      rap_test_fail(__FILE__, __LINE__, "%s %u: %d errors, the first %s at line %d", who, i,
+                    reps[i].errors, rap_status_name(reps[i].first_status), reps[i].first_line);
+}
+
+/* The statistics of a on r, with every field poisoned first (a field left unwritten shows). */
+static inline rap_stats tu_rstats(rap_allocator *a, rap_resource *r) {
+  rap_stats s;
+  memset(&s, 0xee, sizeof s);
+  RAP_CHECK_OK(rap_allocator_resource_stats(a, r, &s));
+  return s;
+}
+
 #endif /* RAP_TEST_UTIL_H */
