@@ -232,6 +232,8 @@ struct rap_allocator {
   size_t children;
   uint64_t seq;                   /* creation order: children are always newer than parents */
   rap_allocator *next;            /* manager's list, newest first */
+  rap_oom_handler oom;            /* atomic; rap_allocator_set_oom_handler */
+  void *oom_user;
   pthread_mutex_t *guard_lock;    /* the lock of the nearest ThreadSafe above, or NULL: the manager
                                      takes it for its own calls into this allocator (find, a
                                      resource's destroy) */

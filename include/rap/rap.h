@@ -108,6 +108,17 @@ int  rap_allocator_check(rap_allocator *a);  /* walk the invariants: RAP_OK or t
 int  rap_record_resource(rap_allocator *a, void *ptr, rap_resource *r);
 int  rap_pointer_resource(rap_allocator *a, const void *ptr, rap_resource **out);
 
+/* Out of memory: when rap_allocate(a, ...) is about to answer RAP_ERR_NOMEM (a's own recovery, such
+ * as a pool's release and retry, already done), fn(a, bytes, r, attempt, user) is called on the
+ * allocating thread, attempt 1, 2, ...: it may free memory (deallocate, release, on a or others)
+ * and returns nonzero to have the request tried again, zero to let RAP_ERR_NOMEM through, with the
+ * allocator's own sentence. r is the resource asked for (NULL: the host). fn NULL removes it. Set
+ * it on the allocator the program calls: fn also runs when a pool above asks a, under any lock of
+ * a wrapper above. Set it before other threads use a. */
+typedef int (*rap_oom_handler)(rap_allocator *a, size_t bytes, rap_resource *r, int attempt,
+                               void *user);
+int  rap_allocator_set_oom_handler(rap_allocator *a, rap_oom_handler fn, void *user);
+
 /* ---------------------------------------------------------------------------------------------
  * Statistics. Bytes are as requested unless named aligned or actual.
  * ------------------------------------------------------------------------------------------- */

@@ -68,18 +68,50 @@ static RAPI_NOINLINE int bad_call(const char *fn, const rap_allocator *a, const 
                    a->name);
 }
 
-/* The two hot entry points: one unlikely branch covers bad input and the debug levels alike, then a
- * tail call into the strategy. */
+/* Out of memory with a handler set: it is asked, attempt after attempt, whether to try again. The
+ * allocator's sentence is the one the caller sees when the handler gives up, whatever the handler
+ * called meanwhile. */
+static RAPI_NOINLINE int oom_retry(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
+  int st = RAP_ERR_NOMEM;
+  for (int attempt = 1; st == RAP_ERR_NOMEM; attempt++) {
+    rap_oom_handler fn = __atomic_load_n(&a->oom, __ATOMIC_ACQUIRE);
+    char sentence[512];
+    snprintf(sentence, sizeof sentence, "%s", rap_last_error());
+    if (fn == NULL || !fn(a, bytes, r, attempt, a->oom_user))
+      return rapi_fail(RAP_ERR_NOMEM, "%s", sentence);
+    if (rapi_log_on(RAP_LOG_DEBUG))
+      rap_log(RAP_LOG_DEBUG, "%s: out of memory for %zu bytes; the handler asks for attempt %d",
+              a->name, bytes, attempt + 1);
+    st = a->strategy->allocate(a->state, out, bytes, r);
+  }
+  return st;
+}
+
+/* The two hot entry points: one unlikely branch covers bad input and the debug levels alike, then
+ * the strategy; a handler for out of memory costs a branch on the answer. */
 static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
   if (a == NULL || out == NULL || (r != NULL && r->rm != a->rm))
     return bad_call("rap_allocate", a, out, r);
-  return debugged(a, "rap_allocate", a->strategy->allocate(a->state, out, bytes, r));
+  int st = a->strategy->allocate(a->state, out, bytes, r);
+  if (st == RAP_ERR_NOMEM && __atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)
+    st = oom_retry(a, out, bytes, r);
+  return debugged(a, "rap_allocate", st);
 }
 
 int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
   if (RAPI_UNLIKELY(a == NULL || out == NULL || (r != NULL && r->rm != a->rm) | (rapi_debug_level() > 0)))
     return allocate_checked(a, out, bytes, r);
-  return a->strategy->allocate(a->state, out, bytes, r);
+  int st = a->strategy->allocate(a->state, out, bytes, r);
+  if (RAPI_UNLIKELY(st == RAP_ERR_NOMEM) && __atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)
+    return oom_retry(a, out, bytes, r);
+  return st;
+}
+
+int rap_allocator_set_oom_handler(rap_allocator *a, rap_oom_handler fn, void *user) {
+  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_set_oom_handler: allocator is NULL");
+  a->oom_user = user;
+  __atomic_store_n(&a->oom, fn, __ATOMIC_RELEASE);
+  return RAP_OK;
 }
 
 static RAPI_NOINLINE int deallocate_checked(rap_allocator *a, void *ptr, rap_resource *r) {
