@@ -356,6 +356,8 @@ int  rapi_allocator_make_direct(rap_manager *rm, const char *name, const char *s
 const rap_strategy *rapi_registry_builtin(const char *name);
 /* Platform allocator by name: fills *strategy and the options text; RAP_ERR_NOT_FOUND if none. */
 int  rapi_registry_platform(const char *name, const rap_strategy **strategy, char *opts, size_t cap);
+void rapi_registry_names(char *buf, size_t cap);   /* the built-in strategies, for sentences */
+void rapi_env_var(const char *name, char *var, size_t cap);   /* RAP_ALLOCATOR_<NAME> of a name */
 
 /* ---- resources/tracked.c: the tracked pass-through body ---------------------------------------
  * Allocators that hand out raw memory from somewhere else and track every live pointer: the

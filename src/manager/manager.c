@@ -6,6 +6,7 @@
  */
 #include "rap_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -149,7 +150,9 @@ static rap_allocator *lookup(rap_manager *rm, const char *name) {
 static int create_locked(rap_manager *rm, const char *name, const rap_strategy *s,
                          rap_allocator *parent, const char *options, rap_allocator **out) {
   rap_options opts;
-  int st = rapi_options_parse(options, s->name, &opts);
+  char owner[RAPI_NAME_MAX + 64];   /* option sentences name the allocator and its strategy */
+  snprintf(owner, sizeof owner, "'%s' (%s)", name, s->name);
+  int st = rapi_options_parse(options, owner, &opts);
   if (st != RAP_OK) return st;
   rap_allocator *a = rapi_calloc(1, sizeof *a);
   void *state = rapi_calloc(1, s->state_size ? s->state_size : 1);
@@ -219,6 +222,28 @@ int rap_allocator_get(rap_manager *rm, const char *name, rap_allocator **out) {
   return st;
 }
 
+static RAPI_NOINLINE int unknown_strategy(rap_manager *rm, const char *name, const char *strategy) {
+  char known[256];
+  rapi_registry_names(known, sizeof known);
+  bool custom = rm->custom != NULL;
+  return rapi_fail(RAP_ERR_NOT_FOUND, "rap_allocator_make('%s'): no strategy named '%s' (built in: "
+                   "%s%s)", name, strategy, known, custom ? "; and those registered" : "");
+}
+
+/* Two names that answer to one RAP_ALLOCATOR_<NAME> variable ("a-b" and "a_b", "pool" and "Pool")
+ * would both be replaced by it: the second is refused. */
+static int env_twin(rap_manager *rm, const char *name) {
+  char mine[RAPI_NAME_MAX + 16], theirs[RAPI_NAME_MAX + 16];
+  rapi_env_var(name, mine, sizeof mine);
+  for (rap_allocator *a = rm->allocators; a != NULL; a = a->next) {
+    rapi_env_var(a->name, theirs, sizeof theirs);
+    if (strcmp(mine, theirs) == 0)
+      return rapi_fail(RAP_ERR_EXISTS, "rap_allocator_make: the name '%s' and the allocator '%s' "
+                       "would both answer to the environment variable %s", name, a->name, mine);
+  }
+  return RAP_OK;
+}
+
 int rapi_allocator_make_direct(rap_manager *rm, const char *name, const char *strategy,
                                const char *parent, const char *options, rap_allocator **out) {
   if (rm == NULL || name == NULL || strategy == NULL || out == NULL)
@@ -237,9 +262,10 @@ int rapi_allocator_make_direct(rap_manager *rm, const char *name, const char *st
       rapi_registry_platform(name, &platform, scratch, sizeof scratch) != RAP_ERR_NOT_FOUND) {
     st = rapi_fail(RAP_ERR_EXISTS, "rap_allocator_make: the name '%s' is taken%s", name,
                    lookup(rm, name) ? "" : " by a platform allocator");
+  } else if ((st = env_twin(rm, name)) != RAP_OK) {
+    /* the sentence names both */
   } else if ((s = find_strategy(rm, strategy)) == NULL) {
-    st = rapi_fail(RAP_ERR_NOT_FOUND, "rap_allocator_make('%s'): no strategy named '%s'", name,
-                   strategy);
+    st = unknown_strategy(rm, name, strategy);
   } else if (parent == NULL && (s->flags & RAP_STRATEGY_NEEDS_PARENT)) {
     st = rapi_fail(RAP_ERR_INVALID, "rap_allocator_make('%s'): %s needs a parent allocator", name,
                    s->name);

@@ -6,6 +6,7 @@
  */
 #include "rap_internal.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,5 +51,25 @@ int rapi_registry_platform(const char *name, const rap_strategy **strategy, char
     snprintf(opts, cap, "kind=device device=%lu", id);
     return RAP_OK;
   }
-  return rapi_fail(RAP_ERR_NOT_FOUND, "no allocator named '%s'", name);
+  char upper[16];
+  size_t n = 0;
+  for (; name[n] != '\0' && n + 1 < sizeof upper; n++) upper[n] = (char)toupper((unsigned char)name[n]);
+  upper[n] = '\0';
+  if (name[n] == '\0' && (strcmp(upper, "HOST") == 0 || strcmp(upper, "DEVICE") == 0 ||
+                          strcmp(upper, "PINNED") == 0 || strcmp(upper, "UM") == 0))
+    return rapi_fail(RAP_ERR_NOT_FOUND, "no allocator named '%s' (platform names are exact: '%s')",
+                     name, upper);
+  return rapi_fail(RAP_ERR_NOT_FOUND, "no allocator named '%s' (the platforms are HOST, DEVICE, "
+                   "DEVICE::N, PINNED and UM)", name);
+}
+
+/* The built-in strategies' names, comma-separated, for sentences. */
+void rapi_registry_names(char *buf, size_t cap) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < sizeof builtins / sizeof builtins[0] && n < cap; i++) {
+    int w = snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", builtins[i]->name);
+    if (w < 0) break;
+    n += (size_t)w;
+  }
 }

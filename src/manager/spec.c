@@ -212,32 +212,45 @@ static int make_from_spec(rap_manager *rm, const char *name, const char *spec, r
 }
 
 /* RAP_ALLOCATOR_<NAME>, with the name upper-cased and every other character made '_'. */
-static const char *env_spec(const char *name) {
-  char var[RAPI_NAME_MAX + 16] = "RAP_ALLOCATOR_";
-  size_t n = strlen(var);
-  for (const char *c = name; *c && n + 1 < sizeof var; c++)
+void rapi_env_var(const char *name, char *var, size_t cap) {
+  size_t n = (size_t)snprintf(var, cap, "%s", "RAP_ALLOCATOR_");
+  for (const char *c = name; *c && n + 1 < cap; c++)
     var[n++] = isalnum((unsigned char)*c) ? (char)toupper((unsigned char)*c) : '_';
   var[n] = '\0';
+}
+
+static const char *env_spec(const char *name, char *var, size_t cap) {
+  rapi_env_var(name, var, cap);
   const char *v = getenv(var);
   return v != NULL && *v != '\0' ? v : NULL;
+}
+
+/* A chain made from the environment: a failure names the variable it came from. */
+static int make_from_env(rap_manager *rm, const char *name, const char *var, const char *env,
+                         rap_allocator **out) {
+  int st = make_from_spec(rm, name, env, out);
+  if (st == RAP_OK) return st;
+  char sentence[768];
+  snprintf(sentence, sizeof sentence, "%s", rap_last_error());
+  return rapi_fail(st, "%s (the spec came from the environment variable %s)", sentence, var);
 }
 
 int rap_allocator_make_spec(rap_manager *rm, const char *name, const char *spec, rap_allocator **out) {
   if (rm == NULL || name == NULL || spec == NULL || out == NULL)
     return rapi_fail(RAP_ERR_INVALID, "rap_allocator_make_spec: manager, name, spec or out is NULL");
-  const char *env = env_spec(name);
-  if (env != NULL) {
-    rap_log(RAP_LOG_INFO, "allocator '%s': the environment replaces '%s' with '%s'", name, spec, env);
-    spec = env;
-  }
-  return make_from_spec(rm, name, spec, out);
+  char var[RAPI_NAME_MAX + 16];
+  const char *env = env_spec(name, var, sizeof var);
+  if (env == NULL) return make_from_spec(rm, name, spec, out);
+  rap_log(RAP_LOG_INFO, "allocator '%s': the environment replaces '%s' with '%s'", name, spec, env);
+  return make_from_env(rm, name, var, env, out);
 }
 
 /* The front door of rap_allocator_make: RAP_ALLOCATOR_<NAME> replaces what the program asked for. */
 int rap_allocator_make(rap_manager *rm, const char *name, const char *strategy, const char *parent,
                        const char *options, rap_allocator **out) {
-  const char *env = name != NULL && rm != NULL && out != NULL ? env_spec(name) : NULL;
+  char var[RAPI_NAME_MAX + 16];
+  const char *env = name != NULL && rm != NULL && out != NULL ? env_spec(name, var, sizeof var) : NULL;
   if (env == NULL) return rapi_allocator_make_direct(rm, name, strategy, parent, options, out);
   rap_log(RAP_LOG_INFO, "allocator '%s': made from the environment as '%s'", name, env);
-  return make_from_spec(rm, name, env, out);
+  return make_from_env(rm, name, var, env, out);
 }

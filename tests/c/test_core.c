@@ -70,9 +70,11 @@ RAP_TEST(Manager, DuplicateNamesExist) {
   RAP_CHECK_STATUS(rap_allocator_make(rm, "pool", "Fault", "HOST", NULL, &again), RAP_ERR_EXISTS);
   RAP_CHECK(tu_get(rm, "pool") == pool);
   RAP_CHECK(strcmp(rap_allocator_name(pool), "pool") == 0);
-  /* Names are exact: another case is another name. */
-  rap_allocator *upper = tu_make(rm, "POOL", "QuickPool", "HOST", NULL);
-  RAP_CHECK(upper != pool);
+  /* Names are exact, but one that answers to the same RAP_ALLOCATOR_<NAME> variable is refused. */
+  rap_allocator *upper = pool;
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "POOL", "QuickPool", "HOST", NULL, &upper), RAP_ERR_EXISTS);
+  RAP_CHECK_STR(rap_last_error(), "RAP_ALLOCATOR_POOL");
+  RAP_CHECK(upper == pool);
   RAP_CHECK_OK(rap_allocator_destroy(pool));   /* a destroyed name can be made again */
   pool = tu_make(rm, "pool", "QuickPool", "HOST", NULL);
   RAP_CHECK_OK(rap_manager_destroy(rm));

@@ -301,17 +301,49 @@ RAP_TEST(Spec, EnvironmentReplacesMake) {
   void *p = tu_alloc(a, 10);
   TU_EXPECT(a, actual_bytes, tu_chunk(1 << 20, 256));   /* the environment's options */
   RAP_CHECK_OK(rap_deallocate(a, p, NULL));
-  /* The same variable serves make_spec; names map '-', '.', '/' to '_' and letters to capitals. */
+  /* The same variable serves make_spec; names map '-', '.', '/' to '_' and letters to capitals, so
+   * two names that map alike cannot live side by side: the second is refused, naming both. */
   rap_allocator *b = NULL;
+  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "My.Pool", "ThreadSafe(DynamicPoolList(HOST))", &b),
+                   RAP_ERR_EXISTS);
+  RAP_CHECK_STR(rap_last_error(), "RAP_ALLOCATOR_MY_POOL");
+  RAP_CHECK_STR(rap_last_error(), "'my-pool'");
+  RAP_CHECK_OK(rap_allocator_destroy(a));
   RAP_CHECK_OK(rap_allocator_make_spec(rm, "My.Pool", "ThreadSafe(DynamicPoolList(HOST))", &b));
   RAP_CHECK(strcmp(rap_allocator_strategy(b), "QuickPool") == 0);
   absent(rm, "My.Pool/DynamicPoolList");
+  RAP_CHECK_OK(rap_allocator_destroy(b));
   RAP_CHECK_OK(rap_allocator_make(rm, "my/pool", "DynamicPoolList", "HOST", NULL, &b));
   RAP_CHECK(strcmp(rap_allocator_strategy(b), "QuickPool") == 0);
+  RAP_CHECK_OK(rap_allocator_destroy(b));
   RAP_CHECK(unsetenv("RAP_ALLOCATOR_MY_POOL") == 0);
   /* Without the variable the program's own choice stands. */
   rap_allocator *c = tu_make(rm, "my_pool", "DynamicPoolList", "HOST", NULL);
   RAP_CHECK(strcmp(rap_allocator_strategy(c), "DynamicPoolList") == 0);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* Sentences say what to fix: the variable a bad spec came from, the allocator an unknown option was
+ * given to, the strategies there are, the exact name of a platform. */
+RAP_TEST(Spec, SentencesNameWhatToFix) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *a = NULL;
+  RAP_CHECK(setenv("RAP_ALLOCATOR_SCRATCH", "QuickPool(HOST, initail_size=1MiB)", 1) == 0);
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "scratch", "DynamicPoolList", "HOST", NULL, &a), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "'initail_size'");
+  RAP_CHECK_STR(rap_last_error(), "'scratch' (QuickPool)");
+  RAP_CHECK_STR(rap_last_error(), "environment variable RAP_ALLOCATOR_SCRATCH");
+  RAP_CHECK(unsetenv("RAP_ALLOCATOR_SCRATCH") == 0);
+  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "s", "ThreadSafe(QuickPool(HOST, bogus=1))", &a),
+                   RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "'s/QuickPool' (QuickPool): unknown option 'bogus'");
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "q", "QuickPol", "HOST", NULL, &a), RAP_ERR_NOT_FOUND);
+  RAP_CHECK_STR(rap_last_error(), "QuickPool, ");
+  RAP_CHECK_STR(rap_last_error(), "ThreadCache");
+  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "h", "QuickPool(host)", &a), RAP_ERR_NOT_FOUND);
+  RAP_CHECK_STR(rap_last_error(), "'HOST'");
+  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "h", "QuickPool(HOSTS)", &a), RAP_ERR_NOT_FOUND);
+  RAP_CHECK_STR(rap_last_error(), "DEVICE::N");
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
