@@ -426,5 +426,8 @@ extern const rap_strategy rapi_host_platform;
 extern const rap_strategy rapi_cuda_platform;   /* DEVICE, DEVICE::N, PINNED, UM by option kind= */
 extern const rapi_resource_ops rapi_host_resource_ops;
 bool rapi_cuda_compiled(void);
+/* cuda_platform.c: the device count, or RAP_ERR_UNSUPPORTED saying why none is usable (no driver,
+ * a driver too old, no device). */
+int  rapi_cuda_devices(const char *who, int *count);
 
 #endif /* RAP_INTERNAL_H */

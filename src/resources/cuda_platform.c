@@ -20,6 +20,29 @@ typedef struct cuda_impl {
 
 bool rapi_cuda_compiled(void) { return true; }
 
+/* How many devices there are, or RAP_ERR_UNSUPPORTED with a sentence that says why none is usable:
+ * no driver at all (the runtime then reports an "insufficient driver", which reads as too old), a
+ * driver older than the runtime rap was built with, or no device. */
+int rapi_cuda_devices(const char *who, int *count) {
+  *count = 0;
+  cudaError_t e = cudaGetDeviceCount(count);
+  if (e == cudaSuccess && *count > 0) return RAP_OK;
+  (void)cudaGetLastError();
+  int driver = 0;
+  (void)cudaDriverGetVersion(&driver);
+  (void)cudaGetLastError();
+  if (driver == 0)
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: no CUDA device is usable here: no CUDA driver is "
+                     "installed (libcuda was not found)", who);
+  if (e == cudaErrorInsufficientDriver)
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: no CUDA device is usable here: the driver supports "
+                     "CUDA %d.%d, older than the CUDA %d.%d rap was built with; update the driver",
+                     who, driver / 1000, driver % 1000 / 10, CUDART_VERSION / 1000,
+                     CUDART_VERSION % 1000 / 10);
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: no CUDA device is usable here (%s)", who,
+                   e != cudaSuccess ? cudaGetErrorString(e) : "the driver found no device");
+}
+
 static const char *call_name(int kind) {
   return kind == KIND_DEVICE ? "cudaMalloc" : kind == KIND_PINNED ? "cudaMallocHost"
                                                                   : "cudaMallocManaged";
@@ -87,13 +110,7 @@ static int cuda_init(rap_allocator *self, void *state, rap_options *opts) {
   if (st == RAP_OK) st = rap_options_get_uint(opts, "device", &device);
   if (st != RAP_OK) return st;
   int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: no CUDA device is usable here (%s)",
-                     rap_allocator_name(self),
-                     e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none");
-  }
+  if (rapi_cuda_devices(rap_allocator_name(self), &count) != RAP_OK) return RAP_ERR_UNSUPPORTED;
   if (device >= (uint64_t)count)
     return rapi_fail(RAP_ERR_NOT_FOUND, "%s: device %llu does not exist; this machine has %d",
                      rap_allocator_name(self), (unsigned long long)device, count);

@@ -119,15 +119,10 @@ static const rapi_resource_ops cuda_ops = {
 static int create(rap_manager *rm, cudaStream_t s, bool owned, rap_resource **out, const char *fn) {
   if (rm == NULL || out == NULL) return rapi_fail(RAP_ERR_INVALID, "%s: manager or out is NULL", fn);
   int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: no CUDA device is usable here (%s)", fn,
-                     e != cudaSuccess ? cudaGetErrorString(e) : "none found");
-  }
+  if (rapi_cuda_devices(fn, &count) != RAP_OK) return RAP_ERR_UNSUPPORTED;
   cuda_res *c = rapi_calloc(1, sizeof *c);
   if (c == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", fn);
-  e = cudaGetDevice(&c->device);
+  cudaError_t e = cudaGetDevice(&c->device);
   if (e == cudaSuccess && owned) e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   if (e == cudaSuccess && s != NULL && s != cudaStreamPerThread && s != cudaStreamLegacy)
     e = cudaStreamGetDevice(s, &c->device);

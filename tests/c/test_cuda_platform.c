@@ -1,9 +1,13 @@
 /* test_cuda_platform.c — DEVICE, DEVICE::N, PINNED and UM on a real GPU, alone and under QuickPool.
- * Each test skips with a message where no CUDA device is usable.
+ * Each test skips with a message where no CUDA device is usable, but the one that checks that the
+ * message says why (no driver, a driver too old, no device).
  */
 #include "rap_test.h"
 
+#include <rap/cuda.h>
+
 #include <cuda_runtime_api.h>
+#include <stdio.h>
 #include <string.h>
 
 static rap_manager *manager_with(const char *platform, rap_allocator **out) {
@@ -96,3 +100,34 @@ static void pool_over(const char *platform, int on_device) {
 RAP_TEST(CudaQuickPool, OverDevice) { pool_over("DEVICE", 1); }
 RAP_TEST(CudaQuickPool, OverPinned) { pool_over("PINNED", 0); }
 RAP_TEST(CudaQuickPool, OverManaged) { pool_over("UM", 0); }
+
+/* Where no device is usable the sentence says why: no driver at all (which the runtime itself
+ * reports as an insufficient driver), a driver older than the runtime, or no device. The platform
+ * and a cuda resource say the same. */
+RAP_TEST(CudaPlatform, UnusableSaysWhy) {
+  rap_manager *rm;
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  int driver = 0;
+  (void)cudaDriverGetVersion(&driver);
+  (void)cudaGetLastError();
+  rap_allocator *a;
+  rap_resource *r;
+  int st_platform = rap_allocator_get(rm, "DEVICE", &a);
+  char platform_sentence[512];
+  snprintf(platform_sentence, sizeof platform_sentence, "%s", rap_last_error());
+  int st_resource = rap_resource_create_cuda_stream(rm, &r);
+  if (driver == 0) {
+    RAP_CHECK_EQ(st_platform, RAP_ERR_UNSUPPORTED);
+    RAP_CHECK(strstr(platform_sentence, "no CUDA driver is installed") != NULL);
+    RAP_CHECK_EQ(st_resource, RAP_ERR_UNSUPPORTED);
+    RAP_CHECK_STR(rap_last_error(), "no CUDA driver is installed");
+  } else if (st_platform == RAP_ERR_UNSUPPORTED) {
+    RAP_CHECK(strstr(platform_sentence, "older than the CUDA") != NULL ||
+              strstr(platform_sentence, "no CUDA device is usable here (") != NULL);
+  } else {
+    RAP_CHECK_OK(st_platform);
+    RAP_CHECK_OK(st_resource);
+    RAP_CHECK_OK(rap_resource_destroy(r));
+  }
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
