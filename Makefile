@@ -16,6 +16,7 @@ build: deps
 test: build
 	cd build && $(CTEST)
 	bash scripts/layers.sh build
+	@bash scripts/test-summary.sh build
 
 # The host suite again with RAP_DEBUG=2 (stated preconditions checked, the invariant walker after
 # every public call). ThreadSafe.ForwardsEveryMethodOnce counts calls into a strategy, and the
