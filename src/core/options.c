@@ -8,6 +8,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -61,6 +62,23 @@ int rapi_options_add(rap_options *opts, const char *key, size_t klen, const char
   return RAP_OK;
 }
 
+/* A lone word that is a size unit right after an option whose value is a bare number: the user
+ * wrote "initial_size=64 MiB". */
+static bool unit_after_number(const rap_options *opts, const char *word, size_t len) {
+  const char *prev = opts->items[opts->count - 1].value;
+  if (prev == NULL || *prev == '\0') return false;
+  for (const char *c = prev; *c; c++)
+    if (!isdigit((unsigned char)*c)) return false;
+  char unit[8];
+  if (len >= sizeof unit) return false;
+  memcpy(unit, word, len);
+  unit[len] = '\0';
+  char number[24];
+  snprintf(number, sizeof number, "1%s", unit);
+  size_t v;
+  return rapi_parse_size(number, &v) == RAP_OK;
+}
+
 int rapi_options_parse(const char *text, const char *owner, rap_options *out) {
   out->items = NULL;
   out->count = 0;
@@ -82,7 +100,13 @@ int rapi_options_parse(const char *text, const char *owner, rap_options *out) {
     }
     int st = klen == 0 ? rapi_fail(RAP_ERR_INVALID, "%s: option string '%s' has a value with no key",
                                    owner, text)
-                       : rapi_options_add(out, key, klen, value, vlen);
+             : value == NULL && out->count > 0 && unit_after_number(out, key, klen)
+                 ? rapi_fail(RAP_ERR_INVALID, "%s: '%s=%s %.*s': a size takes its unit without a space "
+                             "(%s=%s%.*s), since spaces separate options", owner,
+                             out->items[out->count - 1].key, out->items[out->count - 1].value,
+                             (int)klen, key, out->items[out->count - 1].key,
+                             out->items[out->count - 1].value, (int)klen, key)
+                 : rapi_options_add(out, key, klen, value, vlen);
     if (st != RAP_OK) {
       rapi_options_free(out);
       return st;

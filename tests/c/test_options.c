@@ -116,6 +116,21 @@ RAP_TEST(Options, Separators) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+/* "a=64 MiB" is two options to the parser; the sentence says how to write it. A lone word after
+ * a value that is not a bare number, or that is no unit, is an ordinary unknown key. */
+RAP_TEST(Options, SpaceBeforeTheUnitIsExplained) {
+  rap_manager *rm = probe_manager();
+  RAP_CHECK_STATUS(probe_parse(rm, "n=1 a=64 MiB"), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "'a=64 MiB': a size takes its unit without a space (a=64MiB)");
+  RAP_CHECK_STATUS(probe_parse(rm, "b=1 kb"), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "(b=1kb)");
+  RAP_CHECK_STATUS(probe_parse(rm, "s=x MiB"), RAP_ERR_INVALID);
+  RAP_CHECK(strstr(rap_last_error(), "without a space") == NULL);
+  RAP_CHECK_STATUS(probe_parse(rm, "a=64 banana"), RAP_ERR_INVALID);
+  RAP_CHECK(strstr(rap_last_error(), "without a space") == NULL);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 RAP_TEST(Options, UnknownKeyIsNamed) {
   rap_manager *rm = probe_manager();
   RAP_CHECK_STATUS(probe_parse(rm, "a=1 initail_size=4KiB"), RAP_ERR_INVALID);
