@@ -312,6 +312,14 @@ static inline void rapi_unlock(rapi_held *h) {
   rapi_held_top = h->below;
   pthread_mutex_unlock(h->m);
 }
+/* st = call, made with m held (rapi_lock): the wrappers' way into what they wrap. */
+#define RAPI_LOCKED(st, m, call)                                                                   \
+  do {                                                                                             \
+    rapi_held held_;                                                                               \
+    rapi_lock((m), &held_);                                                                        \
+    (st) = (call);                                                                                 \
+    rapi_unlock(&held_);                                                                           \
+  } while (0)
 
 /* ---- events/event_pool.c --------------------------------------------------------------------- */
 void rapi_event_pool_init(rap_resource *r);

@@ -6,7 +6,6 @@
  */
 #include "rap_internal.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,14 +50,11 @@ int rapi_registry_platform(const char *name, const rap_strategy **strategy, char
     snprintf(opts, cap, "kind=device device=%lu", id);
     return RAP_OK;
   }
-  char upper[16];
-  size_t n = 0;
-  for (; name[n] != '\0' && n + 1 < sizeof upper; n++) upper[n] = (char)toupper((unsigned char)name[n]);
-  upper[n] = '\0';
-  if (name[n] == '\0' && (strcmp(upper, "HOST") == 0 || strcmp(upper, "DEVICE") == 0 ||
-                          strcmp(upper, "PINNED") == 0 || strcmp(upper, "UM") == 0))
-    return rapi_fail(RAP_ERR_NOT_FOUND, "no allocator named '%s' (platform names are exact: '%s')",
-                     name, upper);
+  static const char *const platforms[] = {"HOST", "DEVICE", "PINNED", "UM"};
+  for (size_t i = 0; i < sizeof platforms / sizeof platforms[0]; i++)
+    if (strcasecmp(name, platforms[i]) == 0)
+      return rapi_fail(RAP_ERR_NOT_FOUND, "no allocator named '%s' (platform names are exact: '%s')",
+                       name, platforms[i]);
   return rapi_fail(RAP_ERR_NOT_FOUND, "no allocator named '%s' (the platforms are HOST, DEVICE, "
                    "DEVICE::N, PINNED and UM)", name);
 }

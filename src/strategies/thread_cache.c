@@ -152,8 +152,6 @@ static size_t class_units(unsigned cls) {
 
 /* ---- flushing: blocks back to the parent ------------------------------------------------------ */
 
-static RAPI_NOINLINE void watch_forget(thread_cache *t, rap_resource *r);
-
 /* Deallocates a batch of records on their resources in the parent, under lock; the list is empty
  * after (its records are gone: a caller that goes on collecting starts from nothing). */
 static void flush_batch(thread_cache *t, tc_rec **batch) {
@@ -174,20 +172,36 @@ static void flush_batch(thread_cache *t, tc_rec **batch) {
   rapi_unlock(&held);
 }
 
-/* Under c's spin: moves a whole bin to *out. */
-static void take_bin(thread_cache *t, tc_cache *c, tc_bin *b, tc_rec **out) {
+/* Under c's spin: the chain from rec to the end of bin b moves to *out. */
+static void take_chain(thread_cache *t, tc_cache *c, tc_bin *b, tc_rec *rec, tc_rec **out) {
   size_t bytes = 0, n = 0;
-  for (tc_rec *rec = b->head, *next; rec != NULL; rec = next) {
+  for (tc_rec *next; rec != NULL; rec = next) {
     next = rec->next;
     bytes += t->cls_size[rec->cls];
     n++;
     rec->next = *out;
     *out = rec;
   }
+  b->n -= n;
   c->bytes -= bytes;
   c->blocks -= n;
+}
+
+/* Under c's spin: a whole bin to *out. */
+static void take_bin(thread_cache *t, tc_cache *c, tc_bin *b, tc_rec **out) {
+  tc_rec *all = b->head;
   b->head = NULL;
-  b->n = 0;
+  take_chain(t, c, b, all, out);
+}
+
+/* Under c's spin: the newest block of a bin that has one, out of the cache's counts. */
+static inline tc_rec *bin_pop(thread_cache *t, tc_cache *c, tc_bin *b, unsigned cls) {
+  tc_rec *rec = b->head;
+  b->head = rec->next;
+  b->n--;
+  c->bytes -= t->cls_size[cls];
+  c->blocks--;
+  return rec;
 }
 
 /* Under c's spin: every bin of a slot to *out, and the slot freed. */
@@ -257,26 +271,28 @@ static void drain_xfree(thread_cache *t, tc_cache *c, tc_rec **out) {
 static void trim(thread_cache *t, tc_cache *c, tc_slot *s, unsigned cls, tc_rec **out) {
   tc_bin *b = &s->bins[cls];
   if (b->n > t->cap_blocks) {
-    size_t keep = t->cap_blocks / 2, bytes = 0, n = 0;
-    tc_rec *cut = b->head;
-    for (size_t i = 1; i < keep && cut != NULL; i++) cut = cut->next;
-    tc_rec *rest = keep == 0 ? b->head : cut ? cut->next : NULL;
-    if (keep == 0) b->head = NULL;
-    else if (cut) cut->next = NULL;
-    for (tc_rec *rec = rest, *next; rec != NULL; rec = next) {
-      next = rec->next;
-      bytes += t->cls_size[rec->cls];
-      n++;
-      rec->next = *out;
-      *out = rec;
+    size_t keep = t->cap_blocks / 2;
+    if (keep == 0) {
+      take_bin(t, c, b, out);
+    } else {
+      tc_rec *cut = b->head;   /* the last block kept */
+      for (size_t i = 1; i < keep; i++) cut = cut->next;
+      tc_rec *rest = cut->next;
+      cut->next = NULL;
+      take_chain(t, c, b, rest, out);
     }
-    b->n -= n;
-    c->bytes -= bytes;
-    c->blocks -= n;
   }
   for (unsigned k = t->ncls; k-- > 0 && c->bytes > t->cap_bytes / 2 && c->bytes > 0;)
     for (int i = 0; i < TC_SLOTS && c->bytes > t->cap_bytes / 2; i++)
       if (c->slots[i].r != NULL && c->slots[i].bins[k].n) take_bin(t, c, &c->slots[i].bins[k], out);
+}
+
+/* Under c's spin: what other threads freed into c, and c's blocks for r (every block, if r is
+ * NULL), to *out. */
+static void take_cache(thread_cache *t, tc_cache *c, rap_resource *r, tc_rec **out) {
+  drain_xfree(t, c, out);
+  for (int i = 0; i < TC_SLOTS; i++)
+    if (c->slots[i].r != NULL && (r == NULL || c->slots[i].r == r)) take_slot(t, c, &c->slots[i], out);
 }
 
 /* Every cache's blocks (those for r only, unless r is NULL) back to the parent. */
@@ -285,16 +301,7 @@ static void flush_all(thread_cache *t, rap_resource *r) {
   pthread_mutex_lock(&t->list_lock);
   for (tc_cache *c = t->caches; c != NULL; c = c->inst_next) {
     spin_lock(c);
-    tc_rec *lost = NULL;
-    drain_xfree(t, c, &lost);
-    for (tc_rec *rec = lost, *next; rec != NULL; rec = next) {   /* no slot: straight out */
-      next = rec->next;
-      rec->next = out;
-      out = rec;
-    }
-    for (int i = 0; i < TC_SLOTS; i++)
-      if (c->slots[i].r != NULL && (r == NULL || c->slots[i].r == r))
-        take_slot(t, c, &c->slots[i], &out);
+    take_cache(t, c, r, &out);
     spin_unlock(c);
   }
   pthread_mutex_unlock(&t->list_lock);
@@ -372,9 +379,7 @@ static void thread_exit(void *arg) {
     __atomic_store_n(&c->abandoned, 1, __ATOMIC_RELAXED);
     c->thread = NULL;
     c->thread_next = NULL;
-    drain_xfree(t, c, &out);
-    for (int i = 0; i < TC_SLOTS; i++)
-      if (c->slots[i].r != NULL) take_slot(t, c, &c->slots[i], &out);
+    take_cache(t, c, NULL, &out);
     spin_unlock(c);
     flush_batch(t, &out);
   }
@@ -387,24 +392,12 @@ static void thread_exit(void *arg) {
 /* ---- the parent, under the lock ---------------------------------------------------------------- */
 
 static int locked_allocate(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
-  rapi_held held;
-  rapi_lock(&t->lock, &held);
-  int st = rap_allocate(t->inner, out, bytes, r);
-  rapi_unlock(&held);
+  int st;
+  RAPI_LOCKED(st, &t->lock, rap_allocate(t->inner, out, bytes, r));
   if (st == RAP_ERR_NOMEM) {   /* what the caches hold may be what is missing */
     flush_all(t, NULL);
-    rapi_lock(&t->lock, &held);
-    st = rap_allocate(t->inner, out, bytes, r);
-    rapi_unlock(&held);
+    RAPI_LOCKED(st, &t->lock, rap_allocate(t->inner, out, bytes, r));
   }
-  return st;
-}
-
-static int locked_deallocate(thread_cache *t, void *ptr, rap_resource *r) {
-  rapi_held held;
-  rapi_lock(&t->lock, &held);
-  int st = rap_deallocate(t->inner, ptr, r);
-  rapi_unlock(&held);
   return st;
 }
 
@@ -485,13 +478,7 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
   c->misses++;
   drain_xfree(t, c, &surplus);
   tc_slot *s = slot_assign(t, c, r, &surplus);
-  tc_bin *b = &s->bins[cls];
-  if ((rec = b->head) != NULL) {   /* other threads' frees filled it */
-    b->head = rec->next;
-    b->n--;
-    c->bytes -= t->cls_size[cls];
-    c->blocks--;
-  }
+  if (s->bins[cls].head != NULL) rec = bin_pop(t, c, &s->bins[cls], cls);   /* others' frees filled it */
   if (c->bytes > t->cap_bytes) trim(t, c, s, cls, &surplus);   /* what came back may be a lot */
   spin_unlock(c);
   flush_batch(t, &surplus);
@@ -504,16 +491,12 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
   size_t want = t->cap_bytes / 8 / t->cls_size[cls];
   want = want < 1 ? 1 : want > 4 ? 4 : want;
   int st;
+  size_t n;
   tc_rec *got = NULL;
-  rapi_held held;
-  rapi_lock(&t->lock, &held);
-  size_t n = refill_locked(t, c, cls, r, want, &got, &st);
-  rapi_unlock(&held);
+  RAPI_LOCKED(n, &t->lock, refill_locked(t, c, cls, r, want, &got, &st));
   if (n == 0 && st == RAP_ERR_NOMEM) {
     flush_all(t, NULL);
-    rapi_lock(&t->lock, &held);
-    n = refill_locked(t, c, cls, r, 1, &got, &st);
-    rapi_unlock(&held);
+    RAPI_LOCKED(n, &t->lock, refill_locked(t, c, cls, r, 1, &got, &st));
   }
   if (n == 0)   /* a parent that refuses the class (a FixedPool's object size) may take the request */
     return st == RAP_ERR_INVALID ? locked_allocate(t, out, bytes, r) : st;
@@ -544,12 +527,8 @@ static int tc_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
     unsigned cls = class_of(t, bytes);
     spin_lock(c);
     tc_slot *s = c->slots[0].r == r ? &c->slots[0] : slot_find(c, r);
-    tc_rec *rec;
-    if (RAPI_LIKELY(s != NULL && (rec = s->bins[cls].head) != NULL)) {
-      s->bins[cls].head = rec->next;
-      s->bins[cls].n--;
-      c->bytes -= t->cls_size[cls];
-      c->blocks--;
+    if (RAPI_LIKELY(s != NULL && s->bins[cls].head != NULL)) {
+      tc_rec *rec = bin_pop(t, c, &s->bins[cls], cls);
       spin_unlock(c);
       __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELAXED);
       *out = rec->ptr;
@@ -560,14 +539,19 @@ static int tc_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   return allocate_miss(t, out, bytes, r);
 }
 
+/* The sentence for a pointer that has a record here but is not a live block. */
+static RAPI_NOINLINE int not_live(const thread_cache *t, const char *fn, const void *ptr) {
+  return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "%s('%s'): %p is not a live block (freed twice?)", fn,
+                   rap_allocator_name(t->self), ptr);
+}
+
 /* A block that needs the parent's judgement (freed on another resource than its own, or recorded
  * on others): it leaves the caches, if the parent takes it. */
 static RAPI_NOINLINE int deallocate_uncached(thread_cache *t, tc_rec *rec, void *ptr, rap_resource *r) {
   int expect = TC_LIVE;
   if (!__atomic_compare_exchange_n(&rec->state, &expect, TC_GOING, false, __ATOMIC_ACQ_REL,
                                    __ATOMIC_RELAXED))
-    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_deallocate('%s'): %p is not a live block (freed "
-                     "twice?)", rap_allocator_name(t->self), ptr);
+    return not_live(t, "rap_deallocate", ptr);
   rapi_held held;
   rapi_lock(&t->lock, &held);
   int st = rap_deallocate(t->inner, ptr, r);
@@ -587,8 +571,7 @@ static RAPI_NOINLINE int deallocate_foreign(thread_cache *t, tc_rec *rec, void *
   int expect = TC_LIVE;
   if (!__atomic_compare_exchange_n(&rec->state, &expect, TC_XFREED, false, __ATOMIC_ACQ_REL,
                                    __ATOMIC_RELAXED))
-    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_deallocate('%s'): %p is not a live block (freed "
-                     "twice?)", rap_allocator_name(t->self), ptr);
+    return not_live(t, "rap_deallocate", ptr);
   tc_cache *owner = rec->owner;
   tc_cache *me = __atomic_load_n(&owner->abandoned, __ATOMIC_RELAXED) ? cache_get(t) : NULL;
   if (me == NULL) {   /* the owner takes it back when its bins run dry */
@@ -613,7 +596,11 @@ static RAPI_NOINLINE int deallocate_foreign(thread_cache *t, tc_rec *rec, void *
 static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
   thread_cache *t = state;
   tc_rec *rec = rapi_map_get_shared(&t->map, ptr);
-  if (RAPI_UNLIKELY(rec == NULL)) return locked_deallocate(t, ptr, r);
+  if (RAPI_UNLIKELY(rec == NULL)) {   /* not cached: above max_size, or not ours */
+    int st;
+    RAPI_LOCKED(st, &t->lock, rap_deallocate(t->inner, ptr, r));
+    return st;
+  }
   if (RAPI_UNLIKELY((r != NULL && r != rec->r) | __atomic_load_n(&rec->recorded, __ATOMIC_RELAXED)))
     return deallocate_uncached(t, rec, ptr, r);
   tc_cache *c = my_cache(t);
@@ -621,8 +608,7 @@ static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
   spin_lock(c);
   if (RAPI_UNLIKELY(__atomic_load_n(&rec->state, __ATOMIC_RELAXED) != TC_LIVE)) {
     spin_unlock(c);
-    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_deallocate('%s'): %p is not a live block (freed "
-                     "twice?)", rap_allocator_name(t->self), ptr);
+    return not_live(t, "rap_deallocate", ptr);
   }
   tc_slot *s = c->slots[0].r == rec->r ? &c->slots[0] : slot_find(c, rec->r);
   if (RAPI_UNLIKELY(s == NULL)) {
@@ -676,30 +662,22 @@ static void see_through(rap_stats *out, size_t bytes, size_t blocks) {
   out->cached_count += blocks;
 }
 
-static int tc_stats(void *state, rap_stats *out) {
-  thread_cache *t = state;
-  size_t bytes, blocks;
-  rapi_held held;
-  rapi_lock(&t->lock, &held);   /* no refill or flush in between: the two views agree */
-  int st = rap_allocator_stats(t->inner, out);
-  rapi_unlock(&held);
+/* The parent's figures (of r, unless NULL), with the cached blocks moved from live to cached. */
+static int stats_through(thread_cache *t, rap_resource *r, rap_stats *out) {
+  int st;
+  if (r == NULL) RAPI_LOCKED(st, &t->lock, rap_allocator_stats(t->inner, out));
+  else RAPI_LOCKED(st, &t->lock, rap_allocator_resource_stats(t->inner, r, out));
   if (st != RAP_OK) return st;
-  cached_sum(t, NULL, &bytes, &blocks);
+  size_t bytes, blocks;
+  cached_sum(t, r, &bytes, &blocks);
   see_through(out, bytes, blocks);
   return RAP_OK;
 }
 
+static int tc_stats(void *state, rap_stats *out) { return stats_through(state, NULL, out); }
+
 static int tc_resource_stats(void *state, rap_resource *r, rap_stats *out) {
-  thread_cache *t = state;
-  size_t bytes, blocks;
-  rapi_held held;
-  rapi_lock(&t->lock, &held);
-  int st = rap_allocator_resource_stats(t->inner, r, out);
-  rapi_unlock(&held);
-  if (st != RAP_OK) return st;
-  cached_sum(t, r, &bytes, &blocks);
-  see_through(out, bytes, blocks);
-  return RAP_OK;
+  return stats_through(state, r, out);
 }
 
 static int tc_owns(void *state, const void *ptr) {
@@ -708,20 +686,16 @@ static int tc_owns(void *state, const void *ptr) {
   if (rec != NULL) return __atomic_load_n(&rec->state, __ATOMIC_RELAXED) == TC_LIVE;
   if (t->inner->strategy->flags & RAP_STRATEGY_CONCURRENT_OWNS)
     return t->inner->strategy->owns(t->inner->state, ptr);
-  rapi_held held;
-  rapi_lock(&t->lock, &held);
-  int st = t->inner->strategy->owns(t->inner->state, ptr);
-  rapi_unlock(&held);
+  int st;
+  RAPI_LOCKED(st, &t->lock, t->inner->strategy->owns(t->inner->state, ptr));
   return st;
 }
 
 static int tc_release(void *state) {
   thread_cache *t = state;
   flush_all(t, NULL);
-  rapi_held held;
-  rapi_lock(&t->lock, &held);
-  int st = rap_release(t->inner);
-  rapi_unlock(&held);
+  int st;
+  RAPI_LOCKED(st, &t->lock, rap_release(t->inner));
   return st;
 }
 
@@ -742,11 +716,11 @@ static int tc_check(void *state) {
         if (s->r == NULL && s->bins[k].head != NULL)
           st = rapi_fail(RAP_ERR_CORRUPT, "%s: an unused slot of a thread's cache holds blocks", name);
         for (tc_rec *x = s->bins[k].head; x != NULL && st == RAP_OK; x = x->next, n++) {
-          if (x->cls != k || x->r != s->r || x->owner != c ||
-              __atomic_load_n(&x->state, __ATOMIC_RELAXED) != TC_CACHED ||
+          int now = __atomic_load_n(&x->state, __ATOMIC_RELAXED);
+          if (x->cls != k || x->r != s->r || x->owner != c || now != TC_CACHED ||
               rapi_map_get_shared(&t->map, x->ptr) != x)
             st = rapi_fail(RAP_ERR_CORRUPT, "%s: cached block %p is misfiled (class %u in bin %u, "
-                           "state %d)", name, x->ptr, x->cls, k, x->state);
+                           "state %d)", name, x->ptr, x->cls, k, now);
           if (n > s->bins[k].n) break;
         }
         if (st == RAP_OK && n != s->bins[k].n)
@@ -762,11 +736,7 @@ static int tc_check(void *state) {
     spin_unlock(c);
   }
   pthread_mutex_unlock(&t->list_lock);
-  if (st != RAP_OK) return st;
-  rapi_held held;
-  rapi_lock(&t->lock, &held);
-  st = rap_allocator_check(t->inner);
-  rapi_unlock(&held);
+  if (st == RAP_OK) RAPI_LOCKED(st, &t->lock, rap_allocator_check(t->inner));
   return st;
 }
 
@@ -774,8 +744,7 @@ static int tc_record(void *state, void *ptr, rap_resource *r) {
   thread_cache *t = state;
   tc_rec *rec = rapi_map_get_shared(&t->map, ptr);
   if (rec != NULL && __atomic_load_n(&rec->state, __ATOMIC_RELAXED) != TC_LIVE)
-    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_record_resource('%s'): %p is not a live block",
-                     rap_allocator_name(t->self), ptr);
+    return not_live(t, "rap_record_resource", ptr);
   rapi_held held;
   rapi_lock(&t->lock, &held);
   int st = rap_record_resource(t->inner, ptr, r);
@@ -788,12 +757,9 @@ static int tc_pointer_resource(void *state, const void *ptr, rap_resource **out)
   thread_cache *t = state;
   tc_rec *rec = rapi_map_get_shared(&t->map, ptr);
   if (rec != NULL && __atomic_load_n(&rec->state, __ATOMIC_RELAXED) != TC_LIVE)
-    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_pointer_resource('%s'): %p is not a live block",
-                     rap_allocator_name(t->self), ptr);
-  rapi_held held;
-  rapi_lock(&t->lock, &held);
-  int st = rap_pointer_resource(t->inner, ptr, out);
-  rapi_unlock(&held);
+    return not_live(t, "rap_pointer_resource", ptr);
+  int st;
+  RAPI_LOCKED(st, &t->lock, rap_pointer_resource(t->inner, ptr, out));
   return st;
 }
 
@@ -806,10 +772,8 @@ static int tc_resource_gone(void *state, rap_resource *r, int commit) {
   if (!commit) {
     rap_stats s;
     memset(&s, 0, sizeof s);
-    rapi_held held;
-    rapi_lock(&t->lock, &held);
-    int st = rap_allocator_resource_stats(t->inner, r, &s);
-    rapi_unlock(&held);
+    int st;
+    RAPI_LOCKED(st, &t->lock, rap_allocator_resource_stats(t->inner, r, &s));
     if (st != RAP_OK) return st;
     size_t bytes, blocks;
     cached_sum(t, r, &bytes, &blocks);

@@ -17,10 +17,8 @@ typedef struct thread_safe {
  * for a resource lets it go meanwhile (rapi_host_wait): the resource's work may call in here. */
 #define LOCKED(ts, call)                       \
   do {                                         \
-    rapi_held held_;                           \
-    rapi_lock(&(ts)->lock, &held_);            \
-    int st_ = (call);                          \
-    rapi_unlock(&held_);                       \
+    int st_;                                   \
+    RAPI_LOCKED(st_, &(ts)->lock, (call));     \
     return st_;                                \
   } while (0)
 

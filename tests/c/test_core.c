@@ -1,6 +1,7 @@
 /* test_core.c — status codes, the manager's registry and names, platform allocators, Fault, and
  * the logger's leak report. Options are in test_options.c, custom strategies in
  * test_custom_strategy.c. */
+#include "rap_internal.h"
 #include "test_util.h"
 
 #include <rap/strategy.h>
@@ -402,4 +403,22 @@ RAP_TEST(Log, Levels) {
   RAP_CHECK_OK(rap_log_set_level(RAP_LOG_ERROR));
   RAP_CHECK_EQ(rap_log_get_level(), RAP_LOG_ERROR);
   RAP_CHECK_OK(rap_log_set_level(level));
+}
+
+/* Slabs: records of a cache line's size start on a line (ThreadCache's records, written by many
+ * threads, share none); other sizes are packed as before. */
+RAP_TEST(Slab, LineSizedRecordsStartOnALine) {
+  rapi_slab lines, packed;
+  rapi_slab_init(&lines, 64, 5);
+  rapi_slab_init(&packed, 72, 5);
+  for (int i = 0; i < 12; i++) {   /* three slabs each */
+    void *a = rapi_slab_alloc(&lines), *b = rapi_slab_alloc(&packed);
+    RAP_CHECK(a != NULL && b != NULL);
+    RAP_CHECK_EQ((uintptr_t)a % 64, 0);
+    RAP_CHECK_EQ((uintptr_t)b % sizeof(void *), 0);
+    memset(a, 0xab, 64);   /* the whole record is the slab's (ASan checks) */
+    memset(b, 0xcd, 72);
+  }
+  rapi_slab_destroy(&lines);
+  rapi_slab_destroy(&packed);
 }
