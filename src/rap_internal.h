@@ -54,6 +54,9 @@ char *rapi_strdup(const char *s);
 char *rapi_strndup(const char *s, size_t n);
 void  rapi_host_fail_at(long nth, bool keep_failing);
 unsigned long rapi_host_allocs(void);   /* calls through the seam on this thread so far */
+/* A test's seam in ThreadCache: called, when set, between a free from another thread reading that
+ * the block's owner lives and pushing the block onto the owner's list. */
+extern void (*rapi_tc_xpush_hook)(void);
 #define uthash_malloc(sz) rapi_malloc(sz)
 #define uthash_free(ptr, sz) free(ptr)
 #include <uthash.h>

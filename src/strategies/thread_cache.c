@@ -116,6 +116,7 @@ static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 static int exit_key_ok;
 static uint64_t next_id = 1;   /* atomic */
+void (*rapi_tc_xpush_hook)(void);   /* tests only: runs between a foreign free's look and its push */
 
 static void thread_exit(void *arg);
 static void make_exit_key(void) { exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0; }
@@ -251,7 +252,7 @@ static inline void bin_push(thread_cache *t, tc_cache *c, tc_slot *s, tc_rec *re
 /* Under c's spin: the blocks other threads freed into c go to its bins (or to *out, for a resource
  * it keeps no slot for and cannot take one without flushing). */
 static void drain_xfree(thread_cache *t, tc_cache *c, tc_rec **out) {
-  tc_rec *list = __atomic_exchange_n(&c->xfree, NULL, __ATOMIC_ACQUIRE);
+  tc_rec *list = __atomic_exchange_n(&c->xfree, NULL, __ATOMIC_ACQ_REL);
   for (tc_rec *rec = list, *next; rec != NULL; rec = next) {
     next = rec->next;
     __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);
@@ -573,12 +574,25 @@ static RAPI_NOINLINE int deallocate_foreign(thread_cache *t, tc_rec *rec, void *
                                    __ATOMIC_RELAXED))
     return not_live(t, "rap_deallocate", ptr);
   tc_cache *owner = rec->owner;
-  tc_cache *me = __atomic_load_n(&owner->abandoned, __ATOMIC_RELAXED) ? cache_get(t) : NULL;
+  tc_cache *me = __atomic_load_n(&owner->abandoned, __ATOMIC_ACQUIRE) ? cache_get(t) : NULL;
   if (me == NULL) {   /* the owner takes it back when its bins run dry */
+    if (RAPI_UNLIKELY(rapi_tc_xpush_hook != NULL)) rapi_tc_xpush_hook();
     tc_rec *head = __atomic_load_n(&owner->xfree, __ATOMIC_RELAXED);
     do rec->next = head;
-    while (!__atomic_compare_exchange_n(&owner->xfree, &head, rec, true, __ATOMIC_RELEASE,
+    while (!__atomic_compare_exchange_n(&owner->xfree, &head, rec, true, __ATOMIC_ACQ_REL,
                                         __ATOMIC_RELAXED));
+    /* The owner may have ended between the look and the push, its list already drained: then no
+     * one would come for what is on it, and this thread gives it to the parent. (The exit drains
+     * with a release after marking the cache abandoned; the push acquires: one of the two sees the
+     * other.) */
+    if (RAPI_UNLIKELY(__atomic_load_n(&owner->abandoned, __ATOMIC_ACQUIRE))) {
+      tc_rec *left = NULL;
+      spin_lock(owner);   /* the walks of the list hold it; an adopter would drain it itself */
+      if (__atomic_load_n(&owner->abandoned, __ATOMIC_RELAXED))
+        left = __atomic_exchange_n(&owner->xfree, NULL, __ATOMIC_ACQ_REL);
+      spin_unlock(owner);
+      flush_batch(t, &left);
+    }
     return RAP_OK;
   }
   tc_rec *surplus = NULL;

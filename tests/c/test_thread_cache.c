@@ -745,6 +745,57 @@ RAP_TEST(ThreadCache, FreesOnOtherThreadsAlsoAfterTheOwnerEnded) {
   fx_teardown(x);
 }
 
+/* The owner of a block ends between another thread's free looking at it (alive) and pushing the
+ * block onto its list (already drained by the exit): the freeing thread sees the end and gives the
+ * block to the parent, so nothing waits on a list no thread will drain. The seam runs the owner's
+ * end in that window. */
+extern void (*rapi_tc_xpush_hook)(void);
+typedef struct ending {
+  rap_allocator *tc;
+  void *p;
+  gate allocated;   /* opened by the owner */
+  gate go;          /* opened by the hook: the owner ends */
+  pthread_t th;
+} ending;
+static ending the_ending;
+
+static void *ending_owner(void *arg) {
+  ending *e = arg;
+  if (rap_allocate(e->tc, &e->p, 768, NULL) != RAP_OK) e->p = NULL;
+  gate_open(&e->allocated);
+  gate_job(&e->go);
+  return NULL;
+}
+
+static void ending_in_the_window(void) {
+  rapi_tc_xpush_hook = NULL;
+  gate_open(&the_ending.go);
+  pthread_join(the_ending.th, NULL);
+}
+
+RAP_TEST(ThreadCache, OwnerEndingWhileAnotherThreadFreesItsBlock) {
+  fx *x = fx_setup(SPEC_64K);
+  ending *e = &the_ending;
+  *e = (ending){.tc = x->tc};
+  gate_init(&e->allocated);
+  gate_init(&e->go);
+  RAP_CHECK(pthread_create(&e->th, NULL, ending_owner, e) == 0);
+  gate_job(&e->allocated);
+  RAP_CHECK(e->p != NULL);
+  rapi_tc_xpush_hook = ending_in_the_window;
+  RAP_CHECK_OK(rap_deallocate(x->tc, e->p, NULL));
+  RAP_CHECK(rapi_tc_xpush_hook == NULL);   /* the free took the foreign path through the seam */
+  rap_stats s = tu_stats(x->tc), in = tu_stats(x->inner);
+  RAP_CHECK_EQ(s.allocation_count, 0);
+  RAP_CHECK_EQ(s.cached_count, 0);
+  RAP_CHECK_EQ(s.cached_bytes, 0);
+  RAP_CHECK_EQ(in.allocation_count, 0);
+  TU_CHECK(x->tc);
+  gate_destroy(&e->allocated);
+  gate_destroy(&e->go);
+  fx_teardown(x);
+}
+
 /* A thread that ends gives its cache back: the cached figures drop by what it held (its own frees
  * and those other threads made into its cache), the live ones stay, the parent gets the bytes. */
 RAP_TEST(ThreadCache, ExitingThreadGivesItsCacheBack) {
