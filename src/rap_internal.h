@@ -110,6 +110,30 @@ static inline int rapi_debug_level(void) { return __atomic_load_n(&rapi_debug, _
       rapi_assert_failed(__FILE__, __LINE__, #cond);                                               \
   } while (0)
 
+/* ---- core/trace.c: the event trace -----------------------------------------------------------
+ * rapi_slow is what the hot entry points test: nonzero when a debug level is set or a trace is
+ * open, which sends every public call on an allocator through the checked path. A traced call
+ * runs one level deeper (rapi_trace_depth): 0 is the user's call, 1 a pool asking its parent. */
+extern int rapi_slow;
+extern int rapi_tracing_on;
+extern _Thread_local unsigned rapi_trace_depth;
+static inline int  rapi_slow_calls(void) { return __atomic_load_n(&rapi_slow, __ATOMIC_RELAXED); }
+static inline bool rapi_tracing(void) { return __atomic_load_n(&rapi_tracing_on, __ATOMIC_RELAXED); }
+void rapi_slow_update(void);   /* after the debug level or the trace changed */
+void rapi_trace_read_env(void);
+/* One line: {"t":ns,"th":thread,"ev":ev,"a":name,"d":depth,"r":id,"rk":kind,"p":ptr,"n":n...};
+ * r may be NULL ("r":null), p NULL (no "p"); fmt, if not NULL, adds fields (",\"k\":%zu"). */
+void rapi_trace(const char *ev, const rap_allocator *a, const rap_resource *r, const void *p,
+                size_t n, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7), cold, noinline))
+#endif
+    ;
+#define RAPI_TRACE(...)                                                                            \
+  do {                                                                                             \
+    if (RAPI_UNLIKELY(rapi_tracing())) rapi_trace(__VA_ARGS__);                                    \
+  } while (0)
+
 /* ---- core/options.c -------------------------------------------------------------------------- */
 typedef struct rapi_option {
   char *key, *value;

@@ -68,6 +68,16 @@ int  rap_log_set_level(int level);
 int  rap_log_get_level(void);
 
 /* ---------------------------------------------------------------------------------------------
+ * Event trace: every allocate, deallocate, pending block, fence, block become free, cross-resource
+ * wait, growth, release and out of memory of every allocator, one JSON object per line (JSON
+ * Lines; docs/trace.md has the fields). RAP_TRACE=FILE in the environment starts it when the first
+ * manager is made; `rap-trace` replays and plots a trace. Off, it costs one branch per call.
+ * ------------------------------------------------------------------------------------------- */
+int  rap_trace_start(const char *path);   /* truncates path; a trace already open is closed first */
+int  rap_trace_stop(void);                /* flushes and closes; RAP_OK if none was open */
+int  rap_trace_flush(void);               /* what was traced so far reaches the file */
+
+/* ---------------------------------------------------------------------------------------------
  * Handles.
  * ------------------------------------------------------------------------------------------- */
 typedef struct rap_manager rap_manager;       /* registry of strategies, allocators and resources */

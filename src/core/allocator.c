@@ -17,6 +17,7 @@ void rapi_debug_read_env(void) {
   const char *v = getenv("RAP_DEBUG");
   int level = v != NULL && v[0] >= '0' && v[0] <= '9' ? atoi(v) : 0;
   if (level != rapi_debug_level()) __atomic_store_n(&rapi_debug, level, __ATOMIC_RELAXED);
+  rapi_slow_update();
 }
 
 void rapi_assert_failed(const char *file, int line, const char *cond) {
@@ -89,17 +90,28 @@ static RAPI_NOINLINE int oom_retry(rap_allocator *a, void **out, size_t bytes, r
 
 /* The two hot entry points: one unlikely branch covers bad input and the debug levels alike, then
  * the strategy; a handler for out of memory costs a branch on the answer. */
+/* Bad input, a debug level or a trace: the checked path. A traced call is written once it is
+ * answered (its parent's growth inside it comes first); a deallocation is written before it runs
+ * (so that a block handed out again right after never appears to be so while still live), with
+ * a 'refused' line after it if it failed. */
 static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
   if (a == NULL || out == NULL || (r != NULL && r->rm != a->rm))
     return bad_call("rap_allocate", a, out, r);
+  rapi_trace_depth++;
   int st = a->strategy->allocate(a->state, out, bytes, r);
   if (st == RAP_ERR_NOMEM && __atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)
     st = oom_retry(a, out, bytes, r);
+  rapi_trace_depth--;
+  if (rapi_tracing()) {
+    rap_resource *on = r != NULL ? r : &a->rm->host;
+    if (st == RAP_OK) rapi_trace("alloc", a, on, *out, bytes, NULL);
+    else if (st == RAP_ERR_NOMEM) rapi_trace("oom", a, on, NULL, bytes, NULL);
+  }
   return debugged(a, "rap_allocate", st);
 }
 
 int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
-  if (RAPI_UNLIKELY(a == NULL || out == NULL || (r != NULL && r->rm != a->rm) | (rapi_debug_level() > 0)))
+  if (RAPI_UNLIKELY(a == NULL || out == NULL || (r != NULL && r->rm != a->rm) | rapi_slow_calls()))
     return allocate_checked(a, out, bytes, r);
   int st = a->strategy->allocate(a->state, out, bytes, r);
   if (RAPI_UNLIKELY(st == RAP_ERR_NOMEM) && __atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)
@@ -117,11 +129,16 @@ int rap_allocator_set_oom_handler(rap_allocator *a, rap_oom_handler fn, void *us
 static RAPI_NOINLINE int deallocate_checked(rap_allocator *a, void *ptr, rap_resource *r) {
   if (a == NULL || (r != NULL && r->rm != a->rm)) return bad_call("rap_deallocate", a, "", r);
   if (ptr == NULL) return RAP_OK;
-  return debugged(a, "rap_deallocate", a->strategy->deallocate(a->state, ptr, r));
+  RAPI_TRACE("dealloc", a, r, ptr, 0, NULL);
+  rapi_trace_depth++;
+  int st = a->strategy->deallocate(a->state, ptr, r);
+  rapi_trace_depth--;
+  if (st != RAP_OK) RAPI_TRACE("refused", a, r, ptr, 0, ",\"status\":\"%s\"", rap_status_name(st));
+  return debugged(a, "rap_deallocate", st);
 }
 
 int rap_deallocate(rap_allocator *a, void *ptr, rap_resource *r) {
-  if (RAPI_UNLIKELY(a == NULL || ptr == NULL || (r != NULL && r->rm != a->rm) | (rapi_debug_level() > 0)))
+  if (RAPI_UNLIKELY(a == NULL || ptr == NULL || (r != NULL && r->rm != a->rm) | rapi_slow_calls()))
     return deallocate_checked(a, ptr, r);
   return a->strategy->deallocate(a->state, ptr, r);
 }

@@ -313,6 +313,7 @@ int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
   bp->usable += usable;
   if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
   bp->chunk_count++;
+  RAPI_TRACE("grow", bp->self, NULL, base, request, ",\"held\":%zu", bp->actual);
   if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG))) {
     char sz[32], held[32];
     rapi_format_size(sz, sizeof sz, request);
@@ -364,6 +365,7 @@ static void drop_chunk(rapi_bp *bp, rapi_chunk *c) {
   bp->actual -= c->size;
   bp->usable -= c->usable;
   bp->chunk_count--;
+  RAPI_TRACE("release", bp->self, NULL, c->base, c->size, ",\"held\":%zu", bp->actual);
   bp->block_count--;
   rapi_slab_free(&bp->block_recs, c->first);
   rapi_slab_free(&bp->chunk_recs, c);

@@ -129,6 +129,8 @@ static int fence_open(ra_pool *p, rstate *rs) {
   int st = rs->r->ops->record(rs->r, &ev);
   if (st != RAP_OK) return st;
   rs->fences[(rs->fhead + rs->fcount++) % rs->fcap] = (fence){rs->open, ev};
+  RAPI_TRACE("fence", p->bp.self, rs->r, NULL, rs->open_count, ",\"batch\":%llu",
+             (unsigned long long)rs->open);
   if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG)))
     rap_log(RAP_LOG_DEBUG, "%s: fenced batch %llu (%zu pending blocks) on %s resource #%llu",
             rap_allocator_name(p->bp.self), (unsigned long long)rs->open, rs->open_count,
@@ -234,6 +236,7 @@ static bool uses_passed(const rapi_block *b) {
  * becomes free for other resources before the owner has passed that batch. */
 static void take_pending(ra_pool *p, rstate *owner, rapi_block *b, size_t size) {
   rapi_block *at = drop_pending(p, owner, b);
+  RAPI_TRACE("reuse", p->bp.self, owner->r, b->ptr, b->size, ",\"pb\":%zu", owner->pending_bytes);
   /* A block with uses is handed out whole: a remainder would need the same uses. */
   rapi_block *rem = RA(b)->uses == NULL ? rapi_bp_split(&p->bp, b, size) : NULL;
   if (rem) {
@@ -251,6 +254,7 @@ static void drain(ra_pool *p, rstate *rs) {
     rapi_block *next = RA(b)->fifo_next;
     if (uses_passed(b)) {
       drop_pending(p, rs, b);
+      RAPI_TRACE("ready", p->bp.self, rs->r, b->ptr, b->size, ",\"pb\":%zu", rs->pending_bytes);
       free_uses(p, b);
       RA(b)->owner = NULL;
       rapi_bp_make_free(&p->bp, b);
@@ -340,8 +344,11 @@ static void fence_or_poll(ra_pool *p, rstate *rs) {
 
 /* Makes rs wait for one event: queued on rs where the kinds allow, else on the host (with this
  * thread's locks let go, which sets *host_waited: the caller must start over). */
-static int wait_event(rstate *rs, rapi_event *ev, bool *host_waited) {
+static int wait_event(ra_pool *p, rstate *rs, rapi_event *ev, bool *host_waited) {
   int st = rs->r->ops->wait(rs->r, ev);
+  if (RAPI_UNLIKELY(rapi_tracing()) && st >= 0)
+    rapi_trace("wait", p->bp.self, rs->r, NULL, 0, ",\"on\":%llu,\"host\":%s", (unsigned long long)ev->r->id,
+               st == RAPI_HOST_WAIT ? "true" : "false");
   if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG)) && st >= 0)
     rap_log(RAP_LOG_DEBUG, "cross_resource=wait: %s resource #%llu waits for %s resource #%llu %s",
             rs->r->ops->kind, (unsigned long long)rs->r->id, ev->r->ops->kind,
@@ -359,13 +366,13 @@ static int wait_for_block(ra_pool *p, rstate *rs, rstate *owner, rapi_block *b, 
   if (owner != rs && !passed(owner, RA(b)->tag)) {
     if (RA(b)->tag == owner->open) st = fence_open(p, owner);
     rapi_event *ev = st == RAP_OK ? fence_event(owner, RA(b)->tag) : NULL;
-    if (ev) st = wait_event(rs, ev, host_waited);
+    if (ev) st = wait_event(p, rs, ev, host_waited);
   }
   for (rapi_use *u = RA(b)->uses; u != NULL && st == RAP_OK && !*host_waited; u = u->next) {
     if (u->rs == rs || passed(u->rs, u->tag)) continue;
     if (u->tag == u->rs->open) st = fence_open(p, u->rs);
     rapi_event *ev = st == RAP_OK ? fence_event(u->rs, u->tag) : NULL;
-    if (ev) st = wait_event(rs, ev, host_waited);
+    if (ev) st = wait_event(p, rs, ev, host_waited);
   }
   return st;
 }
@@ -504,6 +511,7 @@ static int ra_deallocate(void *state, void *ptr, rap_resource *r) {
     rapi_bp_after_free(&p->bp, rapi_bp_make_free(&p->bp, b));
     return RAP_OK;
   }
+  size_t freed = b->size;
   if (RA(b)->uses == NULL) b = merge_pending(p, owner, b);
   RA(b)->seq = ++p->free_seq;
   RA(b)->tag = owner->open;
@@ -513,6 +521,7 @@ static int ra_deallocate(void *state, void *ptr, rap_resource *r) {
     u->rs->open_dirty = true;
   }
   add_pending(p, owner, b, owner->fifo_tail, true);
+  RAPI_TRACE("pending", p->bp.self, owner->r, ptr, freed, ",\"pb\":%zu", owner->pending_bytes);
   fence_or_poll(p, owner);
   return RAP_OK;
 }
@@ -739,6 +748,7 @@ static void forget_resource(ra_pool *p, rap_resource *r) {
     rapi_block *b = rs->fifo_head;
     if (uses_passed(b)) {
       drop_pending(p, rs, b);
+      RAPI_TRACE("ready", p->bp.self, rs->r, b->ptr, b->size, ",\"pb\":%zu", rs->pending_bytes);
       free_uses(p, b);
       RA(b)->owner = NULL;
       rapi_bp_make_free(&p->bp, b);

@@ -371,6 +371,7 @@ static RAPI_NOINLINE tc_cache *cache_get(thread_cache *t) {
 /* At a thread's end: its caches go back to their parents and wait, abandoned, for another thread. */
 static void thread_exit(void *arg) {
   tc_thread *th = arg;
+  rapi_trace_depth++;   /* the flush is the library's call into the parents, not the user's */
   pthread_mutex_lock(&registry);
   for (tc_cache *c = th->caches, *next; c != NULL; c = next) {
     next = c->thread_next;
@@ -388,6 +389,7 @@ static void thread_exit(void *arg) {
   th->keyed = false;   /* a later destructor that allocates here gets a cache, and this, again */
   for (int i = 0; i < TC_WAYS; i++) th->id[i] = 0;
   pthread_mutex_unlock(&registry);
+  rapi_trace_depth--;
 }
 
 /* ---- the parent, under the lock ---------------------------------------------------------------- */

@@ -1,0 +1,280 @@
+/* test_trace.c — the event trace and rap-trace, from the outside.
+ *
+ * Every kind of event appears, with the fields docs/trace.md promises, when a ResourceAwarePool
+ * over a SizeLimiter is driven through a pending block on a gated queue, its reuse, a fence, the
+ * block coming back, a cross-resource wait, growth, a release, a refused free and an out of memory;
+ * start and stop answer bad input with a sentence and stop writing; a trace replayed through the
+ * spec that made it gives the same peak held and peak live (the round trip), and rap-trace's plot
+ * writes an SVG and an HTML page naming every series.
+ */
+#define _POSIX_C_SOURCE 200809L   /* popen, getpid */
+
+#include "gate.h"
+#include "test_util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef RAP_TRACE_TOOL
+#error "RAP_TRACE_TOOL: the path of rap-trace, from tests/CMakeLists.txt"
+#endif
+
+static void temp_path(char *buf, size_t cap, const char *what) {
+  const char *dir = getenv("TMPDIR");
+  snprintf(buf, cap, "%s/rap-test-%ld-%s", dir && *dir ? dir : "/tmp", (long)getpid(), what);
+}
+
+/* The whole file; NULL if it cannot be read. */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n + 1);
+  if (buf != NULL) buf[fread(buf, 1, (size_t)n, f)] = '\0';
+  fclose(f);
+  return buf;
+}
+
+/* The first line of text holding every one of the fragments (NULL-terminated), copied into line. */
+static bool find_line(const char *text, char *line, size_t cap, ...) {
+  for (const char *s = text; s != NULL && *s != '\0';) {
+    const char *end = strchr(s, '\n');
+    size_t len = end ? (size_t)(end - s) : strlen(s);
+    snprintf(line, cap, "%.*s", (int)len, s);
+    va_list ap;
+    va_start(ap, cap);
+    bool all = true;
+    for (const char *frag; all && (frag = va_arg(ap, const char *)) != NULL;) all = strstr(line, frag) != NULL;
+    va_end(ap);
+    if (all) return true;
+    s = end ? end + 1 : NULL;
+  }
+  line[0] = '\0';
+  return false;
+}
+
+#define HAS_LINE(text, ...)                                                                        \
+  do {                                                                                             \
+    char line_[768];                                                                               \
+    if (!find_line(text, line_, sizeof line_, __VA_ARGS__, (const char *)NULL))                    \
+      rap_test_fail(__FILE__, __LINE__, "no trace line holds every one of: %s", #__VA_ARGS__);     \
+  } while (0)
+
+RAP_TEST(Trace, WritesEveryKindOfEvent) {
+  char path[256];
+  temp_path(path, sizeof path, "events.jsonl");
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool, *waiter;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "traced", "ResourceAwarePool(SizeLimiter(HOST, limit=1MiB), "
+                                       "initial_size=64KiB, next_size=64KiB)", &pool));
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "waits", "ResourceAwarePool(HOST, initial_size=64KiB, "
+                                       "next_size=64KiB, cross_resource=wait, wait_above=0)", &waiter));
+  rap_resource *host, *q, *q2;
+  RAP_CHECK_OK(rap_resource_host(rm, &host));
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &q));
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &q2));
+  gate g;
+  gate_init(&g);
+  RAP_CHECK_OK(rap_trace_start(path));
+
+  RAP_CHECK_OK(rap_resource_submit(q, gate_job, &g));   /* q is busy until the gate opens */
+  void *a = NULL, *b = NULL, *c = NULL, *big = NULL, *w = NULL, *w2 = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &a, 40000, q));
+  RAP_CHECK_OK(rap_deallocate(pool, a, q));                 /* pending on q */
+  RAP_CHECK_OK(rap_allocate(pool, &b, 40000, q));           /* q takes it back: reuse */
+  RAP_CHECK(b == a);
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));              /* pending again */
+  RAP_CHECK_OK(rap_allocate(pool, &c, 40000, host));        /* another resource: the pool grows */
+  RAP_CHECK(c != b);
+  RAP_CHECK_OK(rap_release(pool));                          /* fences q's batch */
+  gate_open(&g);
+  RAP_CHECK_OK(rap_resource_synchronize(q));
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+  RAP_CHECK_OK(rap_release(pool));                          /* b comes back (ready); chunks go */
+  int dummy;
+  RAP_CHECK_STATUS(rap_deallocate(pool, &dummy, NULL), RAP_ERR_UNKNOWN_POINTER);   /* refused */
+  RAP_CHECK_STATUS(rap_allocate(pool, &big, 4 << 20, q), RAP_ERR_NOMEM);          /* oom */
+  /* A cross-resource wait: q2 takes what q freed, behind a wait. */
+  gate g2;
+  gate_init(&g2);
+  RAP_CHECK_OK(rap_resource_submit(q, gate_job, &g2));
+  RAP_CHECK_OK(rap_allocate(waiter, &w, 60000, q));
+  RAP_CHECK_OK(rap_deallocate(waiter, w, q));
+  RAP_CHECK_OK(rap_allocate(waiter, &w2, 60000, q2));
+  RAP_CHECK(w2 == w);
+  gate_open(&g2);
+  RAP_CHECK_OK(rap_deallocate(waiter, w2, q2));
+  RAP_CHECK_OK(rap_trace_stop());
+
+  char *text = slurp(path);
+  RAP_CHECK(text != NULL);
+  char qid[32], q2id[32], ap[32], bytes[32];
+  /* Resource ids: q and q2 are the first two created resources of this manager, #1 and #2. */
+  snprintf(qid, sizeof qid, "\"r\":1,\"rk\":\"host_async\"");
+  snprintf(q2id, sizeof q2id, "\"r\":2,\"rk\":\"host_async\"");
+  snprintf(ap, sizeof ap, "\"p\":\"%p\"", a);
+  snprintf(bytes, sizeof bytes, "\"n\":%d", 40000);
+  RAP_CHECK(strncmp(text, "{\"t\":0,\"ev\":\"trace\",\"version\":\"", 31) == 0);
+  HAS_LINE(text, "\"ev\":\"alloc\"", "\"a\":\"traced\"", "\"d\":0", qid, ap, bytes);
+  HAS_LINE(text, "\"ev\":\"dealloc\"", "\"a\":\"traced\"", "\"d\":0", qid, ap);
+  HAS_LINE(text, "\"ev\":\"dealloc\"", "\"a\":\"traced\"", "\"d\":0", "\"r\":null", ap);
+  HAS_LINE(text, "\"ev\":\"pending\"", "\"a\":\"traced\"", qid, ap, "\"pb\":");
+  HAS_LINE(text, "\"ev\":\"reuse\"", "\"a\":\"traced\"", qid, ap, "\"pb\":0");
+  HAS_LINE(text, "\"ev\":\"fence\"", "\"a\":\"traced\"", qid, "\"batch\":");
+  HAS_LINE(text, "\"ev\":\"ready\"", "\"a\":\"traced\"", qid, ap, "\"pb\":0");
+  HAS_LINE(text, "\"ev\":\"grow\"", "\"a\":\"traced\"", "\"held\":");
+  HAS_LINE(text, "\"ev\":\"release\"", "\"a\":\"traced\"", "\"held\":");
+  HAS_LINE(text, "\"ev\":\"alloc\"", "\"a\":\"traced/SizeLimiter\"", "\"d\":1");   /* the pool asking */
+  HAS_LINE(text, "\"ev\":\"refused\"", "\"a\":\"traced\"", "\"status\":\"RAP_ERR_UNKNOWN_POINTER\"");
+  HAS_LINE(text, "\"ev\":\"oom\"", "\"a\":\"traced\"", qid, "\"n\":4194304");
+  HAS_LINE(text, "\"ev\":\"wait\"", "\"a\":\"waits\"", q2id, "\"on\":1");
+  /* Every line is one object, with a time. */
+  size_t lines = 0;
+  for (const char *l = text; *l; l = strchr(l, '\n') + 1, lines++) {
+    RAP_CHECK(l[0] == '{' && strncmp(l, "{\"t\":", 5) == 0);
+    const char *end = strchr(l, '\n');
+    RAP_CHECK(end != NULL && end[-1] == '}');
+  }
+  RAP_CHECK(lines > 20);
+  free(text);
+  remove(path);
+  gate_destroy(&g);
+  gate_destroy(&g2);
+  RAP_CHECK_OK(rap_resource_destroy(q));
+  RAP_CHECK_OK(rap_resource_destroy(q2));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(Trace, StartAndStopAnswerWithSentences) {
+  RAP_CHECK_OK(rap_trace_stop());   /* none open */
+  RAP_CHECK_STATUS(rap_trace_start(NULL), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_trace_start("/nonexistent-dir/x.jsonl"), RAP_ERR_BACKEND);
+  RAP_CHECK_STR(rap_last_error(), "cannot open '/nonexistent-dir/x.jsonl' for writing");
+  char first[256], second[256];
+  temp_path(first, sizeof first, "first.jsonl");
+  temp_path(second, sizeof second, "second.jsonl");
+  rap_manager *rm = tu_manager();
+  rap_allocator *a = tu_make(rm, "qp", "QuickPool", "HOST", NULL);
+  RAP_CHECK_OK(rap_trace_start(first));
+  void *p = tu_alloc(a, 100);
+  RAP_CHECK_OK(rap_trace_start(second));   /* the first is closed, the second takes over */
+  RAP_CHECK_OK(rap_deallocate(a, p, NULL));
+  RAP_CHECK_OK(rap_trace_flush());
+  RAP_CHECK_OK(rap_trace_stop());
+  p = tu_alloc(a, 100);   /* not traced */
+  RAP_CHECK_OK(rap_deallocate(a, p, NULL));
+  char *one = slurp(first), *two = slurp(second);
+  RAP_CHECK(one != NULL && two != NULL);
+  RAP_CHECK(strstr(one, "\"ev\":\"alloc\",\"a\":\"qp\"") != NULL);
+  RAP_CHECK(strstr(one, "\"ev\":\"dealloc\"") == NULL);
+  RAP_CHECK(strstr(two, "\"ev\":\"dealloc\",\"a\":\"qp\"") != NULL);
+  RAP_CHECK(strstr(two, "\"ev\":\"alloc\"") == NULL);
+  free(one);
+  free(two);
+  remove(first);
+  remove(second);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* Runs a command; its standard output in out. */
+static int run_tool(const char *cmd, char *out, size_t cap) {
+  FILE *f = popen(cmd, "r");
+  if (f == NULL) return -1;
+  size_t n = fread(out, 1, cap - 1, f);
+  out[n] = '\0';
+  return pclose(f);
+}
+
+static size_t json_field(const char *json, const char *key) {
+  char k[64];
+  snprintf(k, sizeof k, "\"%s\":", key);
+  const char *at = strstr(json, k);
+  return at ? (size_t)strtoull(at + strlen(k), NULL, 10) : (size_t)-1;
+}
+
+#define RT_SPEC "ResourceAwarePool(HOST, initial_size=256KiB, next_size=256KiB)"
+
+/* A random run over the host and three queues with nothing queued on them (every event has passed
+ * when the pool asks, as in a replay): its peaks, replayed through the same spec, are the same. */
+RAP_TEST(Trace, ReplayThroughTheSameSpecGivesTheSameHeldAndLive) {
+  char path[200], svg[200], html[200], cmd[2048], out[4096];
+  temp_path(path, sizeof path, "roundtrip.jsonl");
+  temp_path(svg, sizeof svg, "roundtrip.svg");
+  temp_path(html, sizeof html, "roundtrip.html");
+  rap_manager *rm = tu_manager();
+  rap_allocator *a;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "rt", RT_SPEC, &a));
+  rap_resource *res[4];
+  RAP_CHECK_OK(rap_resource_host(rm, &res[0]));
+  for (int i = 1; i < 4; i++) RAP_CHECK_OK(rap_resource_create_host_async(rm, &res[i]));
+  enum { SLOTS = 64, OPS = 4000 };
+  void *p[SLOTS] = {0};
+  int on[SLOTS];
+  uint64_t seed = 7;
+  RAP_CHECK_OK(rap_trace_start(path));
+  for (int i = 0; i < OPS; i++) {
+    unsigned k = (unsigned)(tu_rand(&seed) % SLOTS);
+    if (p[k] == NULL) {
+      on[k] = (int)(tu_rand(&seed) % 4);
+      size_t bytes = 64 + (size_t)(tu_rand(&seed) % (24 * 1024));
+      RAP_CHECK_OK(rap_allocate(a, &p[k], bytes, res[on[k]]));
+    } else {
+      RAP_CHECK_OK(rap_deallocate(a, p[k], tu_rand(&seed) % 2 ? res[on[k]] : NULL));
+      p[k] = NULL;
+    }
+  }
+  rap_stats top = tu_stats(a), bottom = tu_stats(rap_allocator_parent(a));
+  for (int k = 0; k < SLOTS; k++)
+    if (p[k] != NULL) RAP_CHECK_OK(rap_deallocate(a, p[k], NULL));
+  RAP_CHECK_OK(rap_trace_stop());
+
+  snprintf(cmd, sizeof cmd, "%s replay %s --spec '%s' --allocator rt --json", RAP_TRACE_TOOL, path, RT_SPEC);
+  RAP_CHECK_EQ(run_tool(cmd, out, sizeof out), 0);
+  RAP_CHECK_EQ(json_field(out, "peak_live"), top.high_watermark);
+  RAP_CHECK_EQ(json_field(out, "peak_held"), bottom.high_watermark);
+  RAP_CHECK_EQ(json_field(out, "failed"), 0);
+  RAP_CHECK_EQ(json_field(out, "skipped"), 0);
+  RAP_CHECK(json_field(out, "calls") >= OPS);
+  /* Through another pool, the same calls: the live figure is the trace's, whatever the pool. */
+  snprintf(cmd, sizeof cmd, "%s replay %s --spec 'QuickPool(HOST)' --allocator rt --json", RAP_TRACE_TOOL, path);
+  RAP_CHECK_EQ(run_tool(cmd, out, sizeof out), 0);
+  RAP_CHECK_EQ(json_field(out, "peak_live"), top.high_watermark);
+  /* The summary and the pictures. */
+  snprintf(cmd, sizeof cmd, "%s summary %s", RAP_TRACE_TOOL, path);
+  RAP_CHECK_EQ(run_tool(cmd, out, sizeof out), 0);
+  RAP_CHECK_STR(out, "'rt': ");
+  snprintf(cmd, sizeof cmd, "%s plot %s -o %s && %s plot %s -o %s --title 'a round trip'", RAP_TRACE_TOOL,
+           path, svg, RAP_TRACE_TOOL, path, html);
+  RAP_CHECK_EQ(run_tool(cmd, out, sizeof out), 0);
+  char *s = slurp(svg), *h = slurp(html);
+  RAP_CHECK(s != NULL && h != NULL);
+  RAP_CHECK(strncmp(s, "<svg", 4) == 0);
+  RAP_CHECK_STR(s, "live, host (peak");
+  RAP_CHECK_STR(s, "live, host_async #1 (peak");
+  RAP_CHECK_STR(s, "held by 'rt' (peak");
+  RAP_CHECK(strncmp(h, "<!DOCTYPE html>", 15) == 0);
+  RAP_CHECK_STR(h, "<title>a round trip</title>");
+  RAP_CHECK_STR(h, "</svg>");
+  free(s);
+  free(h);
+  /* Bad use: a sentence and a nonzero exit. */
+  snprintf(cmd, sizeof cmd, "%s replay %s 2>&1", RAP_TRACE_TOOL, path);
+  RAP_CHECK(run_tool(cmd, out, sizeof out) != 0);
+  RAP_CHECK_STR(out, "replay wants --spec SPEC");
+  snprintf(cmd, sizeof cmd, "%s replay %s --spec 'Nope(HOST)' 2>&1", RAP_TRACE_TOOL, path);
+  RAP_CHECK(run_tool(cmd, out, sizeof out) != 0);
+  RAP_CHECK_STR(out, "no strategy named 'Nope'");
+  snprintf(cmd, sizeof cmd, "%s summary /nonexistent.jsonl 2>&1", RAP_TRACE_TOOL);
+  RAP_CHECK(run_tool(cmd, out, sizeof out) != 0);
+  RAP_CHECK_STR(out, "cannot open '/nonexistent.jsonl'");
+  remove(path);
+  remove(svg);
+  remove(html);
+  for (int i = 1; i < 4; i++) RAP_CHECK_OK(rap_resource_destroy(res[i]));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}

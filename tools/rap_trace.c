@@ -1,0 +1,280 @@
+/* rap_trace.c — rap-trace: what a trace written by RAP_TRACE says, replayed and drawn.
+ *
+ *   rap-trace summary TRACE                     events, allocators, resources, peaks
+ *   rap-trace replay TRACE --spec SPEC [...]    the user's calls again, through any allocator
+ *   rap-trace plot TRACE -o FILE.svg|FILE.html  a memory timeline (trace_plot.c)
+ *
+ * Replay takes the user's calls (depth 0) of one allocator (--allocator NAME; every allocator's by
+ * default) and makes them, in the trace's order, on an allocator built from SPEC in a fresh
+ * manager: the host resource stays the host, every other resource becomes a host_async queue (or,
+ * with --resources cuda, a CUDA stream). No work runs on them, so every event the pool records has
+ * passed when it asks: the replay shows what the pool holds when the streams keep up. It prints
+ * peak live and peak held (what the bottom of the stack got from its platform) and ns per call.
+ */
+#define _POSIX_C_SOURCE 200809L   /* clock_gettime */
+#include "trace_read.h"
+#include "trace_plot.h"
+
+#include <rap/rap.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int rap_resource_create_cuda_stream(rap_manager *rm, rap_resource **out);   /* rap/cuda.h */
+
+static int usage(FILE *f) {
+  fprintf(f,
+          "usage: rap-trace summary TRACE\n"
+          "       rap-trace replay TRACE --spec SPEC [--allocator NAME] [--resources host_async|cuda] [--json]\n"
+          "       rap-trace plot TRACE -o FILE.svg|FILE.html [--allocator NAME] [--title TEXT]\n"
+          "TRACE is a file written with RAP_TRACE=FILE (or rap_trace_start); docs/trace.md has its format.\n");
+  return f == stderr ? 2 : 0;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void mib(char *buf, size_t cap, double bytes) { snprintf(buf, cap, "%.2f MiB", bytes / 1048576.0); }
+
+/* A user's call of the allocator chosen (any, if a < 0). */
+static int user_call(const te *e, int a) {
+  return (e->kind == TE_ALLOC || e->kind == TE_DEALLOC) && e->d == 0 && !e->skip && (a < 0 || e->a == a);
+}
+
+/* ---- summary --------------------------------------------------------------------------------- */
+
+static int summary(const trace *t) {
+  size_t count[TE_KINDS] = {0};
+  for (size_t i = 0; i < t->n; i++) count[t->ev[i].kind]++;
+  printf("trace: %zu events over %.3f s, written by rap %s%s\n", t->n,
+         (double)t->ev[t->n - 1].t * 1e-9, t->version[0] ? t->version : "?",
+         t->bad_lines ? " (some lines were not events)" : "");
+  for (int k = 0; k < TE_KINDS; k++)
+    if (count[k]) printf("  %-8s %zu\n", te_kind_names[k], count[k]);
+  for (size_t a = 0; a < t->nnames; a++) {
+    size_t calls = 0, live = 0, peak = 0, held = 0, peak_held = 0, grows = 0;
+    pmap sizes = {0};
+    for (size_t i = 0; i < t->n; i++) {
+      const te *e = &t->ev[i];
+      if (e->a != a) continue;
+      if (user_call(e, (int)a)) {
+        calls++;
+        uint64_t n = 0;
+        if (e->kind == TE_ALLOC && pmap_put(&sizes, e->p, e->n) == 0) live += e->n;
+        else if (e->kind == TE_DEALLOC && pmap_del(&sizes, e->p, &n)) live -= n;
+        if (live > peak) peak = live;
+      } else if (e->kind == TE_GROW || e->kind == TE_RELEASE) {
+        held = e->level;
+        grows += e->kind == TE_GROW;
+        if (held > peak_held) peak_held = held;
+      }
+    }
+    pmap_free(&sizes);
+    char l[32], h[32];
+    mib(l, sizeof l, (double)peak);
+    mib(h, sizeof h, (double)peak_held);
+    printf("  '%s': %zu user calls, peak live %s", t->names[a], calls, l);
+    if (grows) printf(", %zu chunks taken, peak held %s (held/live %.2f)", grows, h,
+                      peak ? (double)peak_held / (double)peak : 0.0);
+    printf("\n");
+  }
+  return 0;
+}
+
+/* ---- replay ---------------------------------------------------------------------------------- */
+
+typedef struct replay_opts {
+  const char *spec, *allocator, *resources;
+  int json;
+} replay_opts;
+
+static int fail(const char *what, int st) {
+  fprintf(stderr, "rap-trace: %s: %s (%s)\n", what, rap_last_error(), rap_status_name(st));
+  return 1;
+}
+
+/* The replay's resources, by the trace's resource ids. */
+typedef struct rmap {
+  rap_resource **r;
+  size_t n;
+} rmap;
+
+/* The replay's resource for a trace's resource id (0: the host), made on first use. */
+static int resource_for(rap_manager *rm, const replay_opts *o, rmap *m, int64_t id, rap_resource **out) {
+  if (id <= 0) return rap_resource_host(rm, out);
+  if ((size_t)id >= m->n) {
+    size_t n = (size_t)id * 2 + 8;
+    rap_resource **grown = realloc(m->r, n * sizeof *grown);
+    if (grown == NULL) return RAP_ERR_NOMEM;
+    memset(grown + m->n, 0, (n - m->n) * sizeof *grown);
+    m->r = grown;
+    m->n = n;
+  }
+  if (m->r[id] == NULL) {
+    int st = strcmp(o->resources, "cuda") == 0 ? rap_resource_create_cuda_stream(rm, &m->r[id])
+                                                : rap_resource_create_host_async(rm, &m->r[id]);
+    if (st != RAP_OK) return st;
+  }
+  *out = m->r[id];
+  return RAP_OK;
+}
+
+static int replay(const trace *t, const replay_opts *o) {
+  int a = -1;
+  if (o->allocator != NULL && (a = trace_name(t, o->allocator)) < 0) {
+    fprintf(stderr, "rap-trace: the trace has no allocator '%s'\n", o->allocator);
+    return 1;
+  }
+  rap_manager *rm = NULL;
+  rap_allocator *al = NULL;
+  int st = rap_manager_create(&rm);
+  if (st != RAP_OK) return fail("rap_manager_create", st);
+  if ((st = rap_allocator_make_spec(rm, "replay", o->spec, &al)) != RAP_OK) {
+    rap_manager_destroy(rm);
+    return fail("the spec", st);
+  }
+  rap_allocator *root = al;
+  while (rap_allocator_parent(root) != NULL) root = rap_allocator_parent(root);
+  rmap rs = {NULL, 0};
+  size_t calls = 0, allocs = 0, skipped = 0, failed = 0, live = 0, peak_live = 0;
+  pmap ptrs = {0}, sizes = {0};
+  double loop = 0;
+  int rc = 0;
+  for (size_t i = 0; i < t->n && rc == 0; i++) {
+    const te *e = &t->ev[i];
+    if (!user_call(e, a)) continue;
+    rap_resource *r = NULL;
+    if (e->r >= 0 && (st = resource_for(rm, o, &rs, e->r, &r)) != RAP_OK) {
+      rc = fail("making a resource", st);
+      break;
+    }
+    calls++;
+    if (e->kind == TE_ALLOC) {
+      void *p = NULL;
+      double t0 = now_s();
+      st = rap_allocate(al, &p, e->n, r);
+      loop += now_s() - t0;
+      if (st != RAP_OK) {
+        failed++;
+        continue;
+      }
+      allocs++;
+      if (pmap_put(&ptrs, e->p, (uint64_t)(uintptr_t)p) != 0 || pmap_put(&sizes, e->p, e->n) != 0) {
+        rc = fail("out of host memory", RAP_ERR_NOMEM);
+        break;
+      }
+      live += e->n;
+      if (live > peak_live) peak_live = live;
+    } else {
+      uint64_t p, n = 0;
+      if (!pmap_del(&ptrs, e->p, &p)) {   /* allocated before the trace began, or failed here */
+        skipped++;
+        continue;
+      }
+      pmap_del(&sizes, e->p, &n);
+      live -= n;
+      double t0 = now_s();
+      st = rap_deallocate(al, (void *)(uintptr_t)p, r);
+      loop += now_s() - t0;
+      if (st != RAP_OK) failed++;
+    }
+  }
+  rap_stats top, bottom;
+  rap_allocator_stats(al, &top);
+  rap_allocator_stats(root, &bottom);
+  size_t peak_held = bottom.high_watermark, held_end = bottom.current_bytes;
+  size_t chunks = top.chunk_count;
+  /* What is still live at the end of the trace goes back, so the manager ends clean. */
+  for (size_t i = 0; i < ptrs.cap; i++)
+    if (ptrs.keys && ptrs.keys[i] != 0) rap_deallocate(al, (void *)(uintptr_t)ptrs.vals[i], NULL);
+  pmap_free(&ptrs);
+  pmap_free(&sizes);
+  if (rc == 0) {
+    double ns = calls ? loop * 1e9 / (double)calls : 0;
+    if (o->json) {
+      printf("{\"spec\":\"%s\",\"calls\":%zu,\"allocations\":%zu,\"failed\":%zu,\"skipped\":%zu,"
+             "\"peak_live\":%zu,\"peak_held\":%zu,\"held_at_end\":%zu,\"chunks_at_end\":%zu,"
+             "\"ns_per_call\":%.1f}\n",
+             o->spec, calls, allocs, failed, skipped, peak_live, peak_held, held_end, chunks, ns);
+    } else {
+      char l[32], h[32], e[32];
+      mib(l, sizeof l, (double)peak_live);
+      mib(h, sizeof h, (double)peak_held);
+      mib(e, sizeof e, (double)held_end);
+      printf("replay of %zu calls%s%s%s through %s\n", calls, a >= 0 ? " of '" : "",
+             a >= 0 ? t->names[a] : "", a >= 0 ? "'" : "", o->spec);
+      printf("  peak live   %s\n  peak held   %s (held/live %.3f)\n  held at end %s, %zu chunks\n",
+             l, h, peak_live ? (double)peak_held / (double)peak_live : 0.0, e, chunks);
+      printf("  %.1f ns per call (the allocator's calls alone)\n", ns);
+      if (failed) printf("  %zu calls failed here (out of memory?): %s\n", failed, rap_last_error());
+      if (skipped) printf("  %zu deallocations of blocks the replay never had were skipped\n", skipped);
+    }
+  }
+  free(rs.r);
+  rap_manager_destroy(rm);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return usage(stderr);
+  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) return usage(stdout);
+  const char *cmd = argv[1];
+  if (argc < 3) return usage(stderr);
+  const char *path = argv[2];
+  replay_opts ro = {NULL, NULL, "host_async", 0};
+  plot_opts po = {NULL, NULL, NULL};
+  for (int i = 3; i < argc; i++) {
+    const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(arg, "--json") == 0) {
+      ro.json = 1;
+      continue;
+    }
+    if (val == NULL) {
+      fprintf(stderr, "rap-trace: %s wants a value\n", arg);
+      return 2;
+    }
+    i++;
+    if (strcmp(arg, "--spec") == 0) ro.spec = val;
+    else if (strcmp(arg, "--allocator") == 0) ro.allocator = po.allocator = val;
+    else if (strcmp(arg, "--resources") == 0) ro.resources = val;
+    else if (strcmp(arg, "-o") == 0) po.out = val;
+    else if (strcmp(arg, "--title") == 0) po.title = val;
+    else {
+      fprintf(stderr, "rap-trace: unknown option '%s'\n", arg);
+      return usage(stderr);
+    }
+  }
+  if (strcmp(cmd, "summary") != 0 && strcmp(cmd, "replay") != 0 && strcmp(cmd, "plot") != 0) {
+    fprintf(stderr, "rap-trace: unknown command '%s'\n", cmd);
+    return usage(stderr);
+  }
+  if (strcmp(cmd, "replay") == 0 && ro.spec == NULL) {
+    fprintf(stderr, "rap-trace: replay wants --spec SPEC (an allocator spec, e.g. 'QuickPool(HOST)')\n");
+    return 2;
+  }
+  if (strcmp(cmd, "replay") == 0 && strcmp(ro.resources, "host_async") != 0 &&
+      strcmp(ro.resources, "cuda") != 0) {
+    fprintf(stderr, "rap-trace: --resources is host_async or cuda, not '%s'\n", ro.resources);
+    return 2;
+  }
+  if (strcmp(cmd, "plot") == 0 && po.out == NULL) {
+    fprintf(stderr, "rap-trace: plot wants -o FILE.svg or -o FILE.html\n");
+    return 2;
+  }
+  trace t;
+  char err[512];
+  if (trace_load(path, &t, err, sizeof err) != 0) {
+    fprintf(stderr, "rap-trace: %s\n", err);
+    return 1;
+  }
+  int rc = strcmp(cmd, "summary") == 0 ? summary(&t)
+           : strcmp(cmd, "replay") == 0 ? replay(&t, &ro)
+                                        : trace_plot(&t, &po);
+  trace_free(&t);
+  return rc;
+}

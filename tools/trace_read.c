@@ -1,0 +1,242 @@
+/* trace_read.c — reads a JSON Lines trace (trace_read.h). */
+#define _POSIX_C_SOURCE 200809L   /* getline */
+#include "trace_read.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const te_kind_names[TE_KINDS] = {"alloc", "dealloc", "refused", "oom", "pending",
+                                             "ready", "reuse", "fence", "wait", "grow", "release",
+                                             "other"};
+
+static int intern(char ***names, size_t *n, size_t max, const char *s, size_t len) {
+  for (size_t i = 0; i < *n; i++)
+    if (strlen((*names)[i]) == len && memcmp((*names)[i], s, len) == 0) return (int)i;
+  if (*n >= max) return -1;
+  char **grown = realloc(*names, (*n + 1) * sizeof *grown);
+  if (grown == NULL) return -1;
+  *names = grown;
+  char *copy = malloc(len + 1);
+  if (copy == NULL) return -1;
+  memcpy(copy, s, len);
+  copy[len] = '\0';
+  grown[*n] = copy;
+  return (int)(*n)++;
+}
+
+/* A string value starting after its opening quote: its end (the closing quote), escapes skipped
+ * (names are kept escaped: they are only compared and printed back). */
+static const char *string_end(const char *s) {
+  for (; *s != '\0' && *s != '"'; s++)
+    if (*s == '\\' && s[1] != '\0') s++;
+  return *s == '"' ? s : NULL;
+}
+
+static int parse_line(trace *t, const char *s, te *e) {
+  memset(e, 0, sizeof *e);
+  e->r = -1;
+  e->d = -1;
+  e->kind = TE_OTHER;
+  while (*s == ' ' || *s == '\t') s++;
+  if (*s++ != '{') return -1;
+  int have_ev = 0;
+  for (;;) {
+    while (*s == ' ' || *s == ',') s++;
+    if (*s == '}') break;
+    if (*s++ != '"') return -1;
+    const char *key = s, *kend = string_end(s);
+    if (kend == NULL) return -1;
+    size_t klen = (size_t)(kend - key);
+    s = kend + 1;
+    while (*s == ' ') s++;
+    if (*s++ != ':') return -1;
+    while (*s == ' ') s++;
+    const char *val = s, *vend;
+    int str = *s == '"';
+    if (str) {
+      val = s + 1;
+      vend = string_end(val);
+      if (vend == NULL) return -1;
+      s = vend + 1;
+    } else {
+      vend = s;
+      while (*vend != '\0' && *vend != ',' && *vend != '}') vend++;
+      s = vend;
+    }
+    size_t vlen = (size_t)(vend - val);
+#define KEY(k) (klen == sizeof(k) - 1 && memcmp(key, k, klen) == 0)
+    if (KEY("ev") && str) {
+      have_ev = 1;
+      for (int k = 0; k < TE_OTHER; k++)
+        if (strlen(te_kind_names[k]) == vlen && memcmp(te_kind_names[k], val, vlen) == 0) e->kind = (uint8_t)k;
+      if (vlen == 5 && memcmp(val, "trace", 5) == 0) e->kind = TE_KINDS;   /* the header */
+    } else if (KEY("t")) {
+      e->t = strtoull(val, NULL, 10);
+    } else if (KEY("th")) {
+      e->th = (uint32_t)strtoul(val, NULL, 10);
+    } else if (KEY("a") && str) {
+      int i = intern(&t->names, &t->nnames, 65535, val, vlen);
+      if (i < 0) return -1;
+      e->a = (uint16_t)i;
+    } else if (KEY("d")) {
+      e->d = (int8_t)strtol(val, NULL, 10);
+    } else if (KEY("r")) {
+      e->r = str || *val == 'n' ? -1 : (int64_t)strtoll(val, NULL, 10);
+    } else if (KEY("rk") && str) {
+      size_t i = 0;
+      for (; i < t->nkinds; i++)
+        if (strlen(t->kinds[i]) == vlen && memcmp(t->kinds[i], val, vlen) == 0) break;
+      if (i == t->nkinds && t->nkinds < 16) {
+        char *copy = malloc(vlen + 1);
+        if (copy == NULL) return -1;
+        memcpy(copy, val, vlen);
+        copy[vlen] = '\0';
+        t->kinds[t->nkinds++] = copy;
+      }
+      e->rk = (uint8_t)(i < 16 ? i : 0);
+    } else if (KEY("p") && str) {
+      e->p = strtoull(val, NULL, 16);
+    } else if (KEY("n")) {
+      e->n = strtoull(val, NULL, 10);
+    } else if (KEY("held") || KEY("pb")) {
+      e->level = strtoull(val, NULL, 10);
+    } else if (KEY("version") && str) {
+      snprintf(t->version, sizeof t->version, "%.*s", (int)vlen, val);
+    }
+#undef KEY
+  }
+  return have_ev ? 0 : -1;
+}
+
+int trace_load(const char *path, trace *t, char *err, size_t cap) {
+  memset(t, 0, sizeof *t);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) {
+    snprintf(err, cap, "cannot open '%s'", path);
+    return -1;
+  }
+  char *line = NULL;
+  size_t lcap = 0;
+  ssize_t len;
+  while ((len = getline(&line, &lcap, f)) > 0) {
+    if (len <= 1) continue;
+    te e;
+    if (parse_line(t, line, &e) != 0) {
+      t->bad_lines++;
+      continue;
+    }
+    if (e.kind == TE_KINDS) continue;   /* the header */
+    if (t->n == t->cap) {
+      size_t ncap = t->cap ? t->cap * 2 : 4096;
+      te *grown = realloc(t->ev, ncap * sizeof *grown);
+      if (grown == NULL) {
+        snprintf(err, cap, "out of memory reading '%s' (%zu events read)", path, t->n);
+        free(line);
+        fclose(f);
+        return -1;
+      }
+      t->ev = grown;
+      t->cap = ncap;
+    }
+    t->ev[t->n++] = e;
+  }
+  free(line);
+  fclose(f);
+  if (t->n == 0) {
+    snprintf(err, cap, "'%s' holds no events%s", path,
+             t->bad_lines ? " (no line of it is a trace event)" : "");
+    return -1;
+  }
+  /* A refused deallocation: the 'dealloc' line written before it, on the same thread, is void. */
+  for (size_t i = 0; i < t->n; i++) {
+    if (t->ev[i].kind != TE_REFUSED) continue;
+    for (size_t j = i; j-- > 0;)
+      if (t->ev[j].kind == TE_DEALLOC && t->ev[j].th == t->ev[i].th && t->ev[j].p == t->ev[i].p &&
+          t->ev[j].a == t->ev[i].a && !t->ev[j].skip) {
+        t->ev[j].skip = 1;
+        break;
+      }
+  }
+  return 0;
+}
+
+void trace_free(trace *t) {
+  for (size_t i = 0; i < t->nnames; i++) free(t->names[i]);
+  for (size_t i = 0; i < t->nkinds; i++) free(t->kinds[i]);
+  free(t->names);
+  free(t->ev);
+  memset(t, 0, sizeof *t);
+}
+
+int trace_name(const trace *t, const char *name) {
+  for (size_t i = 0; i < t->nnames; i++)
+    if (strcmp(t->names[i], name) == 0) return (int)i;
+  return -1;
+}
+
+/* ---- pointer map --------------------------------------------------------------------------- */
+
+static size_t slot_of(const pmap *m, uint64_t key) {
+  uint64_t h = key * 0x9e3779b97f4a7c15ull;
+  size_t i = (size_t)(h >> 17) & (m->cap - 1);
+  while (m->keys[i] != 0 && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+int pmap_put(pmap *m, uint64_t key, uint64_t val) {
+  if ((m->n + 1) * 2 > m->cap) {
+    pmap old = *m;
+    m->cap = old.cap ? old.cap * 2 : 1024;
+    m->keys = calloc(m->cap, sizeof *m->keys);
+    m->vals = calloc(m->cap, sizeof *m->vals);
+    if (m->keys == NULL || m->vals == NULL) {
+      free(m->keys);
+      free(m->vals);
+      *m = old;
+      return -1;
+    }
+    m->n = 0;
+    for (size_t i = 0; i < old.cap; i++)
+      if (old.keys[i] != 0) pmap_put(m, old.keys[i], old.vals[i]);
+    free(old.keys);
+    free(old.vals);
+  }
+  size_t i = slot_of(m, key);
+  if (m->keys[i] == 0) m->n++;
+  m->keys[i] = key;
+  m->vals[i] = val;
+  return 0;
+}
+
+uint64_t *pmap_get(pmap *m, uint64_t key) {
+  if (m->cap == 0 || key == 0) return NULL;
+  size_t i = slot_of(m, key);
+  return m->keys[i] == key ? &m->vals[i] : NULL;
+}
+
+/* Deletion with backward shift: the probe chains stay whole. */
+int pmap_del(pmap *m, uint64_t key, uint64_t *val) {
+  if (m->cap == 0 || key == 0) return 0;
+  size_t i = slot_of(m, key);
+  if (m->keys[i] != key) return 0;
+  if (val) *val = m->vals[i];
+  m->keys[i] = 0;
+  m->n--;
+  for (size_t j = (i + 1) & (m->cap - 1); m->keys[j] != 0; j = (j + 1) & (m->cap - 1)) {
+    uint64_t k = m->keys[j], v = m->vals[j];
+    m->keys[j] = 0;
+    m->n--;
+    size_t s = slot_of(m, k);
+    m->keys[s] = k;
+    m->vals[s] = v;
+    m->n++;
+  }
+  return 1;
+}
+
+void pmap_free(pmap *m) {
+  free(m->keys);
+  free(m->vals);
+  memset(m, 0, sizeof *m);
+}
