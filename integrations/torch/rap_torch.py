@@ -35,6 +35,7 @@ __all__ = [
     "enable", "enabled", "library_path", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "max_memory_reserved", "pending_bytes", "memory_stats", "empty_cache",
     "release_graph_pools", "graph_memory_reserved", "record_stream", "spec", "hooks",
+    "snapshot_from_trace",
 ]
 
 
@@ -58,6 +59,18 @@ def _import_loader():
 
 
 _loader = _import_loader()
+
+
+def snapshot_from_trace(path, out=None, allocator=None, device=0):
+    """A trace written with RAP_TRACE=FILE as PyTorch's memory snapshot (the dictionary
+    torch.cuda.memory._snapshot() returns), pickled to out if given: drop it on
+    pytorch.org/memory_viz, or pass it to torch.cuda._memory_viz. rap's pending blocks are
+    'active_awaiting_free' there. rap_memviz.py, next to this file, does the work."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = importlib.util.spec_from_file_location("rap_memviz", os.path.join(here, "rap_memviz.py"))
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    return module.snapshot_from_trace(path, out, allocator, device)
 
 _lib = None
 _hooks = {}

@@ -1,0 +1,183 @@
+"""rap_memviz — a rap event trace as a PyTorch memory snapshot, for pytorch.org/memory_viz.
+
+    RAP_TRACE=run.jsonl python train.py          # rap_torch writes the trace
+    python rap_memviz.py run.jsonl -o run.pickle  # or rap_torch.snapshot_from_trace(...)
+
+The snapshot is the dictionary torch.cuda.memory._snapshot() returns, pickled: 'device_traces'
+holds the timeline, 'segments' the pools' chunks at the end of the trace. rap's events map onto
+PyTorch's actions:
+
+    rap                                    memory_viz
+    alloc (the user's call)                alloc
+    dealloc (the user's call)              free_requested
+    block no longer pending (ready/reuse)  free_completed   (pending: 'active_awaiting_free')
+    dealloc of a block that never pends    free_requested, then free_completed at once
+    grow / release of a pool               segment_alloc / segment_free
+    oom                                    oom
+
+Streams are rap's resource ids. Frames are empty: rap records no stacks. Needs only the standard
+library (no torch), so a trace can be converted anywhere.
+"""
+
+import bisect
+import json
+import pickle
+import sys
+
+__all__ = ["snapshot_from_trace", "main"]
+
+
+def _events(path):
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue   # a line cut short by a crash
+            if isinstance(e, dict) and "ev" in e and e["ev"] != "trace":
+                yield e
+
+
+def _addr(e):
+    return int(e["p"], 16) if "p" in e else 0
+
+
+def _call(e, allocator):
+    return (e["ev"] in ("alloc", "dealloc") and e.get("d") == 0
+            and (allocator is None or e.get("a") == allocator))
+
+
+def snapshot_from_trace(path, out=None, allocator=None, device=0):
+    """Reads the trace at path; returns the snapshot dictionary, and pickles it to out if given.
+    allocator: whose user calls make the timeline (default: every allocator's); device: the
+    index the timeline is filed under."""
+    events = list(_events(path))
+    # A refused deallocation voids the dealloc line written before it (same thread and pointer).
+    void = set()
+    for i, e in enumerate(events):
+        if e["ev"] == "refused":
+            for j in range(i - 1, -1, -1):
+                f = events[j]
+                if (f["ev"] == "dealloc" and j not in void and f.get("th") == e.get("th")
+                        and f.get("p") == e.get("p") and f.get("a") == e.get("a")):
+                    void.add(j)
+                    break
+    # Does a user's free go pending? Its 'pending' line follows on the same thread, before that
+    # thread's next call.
+    pends = set()
+    open_free = {}
+    for i, e in enumerate(events):
+        th = e.get("th")
+        if _call(e, allocator) and i not in void:
+            open_free.pop(th, None)
+            if e["ev"] == "dealloc":
+                open_free[th] = (i, e.get("p"))
+        elif e["ev"] == "pending" and th in open_free and open_free[th][1] == e.get("p"):
+            pends.add(open_free.pop(th)[0])
+
+    trace = []
+    live = {}        # addr -> (size, stream)
+    awaiting = []    # sorted addresses freed and pending
+    segments = {}    # addr -> (size, stream)
+
+    def entry(action, addr, size, stream, t):
+        trace.append({"action": action, "addr": addr, "size": size, "stream": stream,
+                      "frames": [], "time_us": t // 1000})
+
+    for i, e in enumerate(events):
+        ev, t = e["ev"], e.get("t", 0)
+        stream = e.get("r") or 0
+        if _call(e, allocator) and i not in void:
+            a = _addr(e)
+            if ev == "alloc":
+                live[a] = (e.get("n", 0), stream)
+                entry("alloc", a, e.get("n", 0), stream, t)
+            elif a in live:
+                size, s = live[a]
+                entry("free_requested", a, size, s, t)
+                if i in pends:
+                    bisect.insort(awaiting, a)
+                else:
+                    del live[a]
+                    entry("free_completed", a, size, s, t)
+        elif ev in ("ready", "reuse"):
+            lo, hi = _addr(e), _addr(e) + e.get("n", 0)
+            k = bisect.bisect_left(awaiting, lo)
+            while k < len(awaiting) and awaiting[k] < hi:
+                a = awaiting.pop(k)
+                size, s = live.pop(a, (0, stream))
+                entry("free_completed", a, size, s, t)
+        elif ev == "grow":
+            segments[_addr(e)] = (e.get("n", 0), 0)
+            entry("segment_alloc", _addr(e), e.get("n", 0), 0, t)
+        elif ev == "release":
+            size, _ = segments.pop(_addr(e), (e.get("n", 0), 0))
+            entry("segment_free", _addr(e), size, 0, t)
+        elif ev == "oom":
+            trace.append({"action": "oom", "addr": 0, "size": e.get("n", 0), "stream": stream,
+                          "frames": [], "time_us": t // 1000, "device_free": 0})
+
+    # The chunks at the end, each cut into its live, pending and free blocks.
+    pending = set(awaiting)
+    segs = []
+    starts = sorted(live)
+    for base in sorted(segments):
+        total, stream = segments[base]
+        blocks, at, allocated, active, requested = [], base, 0, 0, 0
+        k = bisect.bisect_left(starts, base)
+        while k < len(starts) and starts[k] < base + total:
+            a = starts[k]
+            size = min(live[a][0], base + total - a)
+            if a > at:
+                blocks.append({"address": at, "size": a - at, "requested_size": 0,
+                               "state": "inactive", "frames": []})
+            state = "active_awaiting_free" if a in pending else "active_allocated"
+            blocks.append({"address": a, "size": size, "requested_size": size, "state": state,
+                           "frames": []})
+            active += size
+            if state == "active_allocated":
+                allocated += size
+                requested += size
+            at = max(at, a + size)
+            k += 1
+        if at < base + total:
+            blocks.append({"address": at, "size": base + total - at, "requested_size": 0,
+                           "state": "inactive", "frames": []})
+        segs.append({"device": device, "address": base, "total_size": total,
+                     "allocated_size": allocated, "active_size": active,
+                     "requested_size": requested, "stream": stream, "segment_type": "large",
+                     "segment_pool_id": (0, 0), "is_expandable": False, "frames": [],
+                     "blocks": blocks})
+    snapshot = {"segments": segs,
+                "device_traces": [[] for _ in range(device)] + [trace],
+                "allocator_settings": {"rap_trace": path}}
+    if out is not None:
+        with open(out, "wb") as f:
+            pickle.dump(snapshot, f)
+    return snapshot
+
+
+def main(argv=None):
+    import argparse
+    p = argparse.ArgumentParser(description="A rap event trace (RAP_TRACE) as a PyTorch memory "
+                                            "snapshot for pytorch.org/memory_viz.")
+    p.add_argument("trace")
+    p.add_argument("-o", "--out", required=True, help="the snapshot to write (.pickle)")
+    p.add_argument("--allocator", help="whose user calls make the timeline (default: all)")
+    p.add_argument("--device", type=int, default=0)
+    args = p.parse_args(argv)
+    try:
+        s = snapshot_from_trace(args.trace, args.out, args.allocator, args.device)
+    except OSError as e:
+        print("rap_memviz: %s" % e, file=sys.stderr)
+        return 1
+    n = len(s["device_traces"][args.device])
+    print("rap_memviz: %d timeline entries, %d segments -> %s" % (n, len(s["segments"]), args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
