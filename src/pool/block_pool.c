@@ -148,6 +148,11 @@ static void unindex_free(rapi_bp *bp, rapi_block *b) {
   releasable_add(bp, b, -1);
 }
 
+void rapi_bp_unfree(rapi_bp *bp, rapi_block *b) {
+  RAPI_ASSERT(b->state == RAPI_FREE);
+  unindex_free(bp, b);
+}
+
 /* ---- blocks ----------------------------------------------------------------------------------- */
 
 rapi_block *rapi_bp_split_slow(rapi_bp *bp, rapi_block *b, size_t size) {

@@ -122,6 +122,7 @@ int   rapi_bp_reserve_after_grow(rapi_bp *bp, rapi_block *b);
 void  rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b);       /* counters and used map */
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
 void  rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b);        /* b takes in b->next's bytes */
+void  rapi_bp_unfree(rapi_bp *bp, rapi_block *b);             /* a free block out of the index */
 size_t rapi_bp_release(rapi_bp *bp);                          /* wholly free chunks; bytes returned */
 void  rapi_bp_after_free(rapi_bp *bp, rapi_block *merged);   /* runs the coalesce heuristic */
 void  rapi_bp_flush(rapi_bp *bp, bool heuristic);   /* merges the deferred block */

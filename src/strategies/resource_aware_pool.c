@@ -257,7 +257,7 @@ static void drain(ra_pool *p, rstate *rs) {
       RAPI_TRACE("ready", p->bp.self, rs->r, b->ptr, b->size, ",\"pb\":%zu", rs->pending_bytes);
       free_uses(p, b);
       RA(b)->owner = NULL;
-      rapi_bp_make_free(&p->bp, b);
+      rapi_bp_after_free(&p->bp, rapi_bp_make_free(&p->bp, b));
     }   /* else it waits on a use elsewhere; blocks behind it need not */
     b = next;
   }
@@ -431,6 +431,51 @@ static rapi_block *take_own_or_free(ra_pool *p, rstate *rs, size_t size) {
   return b;
 }
 
+static inline bool joinable(const rstate *rs, const rapi_block *b) {
+  return b->state == RAPI_FREE ||
+         (b->state == RAPI_PENDING && RA(b)->owner == rs && RA(b)->uses == NULL);
+}
+
+/* A miss of rs, before growing: one of rs's pending blocks that fits once joined with the free
+ * blocks and rs's own pending blocks beside it. rs's stream order makes its pending memory as
+ * good as free to rs, but a pending block merges only with pending neighbours and a free one only
+ * with free ones, so a resource whose frees come back in steps (a CPU ahead of its stream) would
+ * otherwise grow while holding enough memory in two kinds of pieces. The joined block carries the
+ * newest batch of its pending parts: free bytes joined to it wait for that batch before another
+ * resource may have them, which delays others, never endangers them. Scans at most 256 of rs's
+ * pending blocks, oldest first. */
+static rapi_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
+  unsigned scanned = 0;
+  for (rapi_block *b = rs->fifo_head; b != NULL && scanned < 256; b = RA(b)->fifo_next, scanned++) {
+    if (RA(b)->uses != NULL) continue;
+    size_t total = b->size;
+    rapi_block *lo = b, *hi = b;
+    while (lo->prev && joinable(rs, lo->prev)) total += (lo = lo->prev)->size;
+    while (hi->next && joinable(rs, hi->next)) total += (hi = hi->next)->size;
+    if (total < size || (lo == b && hi == b)) continue;
+    uint64_t tag = 0, seq = 0;
+    rapi_block *end = hi->next;
+    for (rapi_block *x = lo; x != end; x = x->next) {
+      if (x->state == RAPI_PENDING) {
+        if (RA(x)->tag > tag) tag = RA(x)->tag;
+        if (RA(x)->seq > seq) seq = RA(x)->seq;
+        drop_pending(p, rs, x);
+      } else {
+        rapi_bp_unfree(&p->bp, x);
+      }
+    }
+    while (lo->next != end) rapi_bp_absorb_next(&p->bp, lo);
+    RA(lo)->tag = tag;
+    RA(lo)->seq = seq;
+    rapi_block *at = rs->fifo_tail;   /* FIFO tags never decrease: after the last not newer */
+    while (at != NULL && RA(at)->tag > tag) at = RA(at)->fifo_prev;
+    add_pending(p, rs, lo, at, false);
+    take_pending(p, rs, lo, size);
+    return lo;
+  }
+  return NULL;
+}
+
 /* A miss: poll, then (wait mode) take another resource's block behind a queued wait, then grow,
  * and before giving up wait on the host for every pending block. A host-side wait lets this
  * thread's locks go, so after one the pool is looked at afresh. */
@@ -444,6 +489,7 @@ static RAPI_NOINLINE int ra_allocate_slow(ra_pool *p, rstate *rs, void **out, si
     if (room != RAP_OK) return room;
     (void)poll_all(p, true);   /* a failing resource is logged; growing may still serve us */
     rapi_block *b = take_own_or_free(p, rs, size);
+    if (b == NULL && rs->pending_count > 0) b = take_own_joined(p, rs, size);
     /* Waiting serializes the waiter behind the owner; below wait_above the pool grows instead, so
      * as many streams as that memory allows run side by side. */
     if (b == NULL && p->cross_wait && p->bp.actual + size > p->wait_above && round < 8) {
@@ -751,7 +797,7 @@ static void forget_resource(ra_pool *p, rap_resource *r) {
       RAPI_TRACE("ready", p->bp.self, rs->r, b->ptr, b->size, ",\"pb\":%zu", rs->pending_bytes);
       free_uses(p, b);
       RA(b)->owner = NULL;
-      rapi_bp_make_free(&p->bp, b);
+      rapi_bp_after_free(&p->bp, rapi_bp_make_free(&p->bp, b));
     } else {
       rehome(p, rs, b);
     }

@@ -6,6 +6,7 @@
 
 #include <rap/rap.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define KiB ((size_t)1024)
@@ -457,4 +458,117 @@ RAP_TEST(ResourceAwarePool, WaitAboveGrowsFirstThenWaitsOldestFirst) {
   RAP_CHECK_OK(rap_deallocate(f.pool, c, f.r3));
   RAP_CHECK_OK(rap_deallocate(f.pool, d, f.r3));
   teardown(&f);
+}
+
+/* A block pending on r1 beside a free block: together they hold a request of r1 that neither
+ * holds alone, and r1 takes them joined instead of growing (its own stream order makes its pending
+ * memory as good as free to it). Another resource still may not: it grows. */
+RAP_TEST(ResourceAwarePool, OwnPendingJoinedWithFreeNeighbourBeforeGrowing) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=128KiB, next_size=128KiB, alignment=256");
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));   /* r1 busy: nothing of it passes */
+  void *a, *b, *c, *rest;
+  RAP_CHECK_OK(rap_allocate(f.pool, &a, 40 * KiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &b, 40 * KiB, NULL));
+  RAP_CHECK_OK(rap_allocate(f.pool, &rest, 48 * KiB, NULL));   /* the chunk is full */
+  RAP_CHECK((char *)b == (char *)a + 40 * KiB);
+  RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));   /* pending on r1 */
+  RAP_CHECK_OK(rap_deallocate(f.pool, b, NULL));   /* free */
+  rap_stats before = stats_of(f.pool);
+  RAP_CHECK_EQ(before.chunk_count, 1);
+  RAP_CHECK_EQ(before.pending_bytes, 40 * KiB);
+  /* r2 may not have a's bytes: it grows (b alone is too small), and keeps most of the new chunk. */
+  void *other;
+  RAP_CHECK_OK(rap_allocate(f.pool, &other, 100 * KiB, f.r2));
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 2);
+  /* r1 takes a and b joined, at a's address, with no growth. */
+  RAP_CHECK_OK(rap_allocate(f.pool, &c, 64 * KiB, f.r1));
+  RAP_CHECK(c == a);
+  rap_stats after = stats_of(f.pool);
+  RAP_CHECK_EQ(after.chunk_count, 2);
+  RAP_CHECK_EQ(after.pending_bytes, 16 * KiB);   /* what is left of the joined block stays r1's */
+  RAP_CHECK_EQ(rstats(f.pool, f.r1).pending_bytes, 16 * KiB);
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  gate_open(&f.g1);
+  RAP_CHECK_OK(rap_resource_synchronize(f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, c, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, rest, NULL));
+  RAP_CHECK_OK(rap_deallocate(f.pool, other, NULL));
+  RAP_CHECK_OK(rap_release(f.pool));
+  RAP_CHECK_EQ(stats_of(f.pool).pending_bytes, 0);
+  teardown(&f);
+}
+
+/* One resource whose work passes in steps, behind the CPU (a training loop whose CPU runs ahead
+ * of its stream): some of its frees are pending, some have come back free. To that resource its
+ * pending memory is as good as free, so random workloads of mixed sizes should hold what QuickPool
+ * holds for the same calls (64 KiB chunks, so that the peak is not a matter of whole chunks). The
+ * target is 5 % over QuickPool; the pool holds 12.7 % over it summed over four seeds (15.4 % before
+ * pending blocks were joined with free neighbours on a miss), so this guards 14 % until the fit rule
+ * closes the rest (docs/DESIGN.md, "The fit rule on one resource"). */
+static void behind_the_cpu(uint64_t seed, size_t *ra_held, size_t *qp_held) {
+  rap_manager *rm;
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  rap_allocator *ra, *qp;
+  RAP_CHECK_OK(rap_allocator_make(rm, "ra", "ResourceAwarePool", "HOST",
+                                  "initial_size=64KiB, next_size=64KiB", &ra));
+  RAP_CHECK_OK(rap_allocator_make(rm, "qp", "QuickPool", "HOST", "initial_size=64KiB, next_size=64KiB", &qp));
+  rap_resource *q;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &q));
+  enum { SLOTS = 200, OPS = 20000, STEP = 300, GATES = OPS / STEP + 1 };
+  static gate g[GATES];
+  static void *pr[SLOTS], *pq[SLOTS];
+  memset(pr, 0, sizeof pr);
+  memset(pq, 0, sizeof pq);
+  for (int i = 0; i < GATES; i++) gate_init(&g[i]);
+  RAP_CHECK_OK(rap_resource_submit(q, gate_job, &g[0]));
+  for (int i = 0; i < OPS; i++) {
+    if (i % STEP == STEP - 1) {   /* the stream catches up with the CPU, then falls behind again */
+      gate_open(&g[i / STEP]);
+      RAP_CHECK_OK(rap_resource_synchronize(q));
+      RAP_CHECK_OK(rap_resource_submit(q, gate_job, &g[i / STEP + 1]));
+    }
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    unsigned k = (unsigned)(seed >> 33) % SLOTS;
+    if (pr[k] == NULL) {
+      size_t n = (size_t)256 << ((seed >> 20) % 10);   /* 256 B .. 256 KiB */
+      n += (seed >> 40) % n;
+      RAP_CHECK_OK(rap_allocate(ra, &pr[k], n, q));
+      RAP_CHECK_OK(rap_allocate(qp, &pq[k], n, q));
+    } else {
+      RAP_CHECK_OK(rap_deallocate(ra, pr[k], q));
+      RAP_CHECK_OK(rap_deallocate(qp, pq[k], q));
+      pr[k] = pq[k] = NULL;
+    }
+  }
+  rap_stats sr = stats_of(ra), sq = stats_of(qp);
+  RAP_CHECK_EQ(sr.high_watermark, sq.high_watermark);   /* the same calls */
+  *ra_held = sr.actual_high_watermark;
+  *qp_held = sq.actual_high_watermark;
+  for (int k = 0; k < SLOTS; k++) {
+    if (pr[k]) RAP_CHECK_OK(rap_deallocate(ra, pr[k], q));
+    if (pq[k]) RAP_CHECK_OK(rap_deallocate(qp, pq[k], q));
+  }
+  for (int i = 0; i < GATES; i++) gate_open(&g[i]);
+  RAP_CHECK_OK(rap_resource_synchronize(q));
+  RAP_CHECK_OK(rap_allocator_check(ra));
+  RAP_CHECK_OK(rap_resource_destroy(q));
+  for (int i = 0; i < GATES; i++) gate_destroy(&g[i]);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(ResourceAwarePool, OneResourceBehindTheCpuHoldsAsLittleAsQuickPool) {
+  size_t ra_sum = 0, qp_sum = 0;
+  char each[256] = "";
+  for (uint64_t seed = 1; seed <= 4; seed++) {
+    size_t ra = 0, qp = 0;
+    behind_the_cpu(seed, &ra, &qp);
+    ra_sum += ra;
+    qp_sum += qp;
+    size_t len = strlen(each);
+    snprintf(each + len, sizeof each - len, " %.3f", (double)ra / (double)qp);
+  }
+  if ((double)ra_sum > 1.14 * (double)qp_sum)
+    rap_test_fail(__FILE__, __LINE__, "one resource behind the CPU: the ResourceAwarePool held %.3fx "
+                  "what QuickPool held at peak (per seed:%s)", (double)ra_sum / (double)qp_sum, each);
 }
