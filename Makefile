@@ -2,7 +2,7 @@
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST = ctest --output-on-failure -j $(JOBS)
 
-.PHONY: all deps build test debug-checks demo asan tsan host-only install-check bench device-build clean fuzz fuzz-ci fuzz-build fuzz-merge
+.PHONY: all deps build test debug-checks demo asan tsan host-only install-check bench device-build clean fuzz fuzz-ci fuzz-build fuzz-merge hip-check device-build-hip
 
 all: build
 
@@ -44,6 +44,20 @@ host-only: deps
 
 install-check: build
 	bash scripts/install-check.sh
+
+# The HIP build (build-hip/): installs Debian's HIP 5.2 (hipcc, libamdhip64-dev), builds library,
+# tests and examples for AMD, runs the suite (HIP cases skip, saying why, without an AMD GPU) and a
+# HIP consumer of the installed package. CI runs it.
+hip-check:
+	JOBS=$(JOBS) bash scripts/hip-check.sh
+
+# The HIP backend over the CUDA runtime (HIP 5.2's NVIDIA headers with CUDA 13; the configure writes a
+# copy of one HIP header without the wrappers CUDA 13 cannot compile), made here to carry to the GPU
+# machine, where `bash tests/hip/device-run.sh` runs its tests, also under compute-sanitizer.
+device-build-hip:
+	@RAP_DEPS_HIP=1 bash scripts/install-deps.sh
+	cmake --preset device-hip
+	cmake --build --preset device-hip -j $(JOBS)
 
 # Benchmarks against the peers (bench/, docs/benchmarks.md): the table on stdout, the figures in
 # build/bench/results.{json,csv} and the plot in build/bench/results.svg. BENCH_ARGS adds options

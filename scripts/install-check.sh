@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # install-check.sh — installs rap into a scratch prefix and builds an outside program against it,
-# once through find_package(rap) and once through pkg-config, then runs both; and checks that the
-# shared library exports nothing but the public API.
+# once through find_package(rap) and once through pkg-config, then runs both (with a CUDA or HIP
+# build, also one that includes rap/cuda.h or rap/hip.h); and checks that the shared library
+# exports nothing but the public API.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -13,6 +14,11 @@ cmake -S tests/consumer -B "$work/cmake" -G Ninja -DCMAKE_PREFIX_PATH="$work/pre
 cmake --build "$work/cmake" >/dev/null
 LD_LIBRARY_PATH="$work/prefix/lib" "$work/cmake/consumer"
 if [ -x "$work/cmake/cuda_consumer" ]; then LD_LIBRARY_PATH="$work/prefix/lib" "$work/cmake/cuda_consumer"; fi
+if [ -x "$work/cmake/hip_consumer" ]; then LD_LIBRARY_PATH="$work/prefix/lib" "$work/cmake/hip_consumer"; fi
+hip=$(grep -q '^RAP_WITH_HIP:BOOL=ON' "$build/CMakeCache.txt" && echo 1 || true)
+if [ -n "$hip" ] && [ ! -x "$work/cmake/hip_consumer" ]; then
+  echo "install-check: a HIP build, but find_package(rap) gave no HIP platform to build hip_consumer"; exit 1
+fi
 
 libdir=$(find "$work/prefix" -name rap.pc -printf '%h\n' | head -1)
 PKG_CONFIG_PATH="$libdir" cc -std=c11 -Wall -Werror tests/consumer/main.c \
@@ -22,6 +28,11 @@ if [ -x "$work/cmake/cuda_consumer" ]; then   # a CUDA build: rap/cuda.h through
   PKG_CONFIG_PATH="$libdir" cc -std=c11 -Wall -Werror tests/consumer/cuda_consumer.c \
     $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs rap) -o "$work/pc-cuda-consumer"
   LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/pc-cuda-consumer"
+fi
+if [ -n "$hip" ]; then   # a HIP build: rap/hip.h through pkg-config too
+  PKG_CONFIG_PATH="$libdir" cc -std=c11 -Wall -Werror tests/consumer/hip_consumer.c \
+    $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs rap) -o "$work/pc-hip-consumer"
+  LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/pc-hip-consumer"
 fi
 # The static archive, with the private dependencies pkg-config lists for it.
 static_libs=$(PKG_CONFIG_PATH="$libdir" pkg-config --static --libs rap | sed 's/-lrap//')

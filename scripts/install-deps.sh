@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # install-deps.sh — installs what building and testing rap needs on Debian, skipping what is there.
 # Needs root (or sudo) only when something is missing. The CUDA toolkit is optional and never
-# installed here: it is found at /usr/local/cuda when present.
+# installed here: it is found at /usr/local/cuda when present. RAP_DEPS_HIP=1 (make hip-check) adds
+# Debian's HIP 5.2: hipcc and libamdhip64-dev (about 66 MB to download, 350 MB installed).
 set -euo pipefail
 
 packages=(cmake ninja-build gcc g++ make pkg-config libgtest-dev uthash-dev)
 [ "${RAP_DEPS_CLANG:-0}" = 1 ] && packages+=(clang libclang-rt-14-dev)
+[ "${RAP_DEPS_HIP:-0}" = 1 ] && packages+=(hipcc libamdhip64-dev)
 # Wanted, not needed: rap-bench's mimalloc peer (loaded at run time; make device-build carries the
 # library to the GPU machine). Where it cannot be installed the build goes on without it.
 optional=(libmimalloc-dev)

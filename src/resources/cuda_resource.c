@@ -1,76 +1,109 @@
-/* cuda_resource.c — CUDA streams as resources, with pooled CUDA events.
+/* cuda_resource.c — CUDA streams as resources, with pooled CUDA events; in a HIP build, spelled
+ * through gpu_runtime.h, HIP streams with pooled HIP events (resource kind "hip").
  *
  * Events are created with timing off, on the stream's device, only when the resource's free list
  * is empty. A cuda resource waits for another cuda event on the device (cudaStreamWaitEvent); for
  * an event of a CPU queue it has no device-side wait, so the host waits instead. Work submitted
- * to it runs as a host function in stream order (cudaLaunchHostFunc).
+ * to it runs as a host function in stream order (cudaLaunchHostFunc). HIP alike, call for call,
+ * but for that last one (hipStreamAddCallback: see cr_submit).
  */
 #include "rap_internal.h"
+#include "resources/gpu_runtime.h"
 
-#include <rap/cuda.h>
 #include <stdlib.h>
 
-typedef struct cuda_res {
+typedef struct gpu_res {
   rap_resource base;
-  cudaStream_t stream;
+  gpuStream_t stream;
   int device;
   bool owned;
-} cuda_res;
+} gpu_res;
 
-static int cuda_error(const char *call, cudaError_t e) {
-  (void)cudaGetLastError();
-  return rapi_fail(RAP_ERR_BACKEND, "%s: %s", call, cudaGetErrorString(e));
+static int gpu_error(const char *call, gpuError_t e) {
+  (void)gpuGetLastError();
+  return rapi_fail(RAP_ERR_BACKEND, "%s: %s", call, gpuGetErrorString(e));
 }
 
 static int cr_synchronize(rap_resource *r) {
-  cudaError_t e = cudaStreamSynchronize(((cuda_res *)r)->stream);
-  return e == cudaSuccess ? RAP_OK : cuda_error("cudaStreamSynchronize", e);
+  gpuError_t e = gpuStreamSynchronize(((gpu_res *)r)->stream);
+  return e == gpuSuccess ? RAP_OK : gpu_error(GPU_PREFIX "StreamSynchronize", e);
+}
+
+#if RAP_HAVE_HIP
+/* HIP 5.2 declares hipLaunchHostFunc, but its runtime does not export it and its NVIDIA header does
+ * not map it: the function goes through hipStreamAddCallback, whose callback also takes the stream
+ * and its status. A record carries fn and arg to the callback, which frees it and calls fn. */
+typedef struct host_call {
+  void (*fn)(void *);
+  void *arg;
+} host_call;
+
+static void run_host_call(hipStream_t s, hipError_t status, void *p) {
+  (void)s;
+  (void)status;   /* fn runs either way, as a cudaLaunchHostFunc function would */
+  host_call hc = *(host_call *)p;
+  free(p);
+  hc.fn(hc.arg);
 }
 
 static int cr_submit(rap_resource *r, void (*fn)(void *), void *arg) {
-  cudaError_t e = cudaLaunchHostFunc(((cuda_res *)r)->stream, fn, arg);
-  return e == cudaSuccess ? RAP_OK : cuda_error("cudaLaunchHostFunc", e);
+  host_call *hc = rapi_malloc(sizeof *hc);
+  if (hc == NULL)
+    return rapi_fail(RAP_ERR_NOMEM, "hip resource: out of host memory for a host function");
+  hc->fn = fn;
+  hc->arg = arg;
+  hipError_t e = hipStreamAddCallback(((gpu_res *)r)->stream, run_host_call, hc, 0);
+  if (e == hipSuccess) return RAP_OK;
+  free(hc);
+  return gpu_error("hipStreamAddCallback", e);
 }
+#else
+static int cr_submit(rap_resource *r, void (*fn)(void *), void *arg) {
+  cudaError_t e = cudaLaunchHostFunc(((gpu_res *)r)->stream, fn, arg);
+  return e == cudaSuccess ? RAP_OK : gpu_error("cudaLaunchHostFunc", e);
+}
+#endif
 
 static int cr_record(rap_resource *r, rapi_event **out) {
-  cuda_res *c = (cuda_res *)r;
+  gpu_res *c = (gpu_res *)r;
   rapi_event *ev = rapi_event_pool_get(r);
   if (ev == NULL) {
     ev = rapi_calloc(1, sizeof *ev);
-    if (ev == NULL) return rapi_fail(RAP_ERR_NOMEM, "cuda resource: out of host memory for an event");
+    if (ev == NULL)
+      return rapi_fail(RAP_ERR_NOMEM, GPU_KIND " resource: out of host memory for an event");
     int saved = c->device;
-    cudaError_t e = cudaGetDevice(&saved);
-    if (e == cudaSuccess && saved != c->device) e = cudaSetDevice(c->device);
-    cudaEvent_t h = NULL;
-    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&h, cudaEventDisableTiming);
-    if (saved != c->device) (void)cudaSetDevice(saved);
-    if (e != cudaSuccess) {
+    gpuError_t e = gpuGetDevice(&saved);
+    if (e == gpuSuccess && saved != c->device) e = gpuSetDevice(c->device);
+    gpuEvent_t h = NULL;
+    if (e == gpuSuccess) e = gpuEventCreateWithFlags(&h, gpuEventDisableTiming);
+    if (saved != c->device) (void)gpuSetDevice(saved);
+    if (e != gpuSuccess) {
       free(ev);
-      return cuda_error("cudaEventCreateWithFlags", e);
+      return gpu_error(GPU_PREFIX "EventCreateWithFlags", e);
     }
     ev->r = r;
     ev->handle = h;
     __atomic_fetch_add(&r->events_created, 1, __ATOMIC_RELAXED);
   }
-  cudaError_t e = cudaEventRecord((cudaEvent_t)ev->handle, c->stream);
-  if (e != cudaSuccess) {
+  gpuError_t e = gpuEventRecord((gpuEvent_t)ev->handle, c->stream);
+  if (e != gpuSuccess) {
     rapi_event_pool_put(r, ev);
-    return cuda_error("cudaEventRecord", e);
+    return gpu_error(GPU_PREFIX "EventRecord", e);
   }
   *out = ev;
   return RAP_OK;
 }
 
 static int cr_query(rapi_event *ev) {
-  cudaError_t e = cudaEventQuery((cudaEvent_t)ev->handle);
-  if (e == cudaSuccess) return 1;
-  if (e == cudaErrorNotReady) return 0;
-  return cuda_error("cudaEventQuery", e);
+  gpuError_t e = gpuEventQuery((gpuEvent_t)ev->handle);
+  if (e == gpuSuccess) return 1;
+  if (e == gpuErrorNotReady) return 0;
+  return gpu_error(GPU_PREFIX "EventQuery", e);
 }
 
 static int cr_event_synchronize(rapi_event *ev) {
-  cudaError_t e = cudaEventSynchronize((cudaEvent_t)ev->handle);
-  return e == cudaSuccess ? RAP_OK : cuda_error("cudaEventSynchronize", e);
+  gpuError_t e = gpuEventSynchronize((gpuEvent_t)ev->handle);
+  return e == gpuSuccess ? RAP_OK : gpu_error(GPU_PREFIX "EventSynchronize", e);
 }
 
 static void cr_event_release(rapi_event *ev) { rapi_event_pool_put(ev->r, ev); }
@@ -78,21 +111,22 @@ static void cr_event_release(rapi_event *ev) { rapi_event_pool_put(ev->r, ev); }
 static int cr_wait(rap_resource *r, rapi_event *ev) {
   if (ev->r->ops != r->ops) return RAPI_HOST_WAIT;   /* no device-side wait for a CPU queue */
   if (ev->r->key == r->key) return RAP_OK;
-  cudaError_t e = cudaStreamWaitEvent(((cuda_res *)r)->stream, (cudaEvent_t)ev->handle, 0);
-  return e == cudaSuccess ? RAP_OK : cuda_error("cudaStreamWaitEvent", e);
+  gpuError_t e = gpuStreamWaitEvent(((gpu_res *)r)->stream, (gpuEvent_t)ev->handle, 0);
+  return e == gpuSuccess ? RAP_OK : gpu_error(GPU_PREFIX "StreamWaitEvent", e);
 }
 
-static void destroy_event_handle(void *h) { (void)cudaEventDestroy((cudaEvent_t)h); }
+static void destroy_event_handle(void *h) { (void)gpuEventDestroy((gpuEvent_t)h); }
 
-/* An owned stream goes at once (CUDA lets its queued work finish); the events stay while waits
- * queued elsewhere may still look at them. */
+/* An owned stream goes at once (CUDA and HIP let its queued work finish); the events stay while
+ * waits queued elsewhere may still look at them. */
 static void cr_close(rap_resource *r) {
-  cuda_res *c = (cuda_res *)r;
+  gpu_res *c = (gpu_res *)r;
   if (c->owned) {
-    cudaError_t e = cudaStreamDestroy(c->stream);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      rap_log(RAP_LOG_WARN, "cuda resource: cudaStreamDestroy failed: %s", cudaGetErrorString(e));
+    gpuError_t e = gpuStreamDestroy(c->stream);
+    if (e != gpuSuccess) {
+      (void)gpuGetLastError();
+      rap_log(RAP_LOG_WARN, GPU_KIND " resource: " GPU_PREFIX "StreamDestroy failed: %s",
+              gpuGetErrorString(e));
     }
     c->owned = false;
   }
@@ -103,8 +137,8 @@ static void cr_destroy(rap_resource *r) {
   free(r);
 }
 
-static const rapi_resource_ops cuda_ops = {
-    .kind = "cuda",
+static const rapi_resource_ops gpu_ops = {
+    .kind = GPU_KIND,
     .synchronize = cr_synchronize,
     .close = cr_close,
     .destroy = cr_destroy,
@@ -116,23 +150,23 @@ static const rapi_resource_ops cuda_ops = {
     .wait = cr_wait,
 };
 
-static int create(rap_manager *rm, cudaStream_t s, bool owned, rap_resource **out, const char *fn) {
+static int create(rap_manager *rm, gpuStream_t s, bool owned, rap_resource **out, const char *fn) {
   if (rm == NULL || out == NULL) return rapi_fail(RAP_ERR_INVALID, "%s: manager or out is NULL", fn);
   int count = 0;
   if (rapi_cuda_devices(fn, &count) != RAP_OK) return RAP_ERR_UNSUPPORTED;
-  cuda_res *c = rapi_calloc(1, sizeof *c);
+  gpu_res *c = rapi_calloc(1, sizeof *c);
   if (c == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", fn);
-  cudaError_t e = cudaGetDevice(&c->device);
-  if (e == cudaSuccess && owned) e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  if (e == cudaSuccess && s != NULL && s != cudaStreamPerThread && s != cudaStreamLegacy)
-    e = cudaStreamGetDevice(s, &c->device);
-  if (e != cudaSuccess) {
+  gpuError_t e = gpuGetDevice(&c->device);
+  if (e == gpuSuccess && owned) e = gpuStreamCreateWithFlags(&s, gpuStreamNonBlocking);
+  if (e == gpuSuccess && s != NULL && s != gpuStreamPerThread && s != gpuStreamLegacy)
+    e = gpu_stream_device(s, &c->device);
+  if (e != gpuSuccess) {
     free(c);
-    return cuda_error(fn, e);
+    return gpu_error(fn, e);
   }
   c->stream = s;
   c->owned = owned;
-  c->base.ops = &cuda_ops;
+  c->base.ops = &gpu_ops;
   c->base.rm = rm;
   /* Stream identity: a real stream's handle; the special handles are per device. */
   uintptr_t h = (uintptr_t)s;
@@ -143,14 +177,14 @@ static int create(rap_manager *rm, cudaStream_t s, bool owned, rap_resource **ou
   return RAP_OK;
 }
 
-int rap_resource_create_cuda(rap_manager *rm, cudaStream_t s, rap_resource **out) {
-  return create(rm, s, false, out, "rap_resource_create_cuda");
+int gpu_resource_create(rap_manager *rm, gpuStream_t s, rap_resource **out) {
+  return create(rm, s, false, out, "rap_resource_create_" GPU_KIND);
 }
 
-int rap_resource_create_cuda_stream(rap_manager *rm, rap_resource **out) {
-  return create(rm, NULL, true, out, "rap_resource_create_cuda_stream");
+int gpu_resource_create_stream(rap_manager *rm, rap_resource **out) {
+  return create(rm, NULL, true, out, "rap_resource_create_" GPU_KIND "_stream");
 }
 
-cudaStream_t rap_resource_cuda_stream(const rap_resource *r) {
-  return r != NULL && r->ops == &cuda_ops ? ((const cuda_res *)r)->stream : NULL;
+gpuStream_t gpu_resource_stream(const rap_resource *r) {
+  return r != NULL && r->ops == &gpu_ops ? ((const gpu_res *)r)->stream : NULL;
 }

@@ -1,9 +1,13 @@
-/* no_cuda.c — stands in for the CUDA platform allocators in a build without CUDA.
+/* no_cuda.c — stands in for the GPU backends a build lacks; compiled into every build.
  *
- * The names DEVICE, PINNED and UM still resolve, and asking for one says why it is missing.
+ * Without CUDA, rap/cuda.h's functions say why they are missing; without HIP, rap/hip.h's do, so
+ * a program written against either header links with any rap (they are exported like the API).
+ * In a build with neither, the names DEVICE, PINNED and UM still resolve, and asking for one says
+ * why it is missing.
  */
 #include "rap_internal.h"
 
+#if !RAP_HAVE_CUDA && !RAP_HAVE_HIP
 bool rapi_cuda_compiled(void) { return false; }
 
 static int no_cuda_init(rap_allocator *self, void *state, rap_options *opts) {
@@ -22,8 +26,11 @@ const rap_strategy rapi_cuda_platform = {
     .init = no_cuda_init,
     RAPI_TRACKED_METHODS,
 };
+#endif
 
+#if !RAP_HAVE_CUDA
 /* rap/cuda.h's functions, for programs that include it against a build without CUDA. */
+RAP_API_BEGIN
 struct CUstream_st;
 int rap_resource_create_cuda(rap_manager *rm, struct CUstream_st *s, rap_resource **out);
 int rap_resource_create_cuda_stream(rap_manager *rm, rap_resource **out);
@@ -46,3 +53,36 @@ struct CUstream_st *rap_resource_cuda_stream(const rap_resource *r) {
   (void)r;
   return NULL;
 }
+RAP_API_END
+#endif
+
+#if !RAP_HAVE_HIP
+/* rap/hip.h's functions, for programs that include it against a build without HIP
+ * (RAP_WITH_HIP=ON builds it). hipStream_t is a pointer on both of HIP's platforms. */
+RAP_API_BEGIN
+struct ihipStream_t;
+int rap_resource_create_hip(rap_manager *rm, struct ihipStream_t *s, rap_resource **out);
+int rap_resource_create_hip_stream(rap_manager *rm, rap_resource **out);
+struct ihipStream_t *rap_resource_hip_stream(const rap_resource *r);
+
+int rap_resource_create_hip(rap_manager *rm, struct ihipStream_t *s, rap_resource **out) {
+  (void)rm;
+  (void)s;
+  (void)out;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_resource_create_hip: rap was built without HIP "
+                   "(RAP_WITH_HIP=ON builds it)");
+}
+
+int rap_resource_create_hip_stream(rap_manager *rm, rap_resource **out) {
+  (void)rm;
+  (void)out;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_resource_create_hip_stream: rap was built without HIP "
+                   "(RAP_WITH_HIP=ON builds it)");
+}
+
+struct ihipStream_t *rap_resource_hip_stream(const rap_resource *r) {
+  (void)r;
+  return NULL;
+}
+RAP_API_END
+#endif

@@ -2,15 +2,15 @@
  * over DEVICE, PINNED and UM pools, cross_resource=wait under a busy owner, same-stream reuse with
  * no event recorded, and lifetimes: streams destroyed after many threads used them, a queued wait
  * outliving the stream it waits for; the same rule under a ThreadCache, with frees from other
- * threads and streams going while caches hold blocks. Skips where no CUDA device is usable.
+ * threads and streams going while caches hold blocks. Skips where no device is usable. A HIP build
+ * runs the same source on HIP streams (../cuda/gpu_test.h: suites HipResourceAwarePool, ...).
  */
+#include "../cuda/gpu_test.h"
 #include "../cuda/kernels.h"
 #include "gate.h"
 #include "rap_internal.h"
-#include "rap_test.h"
 
 #include <pthread.h>
-#include <rap/cuda.h>
 #include <string.h>
 #include <time.h>
 
@@ -29,12 +29,12 @@ static void setup(env *e, const char *strategy, const char *parent, const char *
   int st = rap_allocator_get(e->rm, parent, &a);
   if (st == RAP_ERR_UNSUPPORTED) {
     RAP_CHECK_OK(rap_manager_destroy(e->rm));
-    RAP_SKIP("no CUDA device: %s", rap_last_error());
+    GPU_SKIP_NO_DEVICE();
   }
   RAP_CHECK_OK(st);
   RAP_CHECK_OK(rap_allocator_make(e->rm, "pool", strategy, parent, options, &e->pool));
-  RAP_CHECK_OK(rap_resource_create_cuda_stream(e->rm, &e->r1));
-  RAP_CHECK_OK(rap_resource_create_cuda_stream(e->rm, &e->r2));
+  RAP_CHECK_OK(gpu_resource_create_stream(e->rm, &e->r1));
+  RAP_CHECK_OK(gpu_resource_create_stream(e->rm, &e->r2));
   RAP_CHECK(gpu_gate_create(&e->gate) == 0);
 }
 
@@ -53,10 +53,10 @@ static void race(const char *strategy, const char *parent, bool expect_hazard) {
   void *p, *q;
   setup(&e, strategy, parent, "initial_size=64MiB");
   RAP_CHECK_OK(rap_allocate(e.pool, &p, 4 * MiB, e.r1));
-  RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(e.r1), e.gate, p, 4 * MiB, 0xAA) == 0);
+  RAP_CHECK(gpu_gated_fill(gpu_resource_stream(e.r1), e.gate, p, 4 * MiB, 0xAA) == 0);
   RAP_CHECK_OK(rap_deallocate(e.pool, p, e.r1));
   RAP_CHECK_OK(rap_allocate(e.pool, &q, 4 * MiB, e.r2));
-  RAP_CHECK(gpu_fill(rap_resource_cuda_stream(e.r2), q, 4 * MiB, 0x55) == 0);
+  RAP_CHECK(gpu_fill(gpu_resource_stream(e.r2), q, 4 * MiB, 0x55) == 0);
   RAP_CHECK_OK(rap_resource_synchronize(e.r2));
   gpu_gate_open(e.gate);
   RAP_CHECK_OK(rap_resource_synchronize(e.r1));
@@ -66,10 +66,10 @@ static void race(const char *strategy, const char *parent, bool expect_hazard) {
   teardown(&e);
 }
 
-RAP_TEST(CudaResourceAwarePool, RaceDetectorDevice) { race("ResourceAwarePool", "DEVICE", false); }
-RAP_TEST(CudaResourceAwarePool, RaceDetectorPinned) { race("ResourceAwarePool", "PINNED", false); }
-RAP_TEST(CudaResourceAwarePool, RaceDetectorManaged) { race("ResourceAwarePool", "UM", false); }
-RAP_TEST(CudaQuickPool, RaceDetectorShowsTheHazard) { race("QuickPool", "DEVICE", true); }
+GPU_TEST(ResourceAwarePool, RaceDetectorDevice) { race("ResourceAwarePool", "DEVICE", false); }
+GPU_TEST(ResourceAwarePool, RaceDetectorPinned) { race("ResourceAwarePool", "PINNED", false); }
+GPU_TEST(ResourceAwarePool, RaceDetectorManaged) { race("ResourceAwarePool", "UM", false); }
+GPU_TEST(QuickPool, RaceDetectorShowsTheHazard) { race("QuickPool", "DEVICE", true); }
 
 static double seconds(void) {
   struct timespec ts;
@@ -77,13 +77,13 @@ static double seconds(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-RAP_TEST(CudaResourceAwarePool, CrossResourceWaitUnderBusyOwner) {
+GPU_TEST(ResourceAwarePool, CrossResourceWaitUnderBusyOwner) {
   env e;
   void *p, *q;
   setup(&e, "ResourceAwarePool", "DEVICE",
         "initial_size=4MiB next_size=4MiB heuristic=never cross_resource=wait");
   RAP_CHECK_OK(rap_allocate(e.pool, &p, 4 * MiB, e.r1));
-  RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(e.r1), e.gate, p, 4 * MiB, 0xAA) == 0);
+  RAP_CHECK(gpu_gated_fill(gpu_resource_stream(e.r1), e.gate, p, 4 * MiB, 0xAA) == 0);
   RAP_CHECK_OK(rap_deallocate(e.pool, p, e.r1));
   double t0 = seconds();
   RAP_CHECK_OK(rap_allocate(e.pool, &q, 4 * MiB, e.r2));   /* no host block: r1 is still gated */
@@ -92,7 +92,7 @@ RAP_TEST(CudaResourceAwarePool, CrossResourceWaitUnderBusyOwner) {
   rap_stats s;
   RAP_CHECK_OK(rap_allocator_stats(e.pool, &s));
   RAP_CHECK_EQ(s.chunk_count, 1);
-  RAP_CHECK(gpu_fill(rap_resource_cuda_stream(e.r2), q, 4 * MiB, 0x55) == 0);
+  RAP_CHECK(gpu_fill(gpu_resource_stream(e.r2), q, 4 * MiB, 0x55) == 0);
   gpu_gate_open(e.gate);
   RAP_CHECK_OK(rap_resource_synchronize(e.r2));
   RAP_CHECK(gpu_all_bytes(q, 4 * MiB, 0x55));   /* r2's fill ran after r1's */
@@ -100,11 +100,11 @@ RAP_TEST(CudaResourceAwarePool, CrossResourceWaitUnderBusyOwner) {
   teardown(&e);
 }
 
-RAP_TEST(CudaResourceAwarePool, SameStreamReuseRecordsNoEvent) {
+GPU_TEST(ResourceAwarePool, SameStreamReuseRecordsNoEvent) {
   env e;
   void *p;
   setup(&e, "ResourceAwarePool", "DEVICE", "initial_size=64MiB");
-  RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(e.r1), e.gate, NULL, 0, 0) == 0);
+  RAP_CHECK(gpu_gated_fill(gpu_resource_stream(e.r1), e.gate, NULL, 0, 0) == 0);
   for (int i = 0; i < 10000; i++) {
     RAP_CHECK_OK(rap_allocate(e.pool, &p, (size_t)(i % 7 + 1) * 4096, e.r1));
     RAP_CHECK_OK(rap_deallocate(e.pool, p, e.r1));
@@ -116,16 +116,16 @@ RAP_TEST(CudaResourceAwarePool, SameStreamReuseRecordsNoEvent) {
   teardown(&e);
 }
 
-RAP_TEST(CudaResourceAwarePool, WrappedStreamsAreOneStream) {
+GPU_TEST(ResourceAwarePool, WrappedStreamsAreOneStream) {
   env e;
   void *p;
   setup(&e, "ResourceAwarePool", "DEVICE", "initial_size=64MiB");
   rap_resource *alias;
-  RAP_CHECK_OK(rap_resource_create_cuda(e.rm, rap_resource_cuda_stream(e.r1), &alias));
+  RAP_CHECK_OK(gpu_resource_create(e.rm, gpu_resource_stream(e.r1), &alias));
   RAP_CHECK_OK(rap_allocate(e.pool, &p, 4096, e.r1));
   RAP_CHECK_OK(rap_deallocate(e.pool, p, alias));   /* same stream: not a wrong resource */
   rap_resource *legacy;
-  RAP_CHECK_OK(rap_resource_create_cuda(e.rm, 0, &legacy));
+  RAP_CHECK_OK(gpu_resource_create(e.rm, 0, &legacy));
   RAP_CHECK_OK(rap_allocate(e.pool, &p, 4096, legacy));
   RAP_CHECK_STATUS(rap_deallocate(e.pool, p, e.r2), RAP_ERR_WRONG_RESOURCE);
   RAP_CHECK_OK(rap_deallocate(e.pool, p, legacy));
@@ -157,7 +157,7 @@ static void *lt_worker(void *p) {
       a->failures++;
       continue;
     }
-    if (gpu_fill(rap_resource_cuda_stream(mine), ring[k], 256, a->id) != 0) a->failures++;
+    if (gpu_fill(gpu_resource_stream(mine), ring[k], 256, a->id) != 0) a->failures++;
     if (i % 5 == 0 && rap_record_resource(a->ts, ring[k], other) != RAP_OK) a->failures++;
   }
   for (int k = 0; k < 8; k++)
@@ -165,13 +165,13 @@ static void *lt_worker(void *p) {
   return NULL;
 }
 
-RAP_TEST(CudaLifetimes, StreamsGoAfterDeviceSynchronize) {
+GPU_TEST(Lifetimes, StreamsGoAfterDeviceSynchronize) {
   env e;
   setup(&e, "ResourceAwarePool", "DEVICE", "initial_size=64MiB");
   rap_allocator *ts;
   RAP_CHECK_OK(rap_allocator_make(e.rm, "ts", "ThreadSafe", "pool", NULL, &ts));
   rap_resource *streams[LT_STREAMS];
-  for (int i = 0; i < LT_STREAMS; i++) RAP_CHECK_OK(rap_resource_create_cuda_stream(e.rm, &streams[i]));
+  for (int i = 0; i < LT_STREAMS; i++) RAP_CHECK_OK(gpu_resource_create_stream(e.rm, &streams[i]));
   pthread_t th[LT_THREADS];
   lt_arg args[LT_THREADS];
   for (int i = 0; i < LT_THREADS; i++) {
@@ -184,7 +184,7 @@ RAP_TEST(CudaLifetimes, StreamsGoAfterDeviceSynchronize) {
     failures += args[i].failures;
   }
   RAP_CHECK_EQ(failures, 0);
-  RAP_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  RAP_CHECK(gpuDeviceSynchronize() == gpuSuccess);
   for (int i = 0; i < LT_STREAMS; i++) RAP_CHECK_OK(rap_resource_destroy(streams[i]));
   rap_stats s;
   RAP_CHECK_OK(rap_allocator_stats(e.pool, &s));
@@ -202,7 +202,7 @@ static void lt_fill_host(void *arg) {
   memset(*p, 0x33, 4096);
 }
 
-RAP_TEST(CudaLifetimes, QueuedWaitOutlivesTheStream) {
+GPU_TEST(Lifetimes, QueuedWaitOutlivesTheStream) {
   env e;
   setup(&e, "ResourceAwarePool", "PINNED",
         "initial_size=1MiB next_size=1MiB heuristic=never cross_resource=wait wait_above=0");
@@ -213,7 +213,7 @@ RAP_TEST(CudaLifetimes, QueuedWaitOutlivesTheStream) {
   RAP_CHECK_OK(rap_resource_submit(q, gate_job, &hold));   /* the wait runs only after r1 is gone */
   void *p, *mine;
   RAP_CHECK_OK(rap_allocate(e.pool, &p, 1 * MiB, e.r1));
-  RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(e.r1), e.gate, p, 4096, 0xAA) == 0);
+  RAP_CHECK(gpu_gated_fill(gpu_resource_stream(e.r1), e.gate, p, 4096, 0xAA) == 0);
   RAP_CHECK_OK(rap_deallocate(e.pool, p, e.r1));
   RAP_CHECK_OK(rap_allocate(e.pool, &mine, 1 * MiB, q));   /* queues a wait for r1's event */
   RAP_CHECK(mine == p);
@@ -241,14 +241,14 @@ static void tc_setup(env *e) {
   RAP_CHECK_OK(rap_allocator_make(e->rm, "tc", "ThreadCache", "pool", NULL, &tc));
 }
 
-RAP_TEST(CudaThreadCache, RaceDetectorDevice) {
+GPU_TEST(ThreadCache, RaceDetectorDevice) {
   env e;
   tc_setup(&e);
   rap_allocator *tc;
   RAP_CHECK_OK(rap_allocator_get(e.rm, "tc", &tc));
   void *p, *q, *again;
   RAP_CHECK_OK(rap_allocate(tc, &p, 64 << 10, e.r1));
-  RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(e.r1), e.gate, p, 64 << 10, 0xAA) == 0);
+  RAP_CHECK(gpu_gated_fill(gpu_resource_stream(e.r1), e.gate, p, 64 << 10, 0xAA) == 0);
   rap_stats before, s;
   RAP_CHECK_OK(rap_allocator_stats(tc, &before));   /* the refill brought a few more */
   RAP_CHECK_OK(rap_deallocate(tc, p, e.r1));   /* into this thread's cache, for r1 */
@@ -257,10 +257,10 @@ RAP_TEST(CudaThreadCache, RaceDetectorDevice) {
   RAP_CHECK_EQ(s.current_bytes, 0);
   RAP_CHECK_OK(rap_allocate(tc, &q, 64 << 10, e.r2));
   RAP_CHECK(q != p);
-  RAP_CHECK(gpu_fill(rap_resource_cuda_stream(e.r2), q, 64 << 10, 0x55) == 0);
+  RAP_CHECK(gpu_fill(gpu_resource_stream(e.r2), q, 64 << 10, 0x55) == 0);
   RAP_CHECK_OK(rap_allocate(tc, &again, 64 << 10, e.r1));   /* r1's own order makes it safe */
   RAP_CHECK(again == p);
-  RAP_CHECK(gpu_fill(rap_resource_cuda_stream(e.r1), again, 64 << 10, 0x11) == 0);
+  RAP_CHECK(gpu_fill(gpu_resource_stream(e.r1), again, 64 << 10, 0x11) == 0);
   RAP_CHECK_OK(rap_resource_synchronize(e.r2));
   gpu_gate_open(e.gate);
   RAP_CHECK_OK(rap_resource_synchronize(e.r1));
@@ -285,14 +285,14 @@ static void *tc_free_elsewhere(void *arg) {
   return NULL;
 }
 
-RAP_TEST(CudaThreadCache, ForeignFreeStaysPendingOnItsStream) {
+GPU_TEST(ThreadCache, ForeignFreeStaysPendingOnItsStream) {
   env e;
   tc_setup(&e);
   rap_allocator *tc;
   RAP_CHECK_OK(rap_allocator_get(e.rm, "tc", &tc));
   void *p, *q, *again;
   RAP_CHECK_OK(rap_allocate(tc, &p, 4096, e.r1));
-  RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(e.r1), e.gate, p, 4096, 0xAA) == 0);
+  RAP_CHECK(gpu_gated_fill(gpu_resource_stream(e.r1), e.gate, p, 4096, 0xAA) == 0);
   tc_handoff h = {tc, e.r1, p, -1};
   pthread_t th;
   RAP_CHECK(pthread_create(&th, NULL, tc_free_elsewhere, &h) == 0);
@@ -300,7 +300,7 @@ RAP_TEST(CudaThreadCache, ForeignFreeStaysPendingOnItsStream) {
   RAP_CHECK_OK(h.st);   /* back to this thread's cache through its list of foreign frees */
   RAP_CHECK_OK(rap_allocate(tc, &q, 4096, e.r2));
   RAP_CHECK(q != p);
-  RAP_CHECK(gpu_fill(rap_resource_cuda_stream(e.r2), q, 4096, 0x55) == 0);
+  RAP_CHECK(gpu_fill(gpu_resource_stream(e.r2), q, 4096, 0x55) == 0);
   RAP_CHECK_OK(rap_allocate(tc, &again, 4096, e.r1));
   RAP_CHECK(again == p);
   RAP_CHECK_OK(rap_resource_synchronize(e.r2));
@@ -335,20 +335,20 @@ static void *tc_worker(void *p) {
       a->failures++;
       continue;
     }
-    if (gpu_fill(rap_resource_cuda_stream(mine), ring[k], 256, a->id) != 0) a->failures++;
+    if (gpu_fill(gpu_resource_stream(mine), ring[k], 256, a->id) != 0) a->failures++;
   }
   for (int k = 0; k < 8; k++)
     if (ring[k] != NULL && rap_deallocate(a->ts, ring[k], mine) != RAP_OK) a->failures++;
   return NULL;
 }
 
-RAP_TEST(CudaThreadCache, StreamsGoWhileCachesHoldTheirBlocks) {
+GPU_TEST(ThreadCache, StreamsGoWhileCachesHoldTheirBlocks) {
   env e;
   tc_setup(&e);
   rap_allocator *tc;
   RAP_CHECK_OK(rap_allocator_get(e.rm, "tc", &tc));
   rap_resource *streams[LT_STREAMS];
-  for (int i = 0; i < LT_STREAMS; i++) RAP_CHECK_OK(rap_resource_create_cuda_stream(e.rm, &streams[i]));
+  for (int i = 0; i < LT_STREAMS; i++) RAP_CHECK_OK(gpu_resource_create_stream(e.rm, &streams[i]));
   pthread_t th[LT_THREADS];
   lt_arg args[LT_THREADS];
   for (int i = 0; i < LT_THREADS; i++) {

@@ -1,4 +1,5 @@
-// kernels.cu — the CUDA tests' kernels: a gated fill (spins on a host-written flag) and a check.
+// kernels.cu — the GPU tests' kernels: a gated fill (spins on a host-written flag) and a check.
+// One source for both backends: nvcc compiles it for CUDA, hipcc (-x hip) for HIP on AMD.
 #include "kernels.h"
 
 #include <cstdlib>
@@ -8,11 +9,20 @@ struct gpu_gate {
   volatile int *flag;
 };
 
+// Waits a little without hammering the flag: about 1 us on NVIDIA; s_sleep's longest on AMD.
+__device__ static void pause() {
+#if defined(__HIP_PLATFORM_AMD__)
+  __builtin_amdgcn_s_sleep(127);
+#else
+  __nanosleep(1000);
+#endif
+}
+
 __global__ void gated_fill(volatile int *flag, unsigned char *p, size_t n, unsigned char v) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     long long start = clock64();
     // About 10 s at 2 GHz: a test that forgets to open the gate fails instead of hanging.
-    while (*flag == 0 && clock64() - start < 20000000000LL) __nanosleep(1000);
+    while (*flag == 0 && clock64() - start < 20000000000LL) pause();
   }
   __syncthreads();
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -27,13 +37,13 @@ __global__ void fill(unsigned char *p, size_t n, unsigned char v) {
 extern "C" int gpu_gate_create(gpu_gate **out) {
   // Load both kernels now: with lazy module loading, loading one while a gated kernel runs would
   // wait for that kernel, and the tests would measure the loader instead of the pool.
-  cudaFuncAttributes attr;
-  if (cudaFuncGetAttributes(&attr, gated_fill) != cudaSuccess ||
-      cudaFuncGetAttributes(&attr, fill) != cudaSuccess)
+  gpuFuncAttributes attr;
+  if (gpuFuncGetAttributes(&attr, gated_fill) != gpuSuccess ||
+      gpuFuncGetAttributes(&attr, fill) != gpuSuccess)
     return -1;
   gpu_gate *g = static_cast<gpu_gate *>(std::malloc(sizeof *g));
   int *flag = nullptr;
-  if (!g || cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped) != cudaSuccess) {
+  if (!g || gpuHostAlloc((void **)&flag, sizeof(int), gpuHostAllocMapped) != gpuSuccess) {
     std::free(g);
     return -1;
   }
@@ -48,24 +58,24 @@ extern "C" void gpu_gate_open(gpu_gate *g) {
 }
 
 extern "C" void gpu_gate_destroy(gpu_gate *g) {
-  cudaFreeHost(const_cast<int *>(g->flag));
+  (void)gpuFreeHost(const_cast<int *>(g->flag));
   std::free(g);
 }
 
 // One block spins: the fill itself uses a single block so the gate holds every byte back.
-extern "C" int gpu_gated_fill(cudaStream_t s, gpu_gate *g, void *p, size_t n, int value) {
+extern "C" int gpu_gated_fill(gpuStream_t s, gpu_gate *g, void *p, size_t n, int value) {
   gated_fill<<<1, 256, 0, s>>>(g->flag, static_cast<unsigned char *>(p), n, (unsigned char)value);
-  return cudaGetLastError() == cudaSuccess ? 0 : -1;
+  return gpuGetLastError() == gpuSuccess ? 0 : -1;
 }
 
-extern "C" int gpu_fill(cudaStream_t s, void *p, size_t n, int value) {
+extern "C" int gpu_fill(gpuStream_t s, void *p, size_t n, int value) {
   fill<<<64, 256, 0, s>>>(static_cast<unsigned char *>(p), n, (unsigned char)value);
-  return cudaGetLastError() == cudaSuccess ? 0 : -1;
+  return gpuGetLastError() == gpuSuccess ? 0 : -1;
 }
 
 extern "C" int gpu_all_bytes(const void *p, size_t n, int value) {
   std::vector<unsigned char> h(n);
-  if (cudaMemcpy(h.data(), p, n, cudaMemcpyDefault) != cudaSuccess) return 0;
+  if (gpuMemcpy(h.data(), p, n, gpuMemcpyDefault) != gpuSuccess) return 0;
   for (unsigned char c : h)
     if (c != (unsigned char)value) return 0;
   return 1;
