@@ -273,7 +273,7 @@ typedef struct rapi_event rapi_event;
 struct rapi_event {
   rap_resource *r;
   uint64_t seq;              /* host_async: position in the queue */
-  void *handle;              /* cuda: the cudaEvent_t */
+  void *handle;              /* cuda, hip: the cudaEvent_t or hipEvent_t */
   rapi_event *next_free;
 };
 
@@ -456,13 +456,21 @@ extern const rap_strategy rapi_thread_cache_strategy;
 extern const rap_strategy rapi_size_limiter_strategy;
 extern const rap_strategy rapi_fixed_pool_strategy;
 extern const rap_strategy rapi_dynamic_pool_list_strategy;
+extern const rap_strategy rapi_stream_ordered_strategy;   /* resources/stream_ordered.c */
 /* ---- resources/host_platform.c, resources/cuda_platform.c -------------------------------- */
 extern const rap_strategy rapi_host_platform;
-extern const rap_strategy rapi_cuda_platform;   /* DEVICE, DEVICE::N, PINNED, UM by option kind= */
+extern const rap_strategy rapi_cuda_platform;   /* DEVICE, DEVICE::N, PINNED, UM; or HIP's */
 extern const rapi_resource_ops rapi_host_resource_ops;
 bool rapi_cuda_compiled(void);
 /* cuda_platform.c: the device count, or RAP_ERR_UNSUPPORTED saying why none is usable (no driver,
  * a driver too old, no device). */
 int  rapi_cuda_devices(const char *who, int *count);
+/* resources/memory_info.c: the host's physical memory (or its control group's lower limit) and
+ * what is available of it. cuda_platform.c: a GPU platform's device memory (cudaMemGetInfo on its
+ * device), or RAPI_HOST_MEMORY for PINNED, whose bytes are the host's; RAP_ERR_UNSUPPORTED in a
+ * build without a GPU backend. */
+int  rapi_host_memory_info(size_t *free_bytes, size_t *total_bytes);
+#define RAPI_HOST_MEMORY 2
+int  rapi_gpu_memory_info(rap_allocator *platform, size_t *free_bytes, size_t *total_bytes);
 
 #endif /* RAP_INTERNAL_H */

@@ -3,16 +3,19 @@
  * Per resource, live bytes (the user's calls) and pending bytes (what ResourceAwarePools hold for
  * it, from the levels their pending/ready/reuse lines carry), stacked; over them, a line per pool
  * for what it holds from its parent (grow/release). Time runs left to right, split into one slice
- * per column: each column shows the largest value of each series in its slice, so no peak is lost
- * however long the trace. SVG alone, or an HTML page with the SVG inline and a table of peaks.
+ * per column: each column shows the live and pending series at the instant their stacked sum was
+ * largest in its slice, and each pool's line at its largest, so no peak is lost however long the
+ * trace, and the stack never adds bytes that two series held at different instants. SVG alone, or
+ * an HTML page with the SVG inline and a table of peaks.
  */
 #include "trace_plot.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { COLS = 1000, W = 1200, H = 560, ML = 90, MR = 250, MT = 50, MB = 60, MAX_SERIES = 24 };
+enum { COLS = 1000, W = 1280, H = 560, ML = 90, MR = 330, MT = 50, MB = 60, MAX_SERIES = 24 };
 
 typedef struct series {
   int kind;          /* 0 live, 1 pending (of a resource), 2 held (of a pool) */
@@ -48,38 +51,51 @@ static series *find(plot *pl, int kind, int64_t r, int a, const trace *t, const 
   return s;
 }
 
-static size_t column(const plot *pl, uint64_t t);
-
-static void set(plot *pl, series *s, uint64_t t, uint64_t v) {
-  s->now = v;
-  if (v > s->peak) s->peak = v;
-  size_t c = column(pl, t);
-  if (v > s->col[c]) s->col[c] = v;
-}
-
-typedef struct slice {
-  uint64_t end;      /* the value the series ends the slice with */
-  uint8_t had;       /* the slice has an event of the series */
-} slice;
 
 static size_t column(const plot *pl, uint64_t t) {
   size_t c = (size_t)((double)t / (double)pl->span * (COLS - 1));
   return c < COLS ? c : COLS - 1;
 }
 
-/* A slice with events shows the largest of them and of the value it began with; one without shows
- * the value carried in. */
-static void fill(plot *pl, const slice *sl) {
+/* Per column: the stacked series (live, pending) at the instant their sum was largest, so the
+ * stack never shows bytes two series held at different instants; a pool's line at its largest.
+ * A column without events carries the values the previous one ended with. */
+typedef struct columns {
+  uint64_t best[COLS];                  /* the largest stacked sum seen in the column */
+  uint64_t at_best[COLS][MAX_SERIES];   /* every series at that instant */
+  uint64_t end[COLS][MAX_SERIES];       /* every series at the column's last event */
+  uint8_t had[COLS];
+} columns;
+
+static void record(plot *pl, columns *cs, uint64_t t) {
+  size_t c = column(pl, t);
+  uint64_t total = 0;
+  for (int i = 0; i < pl->n; i++)
+    if (pl->s[i].kind < 2) total += pl->s[i].now;
+  if (!cs->had[c] || total >= cs->best[c]) {
+    cs->best[c] = total;
+    for (int i = 0; i < pl->n; i++) cs->at_best[c][i] = pl->s[i].now;
+  }
   for (int i = 0; i < pl->n; i++) {
-    uint64_t carry = 0;
-    for (size_t c = 0; c < COLS; c++) {
-      const slice *x = &sl[(size_t)i * COLS + c];
-      if (x->had) {
-        if (carry > pl->s[i].col[c]) pl->s[i].col[c] = carry;
-        carry = x->end;
-      } else {
-        pl->s[i].col[c] = carry;
-      }
+    cs->end[c][i] = pl->s[i].now;
+    if (pl->s[i].kind == 2 && pl->s[i].now > cs->at_best[c][i]) cs->at_best[c][i] = pl->s[i].now;
+  }
+  cs->had[c] = 1;
+}
+
+static void fill(plot *pl, const columns *cs) {
+  uint64_t carry[MAX_SERIES] = {0};
+  for (size_t c = 0; c < COLS; c++) {
+    uint64_t carried = 0;
+    for (int i = 0; i < pl->n; i++)
+      if (pl->s[i].kind < 2) carried += carry[i];
+    bool use_carry = !cs->had[c] || carried > cs->best[c];
+    for (int i = 0; i < pl->n; i++) {
+      uint64_t v = use_carry ? carry[i] : cs->at_best[c][i];
+      if (pl->s[i].kind == 2 && cs->had[c] && cs->at_best[c][i] > v) v = cs->at_best[c][i];
+      if (pl->s[i].kind == 2 && carry[i] > v) v = carry[i];
+      pl->s[i].col[c] = v;
+      if (cs->had[c]) carry[i] = cs->end[c][i];
     }
   }
 }
@@ -87,9 +103,9 @@ static void fill(plot *pl, const slice *sl) {
 static int build(plot *pl, const trace *t, int a) {
   memset(pl, 0, sizeof *pl);
   pl->span = t->ev[t->n - 1].t ? t->ev[t->n - 1].t : 1;
-  slice *sl = calloc((size_t)MAX_SERIES * COLS, sizeof *sl);
+  columns *cs = calloc(1, sizeof *cs);
   pmap sizes = {0}, owner = {0};
-  if (sl == NULL) return -1;
+  if (cs == NULL) return -1;
   for (size_t i = 0; i < t->n; i++) {
     const te *e = &t->ev[i];
     series *s = NULL;
@@ -114,13 +130,12 @@ static int build(plot *pl, const trace *t, int a) {
       v = e->level;
     }
     if (s == NULL) continue;
-    set(pl, s, e->t, v);
-    slice *x = &sl[(size_t)(s - pl->s) * COLS + column(pl, e->t)];
-    x->had = 1;
-    x->end = v;
+    s->now = v;
+    if (v > s->peak) s->peak = v;
+    record(pl, cs, e->t);
   }
-  fill(pl, sl);
-  free(sl);
+  fill(pl, cs);
+  free(cs);
   pmap_free(&sizes);
   pmap_free(&owner);
   return 0;
@@ -272,7 +287,8 @@ int trace_plot(const trace *t, const plot_opts *o) {
   }
   svg(f, pl, title);
   if (html) {
-    fprintf(f, "<p>Each column shows the largest value of each series within its slice of time. "
+    fprintf(f, "<p>Each column shows live and pending at the instant their sum was largest within its slice "
+               "of time, and each pool's line at its largest. "
                "Live: bytes the user holds, per resource. Pending: bytes freed on a resource whose "
                "work may still use them. Held: what each pool holds from its parent.</p>\n"
                "<table><tr><th>series</th><th>peak</th><th>at the end</th></tr>\n");

@@ -91,7 +91,7 @@ int  rap_manager_create(rap_manager **out);
 int  rap_manager_destroy(rap_manager *rm);    /* always destroys; RAP_ERR_BUSY if blocks leaked */
 
 /* ---------------------------------------------------------------------------------------------
- * Allocators. Platform names: "HOST"; with CUDA "DEVICE", "DEVICE::N", "PINNED", "UM".
+ * Allocators. Platform names: "HOST"; with CUDA or HIP "DEVICE", "DEVICE::N", "PINNED", "UM".
  * Options: space- or comma-separated key=value; sizes accept B, KiB, MiB, GiB (and KB, MB, GB).
  * ------------------------------------------------------------------------------------------- */
 int  rap_allocator_get(rap_manager *rm, const char *name, rap_allocator **out);
@@ -141,6 +141,10 @@ typedef struct rap_stats {
   size_t cached_bytes, cached_count;           /* free blocks held by per-thread caches (ThreadCache) */
 } rap_stats;
 int  rap_allocator_stats(rap_allocator *a, rap_stats *out);
+/* The memory under a's platform (the bottom of its chain): for HOST and PINNED the host's physical
+ * memory (a control group's lower limit, if one is set) and what is available of it; for DEVICE,
+ * DEVICE::N and UM the device's total and free memory. */
+int  rap_allocator_memory_info(rap_allocator *a, size_t *free_bytes, size_t *total_bytes);
 int  rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *out);
 
 /* ---------------------------------------------------------------------------------------------

@@ -136,6 +136,26 @@ static int gpu_init(rap_allocator *self, void *state, rap_options *opts) {
   return rapi_tracked_init(state, self, c, gpu_raw_alloc, gpu_raw_free, false, 256);
 }
 
+int rapi_gpu_memory_info(rap_allocator *platform, size_t *free_bytes, size_t *total_bytes) {
+  rapi_tracked *p = platform->state;
+  gpu_impl *c = p->impl;
+  if (c->kind == KIND_PINNED) return RAPI_HOST_MEMORY;
+  int saved = 0;
+  int st = enter_device(p, &saved);
+  if (st != RAP_OK) return st;
+  size_t f = 0, t = 0;
+  gpuError_t e = gpuMemGetInfo(&f, &t);
+  leave_device(p, saved);
+  if (e != gpuSuccess) {
+    (void)gpuGetLastError();
+    return rapi_fail(RAP_ERR_BACKEND, "%s: " GPU_PREFIX "MemGetInfo on device %d: %s",
+                     rap_allocator_name(platform), c->device, gpuGetErrorString(e));
+  }
+  *free_bytes = f;
+  *total_bytes = t;
+  return RAP_OK;
+}
+
 const rap_strategy rapi_cuda_platform = {
     .version = RAP_STRATEGY_VERSION,
     .name = GPU_NAME,

@@ -63,6 +63,7 @@ typedef hipEvent_t gpuEvent_t;
 #define gpuFree hipFree
 #define gpuFreeHost hipHostFree
 #define gpuMemcpy hipMemcpy
+#define gpuMemGetInfo hipMemGetInfo
 #define gpuStreamCreateWithFlags hipStreamCreateWithFlags
 #define gpuStreamDestroy hipStreamDestroy
 #define gpuStreamSynchronize hipStreamSynchronize
@@ -135,6 +136,7 @@ typedef cudaEvent_t gpuEvent_t;
 #define gpuFree cudaFree
 #define gpuFreeHost cudaFreeHost
 #define gpuMemcpy cudaMemcpy
+#define gpuMemGetInfo cudaMemGetInfo
 #define gpuStreamCreateWithFlags cudaStreamCreateWithFlags
 #define gpuStreamDestroy cudaStreamDestroy
 #define gpuStreamSynchronize cudaStreamSynchronize

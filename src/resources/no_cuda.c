@@ -18,6 +18,12 @@ static int no_cuda_init(rap_allocator *self, void *state, rap_options *opts) {
                    rap_allocator_name(self));
 }
 
+int rapi_gpu_memory_info(rap_allocator *platform, size_t *free_bytes, size_t *total_bytes) {
+  (void)free_bytes;
+  (void)total_bytes;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: rap was built without CUDA", rap_allocator_name(platform));
+}
+
 const rap_strategy rapi_cuda_platform = {
     .version = RAP_STRATEGY_VERSION,
     .name = "CUDA",

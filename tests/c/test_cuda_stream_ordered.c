@@ -1,0 +1,194 @@
+/* test_cuda_stream_ordered.c — StreamOrdered (CUDA's cudaMallocFromPoolAsync/cudaFreeAsync as a rap
+ * allocator), device memory figures and shares of them, on a CUDA device: blocks on streams and on
+ * the host, the race detector with a gated kernel, rap_release trimming a created pool, a stream
+ * destroyed while its blocks live, and a CUDA graph that allocates, fills and frees through rap,
+ * replayed and compared with the same work run eagerly. CUDA only; skips without a device.
+ */
+#include "../cuda/gpu_test.h"
+#include "../cuda/kernels.h"
+#include "rap_internal.h"
+
+#include <string.h>
+
+#define MiB ((size_t)1 << 20)
+
+static rap_allocator *make(rap_manager *rm, const char *spec) {
+  rap_allocator *a = NULL;
+  int st = rap_allocator_make_spec(rm, "so", spec, &a);
+  if (st == RAP_ERR_UNSUPPORTED) return NULL;
+  RAP_CHECK_OK(st);
+  return a;
+}
+
+#define SETUP(spec)                                                                                \
+  rap_manager *rm;                                                                                 \
+  RAP_CHECK_OK(rap_manager_create(&rm));                                                           \
+  rap_allocator *so = make(rm, spec);                                                              \
+  if (so == NULL) {                                                                                \
+    RAP_CHECK_OK(rap_manager_destroy(rm));                                                         \
+    GPU_SKIP_NO_DEVICE();                                                                          \
+  }
+
+RAP_TEST(StreamOrdered, BlocksOnStreamsAndOnTheHost) {
+  SETUP("StreamOrdered(device=0, pool=new, release_threshold=max)");
+  rap_resource *r1, *host;
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r1));
+  RAP_CHECK_OK(rap_resource_host(rm, &host));
+  void *a, *b, *z;
+  RAP_CHECK_OK(rap_allocate(so, &a, 4 * MiB, r1));
+  RAP_CHECK(gpu_fill(rap_resource_cuda_stream(r1), a, 4 * MiB, 0x3C) == 0);
+  RAP_CHECK_OK(rap_allocate(so, &b, 1 * MiB, host));   /* ready for any use when it returns */
+  RAP_CHECK(gpu_fill(gpuStreamLegacy, b, 1 * MiB, 0x11) == 0);
+  RAP_CHECK_OK(rap_allocate(so, &z, 0, r1));
+  RAP_CHECK(z != NULL);
+  RAP_CHECK_OK(rap_resource_synchronize(r1));
+  RAP_CHECK(gpu_all_bytes(a, 4 * MiB, 0x3C));
+  rap_resource *owner;
+  RAP_CHECK_OK(rap_pointer_resource(so, a, &owner));
+  RAP_CHECK(owner == r1);
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(so, &s));
+  RAP_CHECK_EQ(s.current_bytes, 5 * MiB);
+  RAP_CHECK_EQ(s.allocation_count, 3);
+  RAP_CHECK(s.actual_bytes >= 5 * MiB);   /* the pool's reserved memory */
+  RAP_CHECK_OK(rap_allocator_check(so));
+  RAP_CHECK_OK(rap_deallocate(so, a, NULL));   /* on r1, where it was allocated */
+  RAP_CHECK_OK(rap_deallocate(so, b, host));
+  RAP_CHECK_OK(rap_deallocate(so, z, r1));
+  RAP_CHECK_STATUS(rap_deallocate(so, a, NULL), RAP_ERR_UNKNOWN_POINTER);
+  /* A host_async queue is no stream. */
+  rap_resource *q;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &q));
+  RAP_CHECK_STATUS(rap_allocate(so, &a, 64, q), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "cuda resources or the host");
+  /* release_threshold=max keeps the freed bytes; rap_release trims them once the frees ran. */
+  RAP_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  RAP_CHECK_OK(rap_allocator_stats(so, &s));
+  RAP_CHECK(s.actual_bytes >= 5 * MiB);
+  RAP_CHECK_OK(rap_release(so));
+  RAP_CHECK_OK(rap_allocator_stats(so, &s));
+  RAP_CHECK_EQ(s.actual_bytes, 0);
+  RAP_CHECK(s.actual_high_watermark >= 5 * MiB);
+  RAP_CHECK_OK(rap_resource_destroy(q));
+  RAP_CHECK_OK(rap_resource_destroy(r1));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* r1's kernel writes its block late; r1 frees it; r2 allocates the same size at once. The pool
+ * may hand r2 those bytes only once r1's free has run, after the kernel: r2's pattern stays.
+ * (allow_internal_dependencies=0: otherwise CUDA may make r2 wait for r1's free, and r2's
+ * synchronize below would wait for the gate.) */
+RAP_TEST(StreamOrdered, RaceDetector) {
+  SETUP("StreamOrdered(device=0, pool=new, release_threshold=max, allow_internal_dependencies=0)");
+  rap_resource *r1, *r2;
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r1));
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r2));
+  gpu_gate *gate;
+  RAP_CHECK(gpu_gate_create(&gate) == 0);
+  void *p, *q;
+  RAP_CHECK_OK(rap_allocate(so, &p, 4 * MiB, r1));
+  RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(r1), gate, p, 4 * MiB, 0xAA) == 0);
+  RAP_CHECK_OK(rap_deallocate(so, p, r1));
+  RAP_CHECK_OK(rap_allocate(so, &q, 4 * MiB, r2));
+  RAP_CHECK(gpu_fill(rap_resource_cuda_stream(r2), q, 4 * MiB, 0x55) == 0);
+  RAP_CHECK_OK(rap_resource_synchronize(r2));
+  gpu_gate_open(gate);
+  RAP_CHECK_OK(rap_resource_synchronize(r1));
+  RAP_CHECK(gpu_all_bytes(q, 4 * MiB, 0x55));
+  RAP_CHECK_OK(rap_deallocate(so, q, r2));
+  gpu_gate_destroy(gate);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* The stream goes while a block allocated on it lives: the block stays valid, and its free
+ * without a resource goes to the legacy stream. */
+RAP_TEST(StreamOrdered, StreamDestroyedWhileItsBlockLives) {
+  SETUP("StreamOrdered(device=0)");
+  rap_resource *r1;
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r1));
+  void *p;
+  RAP_CHECK_OK(rap_allocate(so, &p, 1 * MiB, r1));
+  RAP_CHECK(gpu_fill(rap_resource_cuda_stream(r1), p, 1 * MiB, 0x7E) == 0);
+  RAP_CHECK_OK(rap_resource_destroy(r1));
+  RAP_CHECK(gpu_all_bytes(p, 1 * MiB, 0x7E));
+  rap_resource *owner;
+  RAP_CHECK_OK(rap_pointer_resource(so, p, &owner));
+  RAP_CHECK(strcmp(rap_resource_kind(owner), "host") == 0);
+  RAP_CHECK_OK(rap_deallocate(so, p, NULL));
+  RAP_CHECK_OK(rap_allocator_check(so));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* Capture: allocate through rap on the capturing stream, fill, copy out, free; the graph replays
+ * it three times and the output is what the eager run wrote. Allocations in a capture are the
+ * graph's memory nodes: rap's figures count them while capturing and are back to zero after. */
+RAP_TEST(StreamOrdered, GraphCaptureAllocatesThroughRap) {
+  SETUP("StreamOrdered(device=0)");
+  rap_resource *r1;
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r1));
+  cudaStream_t s = rap_resource_cuda_stream(r1);
+  void *out_eager, *out_graph, *tmp;
+  RAP_CHECK(cudaMalloc(&out_eager, 2 * MiB) == cudaSuccess);
+  RAP_CHECK(cudaMalloc(&out_graph, 2 * MiB) == cudaSuccess);
+  /* Eager. */
+  RAP_CHECK_OK(rap_allocate(so, &tmp, 2 * MiB, r1));
+  RAP_CHECK(gpu_fill(s, tmp, 2 * MiB, 0x5A) == 0);
+  RAP_CHECK(cudaMemcpyAsync(out_eager, tmp, 2 * MiB, cudaMemcpyDeviceToDevice, s) == cudaSuccess);
+  RAP_CHECK_OK(rap_deallocate(so, tmp, r1));
+  RAP_CHECK_OK(rap_resource_synchronize(r1));
+  /* Captured. */
+  RAP_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+  RAP_CHECK_OK(rap_allocate(so, &tmp, 2 * MiB, r1));
+  RAP_CHECK(gpu_fill(s, tmp, 2 * MiB, 0x5A) == 0);
+  RAP_CHECK(cudaMemcpyAsync(out_graph, tmp, 2 * MiB, cudaMemcpyDeviceToDevice, s) == cudaSuccess);
+  RAP_CHECK_OK(rap_deallocate(so, tmp, r1));
+  cudaGraph_t graph;
+  RAP_CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+  cudaGraphExec_t exec;
+  RAP_CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  for (int i = 0; i < 3; i++) {
+    RAP_CHECK(cudaMemsetAsync(out_graph, 0, 2 * MiB, s) == cudaSuccess);
+    RAP_CHECK(cudaGraphLaunch(exec, s) == cudaSuccess);
+  }
+  RAP_CHECK_OK(rap_resource_synchronize(r1));
+  RAP_CHECK(gpu_all_bytes(out_eager, 2 * MiB, 0x5A));
+  RAP_CHECK(gpu_all_bytes(out_graph, 2 * MiB, 0x5A));
+  rap_stats st;
+  RAP_CHECK_OK(rap_allocator_stats(so, &st));
+  RAP_CHECK_EQ(st.current_bytes, 0);
+  RAP_CHECK_EQ(st.allocation_count, 0);
+  RAP_CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
+  RAP_CHECK(cudaGraphDestroy(graph) == cudaSuccess);
+  RAP_CHECK(cudaFree(out_eager) == cudaSuccess);
+  RAP_CHECK(cudaFree(out_graph) == cudaSuccess);
+  RAP_CHECK_OK(rap_resource_destroy(r1));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* The device's figures, and SizeLimiter(DEVICE, limit=50%) refusing what passes half of them. */
+RAP_TEST(StreamOrdered, DeviceMemoryAndAShareOfIt) {
+  rap_manager *rm;
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  rap_allocator *dev, *pinned, *lim;
+  if (rap_allocator_get(rm, "DEVICE", &dev) != RAP_OK) {
+    RAP_CHECK_OK(rap_manager_destroy(rm));
+    GPU_SKIP_NO_DEVICE();
+  }
+  size_t f = 0, t = 0, hf = 0, ht = 0, pf = 0, pt = 0;
+  RAP_CHECK_OK(rap_allocator_memory_info(dev, &f, &t));
+  size_t cf = 0, ct = 0;
+  RAP_CHECK(cudaMemGetInfo(&cf, &ct) == cudaSuccess);
+  RAP_CHECK_EQ(t, ct);
+  RAP_CHECK(f > 0 && f <= t);
+  RAP_CHECK_OK(rap_allocator_get(rm, "PINNED", &pinned));
+  RAP_CHECK_OK(rap_allocator_memory_info(pinned, &pf, &pt));
+  RAP_CHECK_OK(rapi_host_memory_info(&hf, &ht));
+  RAP_CHECK_EQ(pt, ht);   /* pinned bytes are the host's */
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "half", "SizeLimiter(DEVICE, limit=50%)", &lim));
+  void *p;
+  RAP_CHECK_STATUS(rap_allocate(lim, &p, t / 2 + 4096, NULL), RAP_ERR_NOMEM);
+  RAP_CHECK_STR(rap_last_error(), "would pass the limit of");
+  RAP_CHECK_OK(rap_allocate(lim, &p, 64 * MiB, NULL));
+  RAP_CHECK_OK(rap_deallocate(lim, p, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
