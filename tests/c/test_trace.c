@@ -143,10 +143,10 @@ RAP_TEST(Trace, WritesEveryKindOfEvent) {
   RAP_CHECK(lines > 20);
   free(text);
   remove(path);
+  RAP_CHECK_OK(rap_resource_destroy(q));   /* its worker is done with the gates after this */
+  RAP_CHECK_OK(rap_resource_destroy(q2));
   gate_destroy(&g);
   gate_destroy(&g2);
-  RAP_CHECK_OK(rap_resource_destroy(q));
-  RAP_CHECK_OK(rap_resource_destroy(q2));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
