@@ -20,6 +20,10 @@ if [ -n "$hip" ] && [ ! -x "$work/cmake/hip_consumer" ]; then
   echo "install-check: a HIP build, but find_package(rap) gave no HIP platform to build hip_consumer"; exit 1
 fi
 
+# rap-trace is installed and runs from the prefix.
+"$work/prefix/bin/rap-trace" --help | grep -q 'rap-trace replay TRACE --spec SPEC' ||
+  { echo "install-check: bin/rap-trace is missing or does not run"; exit 1; }
+
 libdir=$(find "$work/prefix" -name rap.pc -printf '%h\n' | head -1)
 PKG_CONFIG_PATH="$libdir" cc -std=c11 -Wall -Werror tests/consumer/main.c \
   $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs rap) -o "$work/pc-consumer"
@@ -45,4 +49,4 @@ internal=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^rap_' || tr
 if [ -n "$internal" ]; then
   echo "install-check: librap.so exports symbols outside the public API:"; echo "$internal"; exit 1
 fi
-echo "install-check: find_package and pkg-config consumers built and ran; librap.so exports $(nm -D --defined-only "$so" | grep -c ' rap_') rap_* symbols and nothing else"
+echo "install-check: find_package and pkg-config consumers built and ran, rap-trace runs; librap.so exports $(nm -D --defined-only "$so" | grep -c ' rap_') rap_* symbols and nothing else"
