@@ -143,6 +143,7 @@ void wl_a(void) {
       {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(DEVICE)", 0},
       {P_RAP, "rap QuickPool", "QuickPool(DEVICE)", 0},
       {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE)", 0},
+      {P_RAP, "rap StreamOrdered", "StreamOrdered(pool=new, release_threshold=max)", 0},
       {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0},
       {P_TORCH, 0, 0, 0}, {P_CUDA_MALLOC, 0, 0, 0},
   };

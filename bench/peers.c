@@ -218,9 +218,11 @@ int peer_rap(bench_peer *p, const bench_env *env, const char *label, const char 
     return -1;
   }
   snprintf(p->name, sizeof p->name, "%s", label);
-  p->device_mem = strstr(spec, "DEVICE") != NULL;
-  /* Strategy names match without regard to case; ThreadCache is thread-safe whatever is below it. */
-  p->thread_safe = strncasecmp(spec, "ThreadSafe", 10) == 0 || strncasecmp(spec, "ThreadCache", 11) == 0;
+  p->device_mem = strstr(spec, "DEVICE") != NULL || strncasecmp(spec, "StreamOrdered", 13) == 0;
+  /* Strategy names match without regard to case; ThreadCache is thread-safe whatever is below it,
+   * and StreamOrdered is (one lock, as CUDA's pool is). */
+  p->thread_safe = strncasecmp(spec, "ThreadSafe", 10) == 0 || strncasecmp(spec, "ThreadCache", 11) == 0 ||
+                   strncasecmp(spec, "StreamOrdered", 13) == 0;
   p->ctx = c;
   p->alloc = r_alloc;
   p->free = r_free;

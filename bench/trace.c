@@ -136,6 +136,7 @@ void wl_b(void) {
       {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(DEVICE, initial_size=1MiB, next_size=1MiB)", 0},
       {P_RAP, "rap QuickPool", "QuickPool(DEVICE, initial_size=1MiB, next_size=1MiB)", 0},
       {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE, initial_size=1MiB, next_size=1MiB)", 0},
+      {P_RAP, "rap StreamOrdered", "StreamOrdered(pool=new, release_threshold=max)", 0},
       {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0}, {P_TORCH, 0, 0, 0},
   };
   random_trace("b", peers, sizeof peers / sizeof *peers);

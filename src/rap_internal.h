@@ -459,6 +459,7 @@ extern const rap_strategy rapi_dynamic_pool_list_strategy;
 extern const rap_strategy rapi_stream_ordered_strategy;   /* resources/stream_ordered.c */
 /* ---- resources/host_platform.c, resources/cuda_platform.c -------------------------------- */
 extern const rap_strategy rapi_host_platform;
+extern const rap_strategy rapi_pinned_strategy;   /* Pinned(portable, mapped, write_combined) */
 extern const rap_strategy rapi_cuda_platform;   /* DEVICE, DEVICE::N, PINNED, UM; or HIP's */
 extern const rapi_resource_ops rapi_host_resource_ops;
 bool rapi_cuda_compiled(void);

@@ -145,6 +145,10 @@ int  rap_allocator_stats(rap_allocator *a, rap_stats *out);
  * memory (a control group's lower limit, if one is set) and what is available of it; for DEVICE,
  * DEVICE::N and UM the device's total and free memory. */
 int  rap_allocator_memory_info(rap_allocator *a, size_t *free_bytes, size_t *total_bytes);
+/* The address a kernel uses for a block of a: the block itself for DEVICE and UM memory, the
+ * device's mapping of it for PINNED and Pinned(mapped=1) memory; RAP_ERR_INVALID for memory a
+ * device cannot address (HOST). */
+int  rap_device_pointer(rap_allocator *a, const void *ptr, void **out);
 int  rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *out);
 
 /* ---------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ static const rap_strategy *const builtins[] = {
     &rapi_size_limiter_strategy,
     &rapi_fixed_pool_strategy,
     &rapi_stream_ordered_strategy,
+    &rapi_pinned_strategy,
 };
 
 const rap_strategy *rapi_registry_builtin(const char *name) {

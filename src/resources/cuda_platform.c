@@ -18,6 +18,7 @@ enum { KIND_DEVICE, KIND_PINNED, KIND_MANAGED };
 typedef struct gpu_impl {
   int kind;
   int device;
+  unsigned host_flags;   /* Pinned(portable, mapped, write_combined): cudaHostAlloc's flags */
 } gpu_impl;
 
 bool rapi_cuda_compiled(void) { return true; }
@@ -84,7 +85,8 @@ static int gpu_raw_alloc(rapi_tracked *p, void **out, size_t bytes, rap_resource
   if (st != RAP_OK) return st;
   void *ptr = NULL;
   gpuError_t e = c->kind == KIND_DEVICE   ? gpuMalloc(&ptr, bytes)
-                 : c->kind == KIND_PINNED ? gpuMallocHost(&ptr, bytes)
+                 : c->kind == KIND_PINNED ? (c->host_flags ? gpuHostAlloc(&ptr, bytes, c->host_flags)
+                                                           : gpuMallocHost(&ptr, bytes))
                                           : gpuMallocManaged(&ptr, bytes, gpuMemAttachGlobal);
   leave_device(p, saved);
   if (e != gpuSuccess) {
@@ -132,8 +134,69 @@ static int gpu_init(rap_allocator *self, void *state, rap_options *opts) {
             : strcmp(kind, "managed") == 0 ? KIND_MANAGED
                                            : KIND_DEVICE;
   c->device = (int)device;
+  c->host_flags = 0;
   /* 256: the runtimes' documented least alignment */
   return rapi_tracked_init(state, self, c, gpu_raw_alloc, gpu_raw_free, false, 256);
+}
+
+/* Pinned(device=N, portable=0|1, mapped=0|1, write_combined=0|1): page-locked host memory with
+ * cudaHostAlloc's flags, as a strategy without a parent (PINNED is the same with none). */
+static int pinned_init(rap_allocator *self, void *state, rap_options *opts) {
+  static const struct {
+    const char *key;
+    unsigned flag;
+  } flags[] = {{"portable", gpuHostAllocPortable}, {"mapped", gpuHostAllocMapped},
+               {"write_combined", gpuHostAllocWriteCombined}};
+  unsigned host_flags = 0;
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+    uint64_t on = 0;
+    int st = rap_options_get_uint(opts, flags[i].key, &on);
+    if (st != RAP_OK) return st;
+    if (on > 1)
+      return rapi_fail(RAP_ERR_INVALID, "%s: option '%s' is 0 or 1", rap_allocator_name(self),
+                       flags[i].key);
+    if (on) host_flags |= flags[i].flag;
+  }
+  uint64_t device = 0;
+  int st = rap_options_get_uint(opts, "device", &device);
+  if (st != RAP_OK) return st;
+  int count = 0;
+  if (rapi_cuda_devices(rap_allocator_name(self), &count) != RAP_OK) return RAP_ERR_UNSUPPORTED;
+  if (device >= (uint64_t)count)
+    return rapi_fail(RAP_ERR_NOT_FOUND, "%s: device %llu does not exist; this machine has %d",
+                     rap_allocator_name(self), (unsigned long long)device, count);
+  gpu_impl *c = rapi_malloc(sizeof *c);
+  if (c == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
+  *c = (gpu_impl){KIND_PINNED, (int)device, host_flags};
+  return rapi_tracked_init(state, self, c, gpu_raw_alloc, gpu_raw_free, false, 256);
+}
+
+/* The address a kernel uses for a block under a's platform: the block itself for device and
+ * managed memory; for pinned memory the mapping CUDA gives (the same address where memory is
+ * unified, as on every 64-bit platform CUDA supports, but asked all the same). */
+int rap_device_pointer(rap_allocator *a, const void *ptr, void **out) {
+  if (a == NULL || ptr == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_device_pointer: allocator, pointer or out is NULL");
+  rap_allocator *root = a;
+  while (rap_allocator_parent(root) != NULL) root = rap_allocator_parent(root);
+  if (root->strategy != &rapi_cuda_platform && root->strategy != &rapi_pinned_strategy)
+    return rapi_fail(RAP_ERR_INVALID, "rap_device_pointer('%s'): its memory comes from '%s', which a "
+                     "device cannot address (use PINNED or Pinned(mapped=1))", rap_allocator_name(a),
+                     rap_allocator_name(root));
+  gpu_impl *c = ((rapi_tracked *)root->state)->impl;
+  if (c->kind != KIND_PINNED) {
+    *out = (void *)ptr;
+    return RAP_OK;
+  }
+  void *d = NULL;
+  gpuError_t e = gpuHostGetDevicePointer(&d, (void *)ptr, 0);
+  if (e != gpuSuccess) {
+    (void)gpuGetLastError();
+    return rapi_fail(RAP_ERR_INVALID, "rap_device_pointer('%s'): %p has no device address: %s",
+                     rap_allocator_name(a), ptr, gpuGetErrorString(e));
+  }
+  *out = d;
+  return RAP_OK;
 }
 
 int rapi_gpu_memory_info(rap_allocator *platform, size_t *free_bytes, size_t *total_bytes) {
@@ -155,6 +218,15 @@ int rapi_gpu_memory_info(rap_allocator *platform, size_t *free_bytes, size_t *to
   *total_bytes = t;
   return RAP_OK;
 }
+
+const rap_strategy rapi_pinned_strategy = {
+    .version = RAP_STRATEGY_VERSION,
+    .name = "Pinned",
+    .flags = RAP_STRATEGY_CONCURRENT_OWNS,
+    .state_size = sizeof(rapi_tracked),
+    .init = pinned_init,
+    RAPI_TRACKED_METHODS,
+};
 
 const rap_strategy rapi_cuda_platform = {
     .version = RAP_STRATEGY_VERSION,

@@ -49,6 +49,9 @@ typedef hipEvent_t gpuEvent_t;
 #define gpuMemcpyHostToDevice hipMemcpyHostToDevice
 #define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
 #define gpuHostAllocMapped hipHostMallocMapped
+#define gpuHostAllocPortable hipHostMallocPortable
+#define gpuHostAllocWriteCombined hipHostMallocWriteCombined
+#define gpuHostGetDevicePointer hipHostGetDevicePointer
 #define gpuGetDeviceCount hipGetDeviceCount
 #define gpuGetDevice hipGetDevice
 #define gpuSetDevice hipSetDevice
@@ -122,6 +125,9 @@ typedef cudaEvent_t gpuEvent_t;
 #define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
 #define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
 #define gpuHostAllocMapped cudaHostAllocMapped
+#define gpuHostAllocPortable cudaHostAllocPortable
+#define gpuHostAllocWriteCombined cudaHostAllocWriteCombined
+#define gpuHostGetDevicePointer cudaHostGetDevicePointer
 #define gpuGetDeviceCount cudaGetDeviceCount
 #define gpuGetDevice cudaGetDevice
 #define gpuSetDevice cudaSetDevice

@@ -18,6 +18,22 @@ static int no_cuda_init(rap_allocator *self, void *state, rap_options *opts) {
                    rap_allocator_name(self));
 }
 
+const rap_strategy rapi_pinned_strategy = {
+    .version = RAP_STRATEGY_VERSION,
+    .name = "Pinned",
+    .flags = RAP_STRATEGY_CONCURRENT_OWNS,
+    .state_size = sizeof(rapi_tracked),
+    .init = no_cuda_init,
+    RAPI_TRACKED_METHODS,
+};
+
+int rap_device_pointer(rap_allocator *a, const void *ptr, void **out) {
+  (void)ptr;
+  (void)out;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_device_pointer('%s'): rap was built without CUDA",
+                   rap_allocator_name(a));
+}
+
 int rapi_gpu_memory_info(rap_allocator *platform, size_t *free_bytes, size_t *total_bytes) {
   (void)free_bytes;
   (void)total_bytes;

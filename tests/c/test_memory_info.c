@@ -74,5 +74,14 @@ RAP_TEST(MemoryInfo, WithoutAGpuTheDeviceAnswersSayWhy) {
   int st = rap_allocator_make_spec(rm, "so", "StreamOrdered(device=0)", &x);
   RAP_CHECK_EQ(st, RAP_ERR_UNSUPPORTED);
   RAP_CHECK_STR(rap_last_error(), "so: ");
+  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "pin", "Pinned(mapped=1)", &x), RAP_ERR_UNSUPPORTED);
+  RAP_CHECK_STR(rap_last_error(), "pin: ");
+  rap_allocator *host;
+  void *p, *d;
+  RAP_CHECK_OK(rap_allocator_get(rm, "HOST", &host));
+  RAP_CHECK_OK(rap_allocate(host, &p, 64, NULL));
+  RAP_CHECK(rap_device_pointer(host, p, &d) != RAP_OK);   /* no device can address HOST memory */
+  RAP_CHECK_STATUS(rap_device_pointer(NULL, p, &d), RAP_ERR_INVALID);
+  RAP_CHECK_OK(rap_deallocate(host, p, NULL));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }

@@ -34,6 +34,11 @@ __global__ void fill(unsigned char *p, size_t n, unsigned char v) {
     p[i] = v;
 }
 
+__global__ void copy(unsigned char *dst, const unsigned char *src, size_t n) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = src[i];
+}
+
 extern "C" int gpu_gate_create(gpu_gate **out) {
   // Load both kernels now: with lazy module loading, loading one while a gated kernel runs would
   // wait for that kernel, and the tests would measure the loader instead of the pool.
@@ -70,6 +75,11 @@ extern "C" int gpu_gated_fill(gpuStream_t s, gpu_gate *g, void *p, size_t n, int
 
 extern "C" int gpu_fill(gpuStream_t s, void *p, size_t n, int value) {
   fill<<<64, 256, 0, s>>>(static_cast<unsigned char *>(p), n, (unsigned char)value);
+  return gpuGetLastError() == gpuSuccess ? 0 : -1;
+}
+
+extern "C" int gpu_copy(gpuStream_t s, void *dst, const void *src, size_t n) {
+  copy<<<64, 256, 0, s>>>(static_cast<unsigned char *>(dst), static_cast<const unsigned char *>(src), n);
   return gpuGetLastError() == gpuSuccess ? 0 : -1;
 }
 

@@ -19,6 +19,7 @@ void gpu_gate_destroy(gpu_gate *g);
 /* Enqueues on s: spin until g opens (or about 10 s pass), then fill p[0..n) with value. */
 int  gpu_gated_fill(gpuStream_t s, gpu_gate *g, void *p, size_t n, int value);
 int  gpu_fill(gpuStream_t s, void *p, size_t n, int value);
+int  gpu_copy(gpuStream_t s, void *dst, const void *src, size_t n);   /* a kernel reads src */
 /* Synchronous: 1 if every byte of p[0..n) equals value. */
 int  gpu_all_bytes(const void *p, size_t n, int value);
 
