@@ -360,6 +360,15 @@ void rapi_event_pool_fini(rap_resource *r, void (*destroy_handle)(void *));
 int  rapi_host_wait(const rapi_event *e);
 void rapi_resource_ref(rap_resource *r);
 void rapi_resource_unref(rap_resource *r);
+/* A strategy's set of the resources it watches, each once (the host is never added): add watches r
+ * the first time it comes; forget unwatches it and takes it out; clear forgets them all. */
+typedef struct rapi_watch_set {
+  rap_resource **r;
+  size_t n, cap;
+} rapi_watch_set;
+int  rapi_watch_set_add(rapi_watch_set *s, rap_resource *r, rap_allocator *self);
+void rapi_watch_set_forget(rapi_watch_set *s, rap_resource *r, rap_allocator *self);
+void rapi_watch_set_clear(rapi_watch_set *s, rap_allocator *self);
 /* The host_async queue whose work function this thread is running, or NULL. */
 extern _Thread_local rap_resource *rapi_current_queue;
 
@@ -466,6 +475,9 @@ bool rapi_cuda_compiled(void);
 /* cuda_platform.c: the device count, or RAP_ERR_UNSUPPORTED saying why none is usable (no driver,
  * a driver too old, no device). */
 int  rapi_cuda_devices(const char *who, int *count);
+/* cuda_platform.c: RAP_OK if device N is there, else UNSUPPORTED (none usable) or NOT_FOUND, with
+ * a sentence naming self. */
+int  rapi_gpu_device_exists(rap_allocator *self, uint64_t device);
 /* resources/memory_info.c: the host's physical memory (or its control group's lower limit) and
  * what is available of it. cuda_platform.c: a GPU platform's device memory (cudaMemGetInfo on its
  * device), or RAPI_HOST_MEMORY for PINNED, whose bytes are the host's; RAP_ERR_UNSUPPORTED in a

@@ -89,6 +89,38 @@ void rap_resource_unwatch(rap_resource *r, rap_allocator *a) {
   free(gone);
 }
 
+int rapi_watch_set_add(rapi_watch_set *s, rap_resource *r, rap_allocator *self) {
+  if (r == &r->rm->host) return RAP_OK;
+  for (size_t i = 0; i < s->n; i++)
+    if (s->r[i] == r) return RAP_OK;
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 8;
+    rap_resource **grown = rapi_realloc(s->r, cap * sizeof *grown);
+    if (grown == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
+    s->r = grown;
+    s->cap = cap;
+  }
+  int st = rap_resource_watch(r, self);
+  if (st == RAP_OK) s->r[s->n++] = r;
+  return st;
+}
+
+void rapi_watch_set_forget(rapi_watch_set *s, rap_resource *r, rap_allocator *self) {
+  for (size_t i = 0; i < s->n; i++)
+    if (s->r[i] == r) {
+      s->r[i] = s->r[--s->n];
+      rap_resource_unwatch(r, self);
+      return;
+    }
+}
+
+void rapi_watch_set_clear(rapi_watch_set *s, rap_allocator *self) {
+  while (s->n > 0) rapi_watch_set_forget(s, s->r[0], self);
+  free(s->r);
+  s->r = NULL;
+  s->cap = 0;
+}
+
 /* ---- the host-side wait ------------------------------------------------------------------- */
 
 static void relock(rapi_held *h) {

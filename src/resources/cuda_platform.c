@@ -56,6 +56,17 @@ int rapi_cuda_devices(const char *who, int *count) {
                    e != gpuSuccess ? gpuGetErrorString(e) : "the driver found no device");
 }
 
+/* RAP_OK if device N is usable; else why not (no driver or device: UNSUPPORTED; past the count:
+ * NOT_FOUND). */
+int rapi_gpu_device_exists(rap_allocator *self, uint64_t device) {
+  int count = 0;
+  if (rapi_cuda_devices(rap_allocator_name(self), &count) != RAP_OK) return RAP_ERR_UNSUPPORTED;
+  if (device >= (uint64_t)count)
+    return rapi_fail(RAP_ERR_NOT_FOUND, "%s: device %llu does not exist; this machine has %d",
+                     rap_allocator_name(self), (unsigned long long)device, count);
+  return RAP_OK;
+}
+
 static const char *call_name(int kind) {
   return kind == KIND_DEVICE ? GPU_PREFIX "Malloc" : kind == KIND_PINNED ? GPU_MALLOC_HOST
                                                                        : GPU_PREFIX "MallocManaged";
@@ -123,11 +134,7 @@ static int gpu_init(rap_allocator *self, void *state, rap_options *opts) {
   int st = rap_options_get_string(opts, "kind", &kind);
   if (st == RAP_OK) st = rap_options_get_uint(opts, "device", &device);
   if (st != RAP_OK) return st;
-  int count = 0;
-  if (rapi_cuda_devices(rap_allocator_name(self), &count) != RAP_OK) return RAP_ERR_UNSUPPORTED;
-  if (device >= (uint64_t)count)
-    return rapi_fail(RAP_ERR_NOT_FOUND, "%s: device %llu does not exist; this machine has %d",
-                     rap_allocator_name(self), (unsigned long long)device, count);
+  if ((st = rapi_gpu_device_exists(self, device)) != RAP_OK) return st;
   gpu_impl *c = rapi_malloc(sizeof *c);
   if (c == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
   c->kind = strcmp(kind, "pinned") == 0    ? KIND_PINNED
@@ -160,11 +167,7 @@ static int pinned_init(rap_allocator *self, void *state, rap_options *opts) {
   uint64_t device = 0;
   int st = rap_options_get_uint(opts, "device", &device);
   if (st != RAP_OK) return st;
-  int count = 0;
-  if (rapi_cuda_devices(rap_allocator_name(self), &count) != RAP_OK) return RAP_ERR_UNSUPPORTED;
-  if (device >= (uint64_t)count)
-    return rapi_fail(RAP_ERR_NOT_FOUND, "%s: device %llu does not exist; this machine has %d",
-                     rap_allocator_name(self), (unsigned long long)device, count);
+  if ((st = rapi_gpu_device_exists(self, device)) != RAP_OK) return st;
   gpu_impl *c = rapi_malloc(sizeof *c);
   if (c == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
   *c = (gpu_impl){KIND_PINNED, (int)device, host_flags};

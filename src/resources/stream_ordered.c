@@ -41,8 +41,7 @@ typedef struct stream_ordered {
   rapi_ptr_map map;
   rapi_slab recs;
   size_t current, hwm, count;
-  rap_resource **watched;
-  size_t nwatched, capwatched;
+  rapi_watch_set watched;          /* the streams of live blocks, so that their destroy tells */
 } stream_ordered;
 
 static int cuda_fail(const stream_ordered *s, const char *call, cudaError_t e) {
@@ -64,22 +63,6 @@ static int stream_of(stream_ordered *s, rap_resource *r, cudaStream_t *out) {
   return RAP_OK;
 }
 
-/* Under lock: s watches r, so that r's destroy moves its blocks' frees to the legacy stream. */
-static int watch(stream_ordered *s, rap_resource *r) {
-  for (size_t i = 0; i < s->nwatched; i++)
-    if (s->watched[i] == r) return RAP_OK;
-  if (s->nwatched == s->capwatched) {
-    size_t cap = s->capwatched ? s->capwatched * 2 : 8;
-    rap_resource **w = rapi_realloc(s->watched, cap * sizeof *w);
-    if (w == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(s->self));
-    s->watched = w;
-    s->capwatched = cap;
-  }
-  int st = rap_resource_watch(r, s->self);
-  if (st == RAP_OK) s->watched[s->nwatched++] = r;
-  return st;
-}
-
 static int so_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   stream_ordered *s = state;
   cudaStream_t stream;
@@ -93,7 +76,7 @@ static int so_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
     rapi_unlock(&held);
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a record", rap_allocator_name(s->self));
   }
-  if (!host && (st = watch(s, r)) != RAP_OK) {
+  if (!host && (st = rapi_watch_set_add(&s->watched, r, s->self)) != RAP_OK) {
     rapi_slab_free(&s->recs, rec);
     rapi_unlock(&held);
     return st;
@@ -208,8 +191,7 @@ static int so_resource_gone(void *state, rap_resource *r, int commit) {
       rec->stream = cudaStreamLegacy;
     }
   }
-  for (size_t i = 0; i < s->nwatched; i++)
-    if (s->watched[i] == r) s->watched[i] = s->watched[--s->nwatched];
+  rapi_watch_set_forget(&s->watched, r, s->self);
   return RAP_OK;
 }
 
@@ -238,8 +220,7 @@ static void so_fini(rap_allocator *self, void *state) {
         so_rec *rec = s->map.slots[i].value;
         (void)cudaFreeAsync(rec->ptr, rec->stream);
       }
-  for (size_t i = 0; i < s->nwatched; i++) rap_resource_unwatch(s->watched[i], s->self);
-  free(s->watched);
+  rapi_watch_set_clear(&s->watched, s->self);
   /* A created pool with frees still in flight is released by CUDA once they are done. */
   if (s->created && s->pool != NULL) (void)cudaMemPoolDestroy(s->pool);
   (void)cudaGetLastError();
@@ -276,11 +257,7 @@ static int so_init(rap_allocator *self, void *state, rap_options *opts) {
   if (threshold != NULL && strcmp(threshold, "max") != 0 && rapi_parse_size(threshold, &limit) != RAP_OK)
     return rapi_fail(RAP_ERR_INVALID, "%s: option 'release_threshold' is a size or 'max', not '%s'",
                      rap_allocator_name(self), threshold);
-  int count = 0;
-  if (rapi_cuda_devices(rap_allocator_name(self), &count) != RAP_OK) return RAP_ERR_UNSUPPORTED;
-  if (device >= (uint64_t)count)
-    return rapi_fail(RAP_ERR_NOT_FOUND, "%s: device %llu does not exist; this machine has %d",
-                     rap_allocator_name(self), (unsigned long long)device, count);
+  if ((st = rapi_gpu_device_exists(self, device)) != RAP_OK) return st;
   s->device = (int)device;
   int supported = 0;
   cudaError_t e = cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, s->device);

@@ -90,8 +90,7 @@ struct thread_cache {
   rapi_ptr_map map;
   rapi_slab recs;
   tc_cache *caches;
-  rap_resource **watched;
-  size_t nwatched, capwatched;
+  rapi_watch_set watched;   /* resources whose destroy must flush the caches first */
   size_t align;
   unsigned shift;            /* log2(align) */
   unsigned ncls;
@@ -405,29 +404,10 @@ static int locked_allocate(thread_cache *t, void **out, size_t bytes, rap_resour
 }
 
 /* Under lock: t watches r, so that r's destroy flushes the caches' blocks for it first. */
-static int watch(thread_cache *t, rap_resource *r) {
-  if (r == &rap_allocator_manager(t->self)->host) return RAP_OK;
-  for (size_t i = 0; i < t->nwatched; i++)
-    if (t->watched[i] == r) return RAP_OK;
-  if (t->nwatched == t->capwatched) {
-    size_t cap = t->capwatched ? t->capwatched * 2 : 8;
-    rap_resource **w = rapi_realloc(t->watched, cap * sizeof *w);
-    if (w == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(t->self));
-    t->watched = w;
-    t->capwatched = cap;
-  }
-  int st = rap_resource_watch(r, t->self);
-  if (st == RAP_OK) t->watched[t->nwatched++] = r;
-  return st;
-}
+static int watch(thread_cache *t, rap_resource *r) { return rapi_watch_set_add(&t->watched, r, t->self); }
 
 static RAPI_NOINLINE void watch_forget(thread_cache *t, rap_resource *r) {
-  for (size_t i = 0; i < t->nwatched; i++)
-    if (t->watched[i] == r) {
-      t->watched[i] = t->watched[--t->nwatched];
-      rap_resource_unwatch(r, t->self);
-      return;
-    }
+  rapi_watch_set_forget(&t->watched, r, t->self);
 }
 
 /* Under lock: up to want blocks of class cls on r from the parent, each with its record in the map,
@@ -894,8 +874,7 @@ static void tc_fini(rap_allocator *self, void *state) {
   if (rapi_log_on(RAP_LOG_DEBUG))
     rap_log(RAP_LOG_DEBUG, "%s: %zu thread cache%s; bins ran dry %zu times, caches were trimmed %zu "
             "times", rap_allocator_name(self), caches, caches == 1 ? "" : "s", misses, trims);
-  while (t->nwatched > 0) watch_forget(t, t->watched[0]);
-  free(t->watched);
+  rapi_watch_set_clear(&t->watched, t->self);
   for (rap_allocator *a = t->inner; a != NULL; a = a->parent)
     if (a->guard_lock == &t->lock) a->guard_lock = NULL;
   rapi_slab_destroy(&t->recs);
