@@ -261,6 +261,8 @@ struct rap_allocator {
   rap_allocator *next;            /* manager's list, newest first */
   rap_oom_handler oom;            /* atomic; rap_allocator_set_oom_handler */
   void *oom_user;
+  bool capture_ok;                /* StreamOrdered, alone or under pass-through wrappers only: it
+                                     may serve a resource that is capturing a graph */
   pthread_mutex_t *guard_lock;    /* the lock of the nearest ThreadSafe above, or NULL: the manager
                                      takes it for its own calls into this allocator (find, a
                                      resource's destroy) */
@@ -308,6 +310,8 @@ struct rap_resource {
   rap_manager *rm;
   uint64_t id;
   uintptr_t key;                   /* stream identity: equal keys are one stream of execution */
+  int capturing;                   /* atomic: a graph capture begun through rap is under way (read
+                                      by every call with a resource: on the line of rm and key) */
   rap_resource *prev, *next;       /* manager's list of created resources */
   pthread_mutex_t event_lock;      /* the free list of events and the watch list */
   rapi_event *free_events;

@@ -20,6 +20,12 @@ RAP_API_BEGIN
 int rap_resource_create_hip(rap_manager *rm, hipStream_t s, rap_resource **out);   /* caller owns s */
 int rap_resource_create_hip_stream(rap_manager *rm, rap_resource **out);   /* creates and owns one */
 hipStream_t rap_resource_hip_stream(const rap_resource *r);                /* 0 if r is not hip */
+/* A graph capture of r's stream begun and ended through rap (hipStreamBeginCapture/EndCapture),
+ * so that pools know of it: while it runs, allocating or freeing on r through a pool is refused
+ * with RAP_ERR_BUSY and a sentence (its blocks would stay in the graph and be handed out again);
+ * StreamOrdered, alone or under ThreadSafe or SizeLimiter, serves it (graph memory nodes). */
+int rap_resource_hip_begin_capture(rap_resource *r, hipStreamCaptureMode mode);
+int rap_resource_hip_end_capture(rap_resource *r, hipGraph_t *graph);
 
 RAP_API_END
 #ifdef __cplusplus

@@ -90,6 +90,18 @@ static RAPI_NOINLINE int oom_retry(rap_allocator *a, void **out, size_t bytes, r
 
 /* The two hot entry points: one unlikely branch covers bad input and the debug levels alike, then
  * the strategy; a handler for out of memory costs a branch on the answer. */
+/* A pool asked to serve a resource that is capturing a graph (rap_resource_cuda_begin_capture). */
+static RAPI_NOINLINE int capturing(const char *fn, const rap_allocator *a, const rap_resource *r) {
+  return rapi_fail(RAP_ERR_BUSY, "%s('%s'): %s resource #%llu is capturing a graph, and a pool's "
+                   "blocks would stay in the graph and be handed out again: allocate on it from "
+                   "StreamOrdered (alone or under ThreadSafe or SizeLimiter), or after the capture "
+                   "ends", fn, a->name, r->ops->kind, (unsigned long long)r->id);
+}
+
+static inline bool capture_refused(const rap_allocator *a, const rap_resource *r) {
+  return r != NULL && __atomic_load_n(&r->capturing, __ATOMIC_RELAXED) && !a->capture_ok;
+}
+
 /* Bad input, a debug level or a trace: the checked path. A traced call is written once it is
  * answered (its parent's growth inside it comes first); a deallocation is written before it runs
  * (so that a block handed out again right after never appears to be so while still live), with
@@ -97,6 +109,7 @@ static RAPI_NOINLINE int oom_retry(rap_allocator *a, void **out, size_t bytes, r
 static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
   if (a == NULL || out == NULL || (r != NULL && r->rm != a->rm))
     return bad_call("rap_allocate", a, out, r);
+  if (capture_refused(a, r)) return capturing("rap_allocate", a, r);
   rapi_trace_depth++;
   int st = a->strategy->allocate(a->state, out, bytes, r);
   if (st == RAP_ERR_NOMEM && __atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)
@@ -111,7 +124,9 @@ static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t b
 }
 
 int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
-  if (RAPI_UNLIKELY(a == NULL || out == NULL || (r != NULL && r->rm != a->rm) | rapi_slow_calls()))
+  if (RAPI_UNLIKELY(a == NULL || out == NULL ||
+                    (r != NULL && (r->rm != a->rm) | __atomic_load_n(&r->capturing, __ATOMIC_RELAXED)) |
+                        rapi_slow_calls()))
     return allocate_checked(a, out, bytes, r);
   int st = a->strategy->allocate(a->state, out, bytes, r);
   if (RAPI_UNLIKELY(st == RAP_ERR_NOMEM) && __atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)
@@ -129,6 +144,7 @@ int rap_allocator_set_oom_handler(rap_allocator *a, rap_oom_handler fn, void *us
 static RAPI_NOINLINE int deallocate_checked(rap_allocator *a, void *ptr, rap_resource *r) {
   if (a == NULL || (r != NULL && r->rm != a->rm)) return bad_call("rap_deallocate", a, "", r);
   if (ptr == NULL) return RAP_OK;
+  if (capture_refused(a, r)) return capturing("rap_deallocate", a, r);
   RAPI_TRACE("dealloc", a, r, ptr, 0, NULL);
   rapi_trace_depth++;
   int st = a->strategy->deallocate(a->state, ptr, r);
@@ -138,7 +154,9 @@ static RAPI_NOINLINE int deallocate_checked(rap_allocator *a, void *ptr, rap_res
 }
 
 int rap_deallocate(rap_allocator *a, void *ptr, rap_resource *r) {
-  if (RAPI_UNLIKELY(a == NULL || ptr == NULL || (r != NULL && r->rm != a->rm) | rapi_slow_calls()))
+  if (RAPI_UNLIKELY(a == NULL || ptr == NULL ||
+                    (r != NULL && (r->rm != a->rm) | __atomic_load_n(&r->capturing, __ATOMIC_RELAXED)) |
+                        rapi_slow_calls()))
     return deallocate_checked(a, ptr, r);
   return a->strategy->deallocate(a->state, ptr, r);
 }

@@ -169,6 +169,12 @@ static int create_locked(rap_manager *rm, const char *name, const rap_strategy *
   a->state = state;
   a->rm = rm;
   a->parent = parent;
+  /* Only CUDA's own graph-aware allocator, reached through wrappers that keep no blocks, may serve
+   * a capturing stream: a pool's blocks would stay in the graph and be handed out again. */
+  a->capture_ok = parent == NULL ? s == &rapi_stream_ordered_strategy
+                                 : parent->capture_ok && (s == &rapi_thread_safe_strategy ||
+                                                          s == &rapi_size_limiter_strategy ||
+                                                          s == &rapi_fault_strategy);
   a->name = dup;
   a->alignment = 1;
   st = s->init(a, state, &opts);

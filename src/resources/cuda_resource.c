@@ -188,3 +188,29 @@ int gpu_resource_create_stream(rap_manager *rm, rap_resource **out) {
 gpuStream_t gpu_resource_stream(const rap_resource *r) {
   return r != NULL && r->ops == &gpu_ops ? ((const gpu_res *)r)->stream : NULL;
 }
+
+int gpu_resource_begin_capture(rap_resource *r, gpuStreamCaptureMode mode) {
+  const char *fn = "rap_resource_" GPU_KIND "_begin_capture";
+  if (r == NULL || r->ops != &gpu_ops)
+    return rapi_fail(RAP_ERR_INVALID, "%s: the resource is not a " GPU_KIND " resource", fn);
+  if (__atomic_load_n(&r->capturing, __ATOMIC_ACQUIRE))
+    return rapi_fail(RAP_ERR_BUSY, "%s: " GPU_KIND " resource #%llu is capturing already", fn,
+                     (unsigned long long)r->id);
+  gpuError_t e = gpuStreamBeginCapture(((gpu_res *)r)->stream, mode);
+  if (e != gpuSuccess) return gpu_error(fn, e);
+  __atomic_store_n(&r->capturing, 1, __ATOMIC_RELEASE);
+  return RAP_OK;
+}
+
+int gpu_resource_end_capture(rap_resource *r, gpuGraph_t *graph) {
+  const char *fn = "rap_resource_" GPU_KIND "_end_capture";
+  if (r == NULL || r->ops != &gpu_ops || graph == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "%s: the resource is not a " GPU_KIND " resource, or graph is "
+                     "NULL", fn);
+  if (!__atomic_load_n(&r->capturing, __ATOMIC_ACQUIRE))
+    return rapi_fail(RAP_ERR_INVALID, "%s: " GPU_KIND " resource #%llu is not capturing through rap",
+                     fn, (unsigned long long)r->id);
+  gpuError_t e = gpuStreamEndCapture(((gpu_res *)r)->stream, graph);
+  __atomic_store_n(&r->capturing, 0, __ATOMIC_RELEASE);   /* the capture is over either way */
+  return e == gpuSuccess ? RAP_OK : gpu_error(fn, e);
+}

@@ -32,6 +32,8 @@
 #define gpu_resource_create rap_resource_create_hip
 #define gpu_resource_create_stream rap_resource_create_hip_stream
 #define gpu_resource_stream rap_resource_hip_stream
+#define gpu_resource_begin_capture rap_resource_hip_begin_capture
+#define gpu_resource_end_capture rap_resource_hip_end_capture
 
 typedef hipError_t gpuError_t;
 typedef hipStream_t gpuStream_t;
@@ -68,6 +70,10 @@ typedef hipEvent_t gpuEvent_t;
 #define gpuMemcpy hipMemcpy
 #define gpuMemGetInfo hipMemGetInfo
 #define gpuStreamCreateWithFlags hipStreamCreateWithFlags
+#define gpuStreamBeginCapture hipStreamBeginCapture
+#define gpuStreamEndCapture hipStreamEndCapture
+typedef hipStreamCaptureMode gpuStreamCaptureMode;
+typedef hipGraph_t gpuGraph_t;
 #define gpuStreamDestroy hipStreamDestroy
 #define gpuStreamSynchronize hipStreamSynchronize
 #define gpuStreamWaitEvent hipStreamWaitEvent
@@ -108,6 +114,8 @@ static inline hipError_t gpu_stream_device(hipStream_t s, int *device) {
 #define gpu_resource_create rap_resource_create_cuda
 #define gpu_resource_create_stream rap_resource_create_cuda_stream
 #define gpu_resource_stream rap_resource_cuda_stream
+#define gpu_resource_begin_capture rap_resource_cuda_begin_capture
+#define gpu_resource_end_capture rap_resource_cuda_end_capture
 
 typedef cudaError_t gpuError_t;
 typedef cudaStream_t gpuStream_t;
@@ -144,6 +152,10 @@ typedef cudaEvent_t gpuEvent_t;
 #define gpuMemcpy cudaMemcpy
 #define gpuMemGetInfo cudaMemGetInfo
 #define gpuStreamCreateWithFlags cudaStreamCreateWithFlags
+#define gpuStreamBeginCapture cudaStreamBeginCapture
+#define gpuStreamEndCapture cudaStreamEndCapture
+typedef enum cudaStreamCaptureMode gpuStreamCaptureMode;
+typedef cudaGraph_t gpuGraph_t;
 #define gpuStreamDestroy cudaStreamDestroy
 #define gpuStreamSynchronize cudaStreamSynchronize
 #define gpuStreamWaitEvent cudaStreamWaitEvent

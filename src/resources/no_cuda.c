@@ -75,6 +75,22 @@ struct CUstream_st *rap_resource_cuda_stream(const rap_resource *r) {
   (void)r;
   return NULL;
 }
+
+struct CUgraph_st;
+int rap_resource_cuda_begin_capture(rap_resource *r, int mode);   /* an enum in rap/cuda.h */
+int rap_resource_cuda_end_capture(rap_resource *r, struct CUgraph_st **graph);
+
+int rap_resource_cuda_begin_capture(rap_resource *r, int mode) {
+  (void)r;
+  (void)mode;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_resource_cuda_begin_capture: rap was built without CUDA");
+}
+
+int rap_resource_cuda_end_capture(rap_resource *r, struct CUgraph_st **graph) {
+  (void)r;
+  (void)graph;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_resource_cuda_end_capture: rap was built without CUDA");
+}
 RAP_API_END
 #endif
 
@@ -105,6 +121,24 @@ int rap_resource_create_hip_stream(rap_manager *rm, rap_resource **out) {
 struct ihipStream_t *rap_resource_hip_stream(const rap_resource *r) {
   (void)r;
   return NULL;
+}
+
+struct ihipGraph;
+int rap_resource_hip_begin_capture(rap_resource *r, int mode);   /* an enum in rap/hip.h */
+int rap_resource_hip_end_capture(rap_resource *r, struct ihipGraph **graph);
+
+int rap_resource_hip_begin_capture(rap_resource *r, int mode) {
+  (void)r;
+  (void)mode;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_resource_hip_begin_capture: rap was built without HIP "
+                   "(RAP_WITH_HIP=ON builds it)");
+}
+
+int rap_resource_hip_end_capture(rap_resource *r, struct ihipGraph **graph) {
+  (void)r;
+  (void)graph;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_resource_hip_end_capture: rap was built without HIP "
+                   "(RAP_WITH_HIP=ON builds it)");
 }
 RAP_API_END
 #endif

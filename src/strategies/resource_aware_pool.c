@@ -548,6 +548,10 @@ static int ra_deallocate(void *state, void *ptr, rap_resource *r) {
                      "rap_deallocate('%s'): %p belongs to %s resource #%llu, not to %s resource #%llu",
                      rap_allocator_name(p->bp.self), ptr, owner->r->ops->kind,
                      (unsigned long long)owner->r->id, r->ops->kind, (unsigned long long)r->id);
+  if (RAPI_UNLIKELY(__atomic_load_n(&owner->r->capturing, __ATOMIC_RELAXED)))   /* freed without r */
+    return rapi_fail(RAP_ERR_BUSY, "rap_deallocate('%s'): %p belongs to %s resource #%llu, which is "
+                     "capturing a graph: free it after the capture ends", rap_allocator_name(p->bp.self),
+                     ptr, owner->r->ops->kind, (unsigned long long)owner->r->id);
   owner->current -= b->requested;
   owner->used_bytes -= b->size;
   owner->used_count--;

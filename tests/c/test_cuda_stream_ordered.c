@@ -192,3 +192,44 @@ RAP_TEST(StreamOrdered, DeviceMemoryAndAShareOfIt) {
   RAP_CHECK_OK(rap_deallocate(lim, p, NULL));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* A capture begun through rap: a ResourceAwarePool on the capturing stream refuses with a sentence
+ * (its block would stay in the graph); ThreadSafe(StreamOrdered) serves it as graph memory nodes;
+ * the graph replays; once the capture ended, the pool serves the stream again. */
+RAP_TEST(StreamOrdered, CaptureThroughRapRefusesPoolsServesStreamOrdered) {
+  SETUP("ThreadSafe(StreamOrdered(device=0))");
+  rap_allocator *pool;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", "ResourceAwarePool(DEVICE, initial_size=16MiB)", &pool));
+  rap_resource *r1;
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r1));
+  cudaStream_t s = rap_resource_cuda_stream(r1);
+  void *out, *tmp, *early, *p = NULL;
+  RAP_CHECK(cudaMalloc(&out, 1 * MiB) == cudaSuccess);
+  RAP_CHECK_OK(rap_allocate(pool, &early, 1 * MiB, r1));
+  RAP_CHECK_OK(rap_resource_cuda_begin_capture(r1, cudaStreamCaptureModeRelaxed));
+  RAP_CHECK_STATUS(rap_resource_cuda_begin_capture(r1, cudaStreamCaptureModeRelaxed), RAP_ERR_BUSY);
+  RAP_CHECK_STATUS(rap_allocate(pool, &p, 1 * MiB, r1), RAP_ERR_BUSY);
+  RAP_CHECK_STR(rap_last_error(), "is capturing a graph");
+  RAP_CHECK_STATUS(rap_deallocate(pool, early, NULL), RAP_ERR_BUSY);
+  RAP_CHECK_OK(rap_allocate(so, &tmp, 1 * MiB, r1));
+  RAP_CHECK(gpu_fill(s, tmp, 1 * MiB, 0x6B) == 0);
+  RAP_CHECK(cudaMemcpyAsync(out, tmp, 1 * MiB, cudaMemcpyDeviceToDevice, s) == cudaSuccess);
+  RAP_CHECK_OK(rap_deallocate(so, tmp, r1));
+  cudaGraph_t graph;
+  RAP_CHECK_OK(rap_resource_cuda_end_capture(r1, &graph));
+  RAP_CHECK_STATUS(rap_resource_cuda_end_capture(r1, &graph), RAP_ERR_INVALID);
+  cudaGraphExec_t exec;
+  RAP_CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  RAP_CHECK(cudaGraphLaunch(exec, s) == cudaSuccess);
+  RAP_CHECK_OK(rap_resource_synchronize(r1));
+  RAP_CHECK(gpu_all_bytes(out, 1 * MiB, 0x6B));
+  RAP_CHECK_OK(rap_allocate(pool, &p, 1 * MiB, r1));   /* the capture is over */
+  RAP_CHECK_OK(rap_deallocate(pool, p, r1));
+  RAP_CHECK_OK(rap_deallocate(pool, early, NULL));
+  RAP_CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
+  RAP_CHECK(cudaGraphDestroy(graph) == cudaSuccess);
+  RAP_CHECK(cudaFree(out) == cudaSuccess);
+  RAP_CHECK_OK(rap_resource_synchronize(r1));
+  RAP_CHECK_OK(rap_resource_destroy(r1));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
