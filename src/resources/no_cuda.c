@@ -28,8 +28,8 @@ const rap_strategy rapi_pinned_strategy = {
 };
 
 int rap_device_pointer(rap_allocator *a, const void *ptr, void **out) {
-  (void)ptr;
-  (void)out;
+  if (a == NULL || ptr == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_device_pointer: allocator, pointer or out is NULL");
   return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_device_pointer('%s'): rap was built without CUDA",
                    rap_allocator_name(a));
 }

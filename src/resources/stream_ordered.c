@@ -328,26 +328,13 @@ static int so_init(rap_allocator *self, void *state, rap_options *opts) {
                    SO_BUILD, rap_allocator_name(self));
 }
 
-static void so_fini(rap_allocator *self, void *state) {
-  (void)self;
-  (void)state;
-}
-
-static int so_none(void *state) {
-  (void)state;
-  return RAP_ERR_UNSUPPORTED;
-}
-
+/* The tracked body's methods: never reached, since making one fails (as no_cuda.c's platforms). */
 const rap_strategy rapi_stream_ordered_strategy = {
     .version = RAP_STRATEGY_VERSION,
     .name = "StreamOrdered",
-    .flags = 0,
-    .state_size = sizeof(int),
+    .flags = RAP_STRATEGY_CONCURRENT_OWNS,
+    .state_size = sizeof(rapi_tracked),
     .init = so_init,
-    .fini = so_fini,
-    .allocate = (int (*)(void *, void **, size_t, rap_resource *))so_none,
-    .deallocate = (int (*)(void *, void *, rap_resource *))so_none,
-    .stats = (int (*)(void *, rap_stats *))so_none,
-    .owns = (int (*)(void *, const void *))so_none,
+    RAPI_TRACKED_METHODS,
 };
 #endif
