@@ -148,6 +148,15 @@ CALL(c_free_ts_foreign, return rap_deallocate(b->ts, b->local, NULL);)
 CALL(c_free_limiter_foreign, return rap_deallocate(b->limiter, b->local, NULL);)
 
 CALL(c_release_null, return rap_release(NULL);)
+CALL(c_meminfo_null_alloc, size_t f, t; return rap_allocator_memory_info(NULL, &f, &t);)
+CALL(c_meminfo_null_out, size_t t; return rap_allocator_memory_info(b->pool, NULL, &t);)
+CALL(c_devptr_null_alloc, void *d; return rap_device_pointer(NULL, b->p, &d);)
+CALL(c_devptr_null_out, return rap_device_pointer(b->pool, b->p, NULL);)
+CALL(c_trace_null_path, return rap_trace_start(NULL);)
+CALL(c_trace_empty_path, return rap_trace_start("");)
+CALL(c_trace_bad_path, return rap_trace_start("/nonexistent-dir/trace.jsonl");)
+MAKE(c_make_limit_zero_share, "x", "SizeLimiter", "HOST", "limit=0%")
+MAKE(c_make_limit_big_share, "x", "SizeLimiter", "HOST", "limit=101%")
 CALL(c_check_null, return rap_allocator_check(NULL);)
 
 CALL(c_record_null_alloc, return rap_record_resource(NULL, b->rp, b->q);)
@@ -306,6 +315,15 @@ static const row rows[] = {
     {"rap_deallocate", "foreign pointer to a ThreadSafe", RAP_ERR_UNKNOWN_POINTER, "rap_deallocate", c_free_ts_foreign},
     {"rap_deallocate", "foreign pointer to a SizeLimiter", RAP_ERR_UNKNOWN_POINTER, "rap_deallocate", c_free_limiter_foreign},
     {"rap_release", "NULL allocator", RAP_ERR_INVALID, "rap_release", c_release_null},
+    {"rap_allocator_memory_info", "NULL allocator", RAP_ERR_INVALID, "rap_allocator_memory_info", c_meminfo_null_alloc},
+    {"rap_allocator_memory_info", "NULL free", RAP_ERR_INVALID, "rap_allocator_memory_info", c_meminfo_null_out},
+    {"rap_device_pointer", "NULL allocator", RAP_ERR_INVALID, "rap_device_pointer", c_devptr_null_alloc},
+    {"rap_device_pointer", "NULL out", RAP_ERR_INVALID, "rap_device_pointer", c_devptr_null_out},
+    {"rap_trace_start", "NULL path", RAP_ERR_INVALID, "rap_trace_start", c_trace_null_path},
+    {"rap_trace_start", "empty path", RAP_ERR_INVALID, "rap_trace_start", c_trace_empty_path},
+    {"rap_trace_start", "a path that cannot be written", RAP_ERR_BACKEND, "rap_trace_start", c_trace_bad_path},
+    {"rap_allocator_make", "SizeLimiter limit=0%", RAP_ERR_INVALID, "limit", c_make_limit_zero_share},
+    {"rap_allocator_make", "SizeLimiter limit=101%", RAP_ERR_INVALID, "limit", c_make_limit_big_share},
     {"rap_allocator_check", "NULL allocator", RAP_ERR_INVALID, "rap_allocator_check", c_check_null},
     {"rap_record_resource", "NULL allocator", RAP_ERR_INVALID, "rap_record_resource", c_record_null_alloc},
     {"rap_record_resource", "NULL resource", RAP_ERR_INVALID, "rap_record_resource", c_record_null_res},
