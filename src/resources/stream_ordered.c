@@ -184,6 +184,7 @@ static int so_pointer_resource(void *state, const void *ptr, rap_resource **out)
 static int so_resource_gone(void *state, rap_resource *r, int commit) {
   stream_ordered *s = state;
   if (!commit) return RAP_OK;
+  pthread_mutex_lock(&s->lock);   /* other threads may be allocating on other streams */
   for (size_t i = 0; i <= s->map.mask; i++) {
     so_rec *rec = s->map.slots[i].value;
     if (s->map.slots[i].key != 0 && rec->r == r) {
@@ -192,6 +193,7 @@ static int so_resource_gone(void *state, rap_resource *r, int commit) {
     }
   }
   rapi_watch_set_forget(&s->watched, r, s->self);
+  pthread_mutex_unlock(&s->lock);
   return RAP_OK;
 }
 
