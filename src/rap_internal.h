@@ -489,5 +489,6 @@ int  rapi_gpu_device_exists(rap_allocator *self, uint64_t device);
 int  rapi_host_memory_info(size_t *free_bytes, size_t *total_bytes);
 #define RAPI_HOST_MEMORY 2
 int  rapi_gpu_memory_info(rap_allocator *platform, size_t *free_bytes, size_t *total_bytes);
+int  rapi_stream_ordered_memory_info(rap_allocator *a, size_t *free_bytes, size_t *total_bytes);
 
 #endif /* RAP_INTERNAL_H */

@@ -107,6 +107,10 @@ typedef struct rmap {
 /* The replay's resource for a trace's resource id (0: the host), made on first use. */
 static int resource_for(rap_manager *rm, const replay_opts *o, rmap *m, int64_t id, rap_resource **out) {
   if (id <= 0) return rap_resource_host(rm, out);
+  if (id > (1 << 24)) {   /* no manager makes that many resources: a damaged trace */
+    fprintf(stderr, "rap-trace: resource id %lld in the trace is past any real one\n", (long long)id);
+    return RAP_ERR_INVALID;
+  }
   if ((size_t)id >= m->n) {
     size_t n = (size_t)id * 2 + 8;
     rap_resource **grown = realloc(m->r, n * sizeof *grown);

@@ -64,6 +64,7 @@ typedef struct columns {
   uint64_t best[COLS];                  /* the largest stacked sum seen in the column */
   uint64_t at_best[COLS][MAX_SERIES];   /* every series at that instant */
   uint64_t end[COLS][MAX_SERIES];       /* every series at the column's last event */
+  uint64_t held_max[COLS][MAX_SERIES];  /* a pool's line: its largest value in the column */
   uint8_t had[COLS];
 } columns;
 
@@ -78,7 +79,7 @@ static void record(plot *pl, columns *cs, uint64_t t) {
   }
   for (int i = 0; i < pl->n; i++) {
     cs->end[c][i] = pl->s[i].now;
-    if (pl->s[i].kind == 2 && pl->s[i].now > cs->at_best[c][i]) cs->at_best[c][i] = pl->s[i].now;
+    if (pl->s[i].kind == 2 && pl->s[i].now > cs->held_max[c][i]) cs->held_max[c][i] = pl->s[i].now;
   }
   cs->had[c] = 1;
 }
@@ -92,8 +93,10 @@ static void fill(plot *pl, const columns *cs) {
     bool use_carry = !cs->had[c] || carried > cs->best[c];
     for (int i = 0; i < pl->n; i++) {
       uint64_t v = use_carry ? carry[i] : cs->at_best[c][i];
-      if (pl->s[i].kind == 2 && cs->had[c] && cs->at_best[c][i] > v) v = cs->at_best[c][i];
-      if (pl->s[i].kind == 2 && carry[i] > v) v = carry[i];
+      if (pl->s[i].kind == 2) {   /* a line: the largest of what it came in with and reached */
+        v = carry[i];
+        if (cs->had[c] && cs->held_max[c][i] > v) v = cs->held_max[c][i];
+      }
       pl->s[i].col[c] = v;
       if (cs->had[c]) carry[i] = cs->end[c][i];
     }

@@ -78,8 +78,11 @@ static RAPI_NOINLINE int oom_retry(rap_allocator *a, void **out, size_t bytes, r
     rap_oom_handler fn = __atomic_load_n(&a->oom, __ATOMIC_ACQUIRE);
     char sentence[512];
     snprintf(sentence, sizeof sentence, "%s", rap_last_error());
-    if (fn == NULL || !fn(a, bytes, r, attempt, a->oom_user))
-      return rapi_fail(RAP_ERR_NOMEM, "%s", sentence);
+    unsigned depth = rapi_trace_depth;
+    rapi_trace_depth = depth ? depth - 1 : 0;   /* the handler's own calls are at its caller's depth */
+    bool again = fn != NULL && fn(a, bytes, r, attempt, a->oom_user);
+    rapi_trace_depth = depth;
+    if (!again) return rapi_fail(RAP_ERR_NOMEM, "%s", sentence);
     if (rapi_log_on(RAP_LOG_DEBUG))
       rap_log(RAP_LOG_DEBUG, "%s: out of memory for %zu bytes; the handler asks for attempt %d",
               a->name, bytes, attempt + 1);

@@ -146,8 +146,8 @@ int rap_trace_start(const char *path) {
   trace_file = f;
   __atomic_store_n(&trace_t0, now_ns(), __ATOMIC_RELAXED);
   __atomic_store_n(&rapi_tracing_on, 1, __ATOMIC_RELAXED);
+  rapi_slow_update();   /* under the lock: a start and a stop racing leave it as the last one set */
   pthread_mutex_unlock(&trace_lock);
-  rapi_slow_update();
   if (old != NULL) fclose(old);
   return RAP_OK;
 }
@@ -157,8 +157,8 @@ int rap_trace_stop(void) {
   FILE *f = trace_file;
   trace_file = NULL;
   __atomic_store_n(&rapi_tracing_on, 0, __ATOMIC_RELAXED);
-  pthread_mutex_unlock(&trace_lock);
   rapi_slow_update();
+  pthread_mutex_unlock(&trace_lock);
   if (f != NULL && fclose(f) != 0)
     return rapi_fail(RAP_ERR_BACKEND, "rap_trace_stop: writing the trace failed");
   return RAP_OK;

@@ -182,6 +182,10 @@ int rap_device_pointer(rap_allocator *a, const void *ptr, void **out) {
     return rapi_fail(RAP_ERR_INVALID, "rap_device_pointer: allocator, pointer or out is NULL");
   rap_allocator *root = a;
   while (rap_allocator_parent(root) != NULL) root = rap_allocator_parent(root);
+  if (root->strategy == &rapi_stream_ordered_strategy) {   /* device memory */
+    *out = (void *)ptr;
+    return RAP_OK;
+  }
   if (root->strategy != &rapi_cuda_platform && root->strategy != &rapi_pinned_strategy)
     return rapi_fail(RAP_ERR_INVALID, "rap_device_pointer('%s'): its memory comes from '%s', which a "
                      "device cannot address (use PINNED or Pinned(mapped=1))", rap_allocator_name(a),
@@ -203,6 +207,8 @@ int rap_device_pointer(rap_allocator *a, const void *ptr, void **out) {
 }
 
 int rapi_gpu_memory_info(rap_allocator *platform, size_t *free_bytes, size_t *total_bytes) {
+  if (platform->strategy == &rapi_stream_ordered_strategy)
+    return rapi_stream_ordered_memory_info(platform, free_bytes, total_bytes);
   rapi_tracked *p = platform->state;
   gpu_impl *c = p->impl;
   if (c->kind == KIND_PINNED) return RAPI_HOST_MEMORY;

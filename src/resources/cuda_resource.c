@@ -211,6 +211,15 @@ int gpu_resource_end_capture(rap_resource *r, gpuGraph_t *graph) {
     return rapi_fail(RAP_ERR_INVALID, "%s: " GPU_KIND " resource #%llu is not capturing through rap",
                      fn, (unsigned long long)r->id);
   gpuError_t e = gpuStreamEndCapture(((gpu_res *)r)->stream, graph);
-  __atomic_store_n(&r->capturing, 0, __ATOMIC_RELEASE);   /* the capture is over either way */
-  return e == gpuSuccess ? RAP_OK : gpu_error(fn, e);
+  if (e != gpuSuccess) {
+    int st = gpu_error(fn, e);
+    /* Ended with an error (invalidated), or still running (called from another thread in a
+     * capture mode that forbids it): the flag follows what the stream says. */
+    gpuStreamCaptureStatus cs = gpuStreamCaptureStatusNone;
+    if (gpuStreamIsCapturing(((gpu_res *)r)->stream, &cs) != gpuSuccess) (void)gpuGetLastError();
+    if (cs == gpuStreamCaptureStatusNone) __atomic_store_n(&r->capturing, 0, __ATOMIC_RELEASE);
+    return st;
+  }
+  __atomic_store_n(&r->capturing, 0, __ATOMIC_RELEASE);
+  return RAP_OK;
 }

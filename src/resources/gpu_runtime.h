@@ -72,6 +72,9 @@ typedef hipEvent_t gpuEvent_t;
 #define gpuStreamCreateWithFlags hipStreamCreateWithFlags
 #define gpuStreamBeginCapture hipStreamBeginCapture
 #define gpuStreamEndCapture hipStreamEndCapture
+#define gpuStreamIsCapturing hipStreamIsCapturing
+#define gpuStreamCaptureStatusNone hipStreamCaptureStatusNone
+typedef hipStreamCaptureStatus gpuStreamCaptureStatus;
 typedef hipStreamCaptureMode gpuStreamCaptureMode;
 typedef hipGraph_t gpuGraph_t;
 #define gpuStreamDestroy hipStreamDestroy
@@ -154,6 +157,9 @@ typedef cudaEvent_t gpuEvent_t;
 #define gpuStreamCreateWithFlags cudaStreamCreateWithFlags
 #define gpuStreamBeginCapture cudaStreamBeginCapture
 #define gpuStreamEndCapture cudaStreamEndCapture
+#define gpuStreamIsCapturing cudaStreamIsCapturing
+#define gpuStreamCaptureStatusNone cudaStreamCaptureStatusNone
+typedef enum cudaStreamCaptureStatus gpuStreamCaptureStatus;
 typedef enum cudaStreamCaptureMode gpuStreamCaptureMode;
 typedef cudaGraph_t gpuGraph_t;
 #define gpuStreamDestroy cudaStreamDestroy

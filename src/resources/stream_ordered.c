@@ -37,6 +37,7 @@ typedef struct stream_ordered {
   rap_allocator *self;
   cudaMemPool_t pool;
   bool created;                    /* pool=new: destroyed with the allocator */
+  bool locked;                     /* the lock and the slab are made */
   int device;
   rapi_ptr_map map;
   rapi_slab recs;
@@ -84,7 +85,8 @@ static int so_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   void *ptr = NULL;
   /* Zero bytes: one byte, so that the pointer is unique and valid as the contract says. */
   cudaError_t e = cudaMallocFromPoolAsync(&ptr, bytes ? bytes : 1, s->pool, stream);
-  if (e == cudaSuccess && host) e = cudaStreamSynchronize(cudaStreamLegacy);
+  if (e == cudaSuccess && host && (e = cudaStreamSynchronize(cudaStreamLegacy)) != cudaSuccess)
+    (void)cudaFreeAsync(ptr, stream);   /* not handed out: given back on its stream */
   if (e != cudaSuccess) {
     rapi_slab_free(&s->recs, rec);
     rapi_unlock(&held);
@@ -231,6 +233,16 @@ static void so_fini(rap_allocator *self, void *state) {
   pthread_mutex_destroy(&s->lock);
 }
 
+int rapi_stream_ordered_memory_info(rap_allocator *a, size_t *free_bytes, size_t *total_bytes) {
+  stream_ordered *s = a->state;
+  int saved = 0;
+  cudaError_t e = cudaGetDevice(&saved);
+  if (e == cudaSuccess && saved != s->device) e = cudaSetDevice(s->device);
+  if (e == cudaSuccess) e = cudaMemGetInfo(free_bytes, total_bytes);
+  if (saved != s->device) (void)cudaSetDevice(saved);
+  return e == cudaSuccess ? RAP_OK : cuda_fail(s, "cudaMemGetInfo", e);
+}
+
 static int set_reuse(stream_ordered *s, rap_options *opts, const char *key, enum cudaMemPoolAttr which) {
   uint64_t v = 2;   /* absent: leave the pool's */
   int st = rap_options_get_uint(opts, key, &v);
@@ -242,9 +254,27 @@ static int set_reuse(stream_ordered *s, rap_options *opts, const char *key, enum
   return e == cudaSuccess ? RAP_OK : cuda_fail(s, "cudaMemPoolSetAttribute", e);
 }
 
+static int so_init_steps(rap_allocator *self, stream_ordered *s, rap_options *opts);
+
+/* The manager does not call fini when init fails: what init made is undone here. */
 static int so_init(rap_allocator *self, void *state, rap_options *opts) {
   stream_ordered *s = state;
   s->self = self;
+  int st = so_init_steps(self, s, opts);
+  if (st != RAP_OK) {
+    if (s->created && s->pool != NULL) (void)cudaMemPoolDestroy(s->pool);
+    (void)cudaGetLastError();
+    if (s->map.slots != NULL) rapi_map_fini(&s->map);
+    if (s->locked) {
+      rapi_slab_destroy(&s->recs);
+      pthread_mutex_destroy(&s->lock);
+    }
+    memset(s, 0, sizeof *s);
+  }
+  return st;
+}
+
+static int so_init_steps(rap_allocator *self, stream_ordered *s, rap_options *opts) {
   uint64_t device = 0;
   const char *pool = "default", *threshold = NULL;
   int st = rap_options_get_uint(opts, "device", &device);
@@ -282,9 +312,10 @@ static int so_init(rap_allocator *self, void *state, rap_options *opts) {
   }
   if (pthread_mutex_init(&s->lock, NULL) != 0)
     return rapi_fail(RAP_ERR_BACKEND, "%s: pthread_mutex_init failed", rap_allocator_name(self));
+  rapi_slab_init(&s->recs, sizeof(so_rec), 256);
+  s->locked = true;
   if (rapi_map_init(&s->map) != RAP_OK)
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
-  rapi_slab_init(&s->recs, sizeof(so_rec), 256);
   if (threshold != NULL) {
     uint64_t v = strcmp(threshold, "max") == 0 ? max_threshold : (uint64_t)limit;
     e = cudaMemPoolSetAttribute(s->pool, cudaMemPoolAttrReleaseThreshold, &v);
@@ -328,6 +359,12 @@ static int so_init(rap_allocator *self, void *state, rap_options *opts) {
   (void)opts;
   return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: StreamOrdered is CUDA's stream-ordered allocator, and "
                    SO_BUILD, rap_allocator_name(self));
+}
+
+int rapi_stream_ordered_memory_info(rap_allocator *a, size_t *free_bytes, size_t *total_bytes) {
+  (void)free_bytes;
+  (void)total_bytes;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: " SO_BUILD, rap_allocator_name(a));
 }
 
 /* The tracked body's methods: never reached, since making one fails (as no_cuda.c's platforms). */

@@ -111,9 +111,15 @@ static inline rstate *lookup(ra_pool *p, rap_resource *r) {
 
 static inline bool passed(const rstate *rs, uint64_t tag) { return rs->sync || tag <= rs->done; }
 
-/* Records one event on rs covering every block that carries its open batch. */
+static inline bool capturing(const rstate *rs) {
+  return __atomic_load_n(&rs->r->capturing, __ATOMIC_RELAXED) != 0;
+}
+
+/* Records one event on rs covering every block that carries its open batch. Not while rs captures
+ * a graph: the event would be a node of the graph, and its batch stays open until the capture
+ * ends (its blocks stay rs's meanwhile). */
 static int fence_open(ra_pool *p, rstate *rs) {
-  if (rs->sync || !rs->open_dirty) return RAP_OK;
+  if (rs->sync || !rs->open_dirty || capturing(rs)) return RAP_OK;
   if (rs->fcount == rs->fcap) {
     size_t cap = rs->fcap ? rs->fcap * 2 : 8;
     fence *f = rapi_malloc(cap * sizeof *f);
@@ -236,7 +242,8 @@ static bool uses_passed(const rapi_block *b) {
  * becomes free for other resources before the owner has passed that batch. */
 static void take_pending(ra_pool *p, rstate *owner, rapi_block *b, size_t size) {
   rapi_block *at = drop_pending(p, owner, b);
-  RAPI_TRACE("reuse", p->bp.self, owner->r, b->ptr, b->size, ",\"pb\":%zu", owner->pending_bytes);
+  char *ptr = b->ptr;
+  size_t whole = b->size;
   /* A block with uses is handed out whole: a remainder would need the same uses. */
   rapi_block *rem = RA(b)->uses == NULL ? rapi_bp_split(&p->bp, b, size) : NULL;
   if (rem) {
@@ -244,6 +251,7 @@ static void take_pending(ra_pool *p, rstate *owner, rapi_block *b, size_t size) 
     RA(rem)->seq = RA(b)->seq;
     add_pending(p, owner, rem, at, false);
   }
+  RAPI_TRACE("reuse", p->bp.self, owner->r, ptr, whole, ",\"pb\":%zu", owner->pending_bytes);
   free_uses(p, b);
 }
 
@@ -257,7 +265,7 @@ static void drain(ra_pool *p, rstate *rs) {
       RAPI_TRACE("ready", p->bp.self, rs->r, b->ptr, b->size, ",\"pb\":%zu", rs->pending_bytes);
       free_uses(p, b);
       RA(b)->owner = NULL;
-      rapi_bp_after_free(&p->bp, rapi_bp_make_free(&p->bp, b));
+      rapi_bp_make_free(&p->bp, b);
     }   /* else it waits on a use elsewhere; blocks behind it need not */
     b = next;
   }
@@ -363,6 +371,9 @@ static int wait_event(ra_pool *p, rstate *rs, rapi_event *ev, bool *host_waited)
  * work this thread is running. */
 static int wait_for_block(ra_pool *p, rstate *rs, rstate *owner, rapi_block *b, bool *host_waited) {
   int st = RAP_OK;
+  if (owner != rs && !passed(owner, RA(b)->tag) && capturing(owner)) return RAP_ERR_BUSY;
+  for (rapi_use *u = RA(b)->uses; u != NULL; u = u->next)
+    if (u->rs != rs && !passed(u->rs, u->tag) && capturing(u->rs)) return RAP_ERR_BUSY;
   if (owner != rs && !passed(owner, RA(b)->tag)) {
     if (RA(b)->tag == owner->open) st = fence_open(p, owner);
     rapi_event *ev = st == RAP_OK ? fence_event(owner, RA(b)->tag) : NULL;
@@ -548,10 +559,6 @@ static int ra_deallocate(void *state, void *ptr, rap_resource *r) {
                      "rap_deallocate('%s'): %p belongs to %s resource #%llu, not to %s resource #%llu",
                      rap_allocator_name(p->bp.self), ptr, owner->r->ops->kind,
                      (unsigned long long)owner->r->id, r->ops->kind, (unsigned long long)r->id);
-  if (RAPI_UNLIKELY(__atomic_load_n(&owner->r->capturing, __ATOMIC_RELAXED)))   /* freed without r */
-    return rapi_fail(RAP_ERR_BUSY, "rap_deallocate('%s'): %p belongs to %s resource #%llu, which is "
-                     "capturing a graph: free it after the capture ends", rap_allocator_name(p->bp.self),
-                     ptr, owner->r->ops->kind, (unsigned long long)owner->r->id);
   owner->current -= b->requested;
   owner->used_bytes -= b->size;
   owner->used_count--;
@@ -801,7 +808,7 @@ static void forget_resource(ra_pool *p, rap_resource *r) {
       RAPI_TRACE("ready", p->bp.self, rs->r, b->ptr, b->size, ",\"pb\":%zu", rs->pending_bytes);
       free_uses(p, b);
       RA(b)->owner = NULL;
-      rapi_bp_after_free(&p->bp, rapi_bp_make_free(&p->bp, b));
+      rapi_bp_make_free(&p->bp, b);
     } else {
       rehome(p, rs, b);
     }

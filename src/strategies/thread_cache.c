@@ -163,6 +163,10 @@ static void flush_batch(thread_cache *t, tc_rec **batch) {
   for (tc_rec *rec = list, *next; rec != NULL; rec = next) {
     next = rec->next;
     int st = rap_deallocate(t->inner, rec->ptr, rec->r);
+    /* r is capturing a graph, and the parent refuses calls on it: without a resource the block
+     * goes back to its owner in the parent all the same (pending there, unfenced until the
+     * capture ends). */
+    if (st == RAP_ERR_BUSY && rec->r != NULL) st = rap_deallocate(t->inner, rec->ptr, NULL);
     if (st != RAP_OK)
       rap_log(RAP_LOG_ERROR, "%s: returning a cached block to '%s' failed: %s",
               rap_allocator_name(t->self), rap_allocator_name(t->inner), rap_last_error());
