@@ -181,6 +181,44 @@ RAP_TEST(Trace, StartAndStopAnswerWithSentences) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+/* An out-of-memory handler's own calls are the user's (depth 0): what it frees shows in a replay. */
+static void *oom_spare;
+static int free_spare(rap_allocator *a, size_t bytes, rap_resource *r, int attempt, void *user) {
+  (void)bytes, (void)r, (void)attempt;
+  rap_allocator *pool = user;
+  (void)a;
+  if (oom_spare == NULL) return 0;
+  int st = rap_deallocate(pool, oom_spare, NULL);
+  oom_spare = NULL;
+  return st == RAP_OK;
+}
+
+RAP_TEST(Trace, OutOfMemoryHandlerCallsAreTheUsers) {
+  char path[256];
+  temp_path(path, sizeof path, "oom.jsonl");
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "lim", "QuickPool(SizeLimiter(HOST, limit=70KiB), "
+                                       "initial_size=32KiB, next_size=32KiB)", &pool));
+  RAP_CHECK_OK(rap_allocator_set_oom_handler(pool, free_spare, pool));
+  void *a, *b;
+  RAP_CHECK_OK(rap_allocate(pool, &a, 30000, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, &oom_spare, 30000, NULL));
+  char spare[32];
+  snprintf(spare, sizeof spare, "\"p\":\"%p\"", oom_spare);
+  RAP_CHECK_OK(rap_trace_start(path));
+  RAP_CHECK_OK(rap_allocate(pool, &b, 30000, NULL));   /* the handler frees the spare, then it fits */
+  RAP_CHECK_OK(rap_trace_stop());
+  char *text = slurp(path);
+  RAP_CHECK(text != NULL);
+  HAS_LINE(text, "\"ev\":\"dealloc\"", "\"a\":\"lim\"", "\"d\":0", spare);
+  free(text);
+  remove(path);
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 /* Runs a command; its standard output in out. */
 static int run_tool(const char *cmd, char *out, size_t cap) {
   FILE *f = popen(cmd, "r");
@@ -269,6 +307,14 @@ RAP_TEST(Trace, ReplayThroughTheSameSpecGivesTheSameHeldAndLive) {
   snprintf(cmd, sizeof cmd, "%s replay %s --spec 'Nope(HOST)' 2>&1", RAP_TRACE_TOOL, path);
   RAP_CHECK(run_tool(cmd, out, sizeof out) != 0);
   RAP_CHECK_STR(out, "no strategy named 'Nope'");
+  FILE *bad = fopen(path, "w");   /* a damaged trace: a resource id no manager makes */
+  RAP_CHECK(bad != NULL);
+  fputs("{\"t\":1,\"th\":1,\"ev\":\"alloc\",\"a\":\"rt\",\"d\":0,\"r\":4000000000000,"
+        "\"rk\":\"cuda\",\"p\":\"0x1000\",\"n\":64}\n", bad);
+  fclose(bad);
+  snprintf(cmd, sizeof cmd, "%s replay %s --spec '%s' 2>&1", RAP_TRACE_TOOL, path, RT_SPEC);
+  RAP_CHECK(run_tool(cmd, out, sizeof out) != 0);
+  RAP_CHECK_STR(out, "resource id 4000000000000 in the trace is past any real one");
   snprintf(cmd, sizeof cmd, "%s summary /nonexistent.jsonl 2>&1", RAP_TRACE_TOOL);
   RAP_CHECK(run_tool(cmd, out, sizeof out) != 0);
   RAP_CHECK_STR(out, "cannot open '/nonexistent.jsonl'");
