@@ -2,7 +2,7 @@
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST = ctest --output-on-failure -j $(JOBS)
 
-.PHONY: all deps build test debug-checks demo asan tsan host-only install-check bench device-build clean fuzz fuzz-ci fuzz-build fuzz-merge hip-check device-build-hip
+.PHONY: all deps build test debug-checks demo asan tsan host-only install-check bench device-build clean fuzz fuzz-ci fuzz-build fuzz-merge hip-check device-build-hip wheel
 
 all: build
 
@@ -83,6 +83,17 @@ device-build: deps
 	  echo "device-build: no libmimalloc.so.2 here (libmimalloc-dev); rap-bench will skip its mimalloc peer"; \
 	fi
 
+# The Python package as a wheel, dist/rap-<version>-py3-none-<platform>.whl, from device-build (the
+# GPU machine's build, with librap_torch.so and librap_cupy.so) when it is configured, else from
+# build; WHEEL_BUILD=<dir> picks. Built by python/build_wheel.py with the standard library alone.
+WHEEL_BUILD ?= $(if $(wildcard device-build/CMakeCache.txt),device-build,build)
+
+wheel:
+	@if [ ! -f $(WHEEL_BUILD)/CMakeCache.txt ]; then \
+	  echo "wheel: $(WHEEL_BUILD) is not configured: run make device-build (or make build) first"; exit 1; fi
+	cmake --build $(WHEEL_BUILD) --target rap_python -j $(JOBS)
+	python3 python/build_wheel.py $(WHEEL_BUILD)/python/rap dist
+
 # Model-based fuzzing (tests/fuzz): libFuzzer with clang, ASan and UBSan. `make fuzz` runs for
 # FUZZ_SECONDS, keeping what it finds in build-fuzz/corpus and crashes in build-fuzz/artifacts;
 # `make fuzz-merge` folds the new corpus, minimised, into tests/fuzz/corpus (replayed by make test).
@@ -100,12 +111,14 @@ fuzz: fuzz-build
 	$(FUZZ_BIN) build-fuzz/corpus tests/fuzz/corpus -max_total_time=$(FUZZ_SECONDS) $(FUZZ_FLAGS) \
 	  -artifact_prefix=build-fuzz/artifacts/
 
-# CI: a bounded run (the corpus replay itself runs in make test).
+# CI: a bounded run (the corpus replay itself runs in make test), then one with RAP_FUZZ_VMM=1:
+# the growable platform's host analogue (HostVmm) in HOST's place (tests/fuzz/fuzz_driver.c).
 fuzz-ci:
 	$(MAKE) fuzz FUZZ_SECONDS=$${FUZZ_CI_SECONDS:-210}
+	RAP_FUZZ_VMM=1 $(MAKE) fuzz FUZZ_SECONDS=$${FUZZ_CI_VMM_SECONDS:-60}
 
 fuzz-merge: fuzz-build
 	$(FUZZ_BIN) -merge=1 tests/fuzz/corpus build-fuzz/corpus $(FUZZ_FLAGS)
 
 clean:
-	rm -rf build build-asan build-tsan build-host build-fuzz device-build
+	rm -rf build build-asan build-tsan build-host build-fuzz device-build dist

@@ -1,7 +1,7 @@
 /* bench.h — what rap-bench's pieces share: the peer interface and the environment (also the C++
  * peers' and the PyTorch plugin's), then the program's own layers, by the file that defines them:
  * main.c (options, the run), measure.c (timing), peers.c (the peers), report.c (results and
- * output) and the workloads (pairs.c, trace.c, runahead.c, threads.c).
+ * output) and the workloads (pairs.c, trace.c, runahead.c, threads.c, vmm.c).
  *
  * A peer is one allocator under test (a rap strategy, malloc, mimalloc, cudaMallocAsync, CUB,
  * PyTorch's caching allocator) behind one small table of functions, so every workload drives every peer
@@ -168,7 +168,7 @@ void check_targets(void);                              /* the targets, from the 
 void print_summary(FILE *f);                           /* what was skipped, then the targets */
 void report_fini(void);
 
-/* ---- pairs.c, trace.c, runahead.c, threads.c: the workloads ----------------------------------- */
+/* ---- pairs.c, trace.c, runahead.c, threads.c, vmm.c: the workloads ---------------------------- */
 
 void wl_a(void);        /* pairs.c */
 void wl_h(void);
@@ -181,6 +181,7 @@ void wl_e(void);        /* threads.c */
 void wl_e_host(void);
 void wl_e_x(void);
 void wl_e_x_host(void);
+void wl_v(void);        /* vmm.c; nothing without CUDA */
 #endif
 
 #ifdef __cplusplus

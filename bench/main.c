@@ -1,7 +1,7 @@
 /* main.c — rap-bench: rap's strategies and their peers, side by side, in one process. This file
  * reads the options, finds the GPU and the PyTorch plugin, runs the workloads in order and prints;
  * measure.c measures, peers.c makes the allocators, report.c keeps and writes the results, and
- * pairs.c, trace.c, runahead.c and threads.c are the workloads.
+ * pairs.c, trace.c, runahead.c, threads.c and vmm.c are the workloads.
  *
  * Workloads (ids for --only):
  *   a  allocate+free pair, same size, same stream, device memory: 256 B, 64 KiB, 1 MiB, 64 MiB
@@ -15,6 +15,8 @@
  *   e-x  the same, but the threads stand in a ring and each frees what the one before it
  *      allocated, handed over through a lock-free queue, on the stream it was allocated on
  *   h  host: QuickPool over HOST with alignment 16 against glibc malloc and mimalloc, 64 B..64 KiB
+ *   v  CUDA's virtual memory management: each driver call per 2 MiB and per 64 MiB (p50, p99),
+ *      and a pool's misses over DEVICE_VMM against DEVICE and cudaMalloc, per GiB grown (vmm.c)
  * b, c, e and e-x also run over host memory (b-host, c-host, e-host, e-x-host); without a GPU only
  * those and h run, and the program says what it skipped and why. Every figure is the median of
  * several repetitions after a warm-up; the ratio column divides by the group's reference allocator.
@@ -72,6 +74,7 @@ static const struct workload {
     {"c-host", 0, wl_c_host, "scaling with live blocks, host memory"},
     {"e-host", 0, wl_e_host, "threads, host memory"},
     {"e-x-host", 0, wl_e_x_host, "threads freeing each other's blocks, host memory"},
+    {"v", 1, wl_v, "virtual memory management: call costs and misses"},
 };
 
 static void load_torch_plugin(void) {
@@ -154,6 +157,7 @@ static void usage(FILE *f) {
           "               e-x     threads in a ring, each freeing the blocks of the one before it\n"
           "                       (handed over through lock-free queues), device memory\n"
           "               h       pairs of one size, host memory\n"
+          "               v       CUDA virtual memory calls, and misses over DEVICE_VMM vs DEVICE\n"
           "               b-host, c-host, e-host, e-x-host: b, c, e, e-x over host memory\n"
           "  --quick      a smoke run: fewer repetitions, smaller traces, no 10^5+ live blocks\n"
           "  --reps N     timed repetitions per figure (default 7)\n"
@@ -241,7 +245,7 @@ int main(int argc, char **argv) {
          bench_torch_factory ? "; with the PyTorch peer" : "", have_mimalloc ? "; mimalloc " : "",
          have_mimalloc ? mimalloc_note : "");
   fflush(stdout);
-  if (!run_env.have_gpu) SKIP("(a) (b) (c) (d) (e) (e-x): device memory", "%s", run_env.no_gpu_reason);
+  if (!run_env.have_gpu) SKIP("(a) (b) (c) (d) (e) (e-x) (v): device memory", "%s", run_env.no_gpu_reason);
   else if (bench_torch_factory == NULL) SKIP("PyTorch caching allocator", "%s", torch_note);
   if (!have_mimalloc) SKIP("mimalloc", "%s", mimalloc_note);
 

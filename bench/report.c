@@ -119,6 +119,8 @@ static const char *wl_title(const char *wl) {
   if (!strcmp(wl, "e-x-host"))
     return "(e-x-host) threads in a ring, each freeing the blocks of the one before it, host memory, 64 B..64 KiB";
   if (!strcmp(wl, "h")) return "(h) host: pairs of one size, host memory";
+  if (!strcmp(wl, "v"))
+    return "(v) CUDA virtual memory: each call per 2 MiB / 64 MiB (median = p50, us), and 1 GiB of misses";
   return wl;
 }
 

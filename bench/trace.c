@@ -1,7 +1,8 @@
 /* trace.c — (b): a random trace on 4 streams, log-uniform 256 B..4 MiB, <= 1000 live blocks,
  * 200 000 operations (20 000 with --quick), fixed seed; ns per pair (the first run, cold, and the
  * median of the timed runs) and peak held / peak live. b-host runs it over host memory, the
- * streams being host_async queues. Pools grow by 1 MiB chunks.
+ * streams being host_async queues. Pools grow by 1 MiB chunks; the same pools over DEVICE_VMM
+ * (HOST_VMM for b-host) grow their one chunk in place by 2 MiB granules.
  *
  * The trace is made once (a few MiB of operations) and replayed on every peer: a replay is one
  * indirect call per operation.
@@ -137,6 +138,10 @@ void wl_b(void) {
       {P_RAP, "rap QuickPool", "QuickPool(DEVICE, initial_size=1MiB, next_size=1MiB)", 0},
       {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE, initial_size=1MiB, next_size=1MiB)", 0},
       {P_RAP, "rap StreamOrdered", "StreamOrdered(pool=new, release_threshold=max)", 0},
+      /* over the growable platform (issue 13): one chunk that grows at its end, 2 MiB granules */
+      {P_RAP, "rap ResourceAwarePool DEVICE_VMM", "ResourceAwarePool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB)", 0},
+      {P_RAP, "rap QuickPool DEVICE_VMM", "QuickPool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB)", 0},
+      {P_RAP, "rap DynamicPoolList DEVICE_VMM", "DynamicPoolList(DEVICE_VMM, initial_size=2MiB, next_size=2MiB)", 0},
       {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0}, {P_TORCH, 0, 0, 0},
   };
   random_trace("b", peers, sizeof peers / sizeof *peers);
@@ -147,6 +152,9 @@ void wl_b_host(void) {
       {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(HOST, initial_size=1MiB, next_size=1MiB)", 1},
       {P_RAP, "rap QuickPool", "QuickPool(HOST, initial_size=1MiB, next_size=1MiB)", 1},
       {P_RAP, "rap DynamicPoolList", "DynamicPoolList(HOST, initial_size=1MiB, next_size=1MiB)", 1},
+      {P_RAP, "rap ResourceAwarePool HOST_VMM", "ResourceAwarePool(HOST_VMM, initial_size=2MiB, next_size=2MiB)", 1},
+      {P_RAP, "rap QuickPool HOST_VMM", "QuickPool(HOST_VMM, initial_size=2MiB, next_size=2MiB)", 1},
+      {P_RAP, "rap DynamicPoolList HOST_VMM", "DynamicPoolList(HOST_VMM, initial_size=2MiB, next_size=2MiB)", 1},
       {P_MALLOC, 0, 0, 0}, {P_MIMALLOC, 0, 0, 0},
   };
   random_trace("b-host", peers, sizeof peers / sizeof *peers);

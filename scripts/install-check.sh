@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # install-check.sh — installs rap into a scratch prefix and builds an outside program against it,
 # once through find_package(rap) and once through pkg-config, then runs both (with a CUDA or HIP
-# build, also one that includes rap/cuda.h or rap/hip.h); and checks that the shared library
-# exports nothing but the public API.
+# build, also one that includes rap/cuda.h or rap/hip.h); imports the installed Python package rap
+# from the prefix; and checks that the shared library exports nothing but the public API.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -49,4 +49,25 @@ internal=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^rap_' || tr
 if [ -n "$internal" ]; then
   echo "install-check: librap.so exports symbols outside the public API:"; echo "$internal"; exit 1
 fi
-echo "install-check: find_package and pkg-config consumers built and ran, rap-trace runs; librap.so exports $(nm -D --defined-only "$so" | grep -c ' rap_') rap_* symbols and nothing else"
+# The Python package rap is installed (RAP_PYTHON_INSTALL_DIR) and imports from the prefix alone.
+py_note=""
+if grep -q '^RAP_BUILD_PYTHON:BOOL=ON' "$build/CMakeCache.txt"; then
+  init=$(find "$work/prefix" -path '*/rap/__init__.py' | head -1)
+  [ -n "$init" ] || { echo "install-check: the Python package rap was not installed"; exit 1; }
+  pydir=$(dirname "$(dirname "$init")")
+  (cd "$work" && env -u RAP_LIB PYTHONPATH="$pydir" python3 - "$work/prefix" <<'PY'
+import os, sys
+import rap
+assert os.path.realpath(rap.__file__).startswith(os.path.realpath(sys.argv[1]) + os.sep), rap.__file__
+assert rap.version() == rap.__version__
+assert rap.check_spec("QuickPool(HOST, initial_size=1MiB)")
+try:
+    rap.check_spec("QuickPool(HOST")
+    sys.exit("install-check: a bad spec passed rap.check_spec")
+except ValueError:
+    pass
+PY
+  ) || { echo "install-check: the installed Python package rap does not work"; exit 1; }
+  py_note=", the Python package rap imports from ${pydir#"$work/prefix/"}"
+fi
+echo "install-check: find_package and pkg-config consumers built and ran, rap-trace runs$py_note; librap.so exports $(nm -D --defined-only "$so" | grep -c ' rap_') rap_* symbols and nothing else"

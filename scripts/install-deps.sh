@@ -5,7 +5,8 @@
 # Debian's HIP 5.2: hipcc and libamdhip64-dev (about 66 MB to download, 350 MB installed).
 set -euo pipefail
 
-packages=(cmake ninja-build gcc g++ make pkg-config libgtest-dev uthash-dev)
+# python3 and python3-venv (with pip inside it): the Python package's wheel test (scripts/wheel-check.sh).
+packages=(cmake ninja-build gcc g++ make pkg-config libgtest-dev uthash-dev python3 python3-venv)
 [ "${RAP_DEPS_CLANG:-0}" = 1 ] && packages+=(clang libclang-rt-14-dev)
 [ "${RAP_DEPS_HIP:-0}" = 1 ] && packages+=(hipcc libamdhip64-dev)
 # Wanted, not needed: rap-bench's mimalloc peer (loaded at run time; make device-build carries the

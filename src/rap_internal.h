@@ -249,6 +249,19 @@ static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
 
 /* ---- the types every layer shares: an allocator (core/allocator.c answers for any of them), a
  * resource and its events (events/, resources/), the manager (manager/) ------------------- */
+/* The contract of a growable parent (resources/vmm.c: HOST_VMM, DEVICE_VMM): every allocation it
+ * hands out is granularity-aligned, and a live one can be resized in place. resize grows or
+ * shrinks the allocation ptr, now *bytes long, towards want (rounded up to the granularity):
+ * growing maps the addresses right after it, if they are free, or fails with RAP_ERR_NOMEM and
+ * changes nothing; shrinking gives back only whole mappings above want, so the new size may stay
+ * above it; *bytes becomes the new size. A pool whose direct parent sets this grows its newest
+ * chunk at its end, so new space merges with the free space before it, and gives free tail pages
+ * back by range (block_pool.c). */
+typedef struct rapi_resizable {
+  size_t granularity;
+  int (*resize)(rap_allocator *a, void *ptr, size_t *bytes, size_t want);
+} rapi_resizable;
+
 struct rap_allocator {
   const rap_strategy *strategy;   /* hot fields first */
   void *state;
@@ -266,6 +279,7 @@ struct rap_allocator {
   pthread_mutex_t *guard_lock;    /* the lock of the nearest ThreadSafe above, or NULL: the manager
                                      takes it for its own calls into this allocator (find, a
                                      resource's destroy) */
+  const rapi_resizable *resizable;   /* a growable platform's contract, set by its init; or NULL */
   UT_hash_handle hh;              /* manager's name map */
 };
 
@@ -440,6 +454,7 @@ void rapi_tracked_fini(rap_allocator *self, void *state);
 int  rapi_tracked_allocate(void *state, void **out, size_t bytes, rap_resource *r);
 int  rapi_tracked_deallocate(void *state, void *ptr, rap_resource *r);
 int  rapi_tracked_stats(void *state, rap_stats *out);
+int  rapi_tracked_reset_peaks(void *state);
 int  rapi_tracked_owns(void *state, const void *ptr);
 int  rapi_tracked_check(void *state);
 int  rapi_tracked_record_resource(void *state, void *ptr, rap_resource *r);
@@ -450,7 +465,7 @@ int  rapi_tracked_release(void *state);   /* wrappers: release the parent; platf
   .deallocate = rapi_tracked_deallocate, .stats = rapi_tracked_stats, .owns = rapi_tracked_owns,   \
   .release = rapi_tracked_release, .check = rapi_tracked_check,                                    \
   .record_resource = rapi_tracked_record_resource,                                                 \
-  .pointer_resource = rapi_tracked_pointer_resource
+  .pointer_resource = rapi_tracked_pointer_resource, .reset_peaks = rapi_tracked_reset_peaks
 
 /* ---- strategies, one table each -------------------------------------------------------------- */
 extern const rap_strategy rapi_quick_pool_strategy;
@@ -460,6 +475,7 @@ int  rapi_quick_pool_allocate(void *state, void **out, size_t bytes, rap_resourc
 int  rapi_quick_pool_deallocate(void *state, void *ptr, rap_resource *r);
 int  rapi_quick_pool_release(void *state);
 int  rapi_quick_pool_stats(void *state, rap_stats *out);
+int  rapi_quick_pool_reset_peaks(void *state);
 int  rapi_quick_pool_owns(void *state, const void *ptr);
 int  rapi_quick_pool_check(void *state);
 extern const rap_strategy rapi_fault_strategy;
@@ -470,6 +486,8 @@ extern const rap_strategy rapi_size_limiter_strategy;
 extern const rap_strategy rapi_fixed_pool_strategy;
 extern const rap_strategy rapi_dynamic_pool_list_strategy;
 extern const rap_strategy rapi_stream_ordered_strategy;   /* resources/stream_ordered.c */
+extern const rap_strategy rapi_host_vmm_strategy;         /* resources/vmm.c: HostVmm */
+extern const rap_strategy rapi_device_vmm_strategy;       /* resources/vmm_device.c: DeviceVmm */
 /* ---- resources/host_platform.c, resources/cuda_platform.c -------------------------------- */
 extern const rap_strategy rapi_host_platform;
 extern const rap_strategy rapi_pinned_strategy;   /* Pinned(portable, mapped, write_combined) */

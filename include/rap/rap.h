@@ -101,6 +101,8 @@ int  rap_allocator_make_spec(rap_manager *rm, const char *name, const char *spec
      /* "ThreadSafe(ResourceAwarePool(SizeLimiter(DEVICE, limit=8GiB), initial_size=1GiB))":
         inner allocators are named "name/ResourceAwarePool", "name/ResourceAwarePool/SizeLimiter".
         RAP_ALLOCATOR_<NAME>=spec in the environment replaces the spec, or a rap_allocator_make. */
+int  rap_spec_check(const char *spec);   /* RAP_OK when spec parses (syntax only; names and options
+                                           are checked when made); nothing is made */
 int  rap_allocator_destroy(rap_allocator *a);   /* RAP_ERR_BUSY while it has live blocks or children */
 int  rap_allocator_find(rap_manager *rm, const void *ptr, rap_allocator **out);
 const char *rap_allocator_name(const rap_allocator *a);
@@ -141,6 +143,10 @@ typedef struct rap_stats {
   size_t cached_bytes, cached_count;           /* free blocks held by per-thread caches (ThreadCache) */
 } rap_stats;
 int  rap_allocator_stats(rap_allocator *a, rap_stats *out);
+/* The high-water marks of a's statistics (high_watermark, actual_high_watermark, and per resource)
+ * start again from the current values, as torch.cuda.reset_peak_memory_stats does. Counters that
+ * steer a pool's own heuristics are not touched. RAP_ERR_UNSUPPORTED for a strategy without it. */
+int  rap_allocator_reset_peaks(rap_allocator *a);
 /* The memory under a's platform (the bottom of its chain): for HOST and PINNED the host's physical
  * memory (a control group's lower limit, if one is set) and what is available of it; for DEVICE,
  * DEVICE::N and UM the device's total and free memory. */

@@ -16,8 +16,9 @@ extern "C" {
 #endif
 RAP_API_BEGIN
 
-/* 2 appended resource_gone; tables of version 1 are still accepted (they end before it). */
-#define RAP_STRATEGY_VERSION 2
+/* 2 appended resource_gone, 3 reset_peaks; tables of older versions are still accepted (they end
+ * before what came later). */
+#define RAP_STRATEGY_VERSION 3
 
 typedef struct rap_options rap_options;   /* the parsed key=value list given at make time */
 
@@ -50,6 +51,11 @@ typedef struct rap_strategy {
    * commit 1: r has been synchronized, so everything it was used for has passed: drop every trace
    * of it (this cannot fail). Called under the lock of a ThreadSafe above the instance, if any. */
   int (*resource_gone)(void *state, rap_resource *r, int commit);
+  /* Version 3, optional: the high-water marks that stats reports (high_watermark,
+   * actual_high_watermark, and each resource's) become the current values. A wrapper resets what
+   * its stats show, e.g. its inner allocator's. NULL: rap_allocator_reset_peaks answers
+   * RAP_ERR_UNSUPPORTED. Called under the lock of a ThreadSafe above the instance, if any. */
+  int (*reset_peaks)(void *state);
 } rap_strategy;
 
 /* An instance that keeps state per resource watches it, so that destroying the resource calls its

@@ -98,6 +98,9 @@ typedef struct dev {
   deferred *deferred;
   size_t ndeferred;
   unsigned long long graph_seq;
+  /* Since the last glue_reset_accumulated: allocations served and their bytes (as requested), out
+   * of memory answers, and what was live at the reset (frees are what went since). */
+  size_t allocs, alloc_bytes, ooms, base_count, base_bytes;
 } dev;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -415,6 +418,12 @@ int glue_malloc(void **out, size_t size, int device, cudaStream_t s) {
     if (st == RAP_OK) st = stream_resource(d, device, s, &e);
     if (st == RAP_OK) st = rap_allocate(d->pool, out, size, e->r);
   }
+  if (d != NULL && st == RAP_OK) {
+    d->allocs++;
+    d->alloc_bytes += size;
+  } else if (d != NULL && st == RAP_ERR_NOMEM) {
+    d->ooms++;
+  }
   pthread_mutex_unlock(&lock);
   return st;
 }
@@ -559,6 +568,11 @@ int glue_stat_values(int device, int graph, size_t *out, size_t n) {
     out[GLUE_STREAMS] = HASH_COUNT(d->streams);
     out[GLUE_GRAPH_POOLS] = HASH_COUNT(d->gpools);
     out[GLUE_DEFERRED] = d->ndeferred;
+    out[GLUE_ALLOCS_TOTAL] = d->allocs;
+    out[GLUE_ALLOC_BYTES_TOTAL] = d->alloc_bytes;
+    out[GLUE_OOMS] = d->ooms;
+    out[GLUE_BASE_COUNT] = d->base_count;
+    out[GLUE_BASE_BYTES] = d->base_bytes;
   }
   pthread_mutex_unlock(&lock);
   return st;
@@ -681,6 +695,130 @@ int glue_release_pool(int device, unsigned long long id1, unsigned long long id2
       g->released = true;
       if (!give_back_kept(d, g) && g->live == 0) (void)destroy_gpool(d, g);
     }
+  }
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+/* ---- a framework's pool surface: limits, one device's release, a pinned host pool ---------- */
+
+int glue_limit_admit(int device, size_t size, size_t limit) {
+  if (limit == 0) return RAP_OK;
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  rap_stats s;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK) st = ensure_pool(device, d);
+  if (st == RAP_OK) st = rap_allocator_stats(d->pool, &s);
+  if (st == RAP_OK && (size > limit || s.used_bytes > limit - size))
+    st = rap_error_set(RAP_ERR_NOMEM, "%s: %zu bytes more would pass the limit of %zu bytes on "
+                       "device %d (%zu in use)", glue_cfg.prefix, size, limit, device, s.used_bytes);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_release_device(int device) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK && d->deferred != NULL) (void)process_deferred(d);
+  if (st == RAP_OK && d->pool != NULL) st = rap_release(d->pool);
+  if (st == RAP_OK) (void)reap_orphans(device, d);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_memory_info(int device, size_t *free_bytes, size_t *total_bytes) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK) st = ensure_pool(device, d);
+  if (st == RAP_OK) st = rap_allocator_memory_info(d->pool, free_bytes, total_bytes);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+static rap_allocator *pinned;   /* the pinned host pool, made at its first allocation */
+
+int glue_pinned_malloc(void **out, size_t size, const char *spec) {
+  pthread_mutex_lock(&lock);
+  int st = init_locked();
+  if (st == RAP_OK && pinned == NULL) {
+    char name[64];
+    snprintf(name, sizeof name, "%s-pinned", glue_cfg.prefix);
+    st = rap_allocator_make_spec(rm, name, spec, &pinned);
+    if (st == RAP_OK) rap_log(RAP_LOG_INFO, "%s: pinned host memory comes from %s", glue_cfg.prefix, spec);
+  }
+  if (st == RAP_OK) st = rap_allocate(pinned, out, size, NULL);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_pinned_free(void *ptr) {
+  if (ptr == NULL) return RAP_OK;
+  pthread_mutex_lock(&lock);
+  int st = pinned != NULL ? rap_deallocate(pinned, ptr, NULL)
+                          : rap_error_set(RAP_ERR_UNKNOWN_POINTER, "%s: %p is not pinned memory "
+                                          "of rap's", glue_cfg.prefix, ptr);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_pinned_release(void) {
+  pthread_mutex_lock(&lock);
+  int st = pinned != NULL ? rap_release(pinned) : RAP_OK;
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_pinned_stat_values(size_t *out, size_t n) {
+  if (out == NULL || n < GLUE_NSTATS)
+    return rap_error_set(RAP_ERR_INVALID, "%s: stats need room for %d values", glue_cfg.prefix,
+                         (int)GLUE_NSTATS);
+  memset(out, 0, n * sizeof *out);
+  pthread_mutex_lock(&lock);
+  rap_stats s;
+  int st = pinned != NULL ? rap_allocator_stats(pinned, &s) : RAP_OK;
+  if (pinned != NULL && st == RAP_OK) add_stats(out, &s);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+/* ---- statistics in a framework's terms ------------------------------------------------------ */
+
+/* The pool's and every graph pool's high-water marks start again from what they hold now. */
+int glue_reset_peaks(int device) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK && d->pool != NULL) st = rap_allocator_reset_peaks(d->pool);
+  for (gpool *g = st == RAP_OK ? d->gpools : NULL; g != NULL && st == RAP_OK; g = g->hh.next)
+    st = rap_allocator_reset_peaks(g->a);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+/* The running totals start again at zero; what is live now is remembered, so that frees since can
+ * be told from the totals and the live figures. */
+int glue_reset_accumulated(int device) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  size_t count = 0, bytes = 0;
+  rap_stats s;
+  if (st == RAP_OK && d->pool != NULL && (st = rap_allocator_stats(d->pool, &s)) == RAP_OK) {
+    count += s.allocation_count;
+    bytes += s.current_bytes;
+  }
+  for (gpool *g = st == RAP_OK ? d->gpools : NULL; g != NULL && st == RAP_OK; g = g->hh.next)
+    if ((st = rap_allocator_stats(g->a, &s)) == RAP_OK) {
+      count += s.allocation_count;
+      bytes += s.current_bytes;
+    }
+  if (st == RAP_OK) {
+    d->allocs = d->alloc_bytes = d->ooms = 0;
+    d->base_count = count;
+    d->base_bytes = bytes;
   }
   pthread_mutex_unlock(&lock);
   return st;

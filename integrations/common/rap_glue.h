@@ -36,7 +36,11 @@ extern const rap_glue_config glue_cfg;   /* defined by each integration */
 enum {
   GLUE_CURRENT, GLUE_PEAK, GLUE_RESERVED, GLUE_PEAK_RESERVED, GLUE_PENDING, GLUE_PENDING_COUNT,
   GLUE_FREE, GLUE_RELEASABLE, GLUE_LARGEST_FREE, GLUE_ALLOCATIONS, GLUE_BLOCKS, GLUE_CHUNKS,
-  GLUE_USED, GLUE_STREAMS, GLUE_GRAPH_POOLS, GLUE_DEFERRED, GLUE_NSTATS
+  GLUE_USED, GLUE_STREAMS, GLUE_GRAPH_POOLS, GLUE_DEFERRED,
+  /* Since the last glue_reset_accumulated (per device, graph pools included): allocations and
+   * their bytes, out-of-memory answers, and the live count and bytes at that reset. */
+  GLUE_ALLOCS_TOTAL, GLUE_ALLOC_BYTES_TOTAL, GLUE_OOMS, GLUE_BASE_COUNT, GLUE_BASE_BYTES,
+  GLUE_NSTATS
 };
 
 int  glue_malloc(void **out, size_t size, int device, cudaStream_t s);
@@ -48,6 +52,8 @@ int  glue_stat_values(int device, int graph, size_t *out, size_t n);   /* n >= G
 int  glue_pointer_stream(const void *ptr, int device, cudaStream_t *out);
 int  glue_stream_retire(cudaStream_t s, int *adopted);  /* the stream's owner lets go of it */
 int  glue_spec(int device, char *buf, size_t cap);      /* the spec a device's pool is made from */
+int  glue_reset_peaks(int device);        /* high-water marks of the device's pools start again */
+int  glue_reset_accumulated(int device);  /* running totals start again (see GLUE_ALLOCS_TOTAL) */
 
 /* A framework's own graph-pool protocol (PyTorch's begin/end_allocate_to_pool and release_pool).
  * Once glue_use_pool_hooks(1) is called, captures are no longer detected per allocation: between
@@ -61,6 +67,21 @@ int  glue_begin_pool(int device, unsigned long long id1, unsigned long long id2,
                      glue_filter_fn filter, void (*drop)(void *ctx));
 int  glue_end_pool(int device, unsigned long long id1, unsigned long long id2);
 int  glue_release_pool(int device, unsigned long long id1, unsigned long long id2);
+
+/* A framework's pool surface (CuPy's MemoryPool). glue_limit_admit: RAP_OK when device's pool may
+ * hand out size more bytes without the aligned bytes of its live blocks passing limit (0: none),
+ * RAP_ERR_NOMEM with a sentence otherwise. glue_release_device: glue_release for one device.
+ * glue_memory_info: the device's free and total memory (rap_allocator_memory_info). */
+int  glue_limit_admit(int device, size_t size, size_t limit);
+int  glue_release_device(int device);
+int  glue_memory_info(int device, size_t *free_bytes, size_t *total_bytes);
+
+/* Page-locked host memory from one pool, made from spec (over PINNED) at the first allocation;
+ * its statistics in glue_stat_values' order. */
+int  glue_pinned_malloc(void **out, size_t size, const char *spec);
+int  glue_pinned_free(void *ptr);                       /* NULL is a no-op */
+int  glue_pinned_release(void);                         /* wholly free chunks go back */
+int  glue_pinned_stat_values(size_t *out, size_t n);    /* n >= GLUE_NSTATS */
 
 #ifdef __cplusplus
 }

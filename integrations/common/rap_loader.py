@@ -14,7 +14,8 @@ import os
 # report fewer.
 STATS = ("current", "peak", "reserved", "peak_reserved", "pending", "pending_count", "free",
          "releasable", "largest_free", "allocations", "blocks", "chunks", "used", "streams",
-         "graph_pools", "deferred")
+         "graph_pools", "deferred", "allocs_total", "alloc_bytes_total", "ooms", "base_count",
+         "base_bytes")
 
 
 def library_path(name, module_file):

@@ -13,6 +13,8 @@
 # Environment: OUT, RAP_BUILD_DIR (default <repo>/device-build), PYTHON (default python3), TMPDIR,
 # RAP_<NAME>_LIB (default <build>/integrations/<name>/librap_<name>.so), PYTHONPATH (the
 # integration's folder goes first). Exits 1 at once when the library is missing.
+# RAP_TEST_FROM_WHEEL=1: the tests import rap.<name> from the installed package of PYTHON's
+# environment instead (scripts/device-wheel.sh); RAP_<NAME>_LIB and PYTHONPATH are unset.
 # shellcheck shell=bash
 set -uo pipefail
 name=$1
@@ -24,15 +26,26 @@ py=${PYTHON:-python3}
 mkdir -p "$out"
 work=$(mktemp -d "${TMPDIR:-/tmp}/rap-$name.XXXXXX")
 lib_var=RAP_${name^^}_LIB
-export "$lib_var=${!lib_var:-$build/integrations/$name/librap_$name.so}"
-export PYTHONPATH=$here${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 log=$out/${name}_log.txt
 : >"$log"
-if [ ! -f "${!lib_var}" ]; then
-  echo "run_tests.sh: ${!lib_var} is missing: run make device-build first" | tee -a "$log"
-  rm -rf "$work"
-  exit 1
+if [ "${RAP_TEST_FROM_WHEEL:-0}" = 1 ]; then
+  # The tests import the installed package's rap.<name> (PYTHON is that environment's python):
+  # nothing from a build or from PYTHONPATH.
+  unset "$lib_var" PYTHONPATH
+  if ! "$py" -c "import rap, sys; sys.exit(not rap.library_path('$name'))" >>"$log" 2>&1; then
+    echo "run_tests.sh: $py has no rap package with librap_$name.so (scripts/device-wheel.sh installs it)" | tee -a "$log"
+    rm -rf "$work"
+    exit 1
+  fi
+else
+  export "$lib_var=${!lib_var:-$build/integrations/$name/librap_$name.so}"
+  export PYTHONPATH=$here${PYTHONPATH:+:$PYTHONPATH}
+  if [ ! -f "${!lib_var}" ]; then
+    echo "run_tests.sh: ${!lib_var} is missing: run make device-build first" | tee -a "$log"
+    rm -rf "$work"
+    exit 1
+  fi
 fi
 
 # run ARGS...: one test_<name>.py process; its output goes to the log, under a line naming it and

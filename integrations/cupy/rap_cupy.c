@@ -12,6 +12,10 @@
  *   3. otherwise the legacy default stream.
  * CuPy calls malloc with the GIL held, so the source (which reads a Python thread-local) may be
  * called. free needs no stream: rap finds the owner from the pointer.
+ *
+ * Besides: a limit per device for CuPy's MemoryPool.set_limit and CUPY_GPU_MEMORY_LIMIT (checked
+ * before each allocation against the pool's live bytes), and a pool of pinned host memory for
+ * cupy.cuda.set_pinned_memory_allocator.
  */
 #include "rap_glue.h"
 #include "rap_cupy.h"
@@ -19,7 +23,11 @@
 #include <rap/strategy.h>
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
 
 const rap_glue_config glue_cfg = {
     "cupy",
@@ -58,9 +66,82 @@ static cudaStream_t current_stream(int device) {
   return (cudaStream_t)0;
 }
 
+/* ---- limits (CuPy's MemoryPool.set_limit and CUPY_GPU_MEMORY_LIMIT) ----------------------- */
+
+#define MAX_DEVICES 256
+
+/* A device's limit on the aligned bytes of its live blocks (0: none). state: 0 until the first
+ * allocation or limit query reads CUPY_GPU_MEMORY_LIMIT, 1 after; rap_cupy_set_limit sets 1, so
+ * that a limit set before the first allocation wins over the environment, as in CuPy. */
+static _Atomic size_t limits[MAX_DEVICES];
+static _Atomic int limit_state[MAX_DEVICES];
+
+/* CUPY_GPU_MEMORY_LIMIT as CuPy reads it: a number of bytes, or a percentage of the device's
+ * total memory ("50%"). 0 when unset, malformed (logged) or the memory is unknown. */
+static size_t env_limit(int device) {
+  const char *v = getenv("CUPY_GPU_MEMORY_LIMIT");
+  if (v == NULL || *v == '\0') return 0;
+  size_t len = strlen(v);
+  char *end = NULL;
+  if (v[len - 1] == '%') {
+    double pct = strtod(v, &end);
+    size_t free_bytes = 0, total = 0;
+    if (end != v + len - 1 || !(pct >= 0) || pct > 100) {
+      rap_log(RAP_LOG_ERROR, "rap_cupy: CUPY_GPU_MEMORY_LIMIT='%s': a percentage is a number from "
+              "0 to 100 followed by %%; no limit", v);
+      return 0;
+    }
+    if (glue_memory_info(device, &free_bytes, &total) != RAP_OK) {
+      rap_log(RAP_LOG_ERROR, "rap_cupy: CUPY_GPU_MEMORY_LIMIT='%s' needs device %d's memory: %s; "
+              "no limit", v, device, rap_last_error());
+      return 0;
+    }
+    return (size_t)((double)total * pct / 100.0);
+  }
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || v[0] == '-') {
+    rap_log(RAP_LOG_ERROR, "rap_cupy: CUPY_GPU_MEMORY_LIMIT='%s' is neither a number of bytes nor "
+            "a percentage such as 50%%; no limit", v);
+    return 0;
+  }
+  return (size_t)n;
+}
+
+static size_t device_limit(int device) {
+  if (device < 0 || device >= MAX_DEVICES) return 0;
+  if (limit_state[device] == 0) {
+    size_t l = env_limit(device);
+    int unread = 0;
+    if (atomic_compare_exchange_strong(&limit_state[device], &unread, 1)) limits[device] = l;
+  }
+  return limits[device];
+}
+
+RAP_EXPORT int rap_cupy_set_limit(int device, size_t bytes) {
+  if (device < 0 || device >= MAX_DEVICES)
+    return rap_error_set(RAP_ERR_INVALID, "rap_cupy: device %d cannot have a limit (0 to %d can)",
+                         device, MAX_DEVICES - 1);
+  limits[device] = bytes;
+  limit_state[device] = 1;
+  return RAP_OK;
+}
+
+RAP_EXPORT size_t rap_cupy_get_limit(int device) { return device_limit(device); }
+
+RAP_EXPORT int rap_cupy_memory_info(int device, size_t *free_bytes, size_t *total_bytes) {
+  return glue_memory_info(device, free_bytes, total_bytes);
+}
+
+RAP_EXPORT int rap_cupy_release_device(int device) { return glue_release_device(device); }
+
+/* ---- allocation --------------------------------------------------------------------------- */
+
 static void *do_malloc(size_t size, int device, cudaStream_t s) {
   void *p = NULL;
-  int st = glue_malloc(&p, size, device, s);
+  size_t limit = device_limit(device);
+  int st = limit != 0 ? glue_limit_admit(device, size, limit) : RAP_OK;
+  if (st == RAP_OK) st = glue_malloc(&p, size, device, s);
   if (st == RAP_OK) return p;
   rap_log(RAP_LOG_ERROR, "rap_cupy: cannot allocate %zu bytes on device %d (stream %p): %s: %s",
           size, device, (void *)s, rap_status_name(st), rap_last_error());
@@ -135,3 +216,34 @@ RAP_EXPORT int rap_cupy_stat_count(void) { return GLUE_NSTATS; }
 RAP_EXPORT int rap_cupy_spec(int device, char *buf, size_t cap) { return glue_spec(device, buf, cap); }
 
 RAP_EXPORT const char *rap_cupy_last_error(void) { return rap_last_error(); }
+
+/* ---- pinned host memory (cupy.cuda.set_pinned_memory_allocator) -------------------------- */
+
+static const char *pinned_spec(void) {
+  const char *env = getenv("RAP_CUPY_PINNED_SPEC");
+  return env != NULL && *env != '\0' ? env
+                                     : "QuickPool(PINNED, initial_size=16MiB, next_size=2MiB, heuristic=never)";
+}
+
+RAP_EXPORT void *rap_cupy_pinned_malloc(size_t size) {
+  void *p = NULL;
+  int st = glue_pinned_malloc(&p, size, pinned_spec());
+  if (st == RAP_OK) return p;
+  rap_log(RAP_LOG_ERROR, "rap_cupy: cannot allocate %zu bytes of pinned host memory: %s: %s", size,
+          rap_status_name(st), rap_last_error());
+  return NULL;
+}
+
+RAP_EXPORT int rap_cupy_pinned_free(void *ptr) {
+  int st = glue_pinned_free(ptr);
+  if (st != RAP_OK)
+    rap_log(RAP_LOG_ERROR, "rap_cupy: cannot free pinned %p: %s: %s", ptr, rap_status_name(st),
+            rap_last_error());
+  return st;
+}
+
+RAP_EXPORT int rap_cupy_pinned_release(void) { return glue_pinned_release(); }
+
+RAP_EXPORT int rap_cupy_pinned_stat_values(size_t *out, size_t n) { return glue_pinned_stat_values(out, n); }
+
+RAP_EXPORT const char *rap_cupy_pinned_spec(void) { return pinned_spec(); }

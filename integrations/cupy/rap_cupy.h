@@ -27,6 +27,21 @@ int      rap_cupy_stat_count(void);
 int      rap_cupy_spec(int device, char *buf, size_t cap);
 const char *rap_cupy_last_error(void);
 
+/* CuPy's MemoryPool surface: a limit per device on the aligned bytes of live blocks (0: none;
+ * CUPY_GPU_MEMORY_LIMIT, bytes or "50%", is read at the device's first allocation unless a limit
+ * was set before), the device's memory, one device's release. */
+int      rap_cupy_set_limit(int device, size_t bytes);
+size_t   rap_cupy_get_limit(int device);
+int      rap_cupy_memory_info(int device, size_t *free_bytes, size_t *total_bytes);
+int      rap_cupy_release_device(int device);
+
+/* Pinned host memory from one pool (RAP_CUPY_PINNED_SPEC, default a QuickPool over PINNED). */
+void    *rap_cupy_pinned_malloc(size_t size);       /* NULL on failure, logged */
+int      rap_cupy_pinned_free(void *ptr);
+int      rap_cupy_pinned_release(void);
+int      rap_cupy_pinned_stat_values(size_t *out, size_t n);
+const char *rap_cupy_pinned_spec(void);
+
 #ifdef __cplusplus
 }
 #endif

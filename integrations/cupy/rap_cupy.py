@@ -26,21 +26,36 @@ Streams: a cupy.cuda.Stream destroys its handle when collected, while blocks fre
 be pending there. enable() therefore wraps Stream.__del__: when rap knows the stream, rap takes
 the handle over and destroys it once no block needs it.
 
-The library is found from RAP_CUPY_LIB, next to this file, or under <repo>/device-build or
-<repo>/build. Finding and loading it is integrations/common/rap_loader.py, shared with rap_torch;
-a build copies it next to this file.
+CuPy's names: MemoryPool() has the surface of cupy.cuda.MemoryPool (used_bytes, total_bytes,
+free_bytes, n_free_blocks, free_all_blocks, set_limit, get_limit, malloc) over rap's pools; rap
+has one pool per device in a process, so every MemoryPool object is a view of the same pools,
+and each method acts on the current device, as CuPy's do. enable() installs
+get_default_memory_pool().malloc; cupy.cuda.set_allocator(rap_cupy.MemoryPool().malloc) does the
+same. A limit (set_limit, or CUPY_GPU_MEMORY_LIMIT as CuPy reads it, bytes or "50%", taken at a
+device's first allocation) bounds the bytes of live arrays; an allocation past it raises
+cupy.cuda.memory.OutOfMemoryError. PinnedMemoryPool() and enable_pinned() do the same for
+cupy.cuda.set_pinned_memory_allocator: page-locked host memory from a rap pool over PINNED
+(RAP_CUPY_PINNED_SPEC; default "QuickPool(PINNED, initial_size=16MiB, next_size=2MiB,
+heuristic=never)").
+
+The library is found from RAP_CUPY_LIB, next to this file (also inside the installed rap
+package, as rap.cupy), or under <repo>/device-build or <repo>/build. Finding and loading it is
+integrations/common/rap_loader.py, shared with rap_torch; a build copies it next to this file.
 """
 
 import ctypes
+import gc
 import importlib.util
 import os
+import sys
 
 import cupy
 
 __all__ = [
     "enable", "enabled", "library_path", "stream_source", "record_stream", "pointer_stream",
     "memory_stats", "used_bytes", "reserved_bytes", "pending_bytes", "empty_cache",
-    "release_graph_pools", "spec",
+    "release_graph_pools", "spec", "MemoryPool", "get_default_memory_pool", "PinnedMemoryPool",
+    "get_default_pinned_memory_pool", "enable_pinned",
 ]
 
 
@@ -76,6 +91,10 @@ _SOURCES = (
 _lib = None
 _source = None
 _c_allocator = None
+_malloc = None            # the allocator function: size -> cupy.cuda.MemoryPointer
+_enabled = False
+_default_pool = None
+_default_pinned_pool = None
 
 
 def library_path():
@@ -99,7 +118,25 @@ def _load(path):
     lib.rap_cupy_pointer_stream.argtypes = [vp, ctypes.c_int]
     lib.rap_cupy_pointer_stream.restype = ip
     lib.rap_cupy_stream_retire.argtypes = [ip]
+    lib.rap_cupy_set_limit.argtypes = [ctypes.c_int, sz]
+    lib.rap_cupy_get_limit.argtypes = [ctypes.c_int]
+    lib.rap_cupy_get_limit.restype = sz
+    lib.rap_cupy_memory_info.argtypes = [ctypes.c_int, ctypes.POINTER(sz), ctypes.POINTER(sz)]
+    lib.rap_cupy_release_device.argtypes = [ctypes.c_int]
+    lib.rap_cupy_pinned_malloc.argtypes = [sz]
+    lib.rap_cupy_pinned_malloc.restype = vp
+    lib.rap_cupy_pinned_free.argtypes = [vp]
+    lib.rap_cupy_pinned_stat_values.argtypes = [ctypes.POINTER(sz), sz]
+    lib.rap_cupy_pinned_spec.restype = ctypes.c_char_p
     return lib
+
+
+def _library():
+    """The loaded library, loading it at the first call (without installing anything)."""
+    global _lib
+    if _lib is None:
+        _lib = _load(library_path())
+    return _lib
 
 
 def _capi_source():
@@ -129,7 +166,8 @@ def _capi_source():
 
 
 def enabled():
-    return _lib is not None
+    """Whether enable() has made rap CuPy's allocator."""
+    return _enabled
 
 
 def stream_source():
@@ -137,14 +175,10 @@ def stream_source():
     return _source
 
 
-def enable(spec=None, stream_source=None):
-    """Makes rap CuPy's allocator (for every device).
-
-    stream_source: "auto" (CuPy's C function when its signature checks out, else "python") or
-    "python"; default from RAP_CUPY_STREAM_SOURCE, else "auto".
-    """
-    global _lib, _source, _c_allocator
-    if _lib is not None:
+def _setup(spec=None, stream_source=None):
+    """Loads the library and makes the allocator function (_malloc), once; installs nothing."""
+    global _source, _c_allocator, _malloc
+    if _malloc is not None:
         return
     if spec is not None:
         os.environ["RAP_CUPY_SPEC"] = spec
@@ -152,7 +186,8 @@ def enable(spec=None, stream_source=None):
         stream_source = os.environ.get("RAP_CUPY_STREAM_SOURCE", "auto")
     if stream_source not in ("auto", "python"):
         raise ValueError("stream_source is 'auto' or 'python', not %r" % (stream_source,))
-    lib = _load(library_path())
+    _env_limit()   # a malformed CUPY_GPU_MEMORY_LIMIT is an error here, as in CuPy
+    lib = _library()
     if stream_source == "python":
         address, takes_device, what = None, 0, "not used: stream_source='python'"
     else:
@@ -169,7 +204,7 @@ def enable(spec=None, stream_source=None):
         def malloc(size):
             mem = c_malloc(size)
             if size and not mem.ptr:
-                _raise_oom(size)
+                mem = _retry(c_malloc, size)
             return mem
     else:
         bind = lib.rap_cupy_bind_stream
@@ -180,21 +215,46 @@ def enable(spec=None, stream_source=None):
             bind(current().ptr)
             mem = c_malloc(size)
             if size and not mem.ptr:
-                _raise_oom(size)
+                mem = _retry(c_malloc, size)
             return mem
 
-    _lib = lib
     _c_allocator = c_allocator
-    cupy.cuda.set_allocator(malloc)
+    _malloc = malloc
     _wrap_stream_del()
+
+
+def enable(spec=None, stream_source=None):
+    """Makes rap CuPy's allocator (for every device): cupy.cuda.set_allocator with the default
+    pool's malloc (get_default_memory_pool()).
+
+    stream_source: "auto" (CuPy's C function when its signature checks out, else "python") or
+    "python"; default from RAP_CUPY_STREAM_SOURCE, else "auto". Both arguments count only at the
+    first call (of enable, MemoryPool or get_default_memory_pool).
+    """
+    global _enabled
+    _setup(spec, stream_source)
+    cupy.cuda.set_allocator(get_default_memory_pool().malloc)
+    _enabled = True
+
+
+def _retry(c_malloc, size):
+    """After a failed allocation: arrays kept only by reference cycles may hold memory (CuPy's
+    pool collects them too); one more try, then OutOfMemoryError."""
+    gc.collect()
+    mem = c_malloc(size)
+    if not mem.ptr:
+        _raise_oom(size)
+    return mem
 
 
 def _raise_oom(size):
     try:
-        held = reserved_bytes()
+        device = cupy.cuda.runtime.getDevice()
+        held = reserved_bytes(device)
+        limit = _lib.rap_cupy_get_limit(device)
     except Exception:  # the statistics must not hide the out-of-memory error
-        held = 0
-    raise cupy.cuda.memory.OutOfMemoryError(size, held, 0)
+        held, limit = 0, 0
+    raise cupy.cuda.memory.OutOfMemoryError(size, held, limit)
 
 
 def _wrap_stream_del():
@@ -216,8 +276,8 @@ def _wrap_stream_del():
 
 
 def _need():
-    if _lib is None:
-        raise RuntimeError("rap_cupy.enable() has not been called")
+    if _malloc is None:
+        raise RuntimeError("rap_cupy.enable() (or MemoryPool()) has not been called")
 
 
 def record_stream(array, stream):
@@ -264,5 +324,217 @@ def release_graph_pools():
 
 
 def spec(device=0):
-    lib = _lib if _lib is not None else _load(library_path())
-    return _loader.spec(lib, "cupy", int(device))
+    return _loader.spec(_library(), "cupy", int(device))
+
+
+# ---- CuPy's names: MemoryPool ------------------------------------------------------------------
+
+def _env_limit():
+    """CUPY_GPU_MEMORY_LIMIT as CuPy reads it: {"size": bytes} or {"fraction": share}, or {}.
+    Raises ValueError when it is neither (the library reads it again at a device's first
+    allocation, and takes a percentage of that device's memory)."""
+    v = os.environ.get("CUPY_GPU_MEMORY_LIMIT")
+    if not v:
+        return {}
+    try:
+        if v.endswith("%"):
+            fraction = float(v[:-1]) / 100.0
+            if not 0 <= fraction <= 1:
+                raise ValueError("out of range")
+            return {"fraction": fraction}
+        size = int(v)
+        if size < 0:
+            raise ValueError("negative")
+        return {"size": size}
+    except ValueError:
+        raise ValueError("CUPY_GPU_MEMORY_LIMIT=%r is neither a number of bytes nor a percentage "
+                         "from 0%% to 100%%" % (v,)) from None
+
+
+def _device():
+    return cupy.cuda.runtime.getDevice()
+
+
+class MemoryPool:
+    """cupy.cuda.MemoryPool's surface over rap's pools (one ResourceAwarePool per device, shared
+    by every MemoryPool object of the process); each method acts on the current device.
+
+        pool = rap_cupy.MemoryPool()
+        cupy.cuda.set_allocator(pool.malloc)     # what rap_cupy.enable() does
+        pool.set_limit(fraction=0.5)
+
+    malloc(size) returns a cupy.cuda.MemoryPointer on the current device and stream, and raises
+    cupy.cuda.memory.OutOfMemoryError when the memory or the device's limit runs out.
+    spec and stream_source are enable()'s, and count only for the first pool or enable().
+    """
+
+    def __init__(self, spec=None, stream_source=None):
+        _setup(spec, stream_source)
+        self.malloc = _malloc   # the function itself: set_allocator(pool.malloc) adds no call
+
+    def _stats(self):
+        return _loader.memory_stats(_lib, "cupy", _device(), False)
+
+    def used_bytes(self):
+        """Bytes of live blocks (aligned), as CuPy counts its in-use bytes."""
+        return self._stats()["used"]
+
+    def total_bytes(self):
+        """Bytes the pool holds from the device."""
+        return self._stats()["reserved"]
+
+    def free_bytes(self):
+        """total_bytes() - used_bytes(): free blocks, blocks pending on a stream, and chunk
+        ends."""
+        st = self._stats()
+        return st["reserved"] - st["used"]
+
+    def n_free_blocks(self):
+        """Blocks not in use: free and pending."""
+        st = self._stats()
+        return st["blocks"] - st["allocations"]
+
+    def free_all_blocks(self, stream=None):
+        """Gives the current device's wholly free chunks back to CUDA, after polling its
+        streams. rap releases whole chunks whatever stream freed their blocks, so stream (kept
+        for CuPy's signature) changes nothing."""
+        del stream
+        if _lib.rap_cupy_release_device(_device()) != 0:
+            raise RuntimeError("rap_cupy: " + _lib.rap_cupy_last_error().decode())
+
+    def free_all_free(self):
+        """CuPy's old name of free_all_blocks."""
+        self.free_all_blocks()
+
+    def set_limit(self, size=None, fraction=None):
+        """Limits the current device's live bytes to size, or to fraction (0 to 1) of the
+        device's total memory; neither: no limit. Overrides CUPY_GPU_MEMORY_LIMIT."""
+        if size is not None and fraction is not None:
+            raise ValueError("size and fraction cannot be specified at one time")
+        if size is None:
+            if fraction is None:
+                size = 0
+            else:
+                if not 0 <= fraction <= 1:
+                    raise ValueError("memory limit fraction out of range: %r" % (fraction,))
+                size = int(fraction * self._device_total())
+        if size < 0:
+            raise ValueError("memory limit size out of range: %r" % (size,))
+        if _lib.rap_cupy_set_limit(_device(), int(size)) != 0:
+            raise RuntimeError("rap_cupy: " + _lib.rap_cupy_last_error().decode())
+
+    def get_limit(self):
+        """The current device's limit in bytes (0: none)."""
+        return _lib.rap_cupy_get_limit(_device())
+
+    def _device_total(self):
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        if _lib.rap_cupy_memory_info(_device(), ctypes.byref(free), ctypes.byref(total)) != 0:
+            raise RuntimeError("rap_cupy: " + _lib.rap_cupy_last_error().decode())
+        return total.value
+
+
+def get_default_memory_pool():
+    """The MemoryPool that enable() installs."""
+    global _default_pool
+    if _default_pool is None:
+        _default_pool = MemoryPool()
+    return _default_pool
+
+
+# ---- pinned host memory ------------------------------------------------------------------------
+
+class _PinnedMemory:
+    """A block of rap's pinned pool, with the ptr and size that cupy.cuda.PinnedMemoryPointer
+    reads; it goes back to the pool when the last pointer to it is dropped (CuPy keeps it alive
+    while an asynchronous copy from it is queued)."""
+
+    __slots__ = ("ptr", "size", "__weakref__")
+
+    def __init__(self, ptr, size):
+        self.ptr = ptr
+        self.size = size
+
+    def __int__(self):
+        return self.ptr
+
+    def __del__(self):
+        if self.ptr and not sys.is_finalizing():
+            _lib.rap_cupy_pinned_free(self.ptr)
+        self.ptr = 0
+
+
+def _pinned_pointer(mem):
+    try:
+        return cupy.cuda.PinnedMemoryPointer(mem, 0)
+    except TypeError as e:
+        raise RuntimeError("rap_cupy: this CuPy's PinnedMemoryPointer(mem, offset) does not take a "
+                           "memory object with ptr and size (%s); rap's pinned pool cannot be used "
+                           "with it" % (e,)) from e
+
+
+class PinnedMemoryPool:
+    """cupy.cuda.PinnedMemoryPool's surface over a rap pool of page-locked host memory (one per
+    process, made from RAP_CUPY_PINNED_SPEC at the first allocation).
+
+        # what enable_pinned() does:
+        cupy.cuda.set_pinned_memory_allocator(rap_cupy.PinnedMemoryPool().malloc)
+    """
+
+    def __init__(self):
+        _library()
+
+    def malloc(self, size):
+        """A cupy.cuda.PinnedMemoryPointer to size bytes of pinned host memory."""
+        if size == 0:
+            return _pinned_pointer(_PinnedMemory(0, 0))
+        ptr = _lib.rap_cupy_pinned_malloc(size)
+        if not ptr:
+            gc.collect()
+            ptr = _lib.rap_cupy_pinned_malloc(size)
+        if not ptr:
+            raise cupy.cuda.memory.OutOfMemoryError(size, self.total_bytes(), 0)
+        return _pinned_pointer(_PinnedMemory(ptr, size))
+
+    def _stats(self):
+        n = _lib.rap_cupy_stat_count()
+        out = (ctypes.c_size_t * n)()
+        if _lib.rap_cupy_pinned_stat_values(out, n) != 0:
+            raise RuntimeError("rap_cupy: " + _lib.rap_cupy_last_error().decode())
+        return {k: out[i] for i, k in enumerate(_loader.STATS[:n])}
+
+    def used_bytes(self):
+        return self._stats()["used"]
+
+    def total_bytes(self):
+        return self._stats()["reserved"]
+
+    def free_bytes(self):
+        st = self._stats()
+        return st["reserved"] - st["used"]
+
+    def n_free_blocks(self):
+        st = self._stats()
+        return st["blocks"] - st["allocations"]
+
+    def free_all_blocks(self):
+        """Gives wholly free chunks back (cudaFreeHost)."""
+        if _lib.rap_cupy_pinned_release() != 0:
+            raise RuntimeError("rap_cupy: " + _lib.rap_cupy_last_error().decode())
+
+    def spec(self):
+        return _lib.rap_cupy_pinned_spec().decode()
+
+
+def get_default_pinned_memory_pool():
+    """The PinnedMemoryPool that enable_pinned() installs."""
+    global _default_pinned_pool
+    if _default_pinned_pool is None:
+        _default_pinned_pool = PinnedMemoryPool()
+    return _default_pinned_pool
+
+
+def enable_pinned():
+    """Makes rap CuPy's pinned host memory allocator (cupy.cuda.alloc_pinned_memory, and CuPy's
+    own staging buffers) with get_default_pinned_memory_pool().malloc."""
+    cupy.cuda.set_pinned_memory_allocator(get_default_pinned_memory_pool().malloc)

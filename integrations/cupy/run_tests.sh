@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run_tests.sh — rap_cupy on a GPU machine, over a build made by `make device-build`: the full test
 # (stream ownership, two streams with early frees, stats, stream retirement, CUDA graph capture,
-# out of memory, timing against CuPy's MemoryPool) with CuPy's C current-stream function, then
-# ownership and timing again with the Python fallback. Writes cupy_summary.txt, cupy_results.json
+# out of memory, timing against CuPy's MemoryPool) with CuPy's C current-stream function; CuPy's
+# names (the MemoryPool surface, limits, CUPY_GPU_MEMORY_LIMIT, the pinned pool); then ownership
+# and timing again with the Python fallback. Writes cupy_summary.txt, cupy_results.json
 # and cupy_log.txt to $OUT (default <repo>/out). Exit status 1 on a failure.
 # The rest (environment, log, results) is integrations/common/run_tests.sh, shared with torch.
 show_env="RAP_CUPY_STREAM_SOURCE"
@@ -10,5 +11,6 @@ show_env="RAP_CUPY_STREAM_SOURCE"
 source "$(dirname "${BASH_SOURCE[0]}")/../common/run_tests.sh" cupy
 
 run full
+run pool
 RAP_CUPY_STREAM_SOURCE=python run quick
 finish

@@ -3,7 +3,14 @@
   full   ownership of arrays by stream, two streams with early frees (and a control without
          record_stream), stats, stream retirement, CUDA graph capture, out of memory, timing
   quick  ownership and timing only (run with RAP_CUPY_STREAM_SOURCE=python for the fallback)
+  pool   CuPy's names: the MemoryPool surface against what it should report, set_limit (size,
+         fraction, refusal with OutOfMemoryError and recovery), free_all_blocks, the pinned host
+         pool, and CUPY_GPU_MEMORY_LIMIT (bytes and "N%") in child processes (envlimit)
   summarize
+
+With RAP_TEST_FROM_WHEEL=1 the module is the installed package's rap.cupy, not rap_cupy from
+PYTHONPATH, and the results say where it was loaded from. pytest runs test_memory_pool,
+test_pinned_pool and test_env_limit (python -m pytest integrations/cupy/test_cupy.py).
 """
 
 import argparse
@@ -20,11 +27,26 @@ def dump(out, name, r):
     print(json.dumps(r, indent=1)[:5000])
 
 
+def import_rap_cupy():
+    """rap_cupy from PYTHONPATH, or the installed package's rap.cupy with RAP_TEST_FROM_WHEEL=1."""
+    if os.environ.get("RAP_TEST_FROM_WHEEL") == "1":
+        import rap.cupy as rap_cupy
+    else:
+        import rap_cupy
+    return rap_cupy
+
+
 def setup():
     import cupy
-    import rap_cupy
+    rap_cupy = import_rap_cupy()
     rap_cupy.enable()   # RAP_CUPY_STREAM_SOURCE=python selects the fallback
     return cupy, rap_cupy
+
+
+def origin(rap):
+    """Where the module and its library were loaded from."""
+    return {"module": rap.__name__, "file": rap.__file__, "library": rap.library_path(),
+            "from_wheel": os.environ.get("RAP_TEST_FROM_WHEEL") == "1"}
 
 
 SPIN = r'''
@@ -176,7 +198,7 @@ def cmd_full(args):
     cp, rap = setup()
     spin = cp.RawKernel(SPIN, "spin")
     r = {"cupy": cp.__version__, "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-         "stream_source": rap.stream_source(), "spec": rap.spec(0)}
+         "stream_source": rap.stream_source(), "spec": rap.spec(0), "origin": origin(rap)}
     r["ownership"] = ownership(cp, rap)
     r["two_streams"] = two_streams(cp, rap, spin, args.iters, args.elements, True)
     r["control_without_record_stream"] = two_streams(cp, rap, spin, args.iters, args.elements, False)
@@ -193,6 +215,256 @@ def cmd_quick(args):
     r = {"stream_source": rap.stream_source(), "ownership": ownership(cp, rap),
          "timing": timing(cp, rap)}
     dump(args.out, "cupy_quick", r)
+
+
+MIB = 1 << 20
+
+
+def memory_pool(cp, rap):
+    """The MemoryPool surface: installed by enable(), figures that agree with what was allocated,
+    malloc's MemoryPointer, set_limit (size, fraction, refusal, recovery), free_all_blocks."""
+    pool = rap.get_default_memory_pool()
+    r, bad = {}, []
+
+    def check(name, cond, value=None):
+        r[name] = value if value is not None else bool(cond)
+        if not cond:
+            bad.append(name)
+
+    check("installed", cp.cuda.get_allocator() is pool.malloc)
+    check("a_second_pool_is_a_view", rap.MemoryPool().used_bytes() == pool.used_bytes())
+    cp.cuda.Device().synchronize()
+    pool.free_all_blocks()
+    u0, t0 = pool.used_bytes(), pool.total_bytes()
+    a = cp.empty(10 * MIB, cp.uint8)
+    u1, t1, f1 = pool.used_bytes(), pool.total_bytes(), pool.free_bytes()
+    check("used_grows_by_the_array", 10 * MIB <= u1 - u0 < 10 * MIB + 4096, u1 - u0)
+    check("total_at_least_used", t1 >= u1, t1)
+    check("free_is_total_minus_used", f1 == t1 - u1, f1)
+    del a
+    cp.cuda.Device().synchronize()
+    check("used_back_after_del", pool.used_bytes() == u0, pool.used_bytes())
+    check("a_free_block_after_del", pool.n_free_blocks() >= 1, pool.n_free_blocks())
+    m = pool.malloc(1000)
+    check("malloc_gives_a_memory_pointer", isinstance(m, cp.cuda.MemoryPointer) and m.ptr != 0
+          and m.device_id == cp.cuda.runtime.getDevice(), type(m).__name__)
+    check("malloc_counts", pool.used_bytes() >= u0 + 1000, pool.used_bytes() - u0)
+    del m
+
+    # free_all_blocks gives memory back: a large array grows the pool, and once it is gone and
+    # its stream has passed, total_bytes drops by at least its size.
+    big = cp.empty(512 * MIB, cp.uint8)
+    big.fill(1)
+    t_big = pool.total_bytes()
+    del big
+    cp.cuda.Device().synchronize()
+    pool.free_all_blocks()
+    t_after = pool.total_bytes()
+    check("free_all_blocks_gives_back", t_big - t_after >= 512 * MIB,
+          {"total_with_array": t_big, "total_after": t_after, "total_before": t0})
+    pool.free_all_blocks(stream=cp.cuda.get_current_stream())   # CuPy's signature
+
+    # set_limit(size): an allocation past it raises CuPy's OutOfMemoryError, and one fits again
+    # once memory is freed.
+    base = pool.used_bytes()
+    limit = base + 64 * MIB
+    pool.set_limit(size=limit)
+    check("get_limit_is_the_size", pool.get_limit() == limit, pool.get_limit())
+    x = cp.empty(40 * MIB, cp.uint8)
+    try:
+        cp.empty(40 * MIB, cp.uint8)
+        refused, message = None, None
+    except Exception as e:  # noqa: BLE001
+        refused, message = type(e).__name__, str(e)
+    check("past_the_limit_raises_OutOfMemoryError", refused == "OutOfMemoryError",
+          {"exception": refused, "message": message})
+    check("the_error_names_the_limit", message is not None and "{:,}".format(limit) in message)
+    del x
+    try:
+        y = cp.empty(60 * MIB, cp.uint8)
+        recovered = pool.used_bytes() <= limit
+        del y
+    except Exception as e:  # noqa: BLE001
+        recovered = "%s: %s" % (type(e).__name__, e)
+    check("fits_again_after_free", recovered is True, recovered)
+
+    # fraction: of the device's total memory, as CuPy's memGetInfo reports it.
+    total = cp.cuda.runtime.memGetInfo()[1]
+    pool.set_limit(fraction=0.25)
+    check("fraction_of_device_memory", abs(pool.get_limit() - int(0.25 * total)) <= MIB,
+          {"limit": pool.get_limit(), "device_total": total})
+    pool.set_limit(fraction=0.0)
+    try:
+        cp.empty(1, cp.uint8)
+        zero = None
+    except Exception as e:  # noqa: BLE001
+        zero = type(e).__name__
+    r["fraction_0"] = zero   # CuPy: limit 0 means none, so this allocates
+    errors = []
+    for kwargs in ({"fraction": 1.5}, {"fraction": -0.1}, {"size": 1, "fraction": 0.5},
+                   {"size": -1}):
+        try:
+            pool.set_limit(**kwargs)
+            errors.append(None)
+        except ValueError:
+            errors.append("ValueError")
+    check("bad_limits_are_ValueError", errors == ["ValueError"] * 4, errors)
+    pool.set_limit()
+    check("no_limit", pool.get_limit() == 0, pool.get_limit())
+    check("works_after", float(cp.ones(1000, cp.float32).sum()) == 1000.0)
+    r["stats"] = {"used": pool.used_bytes(), "total": pool.total_bytes(), "free": pool.free_bytes(),
+                  "n_free_blocks": pool.n_free_blocks()}
+    r["failed"] = bad
+    r["ok"] = not bad
+    return r
+
+
+def pinned_pool(cp, rap):
+    """The pinned host pool through cupy.cuda.alloc_pinned_memory: a cupy array copied to and from
+    a numpy array on a pinned buffer from rap's pool, values equal; the buffer goes back to the
+    pool when dropped, and free_all_blocks gives the chunk back."""
+    import numpy
+    r, bad = {}, []
+
+    def check(name, cond, value=None):
+        r[name] = value if value is not None else bool(cond)
+        if not cond:
+            bad.append(name)
+
+    rap.enable_pinned()
+    pp = rap.get_default_pinned_memory_pool()
+    r["spec"] = pp.spec()
+    n = 1 << 20
+    used0 = pp.used_bytes()
+    mem = cp.cuda.alloc_pinned_memory(n * 4)
+    check("a_pinned_memory_pointer", isinstance(mem, cp.cuda.PinnedMemoryPointer),
+          type(mem).__name__)
+    check("size", mem.size() == n * 4, mem.size())
+    check("from_rap", pp.used_bytes() >= used0 + n * 4, pp.used_bytes() - used0)
+    check("page_locked", bool(cp.cuda.pinned_memory.is_memory_pinned(mem.ptr)))
+    h = numpy.frombuffer(mem, numpy.float32, n)
+    h[:] = numpy.arange(n, dtype=numpy.float32)
+    d = cp.empty(n, cp.float32)
+    d.set(h)
+    check("host_to_device", bool((d == cp.arange(n, dtype=cp.float32)).all()))
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        e = d * 2
+        e.get(out=h, stream=s)
+    s.synchronize()
+    check("device_to_host", bool((h == 2 * numpy.arange(n, dtype=numpy.float32)).all()))
+    del h, mem, e, d
+    cp.cuda.Device().synchronize()
+    cp.cuda.alloc_pinned_memory(0)   # CuPy lets go of staging buffers whose copies are done
+    check("back_to_the_pool", pp.used_bytes() == used0, pp.used_bytes())
+    check("a_free_block", pp.n_free_blocks() >= 1, pp.n_free_blocks())
+    t = pp.total_bytes()
+    pp.free_all_blocks()
+    check("free_all_blocks_gives_back", pp.total_bytes() < t or t == 0,
+          {"before": t, "after": pp.total_bytes()})
+    z = cp.cuda.alloc_pinned_memory(0)
+    check("zero_bytes", z.size() == 0)
+    # CuPy's own copies that stage through pinned memory.
+    a = cp.arange(1000, dtype=cp.float64)
+    check("asnumpy", bool((cp.asnumpy(a, stream=s) == numpy.arange(1000)).all()))
+    r["failed"] = bad
+    r["ok"] = not bad
+    return r
+
+
+ENV_CASES = (("268435456", "bytes"), ("1%", "percent"))
+
+
+def env_limit_child(cp, rap, which):
+    """In a child process with CUPY_GPU_MEMORY_LIMIT set: the default pool's limit is the
+    environment's at the first allocation, and it refuses past it."""
+    pool = rap.get_default_memory_pool()
+    total = cp.cuda.runtime.memGetInfo()[1]
+    want = 268435456 if which == "bytes" else int(total * 0.01)
+    first = cp.empty(16, cp.uint8)   # the device's first allocation reads the environment
+    limit = pool.get_limit()
+    ok_limit = abs(limit - want) <= MIB
+    try:
+        x = cp.empty(want // 2, cp.uint8)
+        under = True
+    except Exception:  # noqa: BLE001
+        under = False
+    try:
+        cp.empty(want // 2 + MIB, cp.uint8)
+        over = None
+    except Exception as e:  # noqa: BLE001
+        over = type(e).__name__
+    del x, first
+    return {"env": os.environ.get("CUPY_GPU_MEMORY_LIMIT"), "limit": limit, "want": want,
+            "limit_ok": ok_limit, "half_fits": under, "past_it": over,
+            "ok": ok_limit and under and over == "OutOfMemoryError"}
+
+
+def env_limit(out):
+    """env_limit_child in child processes, one per ENV_CASES, and one where set_limit before the
+    first allocation wins over the environment (as in CuPy)."""
+    import subprocess
+    r = {}
+    for value, which in ENV_CASES + (("268435456", "set_limit_wins"),):
+        env = dict(os.environ, CUPY_GPU_MEMORY_LIMIT=value)
+        path = os.path.join(out, "cupy_envlimit_%s.json" % which)
+        cmd = [sys.executable, os.path.abspath(__file__), "envlimit", "--which", which,
+               "--out", out]
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        try:
+            with open(path) as f:
+                r[which] = json.load(f)
+        except (OSError, ValueError):
+            r[which] = {"ok": False, "rc": p.returncode, "output": (p.stdout + p.stderr)[-2000:]}
+    r["ok"] = all(v.get("ok") for v in r.values() if isinstance(v, dict))
+    return r
+
+
+def cmd_envlimit(args):
+    cp, rap = setup()
+    if args.which == "set_limit_wins":
+        pool = rap.get_default_memory_pool()
+        pool.set_limit(size=64 * MIB)       # before the first allocation
+        cp.empty(16, cp.uint8)
+        r = {"limit": pool.get_limit(), "ok": pool.get_limit() == 64 * MIB}
+    else:
+        r = env_limit_child(cp, rap, args.which)
+    with open(os.path.join(args.out, "cupy_envlimit_%s.json" % args.which), "w") as f:
+        json.dump(r, f, indent=1)
+    print(json.dumps(r, indent=1))
+    return 0 if r["ok"] else 1
+
+
+def cmd_pool(args):
+    cp, rap = setup()
+    r = {"origin": origin(rap), "memory_pool": memory_pool(cp, rap), "pinned": pinned_pool(cp, rap),
+         "env_limit": env_limit(args.out)}
+    r["ok"] = r["memory_pool"]["ok"] and r["pinned"]["ok"] and r["env_limit"]["ok"]
+    dump(args.out, "cupy_pool", r)
+
+
+# pytest: the same checks (one process; rap stays CuPy's allocator after the first).
+
+def _pytest_out():
+    import tempfile
+    return tempfile.mkdtemp(prefix="rap-cupy-")
+
+
+def test_memory_pool():
+    cp, rap = setup()
+    r = memory_pool(cp, rap)
+    assert r["ok"], json.dumps(r, indent=1)
+
+
+def test_pinned_pool():
+    cp, rap = setup()
+    r = pinned_pool(cp, rap)
+    assert r["ok"], json.dumps(r, indent=1)
+
+
+def test_env_limit():
+    r = env_limit(_pytest_out())
+    assert r["ok"], json.dumps(r, indent=1)
 
 
 def load(out, name):
@@ -250,6 +522,23 @@ def cmd_summarize(args):
     else:
         ok = False
         lines.append("fallback test: results missing")
+    p = load(args.out, "cupy_pool")
+    if p:
+        ok &= bool(p["ok"])
+        mp, pn, el = p["memory_pool"], p["pinned"], p["env_limit"]
+        lines.append("loaded from %s (library %s)" % (p["origin"]["file"], p["origin"]["library"]))
+        lines.append("MemoryPool surface: %s; freed by free_all_blocks: %s; limit refusal: %s"
+                     % ("ok" if mp["ok"] else "FAILED " + ", ".join(mp["failed"]),
+                        mp.get("free_all_blocks_gives_back"),
+                        mp.get("past_the_limit_raises_OutOfMemoryError")))
+        lines.append("pinned pool (%s): %s" % (pn.get("spec"), "ok" if pn["ok"] else
+                                               "FAILED " + ", ".join(pn["failed"])))
+        lines.append("CUPY_GPU_MEMORY_LIMIT: %s" % "; ".join(
+            "%s: %s" % (k, "ok" if v.get("ok") else "FAILED %s" % v)
+            for k, v in el.items() if isinstance(v, dict)))
+    else:
+        ok = False
+        lines.append("pool test: results missing")
     lines.append("RESULT: " + ("PASS" if ok else "FAIL"))
     print("\n".join(lines))
     return 0 if ok else 1
@@ -261,6 +550,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--elements", type=int, default=1 << 20)
+    ap.add_argument("--which", default="bytes")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     return globals()["cmd_" + args.command](args) or 0

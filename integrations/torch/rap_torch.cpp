@@ -29,7 +29,11 @@
 extern "C" const rap_glue_config glue_cfg = {
     "torch",
     "RAP_TORCH_SPEC",
-    "ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, heuristic=never)",
+    /* cross_resource=wait: past 512 MiB held, a stream whose memory another stream still uses
+     * (record_stream, FSDP and NCCL hand-offs) waits for it on the GPU instead of the pool growing
+     * with the CPU's lead; on one stream nothing waits. */
+    "ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, heuristic=never, "
+    "cross_resource=wait, wait_above=512MiB)",
     "RAP_TORCH_GRAPHS",
 };
 
@@ -146,6 +150,11 @@ RAP_EXPORT int rap_torch_stat_values(int device, int graph, size_t *out, size_t 
 }
 
 RAP_EXPORT int rap_torch_stat_count(void) { return GLUE_NSTATS; }
+
+/* torch.cuda.reset_peak_memory_stats and reset_accumulated_memory_stats, once enabled. */
+RAP_EXPORT int rap_torch_reset_peaks(int device) { return glue_reset_peaks(device); }
+
+RAP_EXPORT int rap_torch_reset_accumulated(int device) { return glue_reset_accumulated(device); }
 
 RAP_EXPORT int rap_torch_spec(int device, char *buf, size_t cap) { return glue_spec(device, buf, cap); }
 

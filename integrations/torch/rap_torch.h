@@ -17,6 +17,8 @@ void   rap_torch_empty_cache(void);                               /* set_reset_f
 size_t rap_torch_release_graph_pools(void);
 int    rap_torch_stat_values(int device, int graph, size_t *out, size_t n);
 int    rap_torch_stat_count(void);
+int    rap_torch_reset_peaks(int device);         /* high-water marks start again */
+int    rap_torch_reset_accumulated(int device);   /* running totals start again */
 int    rap_torch_spec(int device, char *buf, size_t cap);
 const char *rap_torch_last_error(void);
 

@@ -7,11 +7,20 @@
 enable() loads librap_torch.so and makes it PyTorch's CUDA allocator through
 torch.cuda.memory.CUDAPluggableAllocator. Each device gets one ResourceAwarePool, made from
 RAP_TORCH_SPEC (a rap spec string, "{device}" standing for the device number) or from
-"ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, heuristic=never)".
+"ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, heuristic=never,
+cross_resource=wait, wait_above=512MiB)".
 
-PyTorch cannot report a pluggable allocator's memory (torch.cuda.memory_allocated raises), so this
-module reports rap's: memory_allocated, max_memory_allocated, memory_reserved,
-max_memory_reserved, pending_bytes, memory_stats.
+PyTorch raises for a pluggable allocator's statistics; once enabled, torch.cuda.memory_stats,
+memory_allocated, max_memory_reserved, reset_peak_memory_stats, memory_summary and the rest answer
+with rap's figures under PyTorch's names (see memory_stats here), plus rap's own ("rap.*").
+
+torch.compile(mode="reduce-overhead") works: enable() turns off Inductor's CUDA graph trees
+(torch._inductor.config.triton.cudagraph_trees), which need to checkpoint and restore an
+allocator's private pools, something a pluggable allocator cannot offer; Inductor then records one
+CUDA graph per compiled function, whose memory comes from rap's graph pools.
+
+allocator() is rap as a PyTorch allocator object, for torch.cuda.MemPool(rap_torch.allocator()):
+a scoped pool whose memory comes from rap while PyTorch's own allocator serves the rest.
 
 enable() also hands PyTorch rap's record_stream, empty_cache and CUDA-graph pool functions
 (set_record_stream_fn, set_reset_fn, set_begin_allocate_to_pool, set_end_allocate_to_pool_fn,
@@ -32,10 +41,11 @@ import os
 import torch
 
 __all__ = [
-    "enable", "enabled", "library_path", "memory_allocated", "max_memory_allocated",
-    "memory_reserved", "max_memory_reserved", "pending_bytes", "memory_stats", "empty_cache",
-    "release_graph_pools", "graph_memory_reserved", "record_stream", "spec", "hooks",
-    "snapshot_from_trace",
+    "enable", "enabled", "library_path", "allocator", "memory_allocated", "max_memory_allocated",
+    "memory_reserved", "max_memory_reserved", "pending_bytes", "memory_stats",
+    "memory_stats_as_nested_dict", "rap_stats", "reset_peak_memory_stats",
+    "reset_accumulated_memory_stats", "memory_summary", "empty_cache", "release_graph_pools",
+    "graph_memory_reserved", "record_stream", "spec", "hooks", "snapshot_from_trace",
 ]
 
 
@@ -72,7 +82,9 @@ def snapshot_from_trace(path, out=None, allocator=None, device=0):
     found.loader.exec_module(module)
     return module.snapshot_from_trace(path, out, allocator, device)
 
-_lib = None
+_lib = None         # set by enable(): rap is PyTorch's allocator
+_loaded = None      # the library, loaded by enable() or allocator()
+_pluggable = None   # the one CUDAPluggableAllocator over it
 _hooks = {}
 
 
@@ -90,7 +102,33 @@ def _load(path):
     lib.rap_torch_empty_cache.restype = None
     lib.rap_torch_use_pool_hooks.argtypes = [ctypes.c_int]
     lib.rap_torch_use_pool_hooks.restype = None
+    for fn in ("rap_torch_reset_peaks", "rap_torch_reset_accumulated"):
+        getattr(lib, fn).argtypes = [ctypes.c_int]
+        getattr(lib, fn).restype = ctypes.c_int
     return lib
+
+
+def _library():
+    global _loaded
+    if _loaded is None:
+        _loaded = _load(library_path())
+    return _loaded
+
+
+def allocator():
+    """rap as a PyTorch allocator object (torch._C._cuda_CUDAAllocator), for a scoped pool:
+
+        pool = torch.cuda.MemPool(rap_torch.allocator())
+        with torch.cuda.use_mem_pool(pool):
+            x = torch.empty(n, device="cuda")      # memory from rap's pool for the device
+
+    PyTorch's own allocator keeps serving everything else. The same object enable() installs."""
+    global _pluggable
+    if _pluggable is None:
+        _pluggable = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "rap_torch_malloc",
+                                                              "rap_torch_free")
+        _library()
+    return _pluggable.allocator()
 
 
 def _address(lib, name):
@@ -114,10 +152,8 @@ def enable(spec=None):
         return
     if spec is not None:
         os.environ["RAP_TORCH_SPEC"] = spec
-    path = library_path()
-    allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "rap_torch_malloc", "rap_torch_free")
-    lib = _load(path)
-    native = allocator.allocator()
+    native = allocator()
+    lib = _library()
     for setter, fn, key in (("set_record_stream_fn", "rap_torch_record_stream", "record_stream"),
                             ("set_reset_fn", "rap_torch_empty_cache", "empty_cache")):
         f = getattr(native, setter, None)
@@ -138,14 +174,39 @@ def enable(spec=None):
         _hooks["graph_pools"] = "allocator"
     else:
         _hooks["graph_pools"] = "capture detection"
-    torch.cuda.memory.change_current_allocator(allocator)
+    torch.cuda.memory.change_current_allocator(_pluggable)
     _lib = lib
+    _install_stats()
+    _hooks["memory_stats"] = "rap"
+    _hooks["cudagraph_trees"] = _no_cudagraph_trees()
     if "record_stream" not in _hooks:
         _wrap_record_stream()
         _hooks["record_stream"] = "python"
     if "empty_cache" not in _hooks:
         _wrap_empty_cache()
         _hooks["empty_cache"] = "python"
+
+
+def _no_cudagraph_trees():
+    """Inductor's CUDA graph trees checkpoint and restore the allocator's private pools
+    (torch._C._cuda_getCheckpointState / _cuda_setCheckpointPoolState, and
+    _cuda_checkPoolLiveAllocations in its checks); PyTorch's pluggable allocator has no way to offer
+    them and raises. Without trees, torch.compile(mode="reduce-overhead") records one CUDA graph
+    per compiled function through the allocator's graph-pool hooks, which rap serves."""
+    try:
+        import torch._inductor.config as inductor_config
+    except Exception:  # noqa: BLE001 - a PyTorch without Inductor: nothing to turn off
+        return "no inductor"
+    inductor_config.triton.cudagraph_trees = False
+    return "off"
+
+
+def _install_stats():
+    """torch.cuda's statistics read rap's: torch.cuda.memory_stats and everything built on it
+    (memory_allocated, max_memory_reserved, memory_summary, ...) call these three."""
+    torch._C._cuda_memoryStats = memory_stats_as_nested_dict
+    torch._C._cuda_resetPeakMemoryStats = reset_peak_memory_stats
+    torch._C._cuda_resetAccumulatedMemoryStats = reset_accumulated_memory_stats
 
 
 def _wrap_record_stream():
@@ -192,42 +253,151 @@ def _device(device):
     return d.index if d.index is not None else torch.cuda.current_device()
 
 
-def memory_stats(device=None, graph=False):
-    """rap's statistics for a device's pool (graph=True: summed over its CUDA-graph pools)."""
-    _need()
-    return _loader.memory_stats(_lib, "torch", _device(device), graph)
+def rap_stats(device=None, graph=False):
+    """rap's own figures for a device's pool (graph=True: summed over its CUDA-graph pools):
+    current, peak, reserved, peak_reserved, pending, pending_count, free, releasable,
+    largest_free, allocations, blocks, chunks, used, streams, graph_pools, deferred, and the
+    running totals behind memory_stats's "allocated" and "freed"."""
+    return _loader.memory_stats(_library(), "torch", _device(device), graph)
+
+
+def _stat(current, peak, allocated=0, freed=0):
+    return {"current": current, "peak": max(peak, current), "allocated": allocated, "freed": freed}
+
+
+def _pools(stat):
+    """PyTorch splits its figures into a small (< 1 MiB) and a large pool; rap has one, counted as
+    the large pool, so that all = large_pool + small_pool still holds."""
+    return {"all": stat, "large_pool": dict(stat), "small_pool": _stat(0, 0)}
+
+
+def memory_stats_as_nested_dict(device=None):
+    """torch.cuda.memory_stats_as_nested_dict's shape, from rap's figures (the device's pool and its
+    CUDA-graph pools together). What rap does not count is 0 (small_pool, oversize, retries, device
+    calls, segment and reserved totals). active is live + pending (rap's pending is PyTorch's
+    "active, freed, awaiting its streams"); the peaks of active and inactive_split are lower bounds
+    (rap keeps no peak of them). rap's own figures are under "rap"."""
+    device = _device(device)
+    m, g = rap_stats(device), rap_stats(device, graph=True)
+    live = m["current"] + g["current"]
+    count = m["allocations"] + g["allocations"]
+    peak = m["peak"] + g["peak"]
+    allocs, alloc_bytes = m["allocs_total"], m["alloc_bytes_total"]
+    freed_count = max(0, allocs + m["base_count"] - count)
+    freed_bytes = max(0, alloc_bytes + m["base_bytes"] - live)
+    pending, pending_count = m["pending"] + g["pending"], m["pending_count"] + g["pending_count"]
+    free_blocks = max(0, m["blocks"] + g["blocks"] - count - pending_count)
+    not_releasable = max(0, m["free"] + g["free"] - m["releasable"] - g["releasable"])
+    chunks = m["chunks"] + g["chunks"]
+    return {
+        "allocated_bytes": _pools(_stat(live, peak, alloc_bytes, freed_bytes)),
+        "requested_bytes": _pools(_stat(live, peak, alloc_bytes, freed_bytes)),
+        "allocation": _pools(_stat(count, count, allocs, freed_count)),
+        "active_bytes": _pools(_stat(live + pending, peak, alloc_bytes,
+                                     max(0, freed_bytes - pending))),
+        "active": _pools(_stat(count + pending_count, count, allocs,
+                               max(0, freed_count - pending_count))),
+        "reserved_bytes": _pools(_stat(m["reserved"] + g["reserved"],
+                                       m["peak_reserved"] + g["peak_reserved"])),
+        "segment": _pools(_stat(chunks, chunks)),
+        "inactive_split_bytes": _pools(_stat(not_releasable, not_releasable)),
+        "inactive_split": _pools(_stat(free_blocks, free_blocks)),
+        "oversize_allocations": _stat(0, 0),
+        "oversize_segments": _stat(0, 0),
+        "num_alloc_retries": 0,
+        "num_ooms": m["ooms"],
+        "num_sync_all_streams": 0,
+        "num_device_alloc": 0,
+        "num_device_free": 0,
+        "rap": {"pending_bytes": pending, "pending_count": pending_count,
+                "free_bytes": m["free"] + g["free"],
+                "releasable_bytes": m["releasable"] + g["releasable"],
+                "largest_free_block": max(m["largest_free"], g["largest_free"]),
+                "streams": m["streams"], "graph_pools": m["graph_pools"],
+                "graph_reserved_bytes": g["reserved"], "deferred_frees": m["deferred"]},
+    }
+
+
+def memory_stats(device=None):
+    """torch.cuda.memory_stats's flat dictionary ("allocated_bytes.all.current", ..., "num_ooms",
+    and rap's own: "rap.pending_bytes", ...), from rap's figures; once enabled,
+    torch.cuda.memory_stats itself answers this."""
+    flat = {}
+
+    def walk(prefix, obj):
+        for k, v in obj.items():
+            if isinstance(v, dict):
+                walk(prefix + k + ".", v)
+            else:
+                flat[prefix + k] = v
+
+    walk("", memory_stats_as_nested_dict(device))
+    return dict(sorted(flat.items()))
+
+
+def reset_peak_memory_stats(device=None):
+    """The peaks start again from the current values, in the device's pool and its CUDA-graph
+    pools (rap_allocator_reset_peaks)."""
+    lib = _library()
+    if lib.rap_torch_reset_peaks(_device(device)) != 0:
+        raise RuntimeError("rap_torch: " + _loader.last_error(lib, "torch"))
+
+
+def reset_accumulated_memory_stats(device=None):
+    """The running totals ("*.allocated", "*.freed", "num_ooms") start again from zero."""
+    lib = _library()
+    if lib.rap_torch_reset_accumulated(_device(device)) != 0:
+        raise RuntimeError("rap_torch: " + _loader.last_error(lib, "torch"))
+
+
+def memory_summary(device=None, abbreviated=False):
+    """torch.cuda.memory_summary's table over rap's figures, then a line with rap's pending memory."""
+    if enabled():
+        text = torch.cuda.memory_summary(device, abbreviated)
+    else:   # torch.cuda.memory_summary reads PyTorch's own allocator then: format rap's here
+        saved = torch._C._cuda_memoryStats
+        torch._C._cuda_memoryStats = memory_stats_as_nested_dict
+        try:
+            text = torch.cuda.memory_summary(device, abbreviated)
+        finally:
+            torch._C._cuda_memoryStats = saved
+    s = memory_stats_as_nested_dict(device)["rap"]
+    return text + ("rap: %d bytes pending in %d blocks (freed on a stream whose queued work may "
+                   "still use them), %d streams, %d CUDA-graph pools holding %d bytes\n"
+                   % (s["pending_bytes"], s["pending_count"], s["streams"], s["graph_pools"],
+                      s["graph_reserved_bytes"]))
 
 
 def memory_allocated(device=None):
     """Bytes of live tensors (as requested)."""
-    return memory_stats(device)["current"]
+    return memory_stats_as_nested_dict(device)["allocated_bytes"]["all"]["current"]
 
 
 def max_memory_allocated(device=None):
-    return memory_stats(device)["peak"]
+    return memory_stats_as_nested_dict(device)["allocated_bytes"]["all"]["peak"]
 
 
 def memory_reserved(device=None):
-    """Bytes the pool holds from cudaMalloc."""
-    return memory_stats(device)["reserved"]
+    """Bytes the device's pools hold from CUDA."""
+    return memory_stats_as_nested_dict(device)["reserved_bytes"]["all"]["current"]
 
 
 def max_memory_reserved(device=None):
-    return memory_stats(device)["peak_reserved"]
+    return memory_stats_as_nested_dict(device)["reserved_bytes"]["all"]["peak"]
 
 
 def pending_bytes(device=None):
     """Bytes freed on a stream whose queued work may still use them."""
-    return memory_stats(device)["pending"]
+    return rap_stats(device)["pending"]
 
 
 def graph_memory_reserved(device=None):
-    return memory_stats(device, graph=True)["reserved"]
+    return rap_stats(device, graph=True)["reserved"]
 
 
 def empty_cache():
-    _need()
-    _lib.rap_torch_empty_cache()
+    """Polls every stream and gives rap's wholly free chunks back to CUDA."""
+    _library().rap_torch_empty_cache()
 
 
 def release_graph_pools():
@@ -237,5 +407,4 @@ def release_graph_pools():
 
 
 def spec(device=None):
-    lib = _lib if _lib is not None else _load(library_path())
-    return _loader.spec(lib, "torch", _device(device) if device is not None else 0)
+    return _loader.spec(_library(), "torch", _device(device) if device is not None else 0)

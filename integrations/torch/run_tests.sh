@@ -4,9 +4,9 @@
 # probe, training with the native allocator, the same training on rap, two streams with
 # record_stream and early frees (+ threads), CUDA graph capture and replay (graph pools through
 # PyTorch's hooks, then through capture detection), out of memory (default and RAP_TORCH_OOM=null),
-# and the training on a QuickPool as a diagnostic. Writes to $OUT (default <repo>/out):
-# torch_summary.txt, torch_results.json (every test's numbers) and torch_log.txt (every process's
-# output). Exit status 1 on a failure.
+# PyTorch users' own patterns (test_torch_users.py), and the training on a QuickPool as a
+# diagnostic. Writes to $OUT (default <repo>/out): torch_summary.txt, torch_results.json (every
+# test's numbers) and torch_log.txt (every process's output). Exit status 1 on a failure.
 # The rest (environment, log, results) is integrations/common/run_tests.sh, shared with cupy.
 show_env="RAP_TORCH_OOM RAP_TORCH_POOL_HOOKS RAP_TORCH_SPEC"
 export CUBLAS_WORKSPACE_CONFIG=:4096:8
@@ -21,6 +21,17 @@ run graph --tag hooks
 RAP_TORCH_POOL_HOOKS=0 run graph --tag detect
 run oom
 RAP_TORCH_OOM=null run oom
+# As users run it: torch.cuda's statistics, torch.compile with CUDA graphs, the record_stream
+# hand-off, MemPool scopes, and real models (torchvision, transformers), each against native.
+for a in native rap; do
+  run stats --allocator $a
+  run compile --allocator $a
+  run handoff --allocator $a
+  run model --model resnet --steps 20 --allocator $a
+  run model --model gpt2 --steps 30 --allocator $a
+done
+run mempool --tag native
+run mempool --tag rap
 # Diagnostic: the same training on a QuickPool (no pending state), to see what pending costs.
 RAP_TORCH_SPEC="QuickPool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, heuristic=never)" \
   run train --allocator rap --tag quickpool

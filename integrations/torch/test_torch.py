@@ -6,6 +6,7 @@
   graph              CUDA graph capture and replay of an allocating step
   oom                a failed allocation (RAP_TORCH_OOM=null: see what PyTorch does with NULL)
   summarize          compares the results and prints the table; exit status 1 on a failure
+and test_torch_users.py's: stats, compile, handoff, mempool, model (see there).
 Each command writes <out>/<name>.json.
 """
 
@@ -19,6 +20,12 @@ import threading
 import time
 import traceback
 import warnings
+
+if os.environ.get("RAP_TEST_FROM_WHEEL") == "1":   # the installed package's copy, by its old name
+    import rap.torch  # noqa: E402
+    sys.modules["rap_torch"] = rap.torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_torch_users  # noqa: E402  (the commands of PyTorch users' own patterns)
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # deterministic cuBLAS; before CUDA starts
 
@@ -129,7 +136,7 @@ def cmd_train(args):
         r["memory_reserved"] = torch.cuda.memory_reserved()
     else:
         import rap_torch
-        s = rap_torch.memory_stats()
+        s = rap_torch.rap_stats()
         r["max_memory_reserved"] = s["peak_reserved"]
         r["max_memory_allocated"] = s["peak"]
         r["memory_reserved"] = s["reserved"]
@@ -169,9 +176,9 @@ def producer_consumer(torch, rap_torch, iters, n, record):
         wrong = int((y != float((2 * i + 1) * 3)).sum().item())   # element by element
         bad_elements += wrong
         bad_iters += wrong > 0
-    stats_synced = rap_torch.memory_stats()
+    stats_synced = rap_torch.rap_stats()
     torch.cuda.empty_cache()
-    stats_after_empty = rap_torch.memory_stats()
+    stats_after_empty = rap_torch.rap_stats()
     return {"iters": iters, "elements": n, "record_stream": record,
             "wrong_elements": bad_elements, "wrong_iterations": bad_iters,
             "pending_bytes_samples": pending, "max_pending_bytes": max(pending) if pending else 0,
@@ -222,7 +229,7 @@ def cmd_streams(args):
     r["control_without_record_stream"] = producer_consumer(torch, rap_torch, args.iters,
                                                            args.elements, False)
     r["threads"] = threads_test(torch)
-    r["final_stats"] = rap_torch.memory_stats()
+    r["final_stats"] = rap_torch.rap_stats()
     dump(args, "streams", r)
 
 
@@ -246,11 +253,11 @@ def cmd_graph(args):
             for _ in range(3):
                 step(static_x)
         torch.cuda.current_stream().wait_stream(s)
-        r["main_before_capture"] = rap_torch.memory_stats()
+        r["main_before_capture"] = rap_torch.rap_stats()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             static_y = step(static_x)
-        r["graph_pools_after_capture"] = rap_torch.memory_stats(graph=True)
+        r["graph_pools_after_capture"] = rap_torch.rap_stats(graph=True)
         replays, equal, close, junk_ok, maxdiff = 20, 0, 0, 0, 0.0
         for k in range(replays):
             static_x.copy_(torch.randn(B, D, device="cuda"))
@@ -268,17 +275,17 @@ def cmd_graph(args):
                   "eager_tensors_untouched": junk_ok, "captured": True})
         del g, static_y
         torch.cuda.synchronize()
-        r["graph_pools_after_graph_deleted"] = rap_torch.memory_stats(graph=True)
+        r["graph_pools_after_graph_deleted"] = rap_torch.rap_stats(graph=True)
         clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
         if clear is not None:   # cuBLAS's workspace, taken during the capture, lives in its pool
             clear()
-        r["graph_pools_after_cublas_workspaces_cleared"] = rap_torch.memory_stats(graph=True)
+        r["graph_pools_after_cublas_workspaces_cleared"] = rap_torch.rap_stats(graph=True)
         r["graph_pools_released_by_hand"] = rap_torch.release_graph_pools()
-        r["graph_pools_at_end"] = rap_torch.memory_stats(graph=True)
+        r["graph_pools_at_end"] = rap_torch.rap_stats(graph=True)
     except Exception as e:  # noqa: BLE001
         r.update({"captured": False, "error": "%s: %s" % (type(e).__name__, e),
                   "traceback": traceback.format_exc()[-2000:]})
-    r["main_at_end"] = rap_torch.memory_stats()
+    r["main_at_end"] = rap_torch.rap_stats()
     r["hooks"] = rap_torch.hooks()
     dump(args, "graph_" + (args.tag or "default"), r)
 
@@ -301,7 +308,7 @@ def cmd_oom(args):
     if mode != "null":
         y = torch.ones(1000, device="cuda") * 2
         r["pool_works_after"] = float(y.sum().item()) == 2000.0 and float(x.sum().item()) == 10.0
-    r["stats"] = rap_torch.memory_stats()
+    r["stats"] = rap_torch.rap_stats()
     dump(args, "oom_" + mode, r)
 
 
@@ -403,6 +410,9 @@ def cmd_summarize(args):
         lines.insert(0, "torch %s (CUDA %s, cuDNN %s) on %s; pluggable allocator object %s exposes %s"
                      % (p["torch"], p["cuda"], p["cudnn"], p["device"], p["pluggable_allocator_type"],
                         p["pluggable_allocator_methods"] or "no methods"))
+    users_ok, users_lines = test_torch_users.summarize(args.out)
+    ok &= users_ok
+    lines.extend(users_lines)
     lines.append("RESULT: " + ("PASS" if ok else "FAIL"))
     text = "\n".join(lines)
     print(text)
@@ -422,9 +432,10 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--elements", type=int, default=1 << 20)
+    ap.add_argument("--model", default="gpt2")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    fn = globals()["cmd_" + args.command]
+    fn = globals().get("cmd_" + args.command) or getattr(test_torch_users, "cmd_" + args.command)
     return fn(args) or 0
 
 

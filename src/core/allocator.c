@@ -210,6 +210,14 @@ int rap_allocator_stats(rap_allocator *a, rap_stats *out) {
   return st;
 }
 
+int rap_allocator_reset_peaks(rap_allocator *a) {
+  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_reset_peaks: allocator is NULL");
+  if (a->strategy->version < 3 || a->strategy->reset_peaks == NULL)
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_allocator_reset_peaks('%s'): the %s strategy keeps "
+                     "no high-water marks it can reset", a->name, a->strategy->name);
+  return a->strategy->reset_peaks(a->state);
+}
+
 int rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *out) {
   if (a == NULL || r == NULL || out == NULL)
     return rapi_fail(RAP_ERR_INVALID,

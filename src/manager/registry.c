@@ -1,7 +1,8 @@
 /* registry.c — the built-in strategies, in one table, and the platform allocator names.
  *
  * Strategy names are matched without regard to case ("QuickPool", "quickpool"). Platform names are
- * exact: HOST, DEVICE, DEVICE::N, PINNED, UM. A platform allocator is created the first time its
+ * exact: HOST, DEVICE, DEVICE::N, PINNED, UM, and the growable HOST_VMM, DEVICE_VMM, DEVICE_VMM::N
+ * (HostVmm and DeviceVmm with their defaults). A platform allocator is created the first time its
  * name is asked for.
  */
 #include "rap_internal.h"
@@ -22,6 +23,8 @@ static const rap_strategy *const builtins[] = {
     &rapi_fixed_pool_strategy,
     &rapi_stream_ordered_strategy,
     &rapi_pinned_strategy,
+    &rapi_host_vmm_strategy,
+    &rapi_device_vmm_strategy,
 };
 
 const rap_strategy *rapi_registry_builtin(const char *name) {
@@ -41,24 +44,30 @@ int rapi_registry_platform(const char *name, const rap_strategy **strategy, char
     snprintf(opts, cap, "kind=%s", name[0] == 'D' ? "device" : name[0] == 'P' ? "pinned" : "managed");
     return RAP_OK;
   }
-  if (strncmp(name, "DEVICE::", 8) == 0) {
-    const char *n = name + 8;
+  if (strcmp(name, "HOST_VMM") == 0 || strcmp(name, "DEVICE_VMM") == 0) {
+    *strategy = name[0] == 'H' ? &rapi_host_vmm_strategy : &rapi_device_vmm_strategy;
+    snprintf(opts, cap, "%s", "");
+    return RAP_OK;
+  }
+  bool vmm = strncmp(name, "DEVICE_VMM::", 12) == 0;
+  if (vmm || strncmp(name, "DEVICE::", 8) == 0) {
+    const char *n = name + (vmm ? 12 : 8);
     char *end = NULL;
     unsigned long id = (*n >= '0' && *n <= '9') ? strtoul(n, &end, 10) : 0;
     if (end == NULL || *end != '\0' || id > 4096)
-      return rapi_fail(RAP_ERR_NOT_FOUND, "'%s' is not a platform allocator: DEVICE::N needs a "
-                       "device number", name);
-    *strategy = &rapi_cuda_platform;
-    snprintf(opts, cap, "kind=device device=%lu", id);
+      return rapi_fail(RAP_ERR_NOT_FOUND, "'%s' is not a platform allocator: %s::N needs a "
+                       "device number", name, vmm ? "DEVICE_VMM" : "DEVICE");
+    *strategy = vmm ? &rapi_device_vmm_strategy : &rapi_cuda_platform;
+    snprintf(opts, cap, vmm ? "device=%lu" : "kind=device device=%lu", id);
     return RAP_OK;
   }
-  static const char *const platforms[] = {"HOST", "DEVICE", "PINNED", "UM"};
+  static const char *const platforms[] = {"HOST", "DEVICE", "PINNED", "UM", "HOST_VMM", "DEVICE_VMM"};
   for (size_t i = 0; i < sizeof platforms / sizeof platforms[0]; i++)
     if (strcasecmp(name, platforms[i]) == 0)
       return rapi_fail(RAP_ERR_NOT_FOUND, "no allocator named '%s' (platform names are exact: '%s')",
                        name, platforms[i]);
   return rapi_fail(RAP_ERR_NOT_FOUND, "no allocator named '%s' (the platforms are HOST, DEVICE, "
-                   "DEVICE::N, PINNED and UM)", name);
+                   "DEVICE::N, PINNED, UM, HOST_VMM, DEVICE_VMM and DEVICE_VMM::N)", name);
 }
 
 /* The built-in strategies' names, comma-separated, for sentences. */

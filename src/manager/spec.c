@@ -7,6 +7,7 @@
  * "pool", "pool/SizeLimiter", ... A malformed spec is RAP_ERR_INVALID with the column of the error,
  * and a failure anywhere leaves nothing registered. RAP_ALLOCATOR_<NAME>=spec in the environment
  * replaces what the program asked for, so pools can be reconfigured without rebuilding.
+ * rap_spec_check parses a spec without making anything.
  */
 #include "rap_internal.h"
 
@@ -178,37 +179,58 @@ static int build(rap_manager *rm, node *n, const char *name, rap_allocator **out
   return st;
 }
 
+/* Parses a whole spec: one strategy with its arguments and nothing after it. NULL with ps->error
+ * set on failure. */
+static node *parse_spec(parser *ps) {
+  node *root = parse(ps);
+  if (root == NULL) return NULL;
+  skip(ps);
+  if (*ps->p != '\0') {
+    fail_at(ps, "unexpected text after the spec");
+  } else if (root->leaf) {
+    ps->p = ps->text;
+    fail_at(ps, "a spec names a strategy with its arguments, as in QuickPool(HOST)");
+  } else {
+    return root;
+  }
+  free_node(root);
+  return NULL;
+}
+
+/* RAP_ERR_INVALID with the parser's sentence. A long spec is quoted around the error only, so
+ * that the column and the reason always fit in the sentence. */
+static int spec_error(const parser *ps, const char *who) {
+  const char *spec = ps->text;
+  size_t len = strlen(spec), from = 0, shown = len;
+  if (len > 64) {
+    from = ps->error_at > 32 ? ps->error_at - 32 : 0;
+    shown = len - from < 64 ? len - from : 64;
+  }
+  return rapi_fail(RAP_ERR_INVALID, "%s: '%s%.*s%s': %s", who, from > 0 ? "..." : "", (int)shown,
+                   spec + from, from + shown < len ? "..." : "", ps->error);
+}
+
 static int make_from_spec(rap_manager *rm, const char *name, const char *spec, rap_allocator **out) {
   parser ps = {spec, spec, "", 0, 0};
-  node *root = parse(&ps);
-  if (root != NULL) {
-    skip(&ps);
-    if (*ps.p != '\0') {
-      fail_at(&ps, "unexpected text after the spec");
-      free_node(root);
-      root = NULL;
-    } else if (root->leaf) {
-      ps.p = spec;
-      fail_at(&ps, "a spec names a strategy with its arguments, as in QuickPool(HOST)");
-      free_node(root);
-      root = NULL;
-    }
-  }
+  node *root = parse_spec(&ps);
   if (root == NULL) {
-    /* A long spec is quoted around the error only, so that the column and the reason always fit
-     * in the sentence. */
-    size_t len = strlen(spec), from = 0, shown = len;
-    if (len > 64) {
-      from = ps.error_at > 32 ? ps.error_at - 32 : 0;
-      shown = len - from < 64 ? len - from : 64;
-    }
-    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_make_spec('%s'): '%s%.*s%s': %s", name,
-                     from > 0 ? "..." : "", (int)shown, spec + from, from + shown < len ? "..." : "",
-                     ps.error);
+    char who[RAPI_NAME_MAX + 32];
+    snprintf(who, sizeof who, "rap_allocator_make_spec('%s')", name);
+    return spec_error(&ps, who);
   }
   int st = build(rm, root, name, out);
   free_node(root);
   return st;
+}
+
+/* Syntax only: names and options are checked when the allocator is made. */
+int rap_spec_check(const char *spec) {
+  if (spec == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_spec_check: spec is NULL");
+  parser ps = {spec, spec, "", 0, 0};
+  node *root = parse_spec(&ps);
+  if (root == NULL) return spec_error(&ps, "rap_spec_check");
+  free_node(root);
+  return RAP_OK;
 }
 
 /* RAP_ALLOCATOR_<NAME>, with the name upper-cased and every other character made '_'. */

@@ -81,6 +81,11 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list,
   if (st != RAP_OK) return st;
   bp->parent_alignment = rap_allocator_alignment(bp->parent);
   if (bp->parent_alignment == 0) bp->parent_alignment = 1;
+  /* A growable parent (HOST_VMM, DEVICE_VMM) whose granules keep the pool's alignment: chunks grow
+   * and shrink at their ends (grow_in_place, trim_tail). The direct parent only: a wrapper between
+   * would not pass resize on. */
+  const rapi_resizable *rz = bp->parent->resizable;
+  if (rz != NULL && rz->granularity >= bp->alignment) bp->resizable = rz;
   bp->max_request = SIZE_MAX / 4;
   if (rapi_map_init(&bp->used) != RAP_OK)
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
@@ -166,6 +171,7 @@ rapi_block *rapi_bp_split_slow(rapi_bp *bp, rapi_block *b, size_t size) {
   rem->prev = b;
   rem->next = b->next;
   if (b->next) b->next->prev = rem;
+  else b->chunk->last = rem;
   b->next = rem;
   b->size = size;
   bp->block_count++;
@@ -237,6 +243,7 @@ void rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b) {
   b->size += n->size;
   b->next = n->next;
   if (n->next) n->next->prev = b;
+  else b->chunk->last = b;
   rapi_slab_free(&bp->block_recs, n);
   bp->block_count--;
 }
@@ -284,6 +291,8 @@ rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b) {
 
 int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
   RAPI_ASSERT(usable > 0 && usable % bp->alignment == 0);
+  /* A resizable parent maps whole granules: the chunk uses all it maps. */
+  if (bp->resizable != NULL) usable = rapi_align_up(usable, bp->resizable->granularity);
   size_t pad = bp->parent_alignment >= bp->alignment ? 0 : bp->alignment - bp->parent_alignment;
   size_t request = usable + pad;
   void *base = NULL;
@@ -307,6 +316,7 @@ int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
   c->size = request;
   c->usable = usable;
   c->first = b;
+  c->last = b;
   c->next = bp->chunks;
   if (bp->chunks) bp->chunks->prev = c;
   bp->chunks = c;
@@ -337,8 +347,111 @@ static int grow(rapi_bp *bp, size_t size, rapi_block **out) {
   return rapi_bp_grow_exact(bp, usable, out);
 }
 
+/* ---- chunks that grow and shrink at their ends (a resizable parent: HOST_VMM, DEVICE_VMM) ------
+ * The newest chunk asks the parent for more bytes right after its end. They join the chunk's last
+ * block if that is free (a request that fits only across the old end is served at once), else
+ * they become a new free block after it: either way one chunk, whose free space merges across
+ * what would have been a chunk boundary. Giving back works the other way: the free pages at the
+ * end of a chunk go back by range (trim_tail), as whole mappings of the parent. */
+
+static void note_resize(rapi_bp *bp, rapi_chunk *c, size_t bytes, const char *ev) {
+  bool grew = bytes > c->size;
+  size_t delta = grew ? bytes - c->size : c->size - bytes;
+  const char *end = c->base + (grew ? c->size : bytes);
+  if (grew) {
+    c->usable += delta;
+    bp->actual += delta;
+    bp->usable += delta;
+    if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
+  } else {
+    c->usable -= delta;
+    bp->actual -= delta;
+    bp->usable -= delta;
+  }
+  c->size = bytes;
+  RAPI_TRACE(ev, bp->self, NULL, end, delta, ",\"held\":%zu", bp->actual);
+  if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG))) {
+    char sz[32], held[32];
+    rapi_format_size(sz, sizeof sz, delta);
+    rapi_format_size(held, sizeof held, bp->actual);
+    rap_log(RAP_LOG_DEBUG, "%s: %s %s at the end of its chunk %p in '%s' (%s held)",
+            rap_allocator_name(bp->self), grew ? "mapped" : "gave back", sz, (void *)c->base,
+            rap_allocator_name(bp->parent), held);
+  }
+}
+
+static int grow_in_place(rapi_bp *bp, size_t size, rapi_block **out) {
+  rapi_chunk *c = bp->chunks;
+  rapi_block *last = c->last;
+  size_t have = last->state == RAPI_FREE ? last->size : 0;
+  size_t need = size > have ? size - have : 0;
+  size_t add = need > bp->next_size ? need : bp->next_size;
+  add = rapi_align_up(add, bp->resizable->granularity);
+  /* The record first, so that nothing needs undoing once the parent has mapped. */
+  rapi_block *b = have ? last : rapi_slab_alloc(&bp->block_recs);
+  if (b == NULL) return RAP_ERR_NOMEM;
+  size_t bytes = c->size;
+  int st = add > SIZE_MAX / 4 - c->size ? RAP_ERR_NOMEM
+                                          : bp->resizable->resize(bp->parent, c->base, &bytes, c->size + add);
+  if (st != RAP_OK || bytes <= c->size) {
+    if (!have) rapi_slab_free(&bp->block_recs, b);
+    return st != RAP_OK ? st : RAP_ERR_NOMEM;
+  }
+  size_t added = bytes - c->size;
+  if (have) {
+    unindex_free(bp, b);   /* before the chunk changes: it may have been a whole free chunk */
+    b->size += added;
+  } else {
+    memset(b, 0, bp->record_size);
+    b->ptr = last->ptr + last->size;
+    b->size = added;
+    b->chunk = c;
+    b->prev = last;
+    last->next = b;
+    c->last = b;
+    bp->block_count++;
+  }
+  note_resize(bp, c, bytes, "grow");
+  b->state = RAPI_FREE;
+  rapi_block *rem = rapi_bp_split(bp, b, size);
+  if (rem) index_free(bp, rem);
+  *out = b;
+  return RAP_OK;
+}
+
+/* Gives back what c maps past keep bytes (rounded up to the granularity, and never the start of
+ * its last block): only the free pages at its end. Returns the bytes given back. */
+static size_t trim_tail(rapi_bp *bp, rapi_chunk *c, size_t keep) {
+  rapi_block *last = c->last;
+  if (last->state != RAPI_FREE || last == c->first) return 0;
+  size_t start = rapi_align_up((size_t)(last->ptr - c->base), bp->resizable->granularity);
+  if (keep < start) keep = start;
+  if (keep >= c->size) return 0;
+  size_t bytes = c->size;
+  if (bp->resizable->resize(bp->parent, c->base, &bytes, keep) != RAP_OK)
+    rap_log(RAP_LOG_WARN, "%s: giving back the end of a chunk to '%s' failed: %s",
+            rap_allocator_name(bp->self), rap_allocator_name(bp->parent), rap_last_error());
+  if (bytes >= c->size) return 0;
+  size_t cut = c->size - bytes;
+  unindex_free(bp, last);   /* not a whole chunk: the counters of releasable chunks stay */
+  last->size -= cut;
+  note_resize(bp, c, bytes, "release");
+  if (last->size > 0) {
+    index_free(bp, last);
+  } else {
+    c->last = last->prev;
+    c->last->next = NULL;
+    rapi_slab_free(&bp->block_recs, last);
+    bp->block_count--;
+  }
+  return cut;
+}
+
 int rapi_bp_grow_for(rapi_bp *bp, size_t size, rapi_block **out) {
   rapi_block *b = NULL;
+  /* In place first: where it works, the pool stays one chunk and nothing need be released. */
+  if (bp->resizable != NULL && bp->chunks != NULL && grow_in_place(bp, size, out) == RAP_OK)
+    return RAP_OK;
   /* Coalesce on a miss: wholly free chunks that together hold the request, but none of which
    * fits it, go back first, so the pool trades them for one chunk instead of holding both. */
   if (bp->releasable_usable >= size) rapi_bp_release(bp);
@@ -392,6 +505,8 @@ size_t rapi_bp_release(rapi_bp *bp) {
     released += c->size;
     drop_chunk(bp, c);
   }
+  if (bp->resizable != NULL)
+    for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) released += trim_tail(bp, c, 0);
   return released;
 }
 
@@ -423,9 +538,32 @@ static size_t coalesce_target(const rapi_bp *bp) {
   return want;
 }
 
-static void coalesce(rapi_bp *bp) {
+/* A resizable pool's one wholly free chunk shrinks in place to want bytes, rather than going back
+ * whole and being mapped again. */
+static bool shrink_free_chunk(rapi_bp *bp, size_t want) {
+  rapi_chunk *c = bp->chunks;
+  while (c != NULL && !(c->first->state == RAPI_FREE && rapi_bp_whole_chunk(c->first))) c = c->next;
+  if (c == NULL) return false;
+  size_t bytes = c->size;
+  if (bp->resizable->resize(bp->parent, c->base, &bytes, want) != RAP_OK)
+    rap_log(RAP_LOG_WARN, "%s: shrinking a free chunk in '%s' failed: %s", rap_allocator_name(bp->self),
+            rap_allocator_name(bp->parent), rap_last_error());
+  if (bytes >= c->size) return false;
+  rapi_block *b = c->first;
+  unindex_free(bp, b);
+  b->size -= c->size - bytes;
+  note_resize(bp, c, bytes, "release");
+  index_free(bp, b);
+  return true;
+}
+
+/* Out of line: it runs when a heuristic fires, rarely, and inlined it would keep
+ * rapi_bp_after_free, on the deallocation path, from being inlined there. */
+static RAPI_NOINLINE void coalesce(rapi_bp *bp) {
   size_t want = coalesce_target(bp);
   if (bp->releasable_chunks == 0 || (bp->releasable_chunks == 1 && want >= bp->releasable_usable))
+    return;
+  if (bp->resizable != NULL && bp->releasable_chunks == 1 && want > 0 && shrink_free_chunk(bp, want))
     return;
   rapi_bp_release(bp);
   rapi_block *b;
@@ -457,13 +595,43 @@ bool rapi_bp_free_may_coalesce(const rapi_bp *bp, const rapi_block *b) {
   return whole && !nothing_to_coalesce(bp, bp->releasable_chunks + 1);
 }
 
+/* A resizable pool's heuristic on a free block at a chunk's end: percent_releasable counts the
+ * free pages there as releasable, and the _hwm variant keeps what the peak of used bytes needs.
+ * blocks_releasable counts whole chunks only and never trims. Out of line, so that the test in
+ * rapi_bp_after_free, on the deallocation path, stays small enough to be inlined there. */
+static RAPI_NOINLINE void trim_by_heuristic(rapi_bp *bp, rapi_block *last) {
+  const rapi_heuristic *h = &bp->heuristic;
+  rapi_chunk *c = last->chunk;
+  if (h->kind != RAPI_H_PERCENT || last->state != RAPI_FREE) return;
+  size_t start = rapi_align_up((size_t)(last->ptr - c->base), bp->resizable->granularity);
+  if (start >= c->size) return;
+  size_t tail = c->size - start;
+  if ((double)(bp->releasable_bytes + tail) * 100.0 < (double)h->value * (double)bp->actual) return;
+  size_t keep = start;
+  if (h->hwm) {
+    size_t target = bp->used_hwm > bp->initial_size ? bp->used_hwm : bp->initial_size;
+    size_t elsewhere = bp->usable - c->usable;
+    if (target > elsewhere + start) keep = target - elsewhere;
+  }
+  trim_tail(bp, c, keep);
+}
+
 void rapi_bp_after_free(rapi_bp *bp, rapi_block *merged) {
-  if (RAPI_LIKELY(!rapi_bp_whole_chunk(merged)) || bp->heuristic.kind == RAPI_H_NEVER) return;
+  if (RAPI_LIKELY(!rapi_bp_whole_chunk(merged))) {
+    if (RAPI_UNLIKELY(bp->resizable != NULL) && merged->next == NULL) trim_by_heuristic(bp, merged);
+    return;
+  }
+  if (bp->heuristic.kind == RAPI_H_NEVER) return;
   if (nothing_to_coalesce(bp, bp->releasable_chunks)) return;
   if (heuristic_fires(bp)) coalesce(bp);
 }
 
 /* ---- statistics, checks, diagnostics --------------------------------------------------------- */
+
+void rapi_bp_reset_peaks(rapi_bp *bp) {
+  bp->hwm = bp->current;
+  bp->actual_hwm = bp->actual;
+}
 
 void rapi_bp_stats(rapi_bp *bp, rap_stats *out) {
   rapi_bp_flush(bp, false);   /* figures as if the deferred block had merged at once */
@@ -494,7 +662,12 @@ static int check_chunk(rapi_bp *bp, rapi_chunk *c, size_t sums[4], size_t counts
       (size_t)(b->ptr - c->base) + c->usable > c->size)
     return CORRUPT("%s: chunk %p: the first block %p is misplaced", who, (void *)c->base, (void *)b->ptr);
   size_t tiled = 0;
+  if (c->last == NULL || c->last->next != NULL || c->last->chunk != c)
+    return CORRUPT("%s: chunk %p does not end with its last block", who, (void *)c->base);
   for (; b != NULL; b = b->next) {
+    if (b->next == NULL && b != c->last)
+      return CORRUPT("%s: chunk %p: its last block is %p, not %p", who, (void *)c->base,
+                     (void *)b->ptr, (void *)c->last->ptr);
     if (b->chunk != c) return CORRUPT("%s: block %p names another chunk", who, (void *)b->ptr);
     if (b->size == 0 || b->size % bp->alignment != 0)
       return CORRUPT("%s: block %p has size %zu, not a multiple of %zu", who, (void *)b->ptr,

@@ -42,7 +42,7 @@ struct rapi_chunk {
   char *base;                        /* what the parent returned */
   size_t size;                       /* bytes asked of the parent */
   size_t usable;                     /* bytes the blocks tile, from the first aligned address */
-  rapi_block *first;
+  rapi_block *first, *last;           /* last: where a resizable parent's growth lands */
   rapi_chunk *prev, *next;
 };
 
@@ -78,6 +78,7 @@ typedef struct rapi_bp {
   rap_allocator *self, *parent;
   size_t alignment, initial_size, next_size, parent_alignment;
   rapi_heuristic heuristic;
+  const rapi_resizable *resizable;   /* the parent's, when chunks can grow and shrink in place */
   bool list;                         /* DynamicPoolList: free blocks in an address-ordered list */
   rapi_index free;
   rapi_ptr_map used;                 /* live blocks by address */
@@ -128,6 +129,7 @@ void  rapi_bp_after_free(rapi_bp *bp, rapi_block *merged);   /* runs the coalesc
 void  rapi_bp_flush(rapi_bp *bp, bool heuristic);   /* merges the deferred block */
 bool  rapi_bp_free_may_coalesce(const rapi_bp *bp, const rapi_block *b);
 void  rapi_bp_stats(rapi_bp *bp, rap_stats *out);
+void  rapi_bp_reset_peaks(rapi_bp *bp);   /* the statistics' marks; used_hwm (heuristics) stays */
 int   rapi_bp_check(rapi_bp *bp);
 int   rapi_bp_unknown_pointer(rapi_bp *bp, const void *ptr, const char *fn);
 static inline bool rapi_bp_whole_chunk(const rapi_block *b) { return b->prev == NULL && b->next == NULL; }

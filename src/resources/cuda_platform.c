@@ -8,6 +8,7 @@
  */
 #include "rap_internal.h"
 #include "resources/gpu_runtime.h"
+#include "resources/vmm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -182,7 +183,8 @@ int rap_device_pointer(rap_allocator *a, const void *ptr, void **out) {
     return rapi_fail(RAP_ERR_INVALID, "rap_device_pointer: allocator, pointer or out is NULL");
   rap_allocator *root = a;
   while (rap_allocator_parent(root) != NULL) root = rap_allocator_parent(root);
-  if (root->strategy == &rapi_stream_ordered_strategy) {   /* device memory */
+  if (root->strategy == &rapi_stream_ordered_strategy ||
+      root->strategy == &rapi_device_vmm_strategy) {   /* device memory */
     *out = (void *)ptr;
     return RAP_OK;
   }
@@ -210,6 +212,11 @@ int rapi_gpu_memory_info(rap_allocator *platform, size_t *free_bytes, size_t *to
   if (platform->strategy == &rapi_stream_ordered_strategy)
     return rapi_stream_ordered_memory_info(platform, free_bytes, total_bytes);
   rapi_tracked *p = platform->state;
+  gpu_impl vmm = {KIND_DEVICE, 0, 0};
+  if (platform->strategy == &rapi_device_vmm_strategy) {   /* its impl is the engine's */
+    vmm.device = rapi_device_vmm_device(platform);
+    p = &(rapi_tracked){.self = platform, .impl = &vmm};
+  }
   gpu_impl *c = p->impl;
   if (c->kind == KIND_PINNED) return RAPI_HOST_MEMORY;
   int saved = 0;

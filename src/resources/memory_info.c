@@ -73,9 +73,11 @@ int rap_allocator_memory_info(rap_allocator *a, size_t *free_bytes, size_t *tota
     return rapi_fail(RAP_ERR_INVALID, "rap_allocator_memory_info: allocator, free or total is NULL");
   rap_allocator *root = a;
   while (rap_allocator_parent(root) != NULL) root = rap_allocator_parent(root);
-  if (root->strategy == &rapi_host_platform || root->strategy == &rapi_pinned_strategy)
+  if (root->strategy == &rapi_host_platform || root->strategy == &rapi_pinned_strategy ||
+      root->strategy == &rapi_host_vmm_strategy)
     return rapi_host_memory_info(free_bytes, total_bytes);
-  if (root->strategy == &rapi_cuda_platform || root->strategy == &rapi_stream_ordered_strategy) {
+  if (root->strategy == &rapi_cuda_platform || root->strategy == &rapi_stream_ordered_strategy ||
+      root->strategy == &rapi_device_vmm_strategy) {
     int st = rapi_gpu_memory_info(root, free_bytes, total_bytes);
     return st == RAPI_HOST_MEMORY ? rapi_host_memory_info(free_bytes, total_bytes) : st;
   }

@@ -141,6 +141,18 @@ static size_t attr(stream_ordered *s, enum cudaMemPoolAttr which) {
   return (size_t)v;
 }
 
+/* CUDA resets a pool's high attributes to the current values when they are set to zero. */
+static int so_reset_peaks(void *state) {
+  stream_ordered *s = state;
+  pthread_mutex_lock(&s->lock);
+  s->hwm = s->current;
+  pthread_mutex_unlock(&s->lock);
+  uint64_t zero = 0;
+  cudaError_t e = cudaMemPoolSetAttribute(s->pool, cudaMemPoolAttrReservedMemHigh, &zero);
+  if (e == cudaSuccess) e = cudaMemPoolSetAttribute(s->pool, cudaMemPoolAttrUsedMemHigh, &zero);
+  return e == cudaSuccess ? RAP_OK : cuda_fail(s, "cudaMemPoolSetAttribute", e);
+}
+
 static int so_stats(void *state, rap_stats *out) {
   stream_ordered *s = state;
   pthread_mutex_lock(&s->lock);
@@ -339,6 +351,7 @@ const rap_strategy rapi_stream_ordered_strategy = {
     .allocate = so_allocate,
     .deallocate = so_deallocate,
     .stats = so_stats,
+    .reset_peaks = so_reset_peaks,
     .owns = so_owns,
     .release = so_release,
     .check = so_check,

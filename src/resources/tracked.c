@@ -114,6 +114,15 @@ int rapi_tracked_deallocate(void *state, void *ptr, rap_resource *r) {
   return st;
 }
 
+int rapi_tracked_reset_peaks(void *state) {
+  rapi_tracked *p = state;
+  pthread_mutex_lock(&p->lock);
+  p->hwm = p->current;
+  p->actual_hwm = p->actual;
+  pthread_mutex_unlock(&p->lock);
+  return RAP_OK;
+}
+
 int rapi_tracked_stats(void *state, rap_stats *out) {
   rapi_tracked *p = state;
   pthread_mutex_lock(&p->lock);

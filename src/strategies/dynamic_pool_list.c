@@ -22,6 +22,7 @@ const rap_strategy rapi_dynamic_pool_list_strategy = {
     .allocate = rapi_quick_pool_allocate,
     .deallocate = rapi_quick_pool_deallocate,
     .stats = rapi_quick_pool_stats,
+    .reset_peaks = rapi_quick_pool_reset_peaks,
     .owns = rapi_quick_pool_owns,
     .release = rapi_quick_pool_release,
     .check = rapi_quick_pool_check,

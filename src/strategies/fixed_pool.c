@@ -189,6 +189,13 @@ static int fp_release(void *state) {
   return RAP_OK;
 }
 
+static int fp_reset_peaks(void *state) {
+  fixed_pool *fp = state;
+  fp->hwm = fp->current;
+  fp->actual_hwm = fp->actual;
+  return RAP_OK;
+}
+
 static int fp_stats(void *state, rap_stats *out) {
   fixed_pool *fp = state;
   size_t free_slots = 0, releasable = 0;
@@ -242,6 +249,7 @@ const rap_strategy rapi_fixed_pool_strategy = {
     .allocate = fp_allocate,
     .deallocate = fp_deallocate,
     .stats = fp_stats,
+    .reset_peaks = fp_reset_peaks,
     .owns = fp_owns,
     .release = fp_release,
     .check = fp_check,

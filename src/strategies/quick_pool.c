@@ -72,6 +72,11 @@ int rapi_quick_pool_release(void *state) {
   return RAP_OK;
 }
 
+int rapi_quick_pool_reset_peaks(void *state) {
+  rapi_bp_reset_peaks(state);
+  return RAP_OK;
+}
+
 int rapi_quick_pool_stats(void *state, rap_stats *out) {
   rapi_bp_stats(state, out);
   return RAP_OK;
@@ -94,6 +99,7 @@ const rap_strategy rapi_quick_pool_strategy = {
     .allocate = rapi_quick_pool_allocate,
     .deallocate = rapi_quick_pool_deallocate,
     .stats = rapi_quick_pool_stats,
+    .reset_peaks = rapi_quick_pool_reset_peaks,
     .owns = rapi_quick_pool_owns,
     .release = rapi_quick_pool_release,
     .check = rapi_quick_pool_check,

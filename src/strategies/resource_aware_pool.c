@@ -621,6 +621,14 @@ static int ra_release(void *state) {
   return st;
 }
 
+static int ra_reset_peaks(void *state) {
+  ra_pool *p = state;
+  rapi_bp_reset_peaks(&p->bp);
+  rstate *rs, *tmp;
+  HASH_ITER(hh, p->by_key, rs, tmp) rs->hwm = rs->current;
+  return RAP_OK;
+}
+
 static int ra_stats(void *state, rap_stats *out) {
   rapi_bp_stats(&((ra_pool *)state)->bp, out);
   return RAP_OK;
@@ -845,4 +853,5 @@ const rap_strategy rapi_resource_aware_pool_strategy = {
     .pointer_resource = ra_pointer_resource,
     .resource_stats = ra_resource_stats,
     .resource_gone = ra_resource_gone,
+    .reset_peaks = ra_reset_peaks,
 };

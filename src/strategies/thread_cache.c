@@ -676,6 +676,13 @@ static int stats_through(thread_cache *t, rap_resource *r, rap_stats *out) {
 
 static int tc_stats(void *state, rap_stats *out) { return stats_through(state, NULL, out); }
 
+static int tc_reset_peaks(void *state) {
+  thread_cache *t = state;
+  int st;
+  RAPI_LOCKED(st, &t->lock, rap_allocator_reset_peaks(t->inner));
+  return st;
+}
+
 static int tc_resource_stats(void *state, rap_resource *r, rap_stats *out) {
   return stats_through(state, r, out);
 }
@@ -904,4 +911,5 @@ const rap_strategy rapi_thread_cache_strategy = {
     .pointer_resource = tc_pointer_resource,
     .resource_stats = tc_resource_stats,
     .resource_gone = tc_resource_gone,
+    .reset_peaks = tc_reset_peaks,
 };

@@ -83,6 +83,11 @@ static int ts_pointer_resource(void *state, const void *ptr, rap_resource **out)
   LOCKED(ts, rap_pointer_resource(ts->inner, ptr, out));
 }
 
+static int ts_reset_peaks(void *state) {
+  thread_safe *ts = state;
+  LOCKED(ts, rap_allocator_reset_peaks(ts->inner));
+}
+
 static int ts_resource_stats(void *state, rap_resource *r, rap_stats *out) {
   thread_safe *ts = state;
   LOCKED(ts, rap_allocator_resource_stats(ts->inner, r, out));
@@ -104,4 +109,5 @@ const rap_strategy rapi_thread_safe_strategy = {
     .record_resource = ts_record,
     .pointer_resource = ts_pointer_resource,
     .resource_stats = ts_resource_stats,
+    .reset_peaks = ts_reset_peaks,
 };

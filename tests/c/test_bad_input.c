@@ -100,6 +100,10 @@ SPEC(c_spec_inner_option, "ThreadSafe(QuickPool(HOST, bogus=1))")
 SPEC(c_spec_outer_option, "ThreadSafe(QuickPool(HOST), bogus=1)")
 SPEC(c_spec_unknown_leaf, "QuickPool(nope)")
 CALL(c_spec_duplicate, rap_allocator *a = SENT; int st = rap_allocator_make_spec(b->rm, "pool", "QuickPool(HOST)", &a); return RESULT(st, a);)
+CALL(c_speccheck_null, return rap_spec_check(NULL);)
+CALL(c_speccheck_empty, return rap_spec_check("");)
+CALL(c_speccheck_unclosed, return rap_spec_check("QuickPool(HOST");)
+CALL(c_speccheck_leaf, return rap_spec_check("HOST");)
 
 CALL(c_destroy_null, return rap_allocator_destroy(NULL);)
 CALL(c_destroy_live, return rap_allocator_destroy(b->pool);)
@@ -148,6 +152,7 @@ CALL(c_free_ts_foreign, return rap_deallocate(b->ts, b->local, NULL);)
 CALL(c_free_limiter_foreign, return rap_deallocate(b->limiter, b->local, NULL);)
 
 CALL(c_release_null, return rap_release(NULL);)
+CALL(c_reset_peaks_null, return rap_allocator_reset_peaks(NULL);)
 CALL(c_meminfo_null_alloc, size_t f, t; return rap_allocator_memory_info(NULL, &f, &t);)
 CALL(c_meminfo_null_out, size_t t; return rap_allocator_memory_info(b->pool, NULL, &t);)
 CALL(c_devptr_null_alloc, void *d; return rap_device_pointer(NULL, b->p, &d);)
@@ -157,6 +162,10 @@ CALL(c_trace_empty_path, return rap_trace_start("");)
 CALL(c_trace_bad_path, return rap_trace_start("/nonexistent-dir/trace.jsonl");)
 MAKE(c_make_limit_zero_share, "x", "SizeLimiter", "HOST", "limit=0%")
 MAKE(c_make_limit_big_share, "x", "SizeLimiter", "HOST", "limit=101%")
+CALL(c_get_bad_vmm_device, rap_allocator *a = SENT; int st = rap_allocator_get(b->rm, "DEVICE_VMM::x", &a); return RESULT(st, a);)
+MAKE(c_make_vmm_granularity, "x", "HostVmm", NULL, "granularity=3000")
+MAKE(c_make_vmm_reserve_zero, "x", "HostVmm", NULL, "reserve=0")
+MAKE(c_make_vmm_peers, "x", "HostVmm", NULL, "peers=1")
 CALL(c_check_null, return rap_allocator_check(NULL);)
 
 CALL(c_record_null_alloc, return rap_record_resource(NULL, b->rp, b->q);)
@@ -277,6 +286,10 @@ static const row rows[] = {
     {"rap_allocator_make_spec", "unknown option of the outer allocator (inner ones are undone)", RAP_ERR_INVALID, "bogus", c_spec_outer_option},
     {"rap_allocator_make_spec", "unknown allocator as parent", RAP_ERR_NOT_FOUND, "nope", c_spec_unknown_leaf},
     {"rap_allocator_make_spec", "duplicate name", RAP_ERR_EXISTS, "pool", c_spec_duplicate},
+    {"rap_spec_check", "NULL spec", RAP_ERR_INVALID, "rap_spec_check", c_speccheck_null},
+    {"rap_spec_check", "empty spec", RAP_ERR_INVALID, "column 1", c_speccheck_empty},
+    {"rap_spec_check", "unclosed parenthesis", RAP_ERR_INVALID, "column 15", c_speccheck_unclosed},
+    {"rap_spec_check", "a bare allocator name (HOST)", RAP_ERR_INVALID, "column 1", c_speccheck_leaf},
     {"rap_allocator_destroy", "NULL allocator", RAP_ERR_INVALID, "rap_allocator_destroy", c_destroy_null},
     {"rap_allocator_destroy", "live blocks", RAP_ERR_BUSY, "pool", c_destroy_live},
     {"rap_allocator_destroy", "allocators over it", RAP_ERR_BUSY, "HOST", c_destroy_parent},
@@ -315,6 +328,7 @@ static const row rows[] = {
     {"rap_deallocate", "foreign pointer to a ThreadSafe", RAP_ERR_UNKNOWN_POINTER, "rap_deallocate", c_free_ts_foreign},
     {"rap_deallocate", "foreign pointer to a SizeLimiter", RAP_ERR_UNKNOWN_POINTER, "rap_deallocate", c_free_limiter_foreign},
     {"rap_release", "NULL allocator", RAP_ERR_INVALID, "rap_release", c_release_null},
+    {"rap_allocator_reset_peaks", "NULL allocator", RAP_ERR_INVALID, "rap_allocator_reset_peaks", c_reset_peaks_null},
     {"rap_allocator_memory_info", "NULL allocator", RAP_ERR_INVALID, "rap_allocator_memory_info", c_meminfo_null_alloc},
     {"rap_allocator_memory_info", "NULL free", RAP_ERR_INVALID, "rap_allocator_memory_info", c_meminfo_null_out},
     {"rap_device_pointer", "NULL allocator", RAP_ERR_INVALID, "rap_device_pointer", c_devptr_null_alloc},
@@ -324,6 +338,10 @@ static const row rows[] = {
     {"rap_trace_start", "a path that cannot be written", RAP_ERR_BACKEND, "rap_trace_start", c_trace_bad_path},
     {"rap_allocator_make", "SizeLimiter limit=0%", RAP_ERR_INVALID, "limit", c_make_limit_zero_share},
     {"rap_allocator_make", "SizeLimiter limit=101%", RAP_ERR_INVALID, "limit", c_make_limit_big_share},
+    {"rap_allocator_get", "DEVICE_VMM::x (malformed device number)", RAP_ERR_NOT_FOUND, "DEVICE_VMM::N", c_get_bad_vmm_device},
+    {"rap_allocator_make", "HostVmm granularity not a power of two", RAP_ERR_INVALID, "'granularity'", c_make_vmm_granularity},
+    {"rap_allocator_make", "HostVmm reserve=0", RAP_ERR_INVALID, "'reserve'", c_make_vmm_reserve_zero},
+    {"rap_allocator_make", "HostVmm peers= (not implemented yet)", RAP_ERR_UNSUPPORTED, "'peers'", c_make_vmm_peers},
     {"rap_allocator_check", "NULL allocator", RAP_ERR_INVALID, "rap_allocator_check", c_check_null},
     {"rap_record_resource", "NULL allocator", RAP_ERR_INVALID, "rap_record_resource", c_record_null_alloc},
     {"rap_record_resource", "NULL resource", RAP_ERR_INVALID, "rap_record_resource", c_record_null_res},

@@ -194,7 +194,8 @@ RAP_TEST(StreamOrdered, DeviceMemoryAndAShareOfIt) {
 }
 
 /* A capture begun through rap: a ResourceAwarePool on the capturing stream refuses with a sentence
- * (its block would stay in the graph); ThreadSafe(StreamOrdered) serves it as graph memory nodes;
+ * (its block would stay in the graph), and a block of that stream freed meanwhile stays its own;
+ * ThreadSafe(StreamOrdered) serves the capture as graph memory nodes;
  * the graph replays; once the capture ended, the pool serves the stream again. */
 RAP_TEST(StreamOrdered, CaptureThroughRapRefusesPoolsServesStreamOrdered) {
   SETUP("ThreadSafe(StreamOrdered(device=0))");
@@ -210,7 +211,15 @@ RAP_TEST(StreamOrdered, CaptureThroughRapRefusesPoolsServesStreamOrdered) {
   RAP_CHECK_STATUS(rap_resource_cuda_begin_capture(r1, cudaStreamCaptureModeRelaxed), RAP_ERR_BUSY);
   RAP_CHECK_STATUS(rap_allocate(pool, &p, 1 * MiB, r1), RAP_ERR_BUSY);
   RAP_CHECK_STR(rap_last_error(), "is capturing a graph");
-  RAP_CHECK_STATUS(rap_deallocate(pool, early, NULL), RAP_ERR_BUSY);
+  /* Freed without a resource, r1's block stays r1's, unfenced, until the capture ends: another
+   * stream does not get it (the pool grows for it). */
+  RAP_CHECK_OK(rap_deallocate(pool, early, NULL));
+  rap_resource *r2;
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r2));
+  void *other;
+  RAP_CHECK_OK(rap_allocate(pool, &other, 1 * MiB, r2));
+  RAP_CHECK(other != early);
+  RAP_CHECK_OK(rap_deallocate(pool, other, r2));
   RAP_CHECK_OK(rap_allocate(so, &tmp, 1 * MiB, r1));
   RAP_CHECK(gpu_fill(s, tmp, 1 * MiB, 0x6B) == 0);
   RAP_CHECK(cudaMemcpyAsync(out, tmp, 1 * MiB, cudaMemcpyDeviceToDevice, s) == cudaSuccess);
@@ -225,7 +234,6 @@ RAP_TEST(StreamOrdered, CaptureThroughRapRefusesPoolsServesStreamOrdered) {
   RAP_CHECK(gpu_all_bytes(out, 1 * MiB, 0x6B));
   RAP_CHECK_OK(rap_allocate(pool, &p, 1 * MiB, r1));   /* the capture is over */
   RAP_CHECK_OK(rap_deallocate(pool, p, r1));
-  RAP_CHECK_OK(rap_deallocate(pool, early, NULL));
   RAP_CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
   RAP_CHECK(cudaGraphDestroy(graph) == cudaSuccess);
   RAP_CHECK(cudaFree(out) == cudaSuccess);

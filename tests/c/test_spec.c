@@ -374,3 +374,37 @@ RAP_TEST(Spec, EnvironmentEdges) {
   RAP_CHECK(unsetenv("RAP_ALLOCATOR_CHAIN_QUICKPOOL") == 0);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* rap_spec_check parses without a manager: every syntax error above is refused with the same
+ * column and the spec quoted; what only making can find (names, options) passes. */
+RAP_TEST(Spec, CheckParsesOnly) {
+  for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
+    int st = rap_spec_check(bads[i].spec);
+    if (bads[i].column == 0) {
+      if (st != RAP_OK)
+        rap_test_fail(__FILE__, __LINE__, "'%s' is well formed but gave %s (%s)", bads[i].spec,
+                      rap_status_name(st), rap_last_error());
+      continue;
+    }
+    if (st != RAP_ERR_INVALID)
+      rap_test_fail(__FILE__, __LINE__, "'%s' gave %s, expected RAP_ERR_INVALID", bads[i].spec,
+                    rap_status_name(st));
+    const char *err = rap_last_error();
+    char col[32];
+    snprintf(col, sizeof col, "column %d:", bads[i].column);
+    if (!rap_test_contains(err, "rap_spec_check") || !rap_test_contains(err, col) ||
+        !rap_test_contains(err, bads[i].why) || !rap_test_contains(err, bads[i].spec))
+      rap_test_fail(__FILE__, __LINE__, "'%s': '%s' does not say rap_spec_check, '%s', '%s' and "
+                    "quote the spec", bads[i].spec, err, col, bads[i].why);
+  }
+  RAP_CHECK_OK(rap_spec_check("ThreadSafe(ResourceAwarePool(SizeLimiter(DEVICE::3, limit=50%), "
+                              "initial_size=1GiB))"));
+  RAP_CHECK_OK(rap_spec_check("  QuickPool( HOST ,initial_size = 1MiB )  "));
+  RAP_CHECK_STATUS(rap_spec_check(NULL), RAP_ERR_INVALID);
+  /* A long spec is quoted around the error. */
+  char text[400];
+  snprintf(text, sizeof text, "QuickPool(HOST, initial_size=%0300d", 7);
+  RAP_CHECK_STATUS(rap_spec_check(text), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "column 330: expected ',' or ')'");
+  RAP_CHECK_STR(rap_last_error(), "...");
+}

@@ -35,6 +35,12 @@
  * allocator in the chain, each pool's chunks equal to what its parent holds for it, each block's
  * fill pattern before it is freed, and a clean teardown. A queue that should have run everything
  * but has not after FZ_STUCK_SECONDS is a failure too (a wait queued on a destroyed queue's event).
+ *
+ * The growable platform's host analogue (rap_fuzz_vmm: rap_fuzz_replay --vmm, or RAP_FUZZ_VMM=1 in
+ * the environment of rap_fuzz): every input decodes as usual, but the platform at the bottom is a
+ * HostVmm with 64 KiB granules in place of HOST, so a pool right over it grows its chunk in place
+ * and gives free tail pages back, and the same checks hold (the platform's live bytes are the
+ * pool's chunks, grown and trimmed).
  */
 #include "model.h"
 
@@ -69,6 +75,12 @@ enum { FZ_STUCK_SECONDS = 20 };   /* far more than any queue here needs once its
  * that nothing else reads: no input of the corpus had that pattern when ThreadCache came, so each
  * decodes as it did. */
 enum { FZ_TC_B1 = 8 };
+/* Nonzero: HostVmm ("fzvmm", made on demand like HOST) in HOST's place (replay.c sets it). */
+int rap_fuzz_vmm;
+#define FZ_VMM_NAME "fzvmm"
+#define FZ_VMM_OPTIONS "reserve=4GiB granularity=64KiB"
+
+static const char *platform_name(void) { return rap_fuzz_vmm ? FZ_VMM_NAME : "HOST"; }
 
 /* Operations run, per strategy (and ResourceAwarePool with cross_resource=wait), for the report. */
 static size_t ops_run[K_COUNT + 1], inputs_run[K_COUNT + 1], host_blocks;
@@ -280,6 +292,10 @@ static void make_chain(void) {
   R.pool = R.lower = R.host_platform = R.tc = NULL;
   memset(R.outer, 0, sizeof R.outer);
   memset(&R.inner, 0, sizeof R.inner);
+  rap_allocator *vmm = NULL;
+  if (rap_fuzz_vmm && rap_allocator_get(R.rm, FZ_VMM_NAME, &vmm) != RAP_OK)   /* made again after a destroy */
+    expect_status(rap_allocator_make(R.rm, FZ_VMM_NAME, "HostVmm", NULL, FZ_VMM_OPTIONS, &vmm), RAP_OK,
+                  "rap_allocator_make(HostVmm)");
   expect_status(rap_allocator_make_spec(R.rm, "fz", R.spec, &R.top), RAP_OK, "rap_allocator_make_spec");
   for (rap_allocator *a = R.top; a != NULL; a = rap_allocator_parent(a)) {
     EXPECT(R.nchain < 8, "the chain is too long");
@@ -290,7 +306,7 @@ static void make_chain(void) {
     if (is_pool(s)) {
       if (R.pool == NULL) R.pool = a;
       else R.lower = a;
-    } else if (strcmp(s, "HOST") == 0) {
+    } else if (strcmp(s, "HOST") == 0 || strcmp(s, "HostVmm") == 0) {
       R.host_platform = a;
     } else if (strcmp(s, "ThreadCache") == 0) {
       R.tc = a;
@@ -351,10 +367,11 @@ static void build(void) {
   size_t olim = outer_limit[b5 & 3u], ilim = inner_limit[b5 >> 2 & 3u];
 
   char inner[128], pool[320], lower[448], tmp[sizeof R.spec + 64];
-  if (in == W_FAULT) snprintf(inner, sizeof inner, "Fault(HOST)");
-  else if (in == W_LIMITER) snprintf(inner, sizeof inner, "SizeLimiter(HOST, limit=%zu)", ilim);
-  else if (in == W_THREADSAFE) snprintf(inner, sizeof inner, "ThreadSafe(HOST)");
-  else snprintf(inner, sizeof inner, "HOST");
+  const char *plat = platform_name();
+  if (in == W_FAULT) snprintf(inner, sizeof inner, "Fault(%s)", plat);
+  else if (in == W_LIMITER) snprintf(inner, sizeof inner, "SizeLimiter(%s, limit=%zu)", plat, ilim);
+  else if (in == W_THREADSAFE) snprintf(inner, sizeof inner, "ThreadSafe(%s)", plat);
+  else snprintf(inner, sizeof inner, "%s", plat);
   if (shape >= 2) {   /* the pool under test over another kind of pool */
     snprintf(lower, sizeof lower, "%s(%s, initial_size=%s, next_size=%s%s)",
              kind_names[(base + shape - 1) % 3], inner, lower_initial[b5 >> 4 & 3u],
@@ -1203,6 +1220,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   R.data = data;
   R.size = size;
   R.trace = getenv("RAP_FUZZ_TRACE") != NULL;
+  if (getenv("RAP_FUZZ_VMM") != NULL) rap_fuzz_vmm = 1;
   fz_queue_forget_waits();
   fz_main = pthread_self();
   build();

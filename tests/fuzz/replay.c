@@ -24,6 +24,7 @@ const char *__asan_default_options(void) { return "allocator_may_return_null=1";
 
 static size_t replayed, failed;
 static int keep_going, thread_cache;
+extern int rap_fuzz_vmm;   /* fuzz_driver.c: HostVmm in HOST's place */
 
 /* One input, in a child process when keep_going: a failure is listed, and the run goes on. */
 static void run_one(const char *what, const uint8_t *buf, size_t len) {
@@ -138,6 +139,12 @@ int main(int argc, char **argv) {
     argc--;
     argv++;
   }
+  if (argc >= 2 && strcmp(argv[1], "--vmm") == 0) {
+    rap_fuzz_vmm = 1;
+    argv[1] = argv[0];
+    argc--;
+    argv++;
+  }
   if (argc >= 2 && strcmp(argv[1], "--thread-cache") == 0) {
     thread_cache = 1;
     argv[1] = argv[0];
@@ -174,8 +181,8 @@ int main(int argc, char **argv) {
       replayed++;
     }
   } else if (argc < 2) {
-    fprintf(stderr, "usage: %s [--keep-going] CORPUS_DIR_OR_FILE... | [--keep-going] [--thread-cache] "
-            "--random N [SEED] | [--thread-cache] --emit DIR N [SEED]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--keep-going] [--vmm] CORPUS_DIR_OR_FILE... | [--keep-going] [--vmm] "
+            "[--thread-cache] --random N [SEED] | [--thread-cache] --emit DIR N [SEED]\n", argv[0]);
     return 2;
   } else {
     for (int i = 1; i < argc; i++) rc |= run_path(argv[i]);

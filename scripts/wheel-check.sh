@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# wheel-check.sh — the wheel as a user gets it: built from an assembled package
+# (<build>/python/rap) by python/build_wheel.py, installed with pip into a fresh virtual
+# environment offline (--no-index), then imported from there: rap.version(), rap.check_spec on a
+# good and a bad spec, rap.library_path() inside the environment, and rap.torch / rap.cupy present
+# (not imported: neither framework need be here). ctest runs it (Python.WheelInstallsAndImports).
+#   bash scripts/wheel-check.sh <build>/python/rap [PYTHON]
+set -euo pipefail
+pkg=${1:?usage: wheel-check.sh <build>/python/rap [python]}
+py=${2:-python3}
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/rap-wheel.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+whl=$("$py" "$root/python/build_wheel.py" "$pkg" "$work/dist")
+if ! "$py" -m venv "$work/venv" >"$work/venv.log" 2>&1; then
+  cat "$work/venv.log"
+  echo "wheel-check: '$py -m venv' failed: install python3-venv (scripts/install-deps.sh does)"
+  exit 1
+fi
+"$work/venv/bin/python" -m pip install --no-index --no-deps --disable-pip-version-check -q "$whl"
+cd "$work"   # nothing of the source tree on the path
+env -u PYTHONPATH -u RAP_LIB "$work/venv/bin/python" - "$work/venv" <<'PY'
+import os, sys
+import rap
+venv = os.path.realpath(sys.argv[1])
+where = os.path.realpath(rap.__file__)
+assert where.startswith(venv + os.sep), "rap imported from %s, not the venv" % where
+assert os.path.realpath(rap.library_path()).startswith(venv + os.sep), rap.library_path()
+v = rap.version()
+assert v == rap.__version__ and v.count(".") == 2, v
+assert rap.check_spec("ThreadSafe(ResourceAwarePool(SizeLimiter(DEVICE, limit=50%), initial_size=1GiB))")
+try:
+    rap.check_spec("QuickPool(HOST")
+    raise AssertionError("a bad spec passed")
+except ValueError as e:
+    assert "column 15" in str(e), e
+pkg = os.path.dirname(where)
+for m in ("torch.py", "cupy.py", "rap_loader.py", "rap_memviz.py"):
+    assert os.path.exists(os.path.join(pkg, m)), m
+libs = sorted(f for f in os.listdir(pkg) if f.endswith(".so"))
+print("wheel-check: rap %s from %s (%s) imports and checks specs" % (v, pkg, ", ".join(libs)))
+PY
+echo "wheel-check: $(basename "$whl") installed offline into a fresh venv"

@@ -1,0 +1,352 @@
+/* vmm.c — growable platforms over one reserved address range: the engine, and HOST_VMM.
+ *
+ * The engine reserves a range once and maps memory into it on demand. An allocation goes at the
+ * top of what is mapped (or, once the top is full, into the first hole that fits), and a live
+ * allocation grows in place when the addresses after it are unmapped, or shrinks by giving back
+ * whole mappings at its end (rapi_resizable, rap_internal.h). Each mapping (an extent) is what one
+ * backend call made and goes back whole, as CUDA requires of cuMemUnmap; the host backend obeys
+ * the same rule so that the host tests exercise the logic the device runs. Allocations are
+ * recorded in the tracked body (tracked.c), whose lock covers the engine too.
+ * Invariant: extents are in address order, disjoint, inside the range; a live allocation is a run
+ * of touching extents that starts at its pointer and spans its recorded bytes.
+ */
+#include "resources/vmm.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* ---- options, shared by HostVmm and DeviceVmm ------------------------------------------------ */
+
+int rapi_vmm_options(rap_allocator *self, rap_options *opts, size_t *reserve, size_t *granularity) {
+  *reserve = RAPI_VMM_DEFAULT;
+  *granularity = RAPI_VMM_DEFAULT;
+  const char *peers = NULL;
+  int st = rap_options_get_size(opts, "reserve", reserve);
+  if (st == RAP_OK) st = rap_options_get_size(opts, "granularity", granularity);
+  if (st == RAP_OK) st = rap_options_get_string(opts, "peers", &peers);
+  if (st != RAP_OK) return st;
+  if (peers != NULL)
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: option 'peers' (access from other devices) is not "
+                     "implemented yet", rap_allocator_name(self));
+  return RAP_OK;
+}
+
+int rapi_vmm_check_sizes(rap_allocator *self, size_t least, size_t *reserve, size_t granularity) {
+  const char *who = rap_allocator_name(self);
+  char sz[32];
+  rapi_format_size(sz, sizeof sz, least);
+  if (!rapi_is_pow2(granularity) || granularity % least != 0 || granularity > ((size_t)1 << 40))
+    return rapi_fail(RAP_ERR_INVALID, "%s: option 'granularity' must be a power of two, a multiple "
+                     "of %s (the least this platform maps) and at most 1TiB, not %zu", who, sz,
+                     granularity);
+  if (*reserve == 0 || *reserve > ((size_t)1 << 56))
+    return rapi_fail(RAP_ERR_INVALID, "%s: option 'reserve' must be between 1 byte and 64PiB, not "
+                     "%zu", who, *reserve);
+  *reserve = rapi_align_up(*reserve, granularity);
+  return RAP_OK;
+}
+
+/* ---- extents ---------------------------------------------------------------------------------- */
+
+static char *range_end(const rapi_vmm *v) { return v->base + v->reserve; }
+static char *extent_end(const rapi_vmm_extent *e) { return e->addr + e->size; }
+
+/* Maps [addr, addr+size) as one extent linked after `after` (NULL: first). */
+static int map_extent(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *after) {
+  rapi_vmm_extent *e = rapi_malloc(sizeof *e);
+  if (e == NULL)
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a mapping record",
+                     rap_allocator_name(v->self));
+  int st = v->ops->map(v, addr, size);
+  if (st != RAP_OK) {
+    free(e);
+    return st;
+  }
+  e->addr = addr;
+  e->size = size;
+  e->prev = after;
+  e->next = after ? after->next : v->first;
+  if (e->next) e->next->prev = e;
+  else v->last = e;
+  if (after) after->next = e;
+  else v->first = e;
+  v->extents++;
+  v->mapped += size;
+  if (v->mapped > v->mapped_hwm) v->mapped_hwm = v->mapped;
+  return RAP_OK;
+}
+
+/* Unmaps e and forgets it; on failure e stays, still mapped, and the status is returned. */
+static int unmap_extent(rapi_vmm *v, rapi_vmm_extent *e) {
+  int st = v->ops->unmap(v, e->addr, e->size);
+  if (st != RAP_OK) return st;
+  if (e->prev) e->prev->next = e->next;
+  else v->first = e->next;
+  if (e->next) e->next->prev = e->prev;
+  else v->last = e->prev;
+  v->extents--;
+  v->mapped -= e->size;
+  free(e);
+  return RAP_OK;
+}
+
+/* The last extent that starts below end, searched from the top, where growth happens. */
+static rapi_vmm_extent *extent_below(const rapi_vmm *v, const char *end) {
+  rapi_vmm_extent *e = v->last;
+  while (e != NULL && e->addr >= end) e = e->prev;
+  return e;
+}
+
+/* Unmaps every extent inside [from, to), from the top down; stops at the first failure. */
+static int unmap_range(rapi_vmm *v, char *from, char *to) {
+  rapi_vmm_extent *e = extent_below(v, to);
+  while (e != NULL && e->addr >= from) {
+    rapi_vmm_extent *prev = e->prev;
+    int st = unmap_extent(v, e);
+    if (st != RAP_OK) return st;
+    e = prev;
+  }
+  return RAP_OK;
+}
+
+/* Where size bytes go: the top of what is mapped if there is room, else the first hole. */
+static char *place(const rapi_vmm *v, size_t size, rapi_vmm_extent **after) {
+  char *top = v->last ? extent_end(v->last) : v->base;
+  if ((size_t)(range_end(v) - top) >= size) {
+    *after = v->last;
+    return top;
+  }
+  char *hole = v->base;
+  for (rapi_vmm_extent *e = v->first; e != NULL; e = e->next) {
+    if ((size_t)(e->addr - hole) >= size) {
+      *after = e->prev;
+      return hole;
+    }
+    hole = extent_end(e);
+  }
+  return NULL;
+}
+
+static int no_room(rapi_vmm *v, size_t size) {
+  char want[32], held[32], range[32];
+  rapi_format_size(want, sizeof want, size);
+  rapi_format_size(held, sizeof held, v->mapped);
+  rapi_format_size(range, sizeof range, v->reserve);
+  return rapi_fail(RAP_ERR_NOMEM, "%s: the reserved range of %s has no room for %s more (%s "
+                   "mapped); a larger reserve= makes room", rap_allocator_name(v->self), range,
+                   want, held);
+}
+
+/* ---- the tracked body's raw operations -------------------------------------------------------- */
+
+static int vmm_raw_alloc(rapi_tracked *p, void **out, size_t bytes, rap_resource *r) {
+  (void)r;   /* mapped memory is not stream-ordered */
+  rapi_vmm *v = p->impl;
+  if (bytes > v->reserve) return no_room(v, bytes);
+  size_t size = rapi_align_up(bytes, v->granularity);
+  rapi_vmm_extent *after = NULL;
+  char *addr = place(v, size, &after);
+  if (addr == NULL) return no_room(v, size);
+  int st = map_extent(v, addr, size, after);
+  if (st != RAP_OK) return st;
+  *out = addr;
+  return RAP_OK;
+}
+
+static int vmm_raw_free(rapi_tracked *p, void *ptr, size_t bytes, rap_resource *r) {
+  (void)r;
+  rapi_vmm *v = p->impl;
+  return unmap_range(v, ptr, (char *)ptr + rapi_align_up(bytes ? bytes : 1, v->granularity));
+}
+
+/* ---- resize in place: what pools over this platform call -------------------------------------- */
+
+static int grow_in_place(rapi_vmm *v, char *ptr, size_t have, size_t want) {
+  char *end = ptr + have;
+  rapi_vmm_extent *below = extent_below(v, end);
+  char *limit = below && below->next ? below->next->addr : range_end(v);
+  if ((size_t)(limit - end) < want - have) return no_room(v, want - have);
+  return map_extent(v, end, want - have, below);
+}
+
+/* Gives back the whole extents above ptr + want; the new size is where the rest ends. */
+static int shrink_in_place(rapi_vmm *v, char *ptr, size_t have, size_t want, size_t *now) {
+  int st = unmap_range(v, ptr + want, ptr + have);
+  rapi_vmm_extent *e = extent_below(v, ptr + have);
+  *now = e != NULL && e->addr >= ptr ? (size_t)(extent_end(e) - ptr) : 0;
+  return st;
+}
+
+static int vmm_resize(rap_allocator *a, void *ptr, size_t *bytes, size_t want) {
+  rapi_tracked *p = a->state;
+  rapi_vmm *v = p->impl;
+  rapi_held held;
+  rapi_lock(&p->lock, &held);
+  rapi_prec *rec = rapi_map_find(&p->map, ptr);
+  int st = RAP_OK;
+  if (want > v->reserve) {
+    st = no_room(v, want);
+  } else if (rec == NULL || rec->bytes != *bytes || want == 0) {
+    st = rapi_fail(RAP_ERR_INVALID, "%s: resize of %p from %zu to %zu bytes: not a live allocation "
+                   "of that size, or a size out of range", rap_allocator_name(a), ptr, *bytes, want);
+  } else {
+    size_t have = rapi_align_up(rec->bytes, v->granularity), now = have;
+    size_t target = rapi_align_up(want, v->granularity);
+    if (target > have) {
+      st = grow_in_place(v, ptr, have, target);
+      if (st == RAP_OK) now = target;
+    } else if (target < have) {
+      st = shrink_in_place(v, ptr, have, target, &now);
+    }
+    /* The record follows what is mapped, also after a shrink that stopped half way. */
+    if (now != rec->bytes) {
+      p->current = p->current - rec->bytes + now;
+      p->actual = p->actual - rec->bytes + now;
+      if (p->current > p->hwm) p->hwm = p->current;
+      if (p->actual > p->actual_hwm) p->actual_hwm = p->actual;
+      rec->bytes = now;
+    }
+    *bytes = now;
+  }
+  rapi_unlock(&held);
+  return st;
+}
+
+/* ---- life cycle ------------------------------------------------------------------------------- */
+
+int rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v) {
+  rapi_vmm saved = *v;   /* rapi_tracked_init frees v when it fails */
+  v->self = self;
+  v->resizable.granularity = v->granularity;
+  v->resizable.resize = vmm_resize;
+  int st = rapi_tracked_init(state, self, v, vmm_raw_alloc, vmm_raw_free, false, v->granularity);
+  if (st != RAP_OK) {
+    saved.ops->unreserve(&saved);
+    return st;
+  }
+  self->resizable = &v->resizable;
+  if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG))) {
+    char range[32], gran[32];
+    rapi_format_size(range, sizeof range, v->reserve);
+    rapi_format_size(gran, sizeof gran, v->granularity);
+    rap_log(RAP_LOG_DEBUG, "%s: reserved %s at %p, mapped in granules of %s",
+            rap_allocator_name(self), range, (void *)v->base, gran);
+  }
+  return RAP_OK;
+}
+
+void rapi_vmm_fini(rap_allocator *self, void *state) {
+  rapi_tracked *p = state;
+  if (p->impl == NULL) return;
+  rapi_vmm *v = p->impl;
+  const rapi_vmm_backend *ops = v->ops;
+  self->resizable = NULL;
+  /* Live allocations are unmapped by the tracked body's fini, which frees v: the range goes after,
+   * from a copy. An extent that failed to unmap is left to the process's end. */
+  while (v->first != NULL && unmap_extent(v, v->first) == RAP_OK) continue;
+  rapi_vmm copy = *v;
+  rapi_tracked_fini(self, state);
+  if (copy.first == NULL) ops->unreserve(&copy);
+}
+
+int rapi_vmm_stats(void *state, rap_stats *out) {
+  rapi_tracked *p = state;
+  rapi_tracked_stats(state, out);
+  pthread_mutex_lock(&p->lock);
+  const rapi_vmm *v = p->impl;
+  out->actual_bytes = v->mapped;        /* what is mapped, granules rounded up */
+  out->actual_high_watermark = v->mapped_hwm;
+  out->chunk_count = v->extents;
+  pthread_mutex_unlock(&p->lock);
+  return RAP_OK;
+}
+
+int rapi_vmm_reset_peaks(void *state) {
+  rapi_tracked *p = state;
+  rapi_tracked_reset_peaks(state);
+  pthread_mutex_lock(&p->lock);
+  rapi_vmm *v = p->impl;
+  v->mapped_hwm = v->mapped;
+  pthread_mutex_unlock(&p->lock);
+  return RAP_OK;
+}
+
+/* ---- HOST_VMM: mmap PROT_NONE reserves, mprotect maps, madvise and PROT_NONE give back ---------- */
+
+static int host_fail(rapi_vmm *v, const char *call, char *addr, size_t size, int err) {
+  char sz[32];
+  rapi_format_size(sz, sizeof sz, size);
+  return rapi_fail(err == ENOMEM ? RAP_ERR_NOMEM : RAP_ERR_BACKEND, "%s: %s(%p, %s): %s",
+                   rap_allocator_name(v->self), call, (void *)addr, sz, strerror(err));
+}
+
+static int host_map(rapi_vmm *v, char *addr, size_t size) {
+  if (mprotect(addr, size, PROT_READ | PROT_WRITE) != 0)
+    return host_fail(v, "mprotect(read|write)", addr, size, errno);
+  return RAP_OK;
+}
+
+/* The pages go back to the kernel (MADV_DONTNEED: a later map reads zeros) and the addresses
+ * become inaccessible again, as an unmapped device range is. */
+static int host_unmap(rapi_vmm *v, char *addr, size_t size) {
+  if (madvise(addr, size, MADV_DONTNEED) != 0) return host_fail(v, "madvise(dontneed)", addr, size, errno);
+  if (mprotect(addr, size, PROT_NONE) != 0) return host_fail(v, "mprotect(none)", addr, size, errno);
+  return RAP_OK;
+}
+
+static void host_unreserve(rapi_vmm *v) {
+  if (v->raw != NULL && munmap(v->raw, v->raw_size) != 0)
+    rap_log(RAP_LOG_WARN, "%s: munmap of the reserved range failed: %s", rap_allocator_name(v->self),
+            strerror(errno));
+}
+
+static const rapi_vmm_backend host_backend = {host_map, host_unmap, host_unreserve};
+
+/* HostVmm(reserve=SIZE, granularity=SIZE): reserve defaults to twice the host's memory (address
+ * space is cheap, and the slack keeps holes left by freed allocations from filling the range), the
+ * granularity to 2 MiB, the device's usual granule, so that host runs see the device's arithmetic. */
+static int host_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
+  size_t reserve, gran;
+  int st = rapi_vmm_options(self, opts, &reserve, &gran);
+  if (st != RAP_OK) return st;
+  long page = sysconf(_SC_PAGESIZE);
+  if (gran == RAPI_VMM_DEFAULT) gran = (size_t)2 << 20;
+  if (reserve == RAPI_VMM_DEFAULT) {
+    size_t free_bytes = 0, total = 0;
+    if (rapi_host_memory_info(&free_bytes, &total) != RAP_OK || total == 0) total = (size_t)16 << 30;
+    reserve = total * 2;
+  }
+  if ((st = rapi_vmm_check_sizes(self, page > 0 ? (size_t)page : 4096, &reserve, gran)) != RAP_OK)
+    return st;
+  rapi_vmm *v = rapi_calloc(1, sizeof *v);
+  if (v == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
+  v->ops = &host_backend;
+  v->self = self;
+  v->raw_size = reserve + gran;   /* slack to align the range to the granularity */
+  v->raw = mmap(NULL, v->raw_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (v->raw == MAP_FAILED) {
+    int err = errno;
+    free(v);
+    char sz[32];
+    rapi_format_size(sz, sizeof sz, reserve);
+    return rapi_fail(err == ENOMEM ? RAP_ERR_NOMEM : RAP_ERR_BACKEND, "%s: reserving %s of "
+                     "addresses (mmap, PROT_NONE) failed: %s", rap_allocator_name(self), sz,
+                     strerror(err));
+  }
+  v->base = (char *)rapi_align_up((uintptr_t)v->raw, gran);
+  v->reserve = reserve;
+  v->granularity = gran;
+  return rapi_vmm_start(self, state, v);
+}
+
+const rap_strategy rapi_host_vmm_strategy = {
+    .version = RAP_STRATEGY_VERSION,
+    .name = "HostVmm",
+    .flags = RAP_STRATEGY_CONCURRENT_OWNS,
+    .state_size = sizeof(rapi_tracked),
+    .init = host_vmm_init,
+    RAPI_VMM_METHODS,
+};

@@ -1,0 +1,72 @@
+/* vmm.h — the growable platforms' engine (vmm.c) and its backends: the host's (vmm.c: mmap,
+ * mprotect, madvise) and the device's (vmm_device.c: CUDA's virtual memory management).
+ *
+ * The engine owns one reserved address range and a list of extents, each what one backend map
+ * call made; it decides where an allocation goes and which extents a resize adds or gives back.
+ * A backend only reserves, maps, unmaps and unreserves. Everything runs under the tracked body's
+ * lock (tracked.c), which the engine's allocations are recorded in.
+ */
+#ifndef RAP_VMM_H
+#define RAP_VMM_H
+
+#include "rap_internal.h"
+
+typedef struct rapi_vmm rapi_vmm;
+
+/* Each call fails with a status and a sentence naming the allocator. map makes [addr, addr+size)
+ * readable and writable (size is a multiple of the granularity); unmap gives back exactly a
+ * range that one map call made; unreserve gives the whole range back (nothing mapped any more). */
+typedef struct rapi_vmm_backend {
+  int  (*map)(rapi_vmm *v, char *addr, size_t size);
+  int  (*unmap)(rapi_vmm *v, char *addr, size_t size);
+  void (*unreserve)(rapi_vmm *v);
+} rapi_vmm_backend;
+
+typedef struct rapi_vmm_extent {
+  char *addr;
+  size_t size;
+  struct rapi_vmm_extent *prev, *next;   /* address order */
+} rapi_vmm_extent;
+
+struct rapi_vmm {
+  const rapi_vmm_backend *ops;
+  rap_allocator *self;
+  char *base;                      /* the reserved range, aligned to granularity */
+  size_t reserve, granularity;
+  void *raw;                       /* what the backend reserved (host: the mapping, with slack) */
+  size_t raw_size;
+  int device;                      /* device backend: the device, and its allocation properties */
+  rapi_vmm_extent *first, *last;
+  size_t extents, mapped, mapped_hwm;
+  rapi_resizable resizable;        /* what pools over this allocator see (rap_internal.h) */
+};
+
+/* ---- vmm.c ------------------------------------------------------------------------------------
+ * Reads reserve= and granularity= (RAPI_VMM_DEFAULT when absent) and refuses peers= for now:
+ * shared by both platforms so that their options read alike. */
+#define RAPI_VMM_DEFAULT SIZE_MAX
+int  rapi_vmm_options(rap_allocator *self, rap_options *opts, size_t *reserve, size_t *granularity);
+/* Checks a granularity against the backend's least one (a power of two, a multiple of it) and
+ * rounds the reserve up to it: RAP_ERR_INVALID with a sentence for a bad value. */
+int  rapi_vmm_check_sizes(rap_allocator *self, size_t least, size_t *reserve, size_t granularity);
+/* Starts the platform over a range the backend has reserved (v from rapi_malloc, filled in):
+ * the tracked body, the alignment, the resizable contract. On failure the range is given back and
+ * v freed. */
+int  rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v);
+void rapi_vmm_fini(rap_allocator *self, void *state);
+int  rapi_vmm_stats(void *state, rap_stats *out);
+int  rapi_vmm_reset_peaks(void *state);
+
+/* The tracked body's methods, but the engine's fini, stats and peaks (what is mapped). */
+#define RAPI_VMM_METHODS                                                                           \
+  .fini = rapi_vmm_fini, .allocate = rapi_tracked_allocate,                                        \
+  .deallocate = rapi_tracked_deallocate, .stats = rapi_vmm_stats, .owns = rapi_tracked_owns,       \
+  .release = rapi_tracked_release, .check = rapi_tracked_check,                                    \
+  .record_resource = rapi_tracked_record_resource,                                                 \
+  .pointer_resource = rapi_tracked_pointer_resource, .reset_peaks = rapi_vmm_reset_peaks
+
+/* ---- vmm_device.c: DeviceVmm, or its stub in a build without CUDA ------------------------- */
+extern const rap_strategy rapi_device_vmm_strategy;
+int rapi_device_vmm_device(rap_allocator *a);   /* the device a DeviceVmm maps memory on */
+
+#endif /* RAP_VMM_H */

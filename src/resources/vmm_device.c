@@ -1,0 +1,262 @@
+/* vmm_device.c — DEVICE_VMM: the growable platform's device backend, over CUDA's virtual memory
+ * management (cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, ...).
+ *
+ * The driver calls come through the runtime's cudaGetDriverEntryPointByVersion, so rap gains no
+ * link dependency on libcuda: a machine without a driver still loads rap, and asking for
+ * DEVICE_VMM there says why. Each mapping is one physical allocation (cuMemCreate) mapped at once
+ * and its handle released at once: the memory lives as long as its mapping, and cuMemUnmap gives
+ * it back. Every call is checked and becomes a status with a sentence. HIP builds and builds
+ * without CUDA answer RAP_ERR_UNSUPPORTED with a sentence (the engine is vmm.c).
+ */
+#include "resources/vmm.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#if RAP_HAVE_CUDA && !RAP_HAVE_HIP
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+/* The driver's functions, looked up once per process. */
+static struct {
+  PFN_cuMemAddressReserve_v10020 reserve;
+  PFN_cuMemAddressFree_v10020 address_free;
+  PFN_cuMemCreate_v10020 create;
+  PFN_cuMemRelease_v10020 release;
+  PFN_cuMemMap_v10020 map;
+  PFN_cuMemSetAccess_v10020 set_access;
+  PFN_cuMemUnmap_v10020 unmap;
+  PFN_cuMemGetAllocationGranularity_v10020 granularity;
+  PFN_cuGetErrorString_v6000 error_string;
+  const char *missing;             /* the first symbol the driver did not give, or NULL */
+  cudaError_t error;
+} drv;
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+
+static void drv_load(void) {
+  static const struct {
+    const char *name;
+    void **fn;
+  } syms[] = {
+      {"cuMemAddressReserve", (void **)&drv.reserve}, {"cuMemAddressFree", (void **)&drv.address_free},
+      {"cuMemCreate", (void **)&drv.create},          {"cuMemRelease", (void **)&drv.release},
+      {"cuMemMap", (void **)&drv.map},                {"cuMemSetAccess", (void **)&drv.set_access},
+      {"cuMemUnmap", (void **)&drv.unmap},
+      {"cuMemGetAllocationGranularity", (void **)&drv.granularity},
+      {"cuGetErrorString", (void **)&drv.error_string},
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    /* 12000: the ABI of these symbols as of CUDA 12.0, which the typedefs above describe. */
+    cudaError_t e = cudaGetDriverEntryPointByVersion(syms[i].name, syms[i].fn, 12000,
+                                                     cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || *syms[i].fn == NULL) {
+      (void)cudaGetLastError();
+      drv.missing = syms[i].name;
+      drv.error = e;
+      return;
+    }
+  }
+}
+
+static int drv_ready(rap_allocator *self) {
+  pthread_once(&drv_once, drv_load);
+  if (drv.missing == NULL) return RAP_OK;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: the CUDA driver does not provide %s "
+                   "(cudaGetDriverEntryPointByVersion: %s)", rap_allocator_name(self), drv.missing,
+                   drv.error != cudaSuccess ? cudaGetErrorString(drv.error) : "symbol not found");
+}
+
+static int cu_fail(rapi_vmm *v, const char *call, CUresult r, size_t size) {
+  const char *text = NULL;
+  if (drv.error_string == NULL || drv.error_string(r, &text) != CUDA_SUCCESS || text == NULL)
+    text = "unknown error";
+  char sz[32];
+  rapi_format_size(sz, sizeof sz, size);
+  return rapi_fail(r == CUDA_ERROR_OUT_OF_MEMORY ? RAP_ERR_NOMEM : RAP_ERR_BACKEND,
+                   "%s: %s(%s) on device %d: %s", rap_allocator_name(v->self), call, sz, v->device,
+                   text);
+}
+
+/* The driver calls need the device's primary context current on this thread. cudaSetDevice makes
+ * it so (CUDA 12 and later), also for the device that is already the current one, where a thread
+ * that has made no runtime call yet has no context current: so it is called every time (on a
+ * platform's misses only, beside calls that cost far more). */
+static int enter_device(rapi_vmm *v, int *saved) {
+  cudaError_t e = cudaGetDevice(saved);
+  if (e == cudaSuccess) e = cudaSetDevice(v->device);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return rapi_fail(RAP_ERR_BACKEND, "%s: cudaSetDevice(%d): %s", rap_allocator_name(v->self),
+                     v->device, cudaGetErrorString(e));
+  }
+  return RAP_OK;
+}
+
+static void leave_device(const rapi_vmm *v, int saved) {
+  if (saved != v->device) (void)cudaSetDevice(saved);
+}
+
+static CUmemAllocationProp device_prop(int device) {
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+/* create, map, set access, then release the handle (the mapping keeps the memory); each step
+ * undone if a later one fails. */
+static int device_map_here(rapi_vmm *v, char *addr, size_t size) {
+  CUmemAllocationProp prop = device_prop(v->device);
+  CUmemGenericAllocationHandle h;
+  CUdeviceptr d = (CUdeviceptr)(uintptr_t)addr;
+  CUresult r = drv.create(&h, size, &prop, 0);
+  if (r != CUDA_SUCCESS) return cu_fail(v, "cuMemCreate", r, size);
+  r = drv.map(d, size, 0, h, 0);
+  if (r != CUDA_SUCCESS) {
+    (void)drv.release(h);
+    return cu_fail(v, "cuMemMap", r, size);
+  }
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof access);
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r = drv.set_access(d, size, &access, 1);
+  if (r != CUDA_SUCCESS) {
+    (void)drv.unmap(d, size);
+    (void)drv.release(h);
+    return cu_fail(v, "cuMemSetAccess", r, size);
+  }
+  r = drv.release(h);
+  if (r != CUDA_SUCCESS) {
+    (void)drv.unmap(d, size);
+    return cu_fail(v, "cuMemRelease", r, size);
+  }
+  return RAP_OK;
+}
+
+static int device_map(rapi_vmm *v, char *addr, size_t size) {
+  int saved = 0;
+  int st = enter_device(v, &saved);
+  if (st != RAP_OK) return st;
+  st = device_map_here(v, addr, size);
+  leave_device(v, saved);
+  return st;
+}
+
+static int device_unmap(rapi_vmm *v, char *addr, size_t size) {
+  int saved = 0;
+  int st = enter_device(v, &saved);
+  if (st != RAP_OK) return st;
+  CUresult r = drv.unmap((CUdeviceptr)(uintptr_t)addr, size);
+  leave_device(v, saved);
+  return r == CUDA_SUCCESS ? RAP_OK : cu_fail(v, "cuMemUnmap", r, size);
+}
+
+static void device_unreserve(rapi_vmm *v) {
+  int saved = 0;
+  if (enter_device(v, &saved) != RAP_OK) return;
+  CUresult r = drv.address_free((CUdeviceptr)(uintptr_t)v->base, v->reserve);
+  leave_device(v, saved);
+  if (r != CUDA_SUCCESS) {
+    cu_fail(v, "cuMemAddressFree", r, v->reserve);
+    rap_log(RAP_LOG_WARN, "%s", rap_last_error());
+  }
+}
+
+static const rapi_vmm_backend device_backend = {device_map, device_unmap, device_unreserve};
+
+/* The device's granularities and total memory, with the device current. */
+static int device_sizes(rapi_vmm *v, size_t *least, size_t *recommended, size_t *total) {
+  CUmemAllocationProp prop = device_prop(v->device);
+  CUresult r = drv.granularity(least, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r == CUDA_SUCCESS) r = drv.granularity(recommended, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+  if (r != CUDA_SUCCESS) return cu_fail(v, "cuMemGetAllocationGranularity", r, 0);
+  size_t free_bytes = 0;
+  cudaError_t e = cudaMemGetInfo(&free_bytes, total);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return rapi_fail(RAP_ERR_BACKEND, "%s: cudaMemGetInfo on device %d: %s",
+                     rap_allocator_name(v->self), v->device, cudaGetErrorString(e));
+  }
+  return RAP_OK;
+}
+
+/* Sizes from the options or the device, then the reservation; device current. */
+static int device_reserve(rapi_vmm *v, size_t reserve, size_t gran) {
+  size_t least = 0, recommended = 0, total = 0;
+  int st = device_sizes(v, &least, &recommended, &total);
+  if (st != RAP_OK) return st;
+  if (gran == RAPI_VMM_DEFAULT) gran = recommended;
+  if (reserve == RAPI_VMM_DEFAULT) reserve = total * 2;   /* slack for holes, as HostVmm (vmm.c) */
+  if ((st = rapi_vmm_check_sizes(v->self, least, &reserve, gran)) != RAP_OK) return st;
+  CUdeviceptr base = 0;
+  CUresult r = drv.reserve(&base, reserve, gran, 0, 0);
+  if (r != CUDA_SUCCESS) return cu_fail(v, "cuMemAddressReserve", r, reserve);
+  v->base = (char *)(uintptr_t)base;
+  v->reserve = reserve;
+  v->granularity = gran;
+  return RAP_OK;
+}
+
+/* DeviceVmm(device=N, reserve=SIZE, granularity=SIZE): reserve defaults to twice the device's
+ * memory, granularity to the driver's recommended one (2 MiB on current GPUs). */
+static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
+  size_t reserve, gran;
+  uint64_t device = 0;
+  int st = rap_options_get_uint(opts, "device", &device);
+  if (st == RAP_OK) st = rapi_vmm_options(self, opts, &reserve, &gran);
+  if (st != RAP_OK) return st;
+  if ((st = rapi_gpu_device_exists(self, device)) != RAP_OK || (st = drv_ready(self)) != RAP_OK)
+    return st;
+  rapi_vmm *v = rapi_calloc(1, sizeof *v);
+  if (v == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
+  v->ops = &device_backend;
+  v->self = self;
+  v->device = (int)device;
+  int saved = 0;
+  if ((st = enter_device(v, &saved)) == RAP_OK) {
+    st = device_reserve(v, reserve, gran);
+    leave_device(v, saved);
+  }
+  if (st != RAP_OK) {
+    free(v);
+    return st;
+  }
+  return rapi_vmm_start(self, state, v);
+}
+
+/* The device DEVICE_VMM's allocations live on, for memory_info.c and rap_device_pointer. */
+int rapi_device_vmm_device(rap_allocator *a) { return ((rapi_vmm *)((rapi_tracked *)a->state)->impl)->device; }
+
+#else /* no CUDA, or HIP: a clear refusal */
+
+static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
+  (void)state;
+  (void)opts;
+#if RAP_HAVE_HIP
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: the growable device platform is CUDA only; a HIP "
+                   "build has no DEVICE_VMM (HOST_VMM is the host analogue)", rap_allocator_name(self));
+#else
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: rap was built without CUDA (RAP_WITH_CUDA=OFF or no "
+                   "toolkit found); HOST_VMM is the host analogue", rap_allocator_name(self));
+#endif
+}
+
+int rapi_device_vmm_device(rap_allocator *a) {
+  (void)a;
+  return 0;
+}
+#endif
+
+const rap_strategy rapi_device_vmm_strategy = {
+    .version = RAP_STRATEGY_VERSION,
+    .name = "DeviceVmm",
+    .flags = RAP_STRATEGY_CONCURRENT_OWNS,
+    .state_size = sizeof(rapi_tracked),
+    .init = device_vmm_init,
+    RAPI_VMM_METHODS,
+};

@@ -1,0 +1,217 @@
+/* test_cuda_vmm.c — DEVICE_VMM on a real GPU: kernels write and read blocks across a chunk's
+ * growth in place, rap_release unmaps the free tail (the device's free memory rises), and a
+ * ResourceAwarePool over it keeps a block pending on a busy stream from another stream. CUDA
+ * only; every test skips, saying why, where no device is usable. The engine's logic is tested on
+ * the host too (tests/c/test_vmm.c, HOST_VMM).
+ */
+#include "../c/rap_test.h"
+#include "kernels.h"
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <rap/cuda.h>
+#include <rap/strategy.h>   /* rap_allocator_alignment: the granularity */
+#include <stdio.h>
+#include <string.h>
+
+#define MiB ((size_t)1 << 20)
+
+static rap_manager *manager(void) {
+  rap_manager *rm = NULL;
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  return rm;
+}
+
+/* Makes spec, or skips if no device is usable. */
+static rap_allocator *make_or_skip(rap_manager *rm, const char *name, const char *spec) {
+  rap_allocator *a = NULL;
+  int st = rap_allocator_make_spec(rm, name, spec, &a);
+  if (st == RAP_ERR_UNSUPPORTED) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", rap_last_error());
+    RAP_CHECK_OK(rap_manager_destroy(rm));
+    RAP_SKIP("no CUDA device: %s", why);
+  }
+  RAP_CHECK_OK(st);
+  return a;
+}
+
+static rap_stats stats(rap_allocator *a) {
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(a, &s));
+  return s;
+}
+
+RAP_TEST(CudaVmm, KernelsWriteAndReadAcrossAGrow) {
+  rap_manager *rm = manager();
+  rap_allocator *pool = make_or_skip(rm, "pool", "QuickPool(DEVICE_VMM, initial_size=2MiB, "
+                                                 "next_size=2MiB, heuristic=never)");
+  rap_allocator *vmm = rap_allocator_parent(pool);
+  size_t g = rap_allocator_alignment(vmm);   /* the recommended granularity */
+  RAP_CHECK(g >= MiB);
+  rap_resource *r = NULL;
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r));
+  cudaStream_t s = rap_resource_cuda_stream(r);
+  char *a, *b, *c, *d;
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&a, g / 2, r));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&b, g / 2, r));   /* the first chunk is full */
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&c, 2 * g, r));   /* mapped after it */
+  RAP_CHECK(b == a + g / 2 && c == b + g / 2);
+  RAP_CHECK_EQ(stats(pool).chunk_count, 1);
+  RAP_CHECK(gpu_fill(s, a, g / 2, 0xA1) == 0);
+  RAP_CHECK(gpu_fill(s, b, g / 2, 0xB2) == 0);
+  RAP_CHECK(gpu_fill(s, c, 2 * g, 0xC3) == 0);
+  RAP_CHECK_OK(rap_resource_synchronize(r));
+  RAP_CHECK(gpu_all_bytes(a, g / 2, 0xA1) && gpu_all_bytes(b, g / 2, 0xB2));
+  RAP_CHECK(gpu_all_bytes(c, 2 * g, 0xC3));
+  /* Freed, b and c are one free block across the old end: a kernel uses it whole. */
+  RAP_CHECK_OK(rap_deallocate(pool, b, r));
+  RAP_CHECK_OK(rap_deallocate(pool, c, r));
+  size_t held = stats(pool).actual_bytes;
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&d, g / 2 + 2 * g, r));
+  RAP_CHECK(d == b);
+  RAP_CHECK_EQ(stats(pool).actual_bytes, held);
+  RAP_CHECK(gpu_fill(s, d, g / 2 + 2 * g, 0xD4) == 0);
+  void *dev = NULL;
+  RAP_CHECK(cudaMalloc(&dev, g / 2 + 2 * g) == cudaSuccess);
+  RAP_CHECK(gpu_copy(s, dev, d, g / 2 + 2 * g) == 0);   /* a kernel reads it back */
+  RAP_CHECK_OK(rap_resource_synchronize(r));
+  RAP_CHECK(gpu_all_bytes(dev, g / 2 + 2 * g, 0xD4));
+  RAP_CHECK(gpu_all_bytes(a, g / 2, 0xA1));
+  RAP_CHECK(cudaFree(dev) == cudaSuccess);
+  void *dp = NULL;
+  RAP_CHECK_OK(rap_device_pointer(pool, d, &dp));
+  RAP_CHECK(dp == d);
+  RAP_CHECK_OK(rap_deallocate(pool, d, r));
+  RAP_CHECK_OK(rap_deallocate(pool, a, r));
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  RAP_CHECK_OK(rap_resource_destroy(r));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(CudaVmm, ReleaseUnmapsTheFreeTail) {
+  rap_manager *rm = manager();
+  rap_allocator *pool = make_or_skip(rm, "pool", "QuickPool(DEVICE_VMM, initial_size=2MiB, "
+                                                 "heuristic=never)");
+  rap_allocator *vmm = rap_allocator_parent(pool);
+  size_t g = rap_allocator_alignment(vmm);
+  char *a, *b;
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&a, g, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&b, 256 * MiB, NULL));
+  RAP_CHECK(b == a + g);
+  RAP_CHECK(gpu_fill(0, a, g, 0x3C) == 0);
+  RAP_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  size_t free_before = 0, free_after = 0, total = 0;
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  RAP_CHECK(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
+  RAP_CHECK_OK(rap_release(pool));
+  RAP_CHECK(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
+  RAP_CHECK_EQ(stats(pool).actual_bytes, g);
+  RAP_CHECK_EQ(stats(vmm).actual_bytes, g);
+  RAP_CHECK(free_after >= free_before + 128 * MiB);   /* the device has the pages back */
+  RAP_CHECK(gpu_all_bytes(a, g, 0x3C));             /* and what stays mapped is intact */
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* r1's kernel, held by a gate, still writes its block after the free: r2 must not be given it,
+ * though it lies across the old end of the chunk, and r2's own block keeps r2's bytes. */
+RAP_TEST(CudaVmm, ResourceAwarePoolKeepsAStreamsBlockAcrossTheOldEnd) {
+  rap_manager *rm = manager();
+  rap_allocator *pool = make_or_skip(rm, "rap", "ResourceAwarePool(DEVICE_VMM, initial_size=2MiB, "
+                                                "next_size=2MiB, heuristic=never)");
+  size_t g = rap_allocator_alignment(rap_allocator_parent(pool));
+  rap_resource *r1 = NULL, *r2 = NULL;
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r1));
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r2));
+  gpu_gate *gate = NULL;
+  RAP_CHECK(gpu_gate_create(&gate) == 0);
+  char *a, *b, *c, *d;
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&a, g / 2, r1));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&b, g / 2, r1));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&c, g, r1));   /* grown in place */
+  RAP_CHECK(c == b + g / 2);
+  RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(r1), gate, b, g / 2 + g, 0x11) == 0);
+  RAP_CHECK_OK(rap_deallocate(pool, b, r1));
+  RAP_CHECK_OK(rap_deallocate(pool, c, r1));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&d, g / 2 + g, r2));
+  RAP_CHECK(d != b);
+  RAP_CHECK(gpu_fill(rap_resource_cuda_stream(r2), d, g / 2 + g, 0x22) == 0);
+  RAP_CHECK_OK(rap_resource_synchronize(r2));
+  gpu_gate_open(gate);
+  RAP_CHECK_OK(rap_resource_synchronize(r1));
+  RAP_CHECK(gpu_all_bytes(d, g / 2 + g, 0x22));
+  RAP_CHECK_OK(rap_release(pool));   /* polls: r1's block is free, and the tail goes back */
+  rap_stats s = stats(pool);
+  RAP_CHECK_EQ(s.pending_bytes, 0);
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  RAP_CHECK_OK(rap_deallocate(pool, d, r2));
+  RAP_CHECK_OK(rap_deallocate(pool, a, r1));
+  gpu_gate_destroy(gate);
+  RAP_CHECK_OK(rap_resource_destroy(r1));
+  RAP_CHECK_OK(rap_resource_destroy(r2));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+typedef struct grow_job {
+  rap_allocator *pool;
+  void *p;
+  int st;
+} grow_job;
+
+static void *grow_on_thread(void *arg) {
+  grow_job *j = arg;
+  j->st = rap_allocate(j->pool, &j->p, 64 * MiB, NULL);   /* this thread's first CUDA call */
+  return NULL;
+}
+
+/* The driver's calls need a current context, which a thread that has made no runtime call yet
+ * lacks: a miss on such a thread maps all the same. */
+RAP_TEST(CudaVmm, GrowsFromAFreshThread) {
+  rap_manager *rm = manager();
+  rap_allocator *pool = make_or_skip(rm, "pool", "QuickPool(DEVICE_VMM, initial_size=2MiB, heuristic=never)");
+  void *first = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &first, 2 * MiB, NULL));
+  grow_job j = {pool, NULL, RAP_ERR_CORRUPT};
+  pthread_t t;
+  RAP_CHECK(pthread_create(&t, NULL, grow_on_thread, &j) == 0);
+  RAP_CHECK(pthread_join(t, NULL) == 0);
+  RAP_CHECK_OK(j.st);
+  RAP_CHECK(j.p == (char *)first + 2 * MiB);
+  RAP_CHECK(gpu_fill(0, j.p, 64 * MiB, 0x5A) == 0);
+  RAP_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  RAP_CHECK(gpu_all_bytes(j.p, 64 * MiB, 0x5A));
+  RAP_CHECK_OK(rap_deallocate(pool, j.p, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, first, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(CudaVmm, OptionsReserveAndNames) {
+  rap_manager *rm = manager();
+  rap_allocator *small = make_or_skip(rm, "small", "DeviceVmm(reserve=8MiB)");
+  size_t g = rap_allocator_alignment(small);
+  void *p = NULL, *q = NULL;
+  RAP_CHECK_OK(rap_allocate(small, &p, 8 * MiB, NULL));
+  RAP_CHECK_STATUS(rap_allocate(small, &q, 1, NULL), RAP_ERR_NOMEM);
+  RAP_CHECK_STR(rap_last_error(), "reserved range");
+  RAP_CHECK_OK(rap_deallocate(small, p, NULL));
+  rap_allocator *bad = NULL;
+  char spec[96];
+  snprintf(spec, sizeof spec, "DeviceVmm(granularity=%zu)", g + g / 2);
+  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "bad", spec, &bad), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "'granularity'");
+  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "bad", "DeviceVmm(peers=1)", &bad), RAP_ERR_UNSUPPORTED);
+  snprintf(spec, sizeof spec, "DeviceVmm(granularity=%zu, reserve=64MiB)", 2 * g);
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "big", spec, &bad));
+  RAP_CHECK_EQ(rap_allocator_alignment(bad), 2 * g);
+  rap_allocator *named = NULL;
+  RAP_CHECK_OK(rap_allocator_get(rm, "DEVICE_VMM::0", &named));
+  size_t free_bytes = 0, total = 0;
+  RAP_CHECK_OK(rap_allocator_memory_info(named, &free_bytes, &total));
+  RAP_CHECK(total > 0 && free_bytes <= total);
+  int count = 0;
+  RAP_CHECK(cudaGetDeviceCount(&count) == cudaSuccess);
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "nodev", "DeviceVmm", NULL, count == 1 ? "device=1" : "device=4096",
+                                      &bad), RAP_ERR_NOT_FOUND);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
