@@ -71,6 +71,8 @@ static const struct workload {
     {"e", 1, wl_e, "threads, device memory"},
     {"e-x", 1, wl_e_x, "threads freeing each other's blocks, device memory"},
     {"b-host", 0, wl_b_host, "random trace, host memory"},
+    {"f", 1, wl_f, "a recorded transformer training step, device memory"},
+    {"f-host", 0, wl_f_host, "a recorded transformer training step, host memory"},
     {"c-host", 0, wl_c_host, "scaling with live blocks, host memory"},
     {"e-host", 0, wl_e_host, "threads, host memory"},
     {"e-x-host", 0, wl_e_x_host, "threads freeing each other's blocks, host memory"},
@@ -158,7 +160,9 @@ static void usage(FILE *f) {
           "                       (handed over through lock-free queues), device memory\n"
           "               h       pairs of one size, host memory\n"
           "               v       CUDA virtual memory calls, and misses over DEVICE_VMM vs DEVICE\n"
-          "               b-host, c-host, e-host, e-x-host: b, c, e, e-x over host memory\n"
+          "               f       a recorded trace (a GPT-2 training step from PyTorch's memory\n"
+          "                       history; RAP_BENCH_TRACE_F names another), device memory\n"
+          "               b-host, c-host, e-host, e-x-host, f-host: b, c, e, e-x, f over host memory\n"
           "  --quick      a smoke run: fewer repetitions, smaller traces, no 10^5+ live blocks\n"
           "  --reps N     timed repetitions per figure (default 7)\n"
           "  --rep-ms MS  length of one timed repetition (default 20)\n"

@@ -159,3 +159,232 @@ void wl_b_host(void) {
   };
   random_trace("b-host", peers, sizeof peers / sizeof *peers);
 }
+
+/* ---- (f): a recorded trace ------------------------------------------------------------------ */
+
+/* A rap event trace (docs/trace.md), as bench/record_torch_trace.py writes one from PyTorch's memory
+ * history: its depth-0 alloc and dealloc lines become ops, each pointer a slot for as long as it is
+ * live, each resource id a stream 1..4. A .gz file is read through gzip -dc. */
+typedef struct slot_map {
+  uint64_t *key;     /* 0: empty */
+  uint32_t *slot;
+  size_t cap;
+} slot_map;
+
+static size_t map_find(const slot_map *m, uint64_t k) {
+  size_t i = (size_t)(k * 0x9E3779B97F4A7C15ull) & (m->cap - 1);
+  while (m->key[i] != 0 && m->key[i] != k) i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+static void map_erase(slot_map *m, size_t i) {   /* backward-shift deletion keeps probes whole */
+  size_t j = i;
+  for (;;) {
+    m->key[i] = 0;
+    for (;;) {
+      j = (j + 1) & (m->cap - 1);
+      if (m->key[j] == 0) return;
+      size_t home = (size_t)(m->key[j] * 0x9E3779B97F4A7C15ull) & (m->cap - 1);
+      if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) break;
+    }
+    m->key[i] = m->key[j];
+    m->slot[i] = m->slot[j];
+    i = j;
+  }
+}
+
+static const char *field(const char *line, const char *name) {
+  const char *f = strstr(line, name);
+  return f ? f + strlen(name) : NULL;
+}
+
+static int load_trace(trace *t, const char *path, char *why, size_t whylen) {
+  memset(t, 0, sizeof *t);
+  size_t plen = strlen(path);
+  FILE *f;
+  int piped = plen > 3 && strcmp(path + plen - 3, ".gz") == 0;
+  if (piped) {
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd, "gzip -dc '%s' 2>/dev/null", path);
+    f = popen(cmd, "r");
+  } else {
+    f = fopen(path, "r");
+  }
+  if (f == NULL) return snprintf(why, whylen, "cannot open %s", path), -1;
+  slot_map m = {calloc(1u << 16, sizeof(uint64_t)), calloc(1u << 16, sizeof(uint32_t)), 1u << 16};
+  size_t cap = 1u << 14, nfree = 0, live_bytes = 0, nlive = 0;
+  uint32_t *free_slots = malloc(cap * sizeof *free_slots);
+  size_t *slot_size = malloc(cap * sizeof *slot_size);
+  t->ops = malloc(cap * sizeof *t->ops);
+  size_t opcap = cap, skipped = 0;
+  char line[4096];
+  int bad = !m.key || !m.slot || !free_slots || !slot_size || !t->ops;
+  while (!bad && fgets(line, sizeof line, f)) {
+    const char *ev = field(line, "\"ev\":\"");
+    const char *d = field(line, "\"d\":");
+    if (ev == NULL || (d != NULL && *d != '0')) continue;
+    int alloc = strncmp(ev, "alloc\"", 6) == 0;
+    if (!alloc && strncmp(ev, "dealloc\"", 8) != 0) continue;
+    const char *p = field(line, "\"p\":\"0x"), *n = field(line, "\"n\":"), *r = field(line, "\"r\":");
+    if (p == NULL || n == NULL) continue;
+    uint64_t key = strtoull(p, NULL, 16);
+    if (key == 0) continue;
+    if (t->nops == opcap) {
+      op *o = realloc(t->ops, 2 * opcap * sizeof *o);
+      if (o == NULL) { bad = 1; break; }
+      t->ops = o;
+      opcap *= 2;
+    }
+    if (nlive * 2 >= m.cap) {   /* keep the table at most half full */
+      slot_map g = {calloc(2 * m.cap, sizeof(uint64_t)), calloc(2 * m.cap, sizeof(uint32_t)), 2 * m.cap};
+      if (!g.key || !g.slot) { bad = 1; break; }
+      for (size_t i = 0; i < m.cap; i++)
+        if (m.key[i]) {
+          size_t j = map_find(&g, m.key[i]);
+          g.key[j] = m.key[i];
+          g.slot[j] = m.slot[i];
+        }
+      free(m.key);
+      free(m.slot);
+      m = g;
+    }
+    size_t i = map_find(&m, key);
+    op o;
+    if (alloc) {
+      if (m.key[i] == key) continue;   /* a pointer live twice: a damaged trace; keep the first */
+      if (nfree == 0) {
+        if (t->slots == cap) {
+          uint32_t *fs = realloc(free_slots, 2 * cap * sizeof *fs);
+          size_t *ss = fs ? realloc(slot_size, 2 * cap * sizeof *ss) : NULL;
+          if (fs) free_slots = fs;
+          if (ss == NULL) { bad = 1; break; }
+          slot_size = ss;
+          cap *= 2;
+        }
+        free_slots[nfree++] = (uint32_t)t->slots++;
+      }
+      o.slot = free_slots[--nfree];
+      o.alloc = 1;
+      long rid = r ? strtol(r, NULL, 10) : 0;
+      o.stream = (uint8_t)(rid <= 0 ? 1 : 1 + (rid - 1) % 4);
+      o.size = (size_t)strtoull(n, NULL, 10);
+      m.key[i] = key;
+      m.slot[i] = o.slot;
+      slot_size[o.slot] = o.size;
+      live_bytes += o.size;
+      nlive++;
+      if (live_bytes > t->peak_live) t->peak_live = live_bytes;
+      t->nallocs++;
+    } else {
+      if (m.key[i] != key) { skipped++; continue; }   /* made before the trace began */
+      o = (op){.slot = m.slot[i], .alloc = 0, .stream = 1, .size = slot_size[m.slot[i]]};
+      for (size_t k = t->nops; k-- > 0;)   /* the free goes to the block's stream */
+        if (t->ops[k].alloc && t->ops[k].slot == o.slot) { o.stream = t->ops[k].stream; break; }
+      free_slots[nfree++] = o.slot;
+      live_bytes -= o.size;
+      nlive--;
+      map_erase(&m, i);
+    }
+    t->ops[t->nops++] = o;
+  }
+  if (piped) pclose(f); else fclose(f);
+  /* What is still live at the end is freed, so that every replay starts from an empty pool. */
+  for (size_t i = 0; !bad && i < m.cap; i++) {
+    if (m.key[i] == 0) continue;
+    if (t->nops == opcap) {
+      op *o = realloc(t->ops, 2 * opcap * sizeof *o);
+      if (o == NULL) { bad = 1; break; }
+      t->ops = o;
+      opcap *= 2;
+    }
+    uint32_t s = m.slot[i];
+    uint8_t stream = 1;
+    for (size_t k = t->nops; k-- > 0;)
+      if (t->ops[k].alloc && t->ops[k].slot == s) { stream = t->ops[k].stream; break; }
+    t->ops[t->nops++] = (op){.slot = s, .alloc = 0, .stream = stream, .size = slot_size[s]};
+  }
+  free(m.key);
+  free(m.slot);
+  free(free_slots);
+  free(slot_size);
+  t->ptrs = bad ? NULL : calloc(t->slots ? t->slots : 1, sizeof *t->ptrs);
+  if (bad || t->ptrs == NULL || t->nallocs == 0) {
+    snprintf(why, whylen, bad ? "out of host memory reading %s" : "no allocations in %s", path);
+    free(t->ops);
+    free(t->ptrs);
+    return -1;
+  }
+  (void)skipped;
+  return 0;
+}
+
+static const char *trace_f_path(void) {
+  const char *e = getenv("RAP_BENCH_TRACE_F");
+  return e && *e ? e : "bench/traces/gpt2_small_step.jsonl.gz";
+}
+
+/* Replays a recorded trace through peers: peak held / peak live, ns per call. */
+static void recorded_trace(const char *wl, const pdesc *peers, size_t npeers) {
+  trace t;
+  char why[1200];
+  if (load_trace(&t, trace_f_path(), why, sizeof why) != 0) {
+    SKIP(wl, "%s (RAP_BENCH_TRACE_F names the trace; run from the repository's root)", why);
+    return;
+  }
+  char cas[64];
+  snprintf(cas, sizeof cas, "recorded, %zu ops", t.nops);
+  for (size_t k = 0; k < npeers; k++) {
+    bench_peer p;
+    if (open_peer(wl, &peers[k], &p) != 0) continue;
+    if (p.track_peak) p.track_peak(p.ctx, 1);
+    double t0 = now_ns();
+    int st = run_trace(&p, &t);
+    double ns = (now_ns() - t0) / (double)t.nallocs;
+    sync_device();
+    if (p.track_peak) p.track_peak(p.ctx, 0);
+    if (st != 0) {
+      peer_failed(wl, &p, "the recorded trace");
+      p.destroy(p.ctx);
+      continue;
+    }
+    size_t held_now = 0, held_peak = 0;
+    if (p.held && p.held(p.ctx, &held_now, &held_peak) == 0)
+      add_one(wl, cas, p.name, "held/live", (double)held_peak / (double)t.peak_live, k == 0);
+    add_one(wl, cas, p.name, "ns/pair first", ns, k == 0);
+    p.destroy(p.ctx);
+    progress("  (%s) %s done", wl, p.name);
+  }
+  progress("  (%s) %s: %zu ops, %zu allocations, peak live %.1f MiB", wl, trace_f_path(), t.nops,
+           t.nallocs, (double)t.peak_live / 1048576.0);
+  free(t.ops);
+  free(t.ptrs);
+}
+
+/* Pools as rap_torch makes them (64 MiB, then 32 MiB chunks), over the growable platform by 2 MiB
+ * granules, and the peers. */
+void wl_f(void) {
+  static const pdesc peers[] = {
+      {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
+      {P_RAP, "rap QuickPool", "QuickPool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
+      {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
+      {P_RAP, "rap StreamOrdered", "StreamOrdered(pool=new, release_threshold=max)", 0},
+      {P_RAP, "rap ResourceAwarePool DEVICE_VMM", "ResourceAwarePool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
+      {P_RAP, "rap QuickPool DEVICE_VMM", "QuickPool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
+      {P_RAP, "rap DynamicPoolList DEVICE_VMM", "DynamicPoolList(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
+      {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0}, {P_TORCH, 0, 0, 0},
+  };
+  recorded_trace("f", peers, sizeof peers / sizeof *peers);
+}
+
+void wl_f_host(void) {
+  static const pdesc peers[] = {
+      {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)", 1},
+      {P_RAP, "rap QuickPool", "QuickPool(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)", 1},
+      {P_RAP, "rap DynamicPoolList", "DynamicPoolList(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)", 1},
+      {P_RAP, "rap ResourceAwarePool HOST_VMM", "ResourceAwarePool(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
+      {P_RAP, "rap QuickPool HOST_VMM", "QuickPool(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
+      {P_RAP, "rap DynamicPoolList HOST_VMM", "DynamicPoolList(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
+      {P_MALLOC, 0, 0, 0},
+  };
+  recorded_trace("f-host", peers, sizeof peers / sizeof *peers);
+}

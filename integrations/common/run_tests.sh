@@ -13,7 +13,8 @@
 # Environment: OUT, RAP_BUILD_DIR (default <repo>/device-build), PYTHON (default python3), TMPDIR,
 # RAP_<NAME>_LIB (default <build>/integrations/<name>/librap_<name>.so), PYTHONPATH (the
 # integration's folder goes first). Exits 1 at once when the library is missing.
-# RAP_TEST_FROM_WHEEL=1: the tests import rap.<name> from the installed package of PYTHON's
+# RAP_TEST_ONLY="stats handoff": run only these commands (the summary then reports the others
+# missing). RAP_TEST_FROM_WHEEL=1: the tests import rap.<name> from the installed package of PYTHON's
 # environment instead (scripts/device-wheel.sh); RAP_<NAME>_LIB and PYTHONPATH are unset.
 # shellcheck shell=bash
 set -uo pipefail
@@ -52,6 +53,7 @@ fi
 # the variables of show_env that are set.
 run() {
   local t0=$SECONDS shown="" v
+  if [ -n "${RAP_TEST_ONLY:-}" ] && [[ " $RAP_TEST_ONLY " != *" $1 "* ]]; then return 0; fi
   for v in ${show_env:-}; do
     if [ -n "${!v:-}" ]; then shown="${shown:+$shown }$v=${!v}"; fi
   done

@@ -426,7 +426,7 @@ def summarize(out):
         diff = max(abs(float.fromhex(x) - float.fromhex(y)) / max(abs(float.fromhex(y)), 1e-12)
                    for x, y in zip(a["losses"], n["losses"]))
         tokens = n.get("tokens") == a.get("tokens")
-        ok &= diff <= 1e-3 and tokens
+        ok &= diff <= 1e-3 and tokens   # GPT-2's kernels are not all deterministic (native vs native differ)
         lines.append("%s (random weights), %d steps: losses bit-equal: %s%s; step %.1f ms (native %.1f), "
                      "steady %.1f ms (native %.1f); max reserved %s (native %s), max allocated %s "
                      "(native %s)%s"

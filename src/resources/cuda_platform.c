@@ -213,9 +213,10 @@ int rapi_gpu_memory_info(rap_allocator *platform, size_t *free_bytes, size_t *to
     return rapi_stream_ordered_memory_info(platform, free_bytes, total_bytes);
   rapi_tracked *p = platform->state;
   gpu_impl vmm = {KIND_DEVICE, 0, 0};
+  rapi_tracked as_device = {.self = platform, .impl = &vmm};   /* lives as long as p may point here */
   if (platform->strategy == &rapi_device_vmm_strategy) {   /* its impl is the engine's */
     vmm.device = rapi_device_vmm_device(platform);
-    p = &(rapi_tracked){.self = platform, .impl = &vmm};
+    p = &as_device;
   }
   gpu_impl *c = p->impl;
   if (c->kind == KIND_PINNED) return RAPI_HOST_MEMORY;
