@@ -177,6 +177,7 @@ void wl_c_host(void);
 void wl_b(void);        /* trace.c */
 void wl_b_host(void);
 void wl_f(void);        /* trace.c: a recorded trace (RAP_BENCH_TRACE_F) */
+void wl_g(void);        /* multi.c: two GPUs */
 void wl_f_host(void);
 void wl_d(void);        /* runahead.c; nothing without CUDA */
 void wl_e(void);        /* threads.c */

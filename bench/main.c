@@ -72,6 +72,7 @@ static const struct workload {
     {"e-x", 1, wl_e_x, "threads freeing each other's blocks, device memory"},
     {"b-host", 0, wl_b_host, "random trace, host memory"},
     {"f", 1, wl_f, "a recorded transformer training step, device memory"},
+    {"g", 1, wl_g, "two GPUs: a pool of device 0 serving device 1's stream, and a hand-off"},
     {"f-host", 0, wl_f_host, "a recorded transformer training step, host memory"},
     {"c-host", 0, wl_c_host, "scaling with live blocks, host memory"},
     {"e-host", 0, wl_e_host, "threads, host memory"},
@@ -160,6 +161,7 @@ static void usage(FILE *f) {
           "                       (handed over through lock-free queues), device memory\n"
           "               h       pairs of one size, host memory\n"
           "               v       CUDA virtual memory calls, and misses over DEVICE_VMM vs DEVICE\n"
+          "               g       two GPUs: device 0's memory from device 1's stream, a hand-off\n"
           "               f       a recorded trace (a GPT-2 training step from PyTorch's memory\n"
           "                       history; RAP_BENCH_TRACE_F names another), device memory\n"
           "               b-host, c-host, e-host, e-x-host, f-host: b, c, e, e-x, f over host memory\n"

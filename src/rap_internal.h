@@ -260,12 +260,19 @@ static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
 typedef struct rapi_resizable {
   size_t granularity;
   int (*resize)(rap_allocator *a, void *ptr, size_t *bytes, size_t want);
+  /* Waits until no queued work can touch memory about to go back (the device backend: a device
+   * synchronize, as cudaFree makes one), or NULL. Pools whose free blocks are fenced by events
+   * (the ResourceAwarePool) never call it; those that track no resources call it first. */
+  void (*settle)(rap_allocator *a);
 } rapi_resizable;
 
 struct rap_allocator {
   const rap_strategy *strategy;   /* hot fields first */
   void *state;
   rap_manager *rm;
+  uint64_t devices_ok;            /* atomic: the devices whose streams may use this memory, as bits:
+                                     all for host memory, the device and the peers granted access
+                                     for device memory (its chain's root decides; see peer.c) */
   rap_allocator *parent;
   char *name;
   size_t alignment;
@@ -326,6 +333,9 @@ struct rap_resource {
   uintptr_t key;                   /* stream identity: equal keys are one stream of execution */
   int capturing;                   /* atomic: a graph capture begun through rap is under way (read
                                       by every call with a resource: on the line of rm and key) */
+  uint64_t devbit;                 /* a GPU stream's device as a bit (1 << device, devices 0..63);
+                                      0 for the host and CPU queues: checked against an allocator's
+                                      devices_ok by every call with a resource */
   rap_resource *prev, *next;       /* manager's list of created resources */
   pthread_mutex_t event_lock;      /* the free list of events and the watch list */
   rapi_event *free_events;
@@ -404,6 +414,18 @@ struct rap_manager {
   rap_resource *resources;         /* created resources */
   uint64_t next_seq, next_resource_id;
 };
+
+/* ---- peer access (resources/cuda_platform.c; a stub where there is no GPU backend) ----------
+ * devices_ok bits: 1 << device for devices 0..63 (a device past 63 is never refused). */
+static inline uint64_t rapi_device_bit(int device) {
+  return device >= 0 && device < 64 ? (uint64_t)1 << device : 0;
+}
+/* Gives (enable 1) or takes back (0) device's access to the memory of root, a chain's platform;
+ * RAP_OK and nothing done where every device reaches it already (pinned, managed). Sets *owner
+ * to the device root's memory is on, or -1 for memory every device reaches. */
+int  rapi_gpu_peer_access(rap_allocator *root, int device, int enable, int *owner);
+/* peers= of a device platform: "all" or device numbers joined by '+' ("1+3"); grants each. */
+int  rapi_gpu_peers_option(rap_allocator *self, int owner, rap_options *opts);
 
 /* ---- resources/resource.c: the manager's list of created resources ------------------------- */
 void rapi_resource_link(rap_manager *rm, rap_resource *r);
@@ -508,5 +530,10 @@ int  rapi_host_memory_info(size_t *free_bytes, size_t *total_bytes);
 #define RAPI_HOST_MEMORY 2
 int  rapi_gpu_memory_info(rap_allocator *platform, size_t *free_bytes, size_t *total_bytes);
 int  rapi_stream_ordered_memory_info(rap_allocator *a, size_t *free_bytes, size_t *total_bytes);
+/* stream_ordered.c, vmm_device.c: the device their memory is on, and a peer's access to it
+ * (cudaMemPoolSetAccess; the mappings' access descriptors, now and for every later mapping). */
+int  rapi_stream_ordered_device(rap_allocator *a);
+int  rapi_stream_ordered_peer(rap_allocator *a, int device, int enable);
+int  rapi_device_vmm_peer(rap_allocator *a, int device, int enable);
 
 #endif /* RAP_INTERNAL_H */

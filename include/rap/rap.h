@@ -151,6 +151,14 @@ int  rap_allocator_reset_peaks(rap_allocator *a);
  * memory (a control group's lower limit, if one is set) and what is available of it; for DEVICE,
  * DEVICE::N and UM the device's total and free memory. */
 int  rap_allocator_memory_info(rap_allocator *a, size_t *free_bytes, size_t *total_bytes);
+/* Device memory is used by its own device's streams only: a call with a resource of another device
+ * is RAP_ERR_INVALID until that device is given access to the memory under a's chain (enable 1),
+ * through CUDA's peer access (DEVICE::N), the pool's access (StreamOrdered) or the mappings'
+ * (DEVICE_VMM); every allocator over the same platform follows. enable 0 refuses the device's
+ * streams again (for DEVICE::N, CUDA's peer mapping between the two devices stays: other memory
+ * may rely on it). RAP_ERR_UNSUPPORTED where the devices have no peer path or the memory is host
+ * memory; RAP_OK, nothing to do, for pinned and managed memory, which every device reaches. */
+int  rap_allocator_set_peer_access(rap_allocator *a, int device, int enable);
 /* The address a kernel uses for a block of a: the block itself for DEVICE and UM memory, the
  * device's mapping of it for PINNED and Pinned(mapped=1) memory; RAP_ERR_INVALID for memory a
  * device cannot address (HOST). */

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static int glue_hash_oom;
 #define HASH_NONFATAL_OOM 1
@@ -137,8 +138,37 @@ static int init_locked(void) {
 
 static bool name_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
 
-/* The spec with "{device}" replaced by the device; a spec without it gets DEVICE::N for every
- * bare DEVICE, so one RAP_*_SPEC serves every device. */
+/* A device platform's name at p, not followed by "::" (an explicit device): its length, or 0. */
+static size_t bare_platform(const char *spec, const char *p) {
+  static const char *const names[] = {"DEVICE_VMM", "DEVICE"};
+  if (p != spec && name_char(p[-1])) return 0;
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    size_t n = strlen(names[i]);
+    if (strncmp(p, names[i], n) == 0 && !name_char(p[n]) && strncmp(p + n, "::", 2) != 0) return n;
+  }
+  return 0;
+}
+
+/* A strategy that takes its device as an option (StreamOrdered, DeviceVmm) at p, without device=
+ * among its options: the length up to and with its '(', or 0. */
+static size_t device_strategy(const char *spec, const char *p) {
+  static const char *const names[] = {"StreamOrdered(", "DeviceVmm("};
+  if (p != spec && name_char(p[-1])) return 0;
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    size_t n = strlen(names[i]);
+    if (strncasecmp(p, names[i], n) != 0) continue;
+    const char *end = strchr(p + n, ')');
+    for (const char *q = p + n; end != NULL && q < end; q++)
+      if (strncmp(q, "device", 6) == 0 && (q == p + n || !name_char(q[-1])) && !name_char(q[6]))
+        return 0;
+    return n;
+  }
+  return 0;
+}
+
+/* The spec with "{device}" replaced by the device; a spec without it gets DEVICE::N and
+ * DEVICE_VMM::N for every bare DEVICE and DEVICE_VMM, and device=N in StreamOrdered(...) and
+ * DeviceVmm(...) that name none, so one RAP_*_SPEC serves every device. */
 static int build_spec(int device, char *buf, size_t cap) {
   const char *env = glue_cfg.spec_env ? getenv(glue_cfg.spec_env) : NULL;
   const char *spec = env != NULL && *env != '\0' ? env : glue_cfg.default_spec;
@@ -152,11 +182,14 @@ static int build_spec(int device, char *buf, size_t cap) {
       snprintf(tmp, sizeof tmp, "%d", device);
       ins = tmp;
       skip = 8;
-    } else if (!placeholder && strncmp(p, "DEVICE", 6) == 0 && strncmp(p + 6, "::", 2) != 0 &&
-               (p == spec || !name_char(p[-1])) && !name_char(p[6])) {
-      snprintf(tmp, sizeof tmp, "DEVICE::%d", device);
+    } else if (!placeholder && (skip = bare_platform(spec, p)) > 0) {
+      snprintf(tmp, sizeof tmp, "%.*s::%d", (int)skip, p, device);
       ins = tmp;
-      skip = 6;
+    } else if (!placeholder && (skip = device_strategy(spec, p)) > 0) {
+      snprintf(tmp, sizeof tmp, "%.*sdevice=%d%s", (int)skip, p, device, p[skip] == ')' ? "" : ", ");
+      ins = tmp;
+    } else {
+      skip = 1;
     }
     size_t len = ins ? strlen(ins) : 1;
     if (o + len >= cap)

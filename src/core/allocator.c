@@ -105,6 +105,19 @@ static inline bool capture_refused(const rap_allocator *a, const rap_resource *r
   return r != NULL && __atomic_load_n(&r->capturing, __ATOMIC_RELAXED) && !a->capture_ok;
 }
 
+/* A stream of a device that has no access to a's memory (rap_allocator_set_peer_access). */
+static inline uint64_t foreign_device(const rap_allocator *a, const rap_resource *r) {
+  return r->devbit & ~__atomic_load_n(&a->devices_ok, __ATOMIC_RELAXED);
+}
+
+static RAPI_NOINLINE int wrong_device(const char *fn, const rap_allocator *a, const rap_resource *r) {
+  int device = __builtin_ctzll(r->devbit);
+  return rapi_fail(RAP_ERR_INVALID, "%s('%s'): %s resource #%llu is a stream of device %d, which has "
+                   "no access to this memory: give it access first (rap_allocator_set_peer_access, or "
+                   "peers= on the platform)", fn, a->name, r->ops->kind, (unsigned long long)r->id,
+                   device);
+}
+
 /* Bad input, a debug level or a trace: the checked path. A traced call is written once it is
  * answered (its parent's growth inside it comes first); a deallocation is written before it runs
  * (so that a block handed out again right after never appears to be so while still live), with
@@ -113,6 +126,7 @@ static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t b
   if (a == NULL || out == NULL || (r != NULL && r->rm != a->rm))
     return bad_call("rap_allocate", a, out, r);
   if (capture_refused(a, r)) return capturing("rap_allocate", a, r);
+  if (r != NULL && foreign_device(a, r)) return wrong_device("rap_allocate", a, r);
   rapi_trace_depth++;
   int st = a->strategy->allocate(a->state, out, bytes, r);
   if (st == RAP_ERR_NOMEM && __atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)
@@ -128,7 +142,8 @@ static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t b
 
 int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
   if (RAPI_UNLIKELY(a == NULL || out == NULL ||
-                    (r != NULL && (r->rm != a->rm) | __atomic_load_n(&r->capturing, __ATOMIC_RELAXED)) |
+                    (r != NULL && (r->rm != a->rm) | __atomic_load_n(&r->capturing, __ATOMIC_RELAXED) |
+                                      (foreign_device(a, r) != 0)) |
                         rapi_slow_calls()))
     return allocate_checked(a, out, bytes, r);
   int st = a->strategy->allocate(a->state, out, bytes, r);
@@ -148,6 +163,7 @@ static RAPI_NOINLINE int deallocate_checked(rap_allocator *a, void *ptr, rap_res
   if (a == NULL || (r != NULL && r->rm != a->rm)) return bad_call("rap_deallocate", a, "", r);
   if (ptr == NULL) return RAP_OK;
   if (capture_refused(a, r)) return capturing("rap_deallocate", a, r);
+  if (r != NULL && foreign_device(a, r)) return wrong_device("rap_deallocate", a, r);
   RAPI_TRACE("dealloc", a, r, ptr, 0, NULL);
   rapi_trace_depth++;
   int st = a->strategy->deallocate(a->state, ptr, r);
@@ -158,7 +174,8 @@ static RAPI_NOINLINE int deallocate_checked(rap_allocator *a, void *ptr, rap_res
 
 int rap_deallocate(rap_allocator *a, void *ptr, rap_resource *r) {
   if (RAPI_UNLIKELY(a == NULL || ptr == NULL ||
-                    (r != NULL && (r->rm != a->rm) | __atomic_load_n(&r->capturing, __ATOMIC_RELAXED)) |
+                    (r != NULL && (r->rm != a->rm) | __atomic_load_n(&r->capturing, __ATOMIC_RELAXED) |
+                                      (foreign_device(a, r) != 0)) |
                         rapi_slow_calls()))
     return deallocate_checked(a, ptr, r);
   return a->strategy->deallocate(a->state, ptr, r);
@@ -179,6 +196,7 @@ int rap_record_resource(rap_allocator *a, void *ptr, rap_resource *r) {
   if (a == NULL || r == NULL)
     return rapi_fail(RAP_ERR_INVALID, "rap_record_resource: allocator or resource is NULL");
   if (r->rm != a->rm) return bad_call("rap_record_resource", a, "", r);
+  if (foreign_device(a, r)) return wrong_device("rap_record_resource", a, r);
   if (ptr == NULL)
     return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_record_resource('%s'): pointer is NULL", a->name);
   if (a->strategy->record_resource == NULL)

@@ -177,6 +177,9 @@ static int create_locked(rap_manager *rm, const char *name, const rap_strategy *
                                                           s == &rapi_fault_strategy);
   a->name = dup;
   a->alignment = 1;
+  /* Host memory serves every device's streams; a device platform narrows this in its init, and
+   * everything above it inherits the platform's (rap_allocator_set_peer_access changes them all). */
+  a->devices_ok = parent != NULL ? __atomic_load_n(&parent->devices_ok, __ATOMIC_RELAXED) : ~(uint64_t)0;
   st = s->init(a, state, &opts);
   if (st == RAP_OK) {
     st = rapi_options_check_unused(&opts);
@@ -408,3 +411,32 @@ int rap_resource_destroy(rap_resource *r) {
   return RAP_OK;
 }
 
+
+/* ---- peer access ----------------------------------------------------------------------------- */
+
+static const rap_allocator *root_of(const rap_allocator *a) {
+  while (a->parent != NULL) a = a->parent;
+  return a;
+}
+
+/* The platform does the device's part (CUDA's peer access, a pool's or a mapping's access
+ * descriptors); then every allocator over that platform takes the new set of devices, under the
+ * manager's lock, so that allocators made meanwhile inherit it too. */
+int rap_allocator_set_peer_access(rap_allocator *a, int device, int enable) {
+  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_set_peer_access: allocator is NULL");
+  if (device < 0)
+    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_set_peer_access('%s'): device %d is not a "
+                     "device number", a->name, device);
+  rap_allocator *root = (rap_allocator *)root_of(a);
+  int owner = -1;
+  int st = rapi_gpu_peer_access(root, device, enable != 0, &owner);
+  if (st != RAP_OK || owner < 0 || device == owner) return st;
+  uint64_t bit = rapi_device_bit(device);
+  pthread_mutex_lock(&a->rm->lock);
+  uint64_t mask = __atomic_load_n(&root->devices_ok, __ATOMIC_RELAXED);
+  mask = enable ? mask | bit : mask & ~bit;
+  for (rap_allocator *x = a->rm->allocators; x != NULL; x = x->next)
+    if (root_of(x) == root) __atomic_store_n(&x->devices_ok, mask, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&a->rm->lock);
+  return RAP_OK;
+}

@@ -419,6 +419,13 @@ static int grow_in_place(rapi_bp *bp, size_t size, rapi_block **out) {
   return RAP_OK;
 }
 
+/* Before memory goes back to a resizable parent: a pool whose frees no event fences lets the
+ * parent wait for queued work first (a device's unmap would not, where cudaFree does). */
+static void settle(rapi_bp *bp) {
+  if (!bp->fenced && bp->resizable != NULL && bp->resizable->settle != NULL)
+    bp->resizable->settle(bp->parent);
+}
+
 /* Gives back what c maps past keep bytes (rounded up to the granularity, and never the start of
  * its last block): only the free pages at its end. Returns the bytes given back. */
 static size_t trim_tail(rapi_bp *bp, rapi_chunk *c, size_t keep) {
@@ -428,6 +435,7 @@ static size_t trim_tail(rapi_bp *bp, rapi_chunk *c, size_t keep) {
   if (keep < start) keep = start;
   if (keep >= c->size) return 0;
   size_t bytes = c->size;
+  settle(bp);
   if (bp->resizable->resize(bp->parent, c->base, &bytes, keep) != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: giving back the end of a chunk to '%s' failed: %s",
             rap_allocator_name(bp->self), rap_allocator_name(bp->parent), rap_last_error());
@@ -456,9 +464,10 @@ int rapi_bp_grow_for(rapi_bp *bp, size_t size, rapi_block **out) {
    * fits it, go back first, so the pool trades them for one chunk instead of holding both. */
   if (bp->releasable_usable >= size) rapi_bp_release(bp);
   int st = grow(bp, size, &b);
-  if (st == RAP_ERR_NOMEM && bp->releasable_chunks > 0) {
+  if (st == RAP_ERR_NOMEM && (bp->releasable_chunks > 0 || bp->resizable != NULL)) {
     /* The first try held chunks, so it asked for max(next_size, size): ask for that again, even
-     * if the release leaves no chunk (where grow would use the larger initial_size). */
+     * if the release leaves no chunk (where grow would use the larger initial_size). Over a
+     * resizable parent the release also gives back the free ends of chunks that stay. */
     rapi_bp_release(bp);
     st = rapi_bp_grow_exact(bp, rapi_align_up(size > bp->next_size ? size : bp->next_size,
                                               bp->alignment), &b);
@@ -489,9 +498,10 @@ static void drop_chunk(rapi_bp *bp, rapi_chunk *c) {
   rapi_slab_free(&bp->chunk_recs, c);
 }
 
-size_t rapi_bp_release(rapi_bp *bp) {
-  rapi_bp_flush(bp, false);
+/* Every wholly free chunk goes back to the parent. */
+static size_t release_whole_chunks(rapi_bp *bp) {
   size_t released = 0;
+  if (bp->releasable_chunks > 0) settle(bp);
   for (rapi_chunk *c = bp->chunks, *next; c != NULL; c = next) {
     next = c->next;
     rapi_block *b = c->first;
@@ -505,6 +515,12 @@ size_t rapi_bp_release(rapi_bp *bp) {
     released += c->size;
     drop_chunk(bp, c);
   }
+  return released;
+}
+
+size_t rapi_bp_release(rapi_bp *bp) {
+  rapi_bp_flush(bp, false);
+  size_t released = release_whole_chunks(bp);
   if (bp->resizable != NULL)
     for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) released += trim_tail(bp, c, 0);
   return released;
@@ -545,6 +561,7 @@ static bool shrink_free_chunk(rapi_bp *bp, size_t want) {
   while (c != NULL && !(c->first->state == RAPI_FREE && rapi_bp_whole_chunk(c->first))) c = c->next;
   if (c == NULL) return false;
   size_t bytes = c->size;
+  settle(bp);
   if (bp->resizable->resize(bp->parent, c->base, &bytes, want) != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: shrinking a free chunk in '%s' failed: %s", rap_allocator_name(bp->self),
             rap_allocator_name(bp->parent), rap_last_error());
@@ -565,7 +582,9 @@ static RAPI_NOINLINE void coalesce(rapi_bp *bp) {
     return;
   if (bp->resizable != NULL && bp->releasable_chunks == 1 && want > 0 && shrink_free_chunk(bp, want))
     return;
-  rapi_bp_release(bp);
+  /* Whole chunks only: want was worked out from the chunks that stay, free ends included. */
+  rapi_bp_flush(bp, false);
+  release_whole_chunks(bp);
   rapi_block *b;
   if (want > 0 && rapi_bp_grow_exact(bp, want, &b) == RAP_OK) index_free(bp, b);
 }

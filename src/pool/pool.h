@@ -79,6 +79,8 @@ typedef struct rapi_bp {
   size_t alignment, initial_size, next_size, parent_alignment;
   rapi_heuristic heuristic;
   const rapi_resizable *resizable;   /* the parent's, when chunks can grow and shrink in place */
+  bool fenced;                       /* its free blocks are past every use (events: the
+                                        ResourceAwarePool): memory goes back without a settle */
   bool list;                         /* DynamicPoolList: free blocks in an address-ordered list */
   rapi_index free;
   rapi_ptr_map used;                 /* live blocks by address */

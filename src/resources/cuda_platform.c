@@ -143,6 +143,7 @@ static int gpu_init(rap_allocator *self, void *state, rap_options *opts) {
                                            : KIND_DEVICE;
   c->device = (int)device;
   c->host_flags = 0;
+  if (c->kind == KIND_DEVICE) self->devices_ok = rapi_device_bit(c->device);
   /* 256: the runtimes' documented least alignment */
   return rapi_tracked_init(state, self, c, gpu_raw_alloc, gpu_raw_free, false, 256);
 }
@@ -253,3 +254,96 @@ const rap_strategy rapi_cuda_platform = {
     .init = gpu_init,
     RAPI_TRACKED_METHODS,
 };
+
+/* ---- peer access ----------------------------------------------------------------------------- */
+
+int rapi_gpu_peer_access(rap_allocator *root, int device, int enable, int *owner) {
+  *owner = -1;
+  const char *who = rap_allocator_name(root);
+  bool so = root->strategy == &rapi_stream_ordered_strategy;
+  bool vmm = root->strategy == &rapi_device_vmm_strategy;
+  int own;
+  if (root->strategy == &rapi_cuda_platform || root->strategy == &rapi_pinned_strategy) {
+    gpu_impl *c = ((rapi_tracked *)root->state)->impl;
+    if (c->kind != KIND_DEVICE) return RAP_OK;   /* pinned and managed: every device reaches it */
+    own = c->device;
+  } else if (so || vmm) {
+    own = so ? rapi_stream_ordered_device(root) : rapi_device_vmm_device(root);
+  } else {
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_allocator_set_peer_access: the memory comes from '%s' "
+                     "(%s), host memory, which a device reaches only when it is pinned (PINNED)", who,
+                     root->strategy->name);
+  }
+  int st = rapi_gpu_device_exists(root, (uint64_t)device);
+  if (st != RAP_OK) return st;
+  *owner = own;
+  if (device == own) return RAP_OK;
+#if RAP_HAVE_HIP
+  (void)enable;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_allocator_set_peer_access('%s'): access between devices "
+                   "is CUDA only in this release", who);
+#else
+  int can = 0;
+  cudaError_t e = cudaDeviceCanAccessPeer(&can, device, own);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return rapi_fail(RAP_ERR_BACKEND, "%s: cudaDeviceCanAccessPeer(%d, %d): %s", who, device, own,
+                     cudaGetErrorString(e));
+  }
+  if (!can)
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: device %d cannot reach device %d's memory: the two "
+                     "have no peer path (cudaDeviceCanAccessPeer)", who, device, own);
+  if (so) return rapi_stream_ordered_peer(root, device, enable);
+  if (vmm) return rapi_device_vmm_peer(root, device, enable);
+  /* cudaMalloc'd memory: peer access is between the two devices' contexts, for all their memory.
+   * Taking it back is rap's refusal only: other memory of the device may rely on the mapping. */
+  if (!enable) return RAP_OK;
+  int saved = own;
+  e = cudaGetDevice(&saved);
+  if (e == cudaSuccess) e = cudaSetDevice(device);
+  if (e == cudaSuccess) {
+    e = cudaDeviceEnablePeerAccess(own, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();
+      e = cudaSuccess;
+    }
+    (void)cudaSetDevice(saved);
+  }
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return rapi_fail(RAP_ERR_BACKEND, "%s: cudaDeviceEnablePeerAccess(%d) on device %d: %s", who, own,
+                     device, cudaGetErrorString(e));
+  }
+  return RAP_OK;
+#endif
+}
+
+/* peers=all (every other device that can reach this one's memory) or peers=1+3 (each must). */
+int rapi_gpu_peers_option(rap_allocator *self, int owner, rap_options *opts) {
+  const char *peers = NULL;
+  int st = rap_options_get_string(opts, "peers", &peers);
+  if (st != RAP_OK || peers == NULL) return st;
+  int count = 0;
+  if ((st = rapi_cuda_devices(rap_allocator_name(self), &count)) != RAP_OK) return st;
+  bool all = strcmp(peers, "all") == 0;
+  const char *s = peers;
+  for (int d = 0; all ? d < count : *s != 0; d++) {
+    int device = d;
+    if (!all) {
+      char *end;
+      long v = strtol(s, &end, 10);
+      if (end == s || v < 0 || v > 4096 || (*end != 0 && *end != '+'))
+        return rapi_fail(RAP_ERR_INVALID, "%s: option 'peers' is 'all' or device numbers joined by "
+                         "'+' (peers=1+3), not '%s'", rap_allocator_name(self), peers);
+      device = (int)v;
+      s = *end == '+' ? end + 1 : end;
+    }
+    if (device == owner) continue;
+    int own = -1;
+    st = rapi_gpu_peer_access(self, device, 1, &own);
+    if (st == RAP_ERR_UNSUPPORTED && all) continue;   /* all: those that can */
+    if (st != RAP_OK) return st;
+    self->devices_ok |= rapi_device_bit(device);
+  }
+  return RAP_OK;
+}

@@ -168,6 +168,7 @@ static int create(rap_manager *rm, gpuStream_t s, bool owned, rap_resource **out
   c->owned = owned;
   c->base.ops = &gpu_ops;
   c->base.rm = rm;
+  c->base.devbit = rapi_device_bit(c->device);   /* device memory of another device refuses it */
   /* Stream identity: a real stream's handle; the special handles are per device. */
   uintptr_t h = (uintptr_t)s;
   c->base.key = h < 16 ? h + 1 + ((uintptr_t)c->device << 4) : h;

@@ -34,6 +34,21 @@ int rap_device_pointer(rap_allocator *a, const void *ptr, void **out) {
                    rap_allocator_name(a));
 }
 
+int rapi_gpu_peer_access(rap_allocator *root, int device, int enable, int *owner) {
+  (void)device;
+  (void)enable;
+  *owner = -1;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_allocator_set_peer_access('%s'): rap was built without "
+                   "CUDA: there is no device memory to share", rap_allocator_name(root));
+}
+
+int rapi_gpu_peers_option(rap_allocator *self, int owner, rap_options *opts) {
+  (void)self;
+  (void)owner;
+  (void)opts;
+  return RAP_OK;
+}
+
 int rapi_gpu_memory_info(rap_allocator *platform, size_t *free_bytes, size_t *total_bytes) {
   (void)free_bytes;
   (void)total_bytes;

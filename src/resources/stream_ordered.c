@@ -3,7 +3,7 @@
  *
  *   StreamOrdered(device=0, pool=default|new, release_threshold=SIZE|max,
  *                 follow_event_dependencies=0|1, allow_opportunistic=0|1,
- *                 allow_internal_dependencies=0|1)
+ *                 allow_internal_dependencies=0|1, peers=all|1+3)
  *
  * A block allocated on a cuda resource is allocated on its stream and, freed without a resource,
  * freed on that stream; freed on a resource, on that one's stream (CUDA's own rule: the free is
@@ -338,7 +338,23 @@ static int so_init_steps(rap_allocator *self, stream_ordered *s, rap_options *op
       (st = set_reuse(s, opts, "allow_internal_dependencies", cudaMemPoolReuseAllowInternalDependencies)) != RAP_OK)
     return st;
   rap_allocator_set_alignment(self, 256);
-  return RAP_OK;
+  self->devices_ok = rapi_device_bit(s->device);
+  return rapi_gpu_peers_option(self, s->device, opts);
+}
+
+int rapi_stream_ordered_device(rap_allocator *a) { return ((stream_ordered *)a->state)->device; }
+
+/* A peer's access to the pool's memory: every block of the pool, now and later (a default pool's
+ * access is the device's, for every user of that pool). */
+int rapi_stream_ordered_peer(rap_allocator *a, int device, int enable) {
+  stream_ordered *s = a->state;
+  struct cudaMemAccessDesc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.location.type = cudaMemLocationTypeDevice;
+  desc.location.id = device;
+  desc.flags = enable ? cudaMemAccessFlagsProtReadWrite : cudaMemAccessFlagsProtNone;
+  cudaError_t e = cudaMemPoolSetAccess(s->pool, &desc, 1);
+  return e == cudaSuccess ? RAP_OK : cuda_fail(s, "cudaMemPoolSetAccess", e);
 }
 
 const rap_strategy rapi_stream_ordered_strategy = {
@@ -372,6 +388,17 @@ static int so_init(rap_allocator *self, void *state, rap_options *opts) {
   (void)opts;
   return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: StreamOrdered is CUDA's stream-ordered allocator, and "
                    SO_BUILD, rap_allocator_name(self));
+}
+
+int rapi_stream_ordered_device(rap_allocator *a) {
+  (void)a;
+  return 0;
+}
+
+int rapi_stream_ordered_peer(rap_allocator *a, int device, int enable) {
+  (void)device;
+  (void)enable;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: " SO_BUILD, rap_allocator_name(a));
 }
 
 int rapi_stream_ordered_memory_info(rap_allocator *a, size_t *free_bytes, size_t *total_bytes) {

@@ -23,15 +23,10 @@
 int rapi_vmm_options(rap_allocator *self, rap_options *opts, size_t *reserve, size_t *granularity) {
   *reserve = RAPI_VMM_DEFAULT;
   *granularity = RAPI_VMM_DEFAULT;
-  const char *peers = NULL;
+  (void)self;   /* the option sentences name the allocator already */
   int st = rap_options_get_size(opts, "reserve", reserve);
   if (st == RAP_OK) st = rap_options_get_size(opts, "granularity", granularity);
-  if (st == RAP_OK) st = rap_options_get_string(opts, "peers", &peers);
-  if (st != RAP_OK) return st;
-  if (peers != NULL)
-    return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: option 'peers' (access from other devices) is not "
-                     "implemented yet", rap_allocator_name(self));
-  return RAP_OK;
+  return st;
 }
 
 int rapi_vmm_check_sizes(rap_allocator *self, size_t least, size_t *reserve, size_t granularity) {
@@ -310,8 +305,13 @@ static const rapi_vmm_backend host_backend = {host_map, host_unmap, host_unreser
  * granularity to 2 MiB, the device's usual granule, so that host runs see the device's arithmetic. */
 static int host_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
   size_t reserve, gran;
+  const char *peers = NULL;
   int st = rapi_vmm_options(self, opts, &reserve, &gran);
+  if (st == RAP_OK) st = rap_options_get_string(opts, "peers", &peers);
   if (st != RAP_OK) return st;
+  if (peers != NULL)
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: option 'peers' (access from other devices) is for "
+                     "DeviceVmm: HostVmm's memory is the host's", rap_allocator_name(self));
   long page = sysconf(_SC_PAGESIZE);
   if (gran == RAPI_VMM_DEFAULT) gran = (size_t)2 << 20;
   if (reserve == RAPI_VMM_DEFAULT) {

@@ -36,14 +36,16 @@ struct rapi_vmm {
   void *raw;                       /* what the backend reserved (host: the mapping, with slack) */
   size_t raw_size;
   int device;                      /* device backend: the device, and its allocation properties */
+  uint64_t peers;                  /* device backend: other devices given access (bits), mapped
+                                      with every extent (rapi_device_vmm_peer) */
   rapi_vmm_extent *first, *last;
   size_t extents, mapped, mapped_hwm;
   rapi_resizable resizable;        /* what pools over this allocator see (rap_internal.h) */
 };
 
 /* ---- vmm.c ------------------------------------------------------------------------------------
- * Reads reserve= and granularity= (RAPI_VMM_DEFAULT when absent) and refuses peers= for now:
- * shared by both platforms so that their options read alike. */
+ * Reads reserve= and granularity= (RAPI_VMM_DEFAULT when absent): shared by both platforms so
+ * that their options read alike (peers= is DeviceVmm's own). */
 #define RAPI_VMM_DEFAULT SIZE_MAX
 int  rapi_vmm_options(rap_allocator *self, rap_options *opts, size_t *reserve, size_t *granularity);
 /* Checks a granularity against the backend's least one (a power of two, a multiple of it) and

@@ -120,11 +120,18 @@ static int device_map_here(rapi_vmm *v, char *addr, size_t size) {
     (void)drv.release(h);
     return cu_fail(v, "cuMemMap", r, size);
   }
-  CUmemAccessDesc access;
-  memset(&access, 0, sizeof access);
-  access.location = prop.location;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  r = drv.set_access(d, size, &access, 1);
+  CUmemAccessDesc access[65];   /* the device's own, then each peer's */
+  size_t n = 0;
+  memset(access, 0, sizeof access);
+  access[n].location = prop.location;
+  access[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  for (int peer = 0; peer < 64; peer++)
+    if (v->peers & ((uint64_t)1 << peer)) {
+      access[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      access[n].location.id = peer;
+      access[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    }
+  r = drv.set_access(d, size, access, n);
   if (r != CUDA_SUCCESS) {
     (void)drv.unmap(d, size);
     (void)drv.release(h);
@@ -202,6 +209,22 @@ static int device_reserve(rapi_vmm *v, size_t reserve, size_t gran) {
   return RAP_OK;
 }
 
+/* What a pool that tracks no streams asks before memory goes back: cudaFree synchronizes the device
+ * before it frees, cuMemUnmap is not documented to, so the device is synchronized here. The
+ * ResourceAwarePool never asks: its free blocks are past their events. */
+static void device_settle(rap_allocator *a) {
+  rapi_vmm *v = ((rapi_tracked *)a->state)->impl;
+  int saved = 0;
+  if (enter_device(v, &saved) != RAP_OK) return;
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    rap_log(RAP_LOG_WARN, "%s: cudaDeviceSynchronize before giving memory back: %s",
+            rap_allocator_name(a), cudaGetErrorString(e));
+  }
+  leave_device(v, saved);
+}
+
 /* DeviceVmm(device=N, reserve=SIZE, granularity=SIZE): reserve defaults to twice the device's
  * memory, granularity to the driver's recommended one (2 MiB on current GPUs). */
 static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
@@ -226,7 +249,43 @@ static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) 
     free(v);
     return st;
   }
-  return rapi_vmm_start(self, state, v);
+  if ((st = rapi_vmm_start(self, state, v)) != RAP_OK) return st;
+  v->resizable.settle = device_settle;
+  self->devices_ok = rapi_device_bit(v->device);
+  st = rapi_gpu_peers_option(self, v->device, opts);
+  if (st != RAP_OK) rapi_vmm_fini(self, state);   /* the manager calls no fini when init fails */
+  return st;
+}
+
+/* A peer's access: every extent mapped now gets its descriptor, and later ones are mapped with it
+ * (v->peers), under the lock that covers the extents. Revoking sets the peer's access to none. */
+int rapi_device_vmm_peer(rap_allocator *a, int device, int enable) {
+  rapi_tracked *p = a->state;
+  rapi_vmm *v = p->impl;
+  if (device >= 64)
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: DeviceVmm gives access to devices 0..63, not %d",
+                     rap_allocator_name(a), device);
+  rapi_held held;
+  rapi_lock(&p->lock, &held);
+  int saved = 0;
+  int st = enter_device(v, &saved);
+  bool entered = st == RAP_OK;
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof access);
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = enable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  for (rapi_vmm_extent *e = v->first; st == RAP_OK && e != NULL; e = e->next) {
+    CUresult r = drv.set_access((CUdeviceptr)(uintptr_t)e->addr, e->size, &access, 1);
+    if (r != CUDA_SUCCESS) st = cu_fail(v, "cuMemSetAccess", r, e->size);
+  }
+  if (st == RAP_OK) {
+    uint64_t bit = (uint64_t)1 << device;
+    v->peers = enable ? v->peers | bit : v->peers & ~bit;
+  }
+  if (entered) leave_device(v, saved);
+  rapi_unlock(&held);
+  return st;
 }
 
 /* The device DEVICE_VMM's allocations live on, for memory_info.c and rap_device_pointer. */
@@ -249,6 +308,13 @@ static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) 
 int rapi_device_vmm_device(rap_allocator *a) {
   (void)a;
   return 0;
+}
+
+int rapi_device_vmm_peer(rap_allocator *a, int device, int enable) {
+  (void)device;
+  (void)enable;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: the growable device platform is CUDA only",
+                   rap_allocator_name(a));
 }
 #endif
 

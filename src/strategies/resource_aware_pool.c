@@ -724,6 +724,7 @@ static int ra_init(rap_allocator *self, void *state, rap_options *opts) {
   }
   /* By default wait mode lets the pool fill its first chunk before it waits. */
   if (p->wait_above == SIZE_MAX) p->wait_above = p->bp.initial_size;
+  p->bp.fenced = true;   /* a block is free only once its resources' events have passed */
   return RAP_OK;
 }
 

@@ -153,6 +153,9 @@ CALL(c_free_limiter_foreign, return rap_deallocate(b->limiter, b->local, NULL);)
 
 CALL(c_release_null, return rap_release(NULL);)
 CALL(c_reset_peaks_null, return rap_allocator_reset_peaks(NULL);)
+CALL(c_peer_null, return rap_allocator_set_peer_access(NULL, 1, 1);)
+CALL(c_peer_negative, return rap_allocator_set_peer_access(b->pool, -1, 1);)
+CALL(c_peer_host, return rap_allocator_set_peer_access(b->pool, 1, 1);)
 CALL(c_meminfo_null_alloc, size_t f, t; return rap_allocator_memory_info(NULL, &f, &t);)
 CALL(c_meminfo_null_out, size_t t; return rap_allocator_memory_info(b->pool, NULL, &t);)
 CALL(c_devptr_null_alloc, void *d; return rap_device_pointer(NULL, b->p, &d);)
@@ -329,6 +332,9 @@ static const row rows[] = {
     {"rap_deallocate", "foreign pointer to a SizeLimiter", RAP_ERR_UNKNOWN_POINTER, "rap_deallocate", c_free_limiter_foreign},
     {"rap_release", "NULL allocator", RAP_ERR_INVALID, "rap_release", c_release_null},
     {"rap_allocator_reset_peaks", "NULL allocator", RAP_ERR_INVALID, "rap_allocator_reset_peaks", c_reset_peaks_null},
+    {"rap_allocator_set_peer_access", "NULL allocator", RAP_ERR_INVALID, "rap_allocator_set_peer_access", c_peer_null},
+    {"rap_allocator_set_peer_access", "negative device", RAP_ERR_INVALID, "not a device number", c_peer_negative},
+    {"rap_allocator_set_peer_access", "host memory", RAP_ERR_UNSUPPORTED, "host memory", c_peer_host},
     {"rap_allocator_memory_info", "NULL allocator", RAP_ERR_INVALID, "rap_allocator_memory_info", c_meminfo_null_alloc},
     {"rap_allocator_memory_info", "NULL free", RAP_ERR_INVALID, "rap_allocator_memory_info", c_meminfo_null_out},
     {"rap_device_pointer", "NULL allocator", RAP_ERR_INVALID, "rap_device_pointer", c_devptr_null_alloc},
@@ -341,7 +347,7 @@ static const row rows[] = {
     {"rap_allocator_get", "DEVICE_VMM::x (malformed device number)", RAP_ERR_NOT_FOUND, "DEVICE_VMM::N", c_get_bad_vmm_device},
     {"rap_allocator_make", "HostVmm granularity not a power of two", RAP_ERR_INVALID, "'granularity'", c_make_vmm_granularity},
     {"rap_allocator_make", "HostVmm reserve=0", RAP_ERR_INVALID, "'reserve'", c_make_vmm_reserve_zero},
-    {"rap_allocator_make", "HostVmm peers= (not implemented yet)", RAP_ERR_UNSUPPORTED, "'peers'", c_make_vmm_peers},
+    {"rap_allocator_make", "HostVmm peers= (host memory)", RAP_ERR_UNSUPPORTED, "'peers'", c_make_vmm_peers},
     {"rap_allocator_check", "NULL allocator", RAP_ERR_INVALID, "rap_allocator_check", c_check_null},
     {"rap_record_resource", "NULL allocator", RAP_ERR_INVALID, "rap_record_resource", c_record_null_alloc},
     {"rap_record_resource", "NULL resource", RAP_ERR_INVALID, "rap_record_resource", c_record_null_res},

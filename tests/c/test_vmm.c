@@ -428,3 +428,72 @@ RAP_TEST_VMM(VmmPool, PoolsOnThreadsShareOneRange) {
   TU_CHECK(v);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* ---- a backend that runs out: the platform's calls through a stand-in ------------------------ */
+
+#include "resources/vmm.h"
+
+static const rapi_vmm_backend *real_backend;
+static size_t device_cap;   /* map answers NOMEM past this many mapped bytes, as a full device */
+
+static int capped_map(rapi_vmm *v, char *addr, size_t size) {
+  if (v->mapped + size > device_cap) return rapi_fail(RAP_ERR_NOMEM, "stand-in device: full");
+  return real_backend->map(v, addr, size);
+}
+static int capped_unmap(rapi_vmm *v, char *addr, size_t size) { return real_backend->unmap(v, addr, size); }
+static void capped_unreserve(rapi_vmm *v) { real_backend->unreserve(v); }
+static const rapi_vmm_backend capped = {capped_map, capped_unmap, capped_unreserve};
+
+/* Out of memory with free pages at the end of an older chunk: the pool's one retry gives them back
+ * first (a device full of mappings has room again), then asks once more. */
+RAP_TEST(VmmPool, OutOfMemoryGivesBackFreeEndsThenRetries) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *v, *p1, *p2;
+  RAP_CHECK_OK(rap_allocator_make(rm, "v", "HostVmm", NULL, "reserve=16MiB granularity=64KiB", &v));
+  RAP_CHECK_OK(rap_allocator_make(rm, "p1", "QuickPool", "v", "initial_size=128KiB next_size=64KiB heuristic=never", &p1));
+  RAP_CHECK_OK(rap_allocator_make(rm, "p2", "QuickPool", "v", "initial_size=64KiB next_size=64KiB heuristic=never", &p2));
+  void *a, *x, *y, *z;
+  RAP_CHECK_OK(rap_allocate(p1, &a, 2 * G, NULL));
+  RAP_CHECK_OK(rap_allocate(p1, &x, 8 * G, NULL));   /* p1's chunk grows in place */
+  RAP_CHECK_OK(rap_allocate(p2, &y, G, NULL));       /* p2 right after it: p1 is boxed in */
+  RAP_CHECK_OK(rap_deallocate(p1, x, NULL));         /* p1's chunk ends in 8 free granules */
+  rapi_vmm *vm = ((rapi_tracked *)v->state)->impl;
+  real_backend = vm->ops;
+  vm->ops = &capped;
+  device_cap = 12 * G;                               /* 11 granules mapped, room for 1 */
+  RAP_CHECK_OK(rap_allocate(p1, &z, 9 * G, NULL));   /* fails before the fix: NOMEM */
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(p1, &s));
+  RAP_CHECK(s.actual_bytes <= 11 * G);
+  RAP_CHECK_OK(rap_deallocate(p1, z, NULL));
+  vm->ops = real_backend;
+  RAP_CHECK_OK(rap_deallocate(p1, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(p2, y, NULL));
+  RAP_CHECK_OK(rap_allocator_check(p1));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* A _hwm heuristic firing on a wholly free chunk keeps what the peak of used bytes needs: the free
+ * end of the chunk that stays counts towards it and is not given back as well. */
+RAP_TEST(VmmPool, HwmCoalesceKeepsThePeak) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *v, *p1, *p2;
+  RAP_CHECK_OK(rap_allocator_make(rm, "v", "HostVmm", NULL, "reserve=64MiB granularity=64KiB", &v));
+  RAP_CHECK_OK(rap_allocator_make(rm, "p1", "QuickPool", "v",
+                                  "initial_size=128KiB next_size=64KiB heuristic=percent_releasable_hwm:50", &p1));
+  RAP_CHECK_OK(rap_allocator_make(rm, "p2", "QuickPool", "v", "initial_size=64KiB next_size=64KiB heuristic=never", &p2));
+  void *a, *x, *b, *y;
+  RAP_CHECK_OK(rap_allocate(p1, &a, 2 * G, NULL));
+  RAP_CHECK_OK(rap_allocate(p1, &x, 4 * G, NULL));   /* chunk 1 grows in place to 6 granules */
+  RAP_CHECK_OK(rap_deallocate(p1, x, NULL));
+  RAP_CHECK_OK(rap_allocate(p2, &b, G, NULL));       /* p2 right after chunk 1 */
+  RAP_CHECK_OK(rap_allocate(p1, &y, 8 * G, NULL));   /* chunk 2; peak of used: 10 granules */
+  RAP_CHECK_OK(rap_deallocate(p1, y, NULL));         /* chunk 2 wholly free: the heuristic fires */
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(p1, &s));
+  RAP_CHECK(s.actual_bytes >= 10 * G);               /* 6 before the fix */
+  RAP_CHECK_OK(rap_allocator_check(p1));
+  RAP_CHECK_OK(rap_deallocate(p1, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(p2, b, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}

@@ -200,7 +200,8 @@ RAP_TEST(CudaVmm, OptionsReserveAndNames) {
   snprintf(spec, sizeof spec, "DeviceVmm(granularity=%zu)", g + g / 2);
   RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "bad", spec, &bad), RAP_ERR_INVALID);
   RAP_CHECK_STR(rap_last_error(), "'granularity'");
-  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "bad", "DeviceVmm(peers=1)", &bad), RAP_ERR_UNSUPPORTED);
+  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "bad", "DeviceVmm(peers=x)", &bad), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "bad", "DeviceVmm(peers=4000)", &bad), RAP_ERR_NOT_FOUND);
   snprintf(spec, sizeof spec, "DeviceVmm(granularity=%zu, reserve=64MiB)", 2 * g);
   RAP_CHECK_OK(rap_allocator_make_spec(rm, "big", spec, &bad));
   RAP_CHECK_EQ(rap_allocator_alignment(bad), 2 * g);
