@@ -430,8 +430,10 @@ static int process_deferred(dev *d) {
 
 /* ---- the entry points --------------------------------------------------------------------- */
 
-int glue_malloc(void **out, size_t size, int device, cudaStream_t s) {
-  pthread_mutex_lock(&lock);
+static int admit_locked(int device, size_t size, size_t limit);
+
+/* glue_malloc's body, with the lock held. */
+static int malloc_locked(void **out, size_t size, int device, cudaStream_t s) {
   dev *d = NULL;
   int st = get_dev(device, &d);
   if (st == RAP_OK && d->deferred != NULL) (void)process_deferred(d);
@@ -457,6 +459,22 @@ int glue_malloc(void **out, size_t size, int device, cudaStream_t s) {
   } else if (d != NULL && st == RAP_ERR_NOMEM) {
     d->ooms++;
   }
+  return st;
+}
+
+int glue_malloc(void **out, size_t size, int device, cudaStream_t s) {
+  pthread_mutex_lock(&lock);
+  int st = malloc_locked(out, size, device, s);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+/* The limit's check and the allocation under one hold of the lock, so that two threads cannot
+ * both be admitted past it. */
+int glue_malloc_limited(void **out, size_t size, int device, cudaStream_t s, size_t limit) {
+  pthread_mutex_lock(&lock);
+  int st = limit != 0 ? admit_locked(device, size, limit) : RAP_OK;
+  if (st == RAP_OK) st = malloc_locked(out, size, device, s);
   pthread_mutex_unlock(&lock);
   return st;
 }
@@ -735,9 +753,7 @@ int glue_release_pool(int device, unsigned long long id1, unsigned long long id2
 
 /* ---- a framework's pool surface: limits, one device's release, a pinned host pool ---------- */
 
-int glue_limit_admit(int device, size_t size, size_t limit) {
-  if (limit == 0) return RAP_OK;
-  pthread_mutex_lock(&lock);
+static int admit_locked(int device, size_t size, size_t limit) {
   dev *d = NULL;
   rap_stats s;
   int st = get_dev(device, &d);
@@ -746,6 +762,13 @@ int glue_limit_admit(int device, size_t size, size_t limit) {
   if (st == RAP_OK && (size > limit || s.used_bytes > limit - size))
     st = rap_error_set(RAP_ERR_NOMEM, "%s: %zu bytes more would pass the limit of %zu bytes on "
                        "device %d (%zu in use)", glue_cfg.prefix, size, limit, device, s.used_bytes);
+  return st;
+}
+
+int glue_limit_admit(int device, size_t size, size_t limit) {
+  if (limit == 0) return RAP_OK;
+  pthread_mutex_lock(&lock);
+  int st = admit_locked(device, size, limit);
   pthread_mutex_unlock(&lock);
   return st;
 }

@@ -73,6 +73,7 @@ int  glue_release_pool(int device, unsigned long long id1, unsigned long long id
  * RAP_ERR_NOMEM with a sentence otherwise. glue_release_device: glue_release for one device.
  * glue_memory_info: the device's free and total memory (rap_allocator_memory_info). */
 int  glue_limit_admit(int device, size_t size, size_t limit);
+int  glue_malloc_limited(void **out, size_t size, int device, cudaStream_t s, size_t limit);   /* both, at once */
 int  glue_release_device(int device);
 int  glue_memory_info(int device, size_t *free_bytes, size_t *total_bytes);
 

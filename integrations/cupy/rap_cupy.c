@@ -140,8 +140,7 @@ RAP_EXPORT int rap_cupy_release_device(int device) { return glue_release_device(
 static void *do_malloc(size_t size, int device, cudaStream_t s) {
   void *p = NULL;
   size_t limit = device_limit(device);
-  int st = limit != 0 ? glue_limit_admit(device, size, limit) : RAP_OK;
-  if (st == RAP_OK) st = glue_malloc(&p, size, device, s);
+  int st = glue_malloc_limited(&p, size, device, s, limit);
   if (st == RAP_OK) return p;
   rap_log(RAP_LOG_ERROR, "rap_cupy: cannot allocate %zu bytes on device %d (stream %p): %s: %s",
           size, device, (void *)s, rap_status_name(st), rap_last_error());

@@ -509,7 +509,11 @@ static size_t release_whole_chunks(rapi_bp *bp) {
     if (rap_deallocate(bp->parent, c->base, NULL) != RAP_OK) {
       rap_log(RAP_LOG_WARN, "%s: the parent '%s' refused a chunk back: %s",
               rap_allocator_name(bp->self), rap_allocator_name(bp->parent), rap_last_error());
-      continue;
+      /* A growable parent may have unmapped part of it before it failed: the pool lets the chunk
+       * go rather than hand out pages that may be gone (the platform unmaps the rest at its end). */
+      if (bp->resizable == NULL) continue;
+      rap_log(RAP_LOG_WARN, "%s: the chunk at %p is dropped and stays with '%s'",
+              rap_allocator_name(bp->self), (void *)c->base, rap_allocator_name(bp->parent));
     }
     unindex_free(bp, b);
     released += c->size;

@@ -10,7 +10,9 @@
 
 #include <cuda_runtime_api.h>
 #include <rap/cuda.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define MiB ((size_t)1 << 20)
 
@@ -140,6 +142,10 @@ RAP_TEST(Peers, CrossResourceWaitBetweenDevices) {
   RAP_CHECK_OK(rap_allocator_set_peer_access(pool, 1, 1));
   rap_resource *r0 = stream_on(rm, 0), *r1 = stream_on(rm, 1);
   gpu_gate *gate;
+  /* The kernels are loaded on each device before the gated one runs: lazy loading on device 0
+   * would otherwise wait for device 1's gated kernel inside gpu_fill, not in the pool. */
+  RAP_CHECK(gpu_gate_create(&gate) == 0);
+  gpu_gate_destroy(gate);
   RAP_CHECK(cudaSetDevice(1) == cudaSuccess);
   RAP_CHECK(gpu_gate_create(&gate) == 0);   /* mapped for device 1's kernel */
   void *p, *q;
@@ -147,12 +153,20 @@ RAP_TEST(Peers, CrossResourceWaitBetweenDevices) {
   RAP_CHECK(gpu_gated_fill(rap_resource_cuda_stream(r1), gate, p, 4 * MiB, 0xAA) == 0);
   RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
   RAP_CHECK_OK(rap_deallocate(pool, p, r1));
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   RAP_CHECK_OK(rap_allocate(pool, &q, 4 * MiB, r0));   /* no host wait: device 1 is still gated */
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  if (waited >= 1.0) fprintf(stderr, "rap_allocate on device 0's stream took %.2f s\n", waited);
+  RAP_CHECK(waited < 1.0);
   RAP_CHECK(q == p);
   rap_stats s;
   RAP_CHECK_OK(rap_allocator_stats(pool, &s));
   RAP_CHECK_EQ(s.chunk_count, 1);
   RAP_CHECK(gpu_fill(rap_resource_cuda_stream(r0), q, 4 * MiB, 0x55) == 0);
+  RAP_CHECK(cudaStreamQuery(rap_resource_cuda_stream(r0)) == cudaErrorNotReady);   /* behind device 1 */
+  (void)cudaGetLastError();
   gpu_gate_open(gate);
   RAP_CHECK_OK(rap_resource_synchronize(r0));
   RAP_CHECK(gpu_all_bytes(q, 4 * MiB, 0x55));   /* device 0's fill ran after device 1's */
