@@ -39,7 +39,8 @@ int rapi_gpu_peer_access(rap_allocator *root, int device, int enable, int *owner
   (void)enable;
   *owner = -1;
   return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_allocator_set_peer_access('%s'): rap was built without "
-                   "CUDA: there is no device memory to share", rap_allocator_name(root));
+                   "CUDA, so this is host memory: there is no device memory to share",
+                   rap_allocator_name(root));
 }
 
 int rapi_gpu_peers_option(rap_allocator *self, int owner, rap_options *opts) {
