@@ -13,6 +13,8 @@ PyTorch's actions:
     block no longer pending (ready/reuse)  free_completed   (pending: 'active_awaiting_free')
     dealloc of a block that never pends    free_requested, then free_completed at once
     grow / release of a pool               segment_alloc / segment_free
+    grow / release at a chunk's end        segment_map / segment_unmap (a growable platform's
+                                           chunk growing or shrinking in place: one segment)
     oom                                    oom
 
 Streams are rap's resource ids. Frames are empty: rap records no stacks. Needs only the standard
@@ -26,6 +28,22 @@ import sys
 
 __all__ = ["snapshot_from_trace", "main"]
 
+
+
+def _segment_ending_at(segments, p):
+    """The base of the segment that ends exactly at p, or None."""
+    for base, (size, _) in segments.items():
+        if base + size == p:
+            return base
+    return None
+
+
+def _segment_holding(segments, p):
+    """The base of the segment that p lies in, or None."""
+    for base, (size, _) in segments.items():
+        if base <= p < base + size:
+            return base
+    return None
 
 def _events(path):
     with open(path) as f:
@@ -111,11 +129,23 @@ def snapshot_from_trace(path, out=None, allocator=None, device=0):
                 size, s = live.pop(a, (0, stream))
                 entry("free_completed", a, size, s, t)
         elif ev == "grow":
-            segments[_addr(e)] = (e.get("n", 0), 0)
-            entry("segment_alloc", _addr(e), e.get("n", 0), 0, t)
+            p, n = _addr(e), e.get("n", 0)
+            base = _segment_ending_at(segments, p)
+            if base is not None:   # a growable platform's chunk grew in place: one segment
+                segments[base] = (segments[base][0] + n, 0)
+                entry("segment_map", p, n, 0, t)
+            else:
+                segments[p] = (n, 0)
+                entry("segment_alloc", p, n, 0, t)
         elif ev == "release":
-            size, _ = segments.pop(_addr(e), (e.get("n", 0), 0))
-            entry("segment_free", _addr(e), size, 0, t)
+            p, n = _addr(e), e.get("n", 0)
+            base = _segment_holding(segments, p)
+            if base is not None and base < p:   # the end of a chunk went back: it shrinks
+                segments[base] = (p - base, 0)
+                entry("segment_unmap", p, n, 0, t)
+            else:
+                size, _ = segments.pop(p, (n, 0))
+                entry("segment_free", p, size, 0, t)
         elif ev == "oom":
             trace.append({"action": "oom", "addr": 0, "size": e.get("n", 0), "stream": stream,
                           "frames": [], "time_us": t // 1000, "device_free": 0})

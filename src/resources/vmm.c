@@ -303,9 +303,16 @@ static const rapi_vmm_backend host_backend = {host_map, host_unmap, host_unreser
 /* HostVmm(reserve=SIZE, granularity=SIZE): reserve defaults to twice the host's memory (address
  * space is cheap, and the slack keeps holes left by freed allocations from filling the range), the
  * granularity to 2 MiB, the device's usual granule, so that host runs see the device's arithmetic. */
+int rapi_vmm_no_parent(rap_allocator *self) {
+  if (self->parent == NULL) return RAP_OK;
+  return rapi_fail(RAP_ERR_INVALID, "%s: %s maps its own memory and takes no parent ('%s' was given)",
+                   rap_allocator_name(self), self->strategy->name, rap_allocator_name(self->parent));
+}
+
 static int host_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
   size_t reserve, gran;
   const char *peers = NULL;
+  if (rapi_vmm_no_parent(self) != RAP_OK) return RAP_ERR_INVALID;
   int st = rapi_vmm_options(self, opts, &reserve, &gran);
   if (st == RAP_OK) st = rap_options_get_string(opts, "peers", &peers);
   if (st != RAP_OK) return st;

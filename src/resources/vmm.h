@@ -48,6 +48,8 @@ struct rapi_vmm {
  * that their options read alike (peers= is DeviceVmm's own). */
 #define RAPI_VMM_DEFAULT SIZE_MAX
 int  rapi_vmm_options(rap_allocator *self, rap_options *opts, size_t *reserve, size_t *granularity);
+/* RAP_ERR_INVALID with a sentence when self was given a parent: a platform maps its own memory. */
+int  rapi_vmm_no_parent(rap_allocator *self);
 /* Checks a granularity against the backend's least one (a power of two, a multiple of it) and
  * rounds the reserve up to it: RAP_ERR_INVALID with a sentence for a bad value. */
 int  rapi_vmm_check_sizes(rap_allocator *self, size_t least, size_t *reserve, size_t granularity);

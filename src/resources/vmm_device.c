@@ -230,7 +230,8 @@ static void device_settle(rap_allocator *a) {
 static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
   size_t reserve, gran;
   uint64_t device = 0;
-  int st = rap_options_get_uint(opts, "device", &device);
+  int st = rapi_vmm_no_parent(self);
+  if (st == RAP_OK) st = rap_options_get_uint(opts, "device", &device);
   if (st == RAP_OK) st = rapi_vmm_options(self, opts, &reserve, &gran);
   if (st != RAP_OK) return st;
   if ((st = rapi_gpu_device_exists(self, device)) != RAP_OK || (st = drv_ready(self)) != RAP_OK)

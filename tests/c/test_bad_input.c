@@ -169,6 +169,7 @@ CALL(c_get_bad_vmm_device, rap_allocator *a = SENT; int st = rap_allocator_get(b
 MAKE(c_make_vmm_granularity, "x", "HostVmm", NULL, "granularity=3000")
 MAKE(c_make_vmm_reserve_zero, "x", "HostVmm", NULL, "reserve=0")
 MAKE(c_make_vmm_peers, "x", "HostVmm", NULL, "peers=1")
+MAKE(c_make_vmm_parent, "x", "HostVmm", "HOST", NULL)
 CALL(c_check_null, return rap_allocator_check(NULL);)
 
 CALL(c_record_null_alloc, return rap_record_resource(NULL, b->rp, b->q);)
@@ -348,6 +349,7 @@ static const row rows[] = {
     {"rap_allocator_make", "HostVmm granularity not a power of two", RAP_ERR_INVALID, "'granularity'", c_make_vmm_granularity},
     {"rap_allocator_make", "HostVmm reserve=0", RAP_ERR_INVALID, "'reserve'", c_make_vmm_reserve_zero},
     {"rap_allocator_make", "HostVmm peers= (host memory)", RAP_ERR_UNSUPPORTED, "'peers'", c_make_vmm_peers},
+    {"rap_allocator_make", "HostVmm with a parent", RAP_ERR_INVALID, "takes no parent", c_make_vmm_parent},
     {"rap_allocator_check", "NULL allocator", RAP_ERR_INVALID, "rap_allocator_check", c_check_null},
     {"rap_record_resource", "NULL allocator", RAP_ERR_INVALID, "rap_record_resource", c_record_null_alloc},
     {"rap_record_resource", "NULL resource", RAP_ERR_INVALID, "rap_record_resource", c_record_null_res},

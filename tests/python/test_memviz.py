@@ -105,6 +105,32 @@ class Snapshot(unittest.TestCase):
         ok(rap.rap_resource_destroy(q))
         ok(rap.rap_manager_destroy(rm))
 
+    def test_a_chunk_that_grows_and_shrinks_in_place_is_one_segment(self):
+        tmp = tempfile.mkdtemp()
+        path = os.path.join(tmp, "g.jsonl")
+        rm, pool = P(), P()
+        ok(rap.rap_manager_create(ctypes.byref(rm)))
+        ok(rap.rap_allocator_make_spec(
+            rm, b"vmm", b"QuickPool(HostVmm(reserve=16MiB, granularity=64KiB), initial_size=64KiB, "
+                        b"next_size=64KiB, heuristic=never)", ctypes.byref(pool)))
+        ok(rap.rap_trace_start(path.encode()))
+        a, b, c = P(), P(), P()
+        K = 1024
+        ok(rap.rap_allocate(pool, ctypes.byref(a), 32 * K, None))   # the chunk: 64 KiB
+        ok(rap.rap_allocate(pool, ctypes.byref(b), 64 * K, None))   # grows in place
+        ok(rap.rap_allocate(pool, ctypes.byref(c), 64 * K, None))   # and again
+        ok(rap.rap_deallocate(pool, c, None))
+        ok(rap.rap_deallocate(pool, b, None))
+        ok(rap.rap_release(pool))                                   # one release of both ends
+        ok(rap.rap_trace_stop())
+        snap = rap_memviz.snapshot_from_trace(path, allocator="vmm")
+        acts = [e["action"] for e in snap["device_traces"][0] if e["action"].startswith("segment")]
+        self.assertEqual(acts, ["segment_alloc", "segment_map", "segment_map", "segment_unmap"])
+        self.assertEqual(len(snap["segments"]), 1)                  # no segment left behind
+        self.assertEqual(snap["segments"][0]["total_size"], 64 * K)
+        ok(rap.rap_deallocate(pool, a, None))
+        ok(rap.rap_manager_destroy(rm))
+
 
 if __name__ == "__main__":
     unittest.main()
