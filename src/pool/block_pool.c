@@ -384,7 +384,14 @@ static int grow_in_place(rapi_bp *bp, size_t size, rapi_block **out) {
   rapi_chunk *c = bp->chunks;
   rapi_block *last = c->last;
   size_t have = last->state == RAPI_FREE ? last->size : 0;
-  size_t need = size > have ? size - have : 0;
+  if (have >= size) {   /* the index's search can pass over a last block that fits: no mapping */
+    unindex_free(bp, last);
+    rapi_block *rem = rapi_bp_split(bp, last, size);
+    if (rem) index_free(bp, rem);
+    *out = last;
+    return RAP_OK;
+  }
+  size_t need = size - have;
   size_t add = need > bp->next_size ? need : bp->next_size;
   add = rapi_align_up(add, bp->resizable->granularity);
   /* The record first, so that nothing needs undoing once the parent has mapped. */
