@@ -84,6 +84,47 @@ static int run_trace(bench_peer *p, trace *t) {
   return 0;
 }
 
+/* Replays t through every peer: a first, cold run (its ns per allocation, and peak held / peak
+ * live), then reps timed runs (ns per pair); frees t. */
+static void replay(const char *wl, const char *cas, const pdesc *peers, size_t npeers, trace *t,
+                   int reps, const char *what) {
+  for (size_t k = 0; k < npeers; k++) {
+    bench_peer p;
+    if (open_peer(wl, &peers[k], &p) != 0) continue;
+    if (p.track_peak) p.track_peak(p.ctx, 1);
+    double t0 = now_ns();
+    int st = run_trace(&p, t);
+    double cold = (now_ns() - t0) / (double)t->nallocs;
+    sync_device();
+    if (p.track_peak) p.track_peak(p.ctx, 0);
+    if (st != 0) {
+      peer_failed(wl, &p, what);
+      p.destroy(p.ctx);
+      continue;
+    }
+    size_t held_now = 0, held_peak = 0;
+    int have_held = p.held && p.held(p.ctx, &held_now, &held_peak) == 0;
+    double samples[64];
+    int n = 0;
+    for (int r = 0; r < reps && st == 0; r++, n++) {
+      t0 = now_ns();
+      st = run_trace(&p, t);
+      samples[r] = (now_ns() - t0) / (double)t->nallocs;
+      sync_device();
+    }
+    if (st != 0) peer_failed(wl, &p, what);
+    else if (n > 0) add_row(wl, cas, p.name, "ns/pair", samples, n, k == 0);
+    add_one(wl, cas, p.name, "ns/pair first", cold, k == 0);
+    if (have_held) add_one(wl, cas, p.name, "held/live", (double)held_peak / (double)t->peak_live, k == 0);
+    p.destroy(p.ctx);
+    progress("  (%s) %s done", wl, p.name);
+  }
+  progress("  (%s) %s: %zu ops, %zu allocations, peak live %.1f MiB", wl, what, t->nops, t->nallocs,
+           (double)t->peak_live / 1048576.0);
+  free(t->ops);
+  free(t->ptrs);
+}
+
 static void random_trace(const char *wl, const pdesc *peers, size_t npeers) {
   trace t;
   size_t total = opt.quick ? 20000 : 200000;
@@ -93,41 +134,7 @@ static void random_trace(const char *wl, const pdesc *peers, size_t npeers) {
   }
   char cas[40];
   snprintf(cas, sizeof cas, "%zu ops", t.nops);
-  for (size_t k = 0; k < npeers; k++) {
-    bench_peer p;
-    if (open_peer(wl, &peers[k], &p) != 0) continue;
-    if (p.track_peak) p.track_peak(p.ctx, 1);
-    double t0 = now_ns();
-    int st = run_trace(&p, &t);
-    double cold = (now_ns() - t0) / (double)t.nallocs;
-    sync_device();
-    if (p.track_peak) p.track_peak(p.ctx, 0);
-    if (st != 0) {
-      peer_failed(wl, &p, "the trace");
-      p.destroy(p.ctx);
-      continue;
-    }
-    size_t held_now = 0, held_peak = 0;
-    int have_held = p.held && p.held(p.ctx, &held_now, &held_peak) == 0;
-    double samples[64];
-    int n = 0;
-    for (int r = 0; r < opt.reps && st == 0; r++, n++) {
-      t0 = now_ns();
-      st = run_trace(&p, &t);
-      samples[r] = (now_ns() - t0) / (double)t.nallocs;
-      sync_device();
-    }
-    if (st != 0) peer_failed(wl, &p, "the trace");
-    else add_row(wl, cas, p.name, "ns/pair", samples, n, k == 0);
-    add_one(wl, cas, p.name, "ns/pair first", cold, k == 0);
-    if (have_held) add_one(wl, cas, p.name, "held/live", (double)held_peak / (double)t.peak_live, k == 0);
-    p.destroy(p.ctx);
-    progress("  (%s) %s done", wl, p.name);
-  }
-  progress("  (%s) trace: %zu ops, %zu allocations, peak live %.1f MiB", wl, t.nops, t.nallocs,
-           (double)t.peak_live / 1048576.0);
-  free(t.ops);
-  free(t.ptrs);
+  replay(wl, cas, peers, npeers, &t, opt.reps, "the trace");
 }
 
 /* ---- the workloads' peers --------------------------------------------------------------------- */
@@ -323,7 +330,7 @@ static const char *trace_f_path(void) {
   return e && *e ? e : "bench/traces/gpt2_small_step.jsonl.gz";
 }
 
-/* Replays a recorded trace through peers: peak held / peak live, ns per call. */
+/* Replays a recorded trace through peers: peak held / peak live, ns per call (one run). */
 static void recorded_trace(const char *wl, const pdesc *peers, size_t npeers) {
   trace t;
   char why[1200];
@@ -333,31 +340,7 @@ static void recorded_trace(const char *wl, const pdesc *peers, size_t npeers) {
   }
   char cas[64];
   snprintf(cas, sizeof cas, "recorded, %zu ops", t.nops);
-  for (size_t k = 0; k < npeers; k++) {
-    bench_peer p;
-    if (open_peer(wl, &peers[k], &p) != 0) continue;
-    if (p.track_peak) p.track_peak(p.ctx, 1);
-    double t0 = now_ns();
-    int st = run_trace(&p, &t);
-    double ns = (now_ns() - t0) / (double)t.nallocs;
-    sync_device();
-    if (p.track_peak) p.track_peak(p.ctx, 0);
-    if (st != 0) {
-      peer_failed(wl, &p, "the recorded trace");
-      p.destroy(p.ctx);
-      continue;
-    }
-    size_t held_now = 0, held_peak = 0;
-    if (p.held && p.held(p.ctx, &held_now, &held_peak) == 0)
-      add_one(wl, cas, p.name, "held/live", (double)held_peak / (double)t.peak_live, k == 0);
-    add_one(wl, cas, p.name, "ns/pair first", ns, k == 0);
-    p.destroy(p.ctx);
-    progress("  (%s) %s done", wl, p.name);
-  }
-  progress("  (%s) %s: %zu ops, %zu allocations, peak live %.1f MiB", wl, trace_f_path(), t.nops,
-           t.nallocs, (double)t.peak_live / 1048576.0);
-  free(t.ops);
-  free(t.ptrs);
+  replay(wl, cas, peers, npeers, &t, 0, "the recorded trace");
 }
 
 /* Pools as rap_torch makes them (64 MiB, then 32 MiB chunks), over the growable platform by 2 MiB

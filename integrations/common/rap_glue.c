@@ -765,14 +765,6 @@ static int admit_locked(int device, size_t size, size_t limit) {
   return st;
 }
 
-int glue_limit_admit(int device, size_t size, size_t limit) {
-  if (limit == 0) return RAP_OK;
-  pthread_mutex_lock(&lock);
-  int st = admit_locked(device, size, limit);
-  pthread_mutex_unlock(&lock);
-  return st;
-}
-
 int glue_release_device(int device) {
   pthread_mutex_lock(&lock);
   dev *d = NULL;

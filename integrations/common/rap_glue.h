@@ -68,12 +68,12 @@ int  glue_begin_pool(int device, unsigned long long id1, unsigned long long id2,
 int  glue_end_pool(int device, unsigned long long id1, unsigned long long id2);
 int  glue_release_pool(int device, unsigned long long id1, unsigned long long id2);
 
-/* A framework's pool surface (CuPy's MemoryPool). glue_limit_admit: RAP_OK when device's pool may
- * hand out size more bytes without the aligned bytes of its live blocks passing limit (0: none),
- * RAP_ERR_NOMEM with a sentence otherwise. glue_release_device: glue_release for one device.
- * glue_memory_info: the device's free and total memory (rap_allocator_memory_info). */
-int  glue_limit_admit(int device, size_t size, size_t limit);
-int  glue_malloc_limited(void **out, size_t size, int device, cudaStream_t s, size_t limit);   /* both, at once */
+/* A framework's pool surface (CuPy's MemoryPool). glue_malloc_limited: glue_malloc, but
+ * RAP_ERR_NOMEM with a sentence when size more bytes would take the aligned bytes of the device's
+ * live blocks past limit (0: none); the check and the allocation hold the lock together.
+ * glue_release_device: glue_release for one device. glue_memory_info: the device's free and total
+ * memory (rap_allocator_memory_info). */
+int  glue_malloc_limited(void **out, size_t size, int device, cudaStream_t s, size_t limit);
 int  glue_release_device(int device);
 int  glue_memory_info(int device, size_t *free_bytes, size_t *total_bytes);
 

@@ -312,16 +312,7 @@ def cmd_oom(args):
     dump(args, "oom_" + mode, r)
 
 
-def load(out, name):
-    try:
-        with open(os.path.join(out, name + ".json")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def mib(b):
-    return "%.1f MiB" % (b / 2**20)
+load, mib = test_torch_users._load, test_torch_users._mib
 
 
 def cmd_summarize(args):
