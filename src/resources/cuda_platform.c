@@ -10,6 +10,7 @@
 #include "resources/gpu_runtime.h"
 #include "resources/vmm.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -257,6 +258,12 @@ const rap_strategy rapi_cuda_platform = {
 
 /* ---- peer access ----------------------------------------------------------------------------- */
 
+#if !RAP_HAVE_HIP
+/* peer_enabled[d] has bit o once device d reaches device o's cudaMalloc'd memory (enabled by rap or
+ * found enabled). Process-wide, as peer access is; a cudaDeviceReset behind rap's back is not seen. */
+static _Atomic uint64_t peer_enabled[64];
+#endif
+
 int rapi_gpu_peer_access(rap_allocator *root, int device, int enable, int *owner) {
   *owner = -1;
   const char *who = rap_allocator_name(root);
@@ -298,6 +305,11 @@ int rapi_gpu_peer_access(rap_allocator *root, int device, int enable, int *owner
   /* cudaMalloc'd memory: peer access is between the two devices' contexts, for all their memory.
    * Taking it back is rap's refusal only: other memory of the device may rely on the mapping. */
   if (!enable) return RAP_OK;
+  /* Asked once per pair of devices: enabling it again is an error CUDA reports to tools
+   * (compute-sanitizer lists every such call), though it changes nothing. */
+  uint64_t bit = rapi_device_bit(own);
+  _Atomic uint64_t *done = device >= 0 && device < 64 ? &peer_enabled[device] : NULL;
+  if (done != NULL && bit != 0 && (atomic_load(done) & bit) != 0) return RAP_OK;
   int saved = own;
   e = cudaGetDevice(&saved);
   if (e == cudaSuccess) e = cudaSetDevice(device);
@@ -314,6 +326,7 @@ int rapi_gpu_peer_access(rap_allocator *root, int device, int enable, int *owner
     return rapi_fail(RAP_ERR_BACKEND, "%s: cudaDeviceEnablePeerAccess(%d) on device %d: %s", who, own,
                      device, cudaGetErrorString(e));
   }
+  if (done != NULL) atomic_fetch_or(done, bit);
   return RAP_OK;
 #endif
 }
