@@ -35,4 +35,7 @@ run mempool --tag rap
 # Diagnostic: the same training on a QuickPool (no pending state), to see what pending costs.
 RAP_TORCH_SPEC="QuickPool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, heuristic=never)" \
   run train --allocator rap --tag quickpool
+# The same training on the default pool over the growable platform (one chunk, 2 MiB granules).
+RAP_TORCH_SPEC="ResourceAwarePool(DEVICE_VMM::{device}, initial_size=64MiB, next_size=2MiB, heuristic=never, cross_resource=wait, wait_above=512MiB)" \
+  run train --allocator rap --tag vmm
 finish

@@ -340,6 +340,14 @@ def cmd_summarize(args):
                          "median step %.2f ms, steady %.2f ms, max reserved %s"
                          % (qp["losses_hex"] == native["losses_hex"], qp["median_step_ms_after_first"],
                             qp["steady_step_ms"], mib(qp["max_memory_reserved"])))
+        vmm = load(args.out, "train_rap_vmm")
+        if vmm:
+            same_vmm = vmm["losses_hex"] == native["losses_hex"]
+            ok &= same_vmm
+            lines.append("  rap ResourceAwarePool over DEVICE_VMM (2 MiB granules): losses equal: %s, "
+                         "median step %.2f ms, steady %.2f ms, max reserved %s"
+                         % (same_vmm, vmm["median_step_ms_after_first"], vmm["steady_step_ms"],
+                            mib(vmm["max_memory_reserved"])))
         if rap.get("determinism_warnings"):
             lines.append("  determinism warnings: %s" % rap["determinism_warnings"])
     else:

@@ -314,17 +314,32 @@ static int wait_all(ra_pool *p) {
 
 /* Merges b, just deallocated on owner, with neighbours pending on the same owner without uses.
  * The merged block takes b's batch, the newest: a neighbour waits a little longer, never less, and
- * the owner's pending memory does not fragment while nothing polls (a CPU running ahead). */
+ * the owner's pending memory does not fragment while nothing polls (a CPU running ahead).
+ * While the owner is the only resource the pool has served (grow mode), a free neighbour of at
+ * most four times b's size joins too, as QuickPool would merge it: to the owner it is all as good
+ * as free, and kept apart the two kinds of pieces fragment (the fit rule, docs/DESIGN.md). Those
+ * bytes are then pending on the owner: a resource that comes later has them once the owner passes
+ * this batch. The bound keeps a small free from tying up a large free neighbour; wait mode never
+ * joins, since a later resource would wait for bytes that were free. */
 static rapi_block *merge_pending(ra_pool *p, rstate *owner, rapi_block *b) {
+  bool solo = !p->cross_wait && HASH_COUNT(p->by_key) == 1;
+  size_t freed = b->size;
   rapi_block *prev = b->prev;
   if (prev && prev->state == RAPI_PENDING && RA(prev)->owner == owner && RA(prev)->uses == NULL) {
     drop_pending(p, owner, prev);
+    rapi_bp_absorb_next(&p->bp, prev);
+    b = prev;
+  } else if (solo && prev && prev->state == RAPI_FREE && prev->size <= 4 * freed) {
+    rapi_bp_unfree(&p->bp, prev);
     rapi_bp_absorb_next(&p->bp, prev);
     b = prev;
   }
   rapi_block *next = b->next;
   if (next && next->state == RAPI_PENDING && RA(next)->owner == owner && RA(next)->uses == NULL) {
     drop_pending(p, owner, next);
+    rapi_bp_absorb_next(&p->bp, b);
+  } else if (solo && next && next->state == RAPI_FREE && next->size <= 4 * freed) {
+    rapi_bp_unfree(&p->bp, next);
     rapi_bp_absorb_next(&p->bp, b);
   }
   return b;
@@ -457,13 +472,20 @@ static inline bool joinable(const rstate *rs, const rapi_block *b) {
  * pending blocks, oldest first. */
 static rapi_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
   unsigned scanned = 0;
+  rapi_block *lo = NULL, *hi = NULL;
+  size_t best = SIZE_MAX;
   for (rapi_block *b = rs->fifo_head; b != NULL && scanned < 256; b = RA(b)->fifo_next, scanned++) {
     if (RA(b)->uses != NULL) continue;
     size_t total = b->size;
-    rapi_block *lo = b, *hi = b;
-    while (lo->prev && joinable(rs, lo->prev)) total += (lo = lo->prev)->size;
-    while (hi->next && joinable(rs, hi->next)) total += (hi = hi->next)->size;
-    if (total < size || (lo == b && hi == b)) continue;
+    rapi_block *l = b, *h = b;
+    while (l->prev && joinable(rs, l->prev)) total += (l = l->prev)->size;
+    while (h->next && joinable(rs, h->next)) total += (h = h->next)->size;
+    if (total < size || (l == b && h == b) || total >= best) continue;
+    best = total;
+    lo = l;
+    hi = h;
+  }
+  if (lo != NULL) {
     uint64_t tag = 0, seq = 0;
     rapi_block *end = hi->next;
     for (rapi_block *x = lo; x != end; x = x->next) {

@@ -499,13 +499,56 @@ RAP_TEST(ResourceAwarePool, OwnPendingJoinedWithFreeNeighbourBeforeGrowing) {
   teardown(&f);
 }
 
+/* While r1 is the only resource the pool has served, a block r1 frees takes its free neighbours
+ * into its pending block, as QuickPool would merge them (to r1 they are all as good as free). A
+ * second resource still may not have any of it before r1 has passed; once the pool knows two
+ * resources, free neighbours stay free. */
+RAP_TEST(ResourceAwarePool, SoleResourceTakesFreeNeighboursIntoItsPendingBlock) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=128KiB, next_size=128KiB, alignment=256");
+  void *a, *b, *c, *d, *e;
+  RAP_CHECK_OK(rap_allocate(f.pool, &a, 40 * KiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &b, 40 * KiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &c, 48 * KiB, f.r1));   /* the chunk is full */
+  RAP_CHECK_OK(rap_deallocate(f.pool, b, f.r1));
+  RAP_CHECK_OK(rap_resource_synchronize(f.r1));
+  RAP_CHECK_OK(rap_release(f.pool));   /* b has passed: free */
+  RAP_CHECK_EQ(stats_of(f.pool).pending_bytes, 0);
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));   /* r1 busy from here */
+  RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));
+  RAP_CHECK_EQ(stats_of(f.pool).pending_bytes, 80 * KiB);   /* a and the free b, one block */
+  RAP_CHECK_EQ(rstats(f.pool, f.r1).pending_bytes, 80 * KiB);
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  /* r2 may not have those bytes while r1 is busy: it grows. */
+  RAP_CHECK_OK(rap_allocate(f.pool, &d, 64 * KiB, f.r2));
+  RAP_CHECK((char *)d < (char *)a || (char *)d >= (char *)a + 128 * KiB);
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 2);
+  /* r1 takes them back at a's address, with no growth (r2's free 64 KiB is too small). */
+  RAP_CHECK_OK(rap_allocate(f.pool, &e, 72 * KiB, f.r1));
+  RAP_CHECK(e == a);
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 2);
+  /* Two resources known: c's free neighbour (what is left of a and b) stays free... */
+  gate_open(&f.g1);
+  RAP_CHECK_OK(rap_resource_synchronize(f.r1));
+  RAP_CHECK_OK(rap_release(f.pool));
+  RAP_CHECK_EQ(stats_of(f.pool).pending_bytes, 0);
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, c, f.r1));
+  RAP_CHECK_EQ(stats_of(f.pool).pending_bytes, 48 * KiB);   /* ...and c is pending alone */
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  gate_open(&f.g2);
+  RAP_CHECK_OK(rap_resource_synchronize(f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, d, f.r2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, e, f.r1));
+  RAP_CHECK_OK(rap_release(f.pool));
+  teardown(&f);
+}
+
 /* One resource whose work passes in steps, behind the CPU (a training loop whose CPU runs ahead
  * of its stream): some of its frees are pending, some have come back free. To that resource its
  * pending memory is as good as free, so random workloads of mixed sizes should hold what QuickPool
- * holds for the same calls (64 KiB chunks, so that the peak is not a matter of whole chunks). The
- * target is 5 % over QuickPool; the pool holds 12.7 % over it summed over four seeds (15.4 % before
- * pending blocks were joined with free neighbours on a miss), so this guards 14 % until the fit rule
- * closes the rest (docs/DESIGN.md, "The fit rule on one resource"). */
+ * holds for the same calls (64 KiB chunks, so that the peak is not a matter of whole chunks): at
+ * most 5 % more, summed over four seeds (docs/DESIGN.md, "The fit rule on one resource"). */
 static void behind_the_cpu(uint64_t seed, size_t *ra_held, size_t *qp_held) {
   rap_manager *rm;
   RAP_CHECK_OK(rap_manager_create(&rm));
@@ -559,8 +602,8 @@ static void behind_the_cpu(uint64_t seed, size_t *ra_held, size_t *qp_held) {
 
 RAP_TEST(ResourceAwarePool, OneResourceBehindTheCpuHoldsAsLittleAsQuickPool) {
   size_t ra_sum = 0, qp_sum = 0;
-  char each[256] = "";
-  for (uint64_t seed = 1; seed <= 4; seed++) {
+  char each[1024] = "";
+  for (uint64_t seed = 1; seed <= 24; seed++) {
     size_t ra = 0, qp = 0;
     behind_the_cpu(seed, &ra, &qp);
     ra_sum += ra;
@@ -568,7 +611,7 @@ RAP_TEST(ResourceAwarePool, OneResourceBehindTheCpuHoldsAsLittleAsQuickPool) {
     size_t len = strlen(each);
     snprintf(each + len, sizeof each - len, " %.3f", (double)ra / (double)qp);
   }
-  if ((double)ra_sum > 1.14 * (double)qp_sum)
+  if ((double)ra_sum > 1.05 * (double)qp_sum)
     rap_test_fail(__FILE__, __LINE__, "one resource behind the CPU: the ResourceAwarePool held %.3fx "
                   "what QuickPool held at peak (per seed:%s)", (double)ra_sum / (double)qp_sum, each);
 }

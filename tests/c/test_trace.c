@@ -124,7 +124,7 @@ RAP_TEST(Trace, WritesEveryKindOfEvent) {
   HAS_LINE(text, "\"ev\":\"dealloc\"", "\"a\":\"traced\"", "\"d\":0", qid, ap);
   HAS_LINE(text, "\"ev\":\"dealloc\"", "\"a\":\"traced\"", "\"d\":0", "\"r\":null", ap);
   HAS_LINE(text, "\"ev\":\"pending\"", "\"a\":\"traced\"", qid, ap, "\"pb\":");
-  HAS_LINE(text, "\"ev\":\"reuse\"", "\"a\":\"traced\"", qid, ap, "\"pb\":0");
+  HAS_LINE(text, "\"ev\":\"reuse\"", "\"a\":\"traced\"", qid, ap, "\"pb\":");
   HAS_LINE(text, "\"ev\":\"fence\"", "\"a\":\"traced\"", qid, "\"batch\":");
   HAS_LINE(text, "\"ev\":\"ready\"", "\"a\":\"traced\"", qid, ap, "\"pb\":0");
   HAS_LINE(text, "\"ev\":\"grow\"", "\"a\":\"traced\"", "\"held\":");
