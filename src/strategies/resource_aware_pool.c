@@ -60,6 +60,8 @@ struct rstate {
   size_t fhead, fcount, fcap;
   rapi_block *fifo_head, *fifo_tail;
   rapi_block *hot;                /* the last block freed here: pending, in the FIFO, not indexed */
+  const rapi_block *split_head;   /* the last hot block split for a smaller request, and what was */
+  const rapi_block *split_rem;    /* split off it: compared, never read (they may be stale) */
   rapi_index pending;             /* owned pending blocks without uses */
   size_t current, hwm, used_bytes, used_count, pending_bytes, pending_count, uses_out;
   UT_hash_handle hh;
@@ -240,7 +242,7 @@ static bool uses_passed(const rapi_block *b) {
 /* Hands a pending block of size >= size to a new user, splitting off a remainder that stays
  * pending on the same owner with the same batch, in the same place of the owner's FIFO: it never
  * becomes free for other resources before the owner has passed that batch. */
-static void take_pending(ra_pool *p, rstate *owner, rapi_block *b, size_t size) {
+static rapi_block *take_pending(ra_pool *p, rstate *owner, rapi_block *b, size_t size) {
   rapi_block *at = drop_pending(p, owner, b);
   char *ptr = b->ptr;
   size_t whole = b->size;
@@ -253,6 +255,7 @@ static void take_pending(ra_pool *p, rstate *owner, rapi_block *b, size_t size) 
   }
   RAPI_TRACE("reuse", p->bp.self, owner->r, ptr, whole, ",\"pb\":%zu", owner->pending_bytes);
   free_uses(p, b);
+  return rem;
 }
 
 /* Returns every pending block of rs whose owner batch and uses have passed to the free index. */
@@ -315,12 +318,13 @@ static int wait_all(ra_pool *p) {
 /* Merges b, just deallocated on owner, with neighbours pending on the same owner without uses.
  * The merged block takes b's batch, the newest: a neighbour waits a little longer, never less, and
  * the owner's pending memory does not fragment while nothing polls (a CPU running ahead).
- * While the owner is the only resource the pool has served (grow mode), a free neighbour of at
- * most four times b's size joins too, as QuickPool would merge it: to the owner it is all as good
- * as free, and kept apart the two kinds of pieces fragment (the fit rule, docs/DESIGN.md). Those
- * bytes are then pending on the owner: a resource that comes later has them once the owner passes
- * this batch. The bound keeps a small free from tying up a large free neighbour; wait mode never
- * joins, since a later resource would wait for bytes that were free. */
+ * While the owner is the only resource the pool knows (grow mode), a free neighbour of at most four
+ * times b's size joins too, as QuickPool would merge it: to the owner it is all as good as free,
+ * and kept apart the two kinds of pieces fragment (the fit rule, docs/DESIGN.md). Those bytes are
+ * then pending on the owner: a resource that comes later has them once the owner passes this
+ * batch. The bound keeps a small free from tying up a large free neighbour; a growable chunk's
+ * free end stays free, for growth in place and for giving back; wait mode never joins, since a
+ * later resource would wait for bytes that were free. */
 static rapi_block *merge_pending(ra_pool *p, rstate *owner, rapi_block *b) {
   bool solo = !p->cross_wait && HASH_COUNT(p->by_key) == 1;
   size_t freed = b->size;
@@ -335,10 +339,15 @@ static rapi_block *merge_pending(ra_pool *p, rstate *owner, rapi_block *b) {
     b = prev;
   }
   rapi_block *next = b->next;
-  if (next && next->state == RAPI_PENDING && RA(next)->owner == owner && RA(next)->uses == NULL) {
+  if (next != NULL && b == owner->split_head && next == owner->split_rem) {
+    /* b was split off the hot block for a request of its size and comes back alone: it stays
+     * apart, so that the next request of that size takes it whole. A stream allocating and
+     * freeing one size over and over would otherwise split and merge its block every time. */
+  } else if (next && next->state == RAPI_PENDING && RA(next)->owner == owner && RA(next)->uses == NULL) {
     drop_pending(p, owner, next);
     rapi_bp_absorb_next(&p->bp, b);
-  } else if (solo && next && next->state == RAPI_FREE && next->size <= 4 * freed) {
+  } else if (solo && next && next->state == RAPI_FREE && next->size <= 4 * freed &&
+             !(p->bp.resizable != NULL && next == next->chunk->last)) {
     rapi_bp_unfree(&p->bp, next);
     rapi_bp_absorb_next(&p->bp, b);
   }
@@ -453,7 +462,14 @@ static rapi_block *take_own_or_free(ra_pool *p, rstate *rs, size_t size) {
     rapi_block *f = rapi_bp_find_free(&p->bp, size);
     if (f != NULL && (b == NULL || f->size < b->size)) return rapi_bp_take_this(&p->bp, f, size);
   }
-  if (b != NULL) take_pending(p, rs, b, size);
+  if (b != NULL) {
+    bool hot = b == rs->hot;
+    rapi_block *rem = take_pending(p, rs, b, size);
+    if (hot) {   /* see merge_pending: the pair that follows need not split it again */
+      rs->split_head = b;
+      rs->split_rem = rem;
+    }
+  }
   return b;
 }
 
@@ -484,6 +500,7 @@ static rapi_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
     best = total;
     lo = l;
     hi = h;
+    if (total == size) break;
   }
   if (lo != NULL) {
     uint64_t tag = 0, seq = 0;

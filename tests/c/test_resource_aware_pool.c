@@ -544,6 +544,40 @@ RAP_TEST(ResourceAwarePool, SoleResourceTakesFreeNeighboursIntoItsPendingBlock) 
   teardown(&f);
 }
 
+/* A stream that frees a block and allocates its size again takes the block back whole, also when
+ * the block it freed had grown by a neighbour: the first request splits it, and the piece comes
+ * back alone, so that every later pair is an exact reuse instead of a split and a merge. */
+RAP_TEST(ResourceAwarePool, SameSizePairAfterASplitReusesTheBlockWhole) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=128KiB, next_size=128KiB, alignment=256");
+  void *x, *y, *z, *w;
+  RAP_CHECK_OK(rap_allocate(f.pool, &x, 8 * KiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &y, 16 * KiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &z, 104 * KiB, f.r1));   /* the chunk is full */
+  RAP_CHECK_OK(rap_deallocate(f.pool, y, f.r1));
+  RAP_CHECK_OK(rap_resource_synchronize(f.r1));
+  RAP_CHECK_OK(rap_release(f.pool));   /* y is free */
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, x, f.r1));   /* x takes y in: one pending block of 24 KiB */
+  RAP_CHECK_EQ(stats_of(f.pool).pending_count, 1);
+  RAP_CHECK_EQ(stats_of(f.pool).pending_bytes, 24 * KiB);
+  for (int i = 0; i < 3; i++) {
+    RAP_CHECK_OK(rap_allocate(f.pool, &w, 8 * KiB, f.r1));
+    RAP_CHECK(w == x);
+    RAP_CHECK_EQ(stats_of(f.pool).pending_count, 1);   /* the other 16 KiB */
+    RAP_CHECK_OK(rap_deallocate(f.pool, w, f.r1));
+    RAP_CHECK_EQ(stats_of(f.pool).pending_count, 2);   /* x came back alone */
+    RAP_CHECK_EQ(stats_of(f.pool).pending_bytes, 24 * KiB);
+  }
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  gate_open(&f.g1);
+  RAP_CHECK_OK(rap_resource_synchronize(f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, z, f.r1));
+  RAP_CHECK_OK(rap_release(f.pool));
+  RAP_CHECK_EQ(stats_of(f.pool).pending_bytes, 0);
+  teardown(&f);
+}
+
 /* One resource whose work passes in steps, behind the CPU (a training loop whose CPU runs ahead
  * of its stream): some of its frees are pending, some have come back free. To that resource its
  * pending memory is as good as free, so random workloads of mixed sizes should hold what QuickPool
