@@ -339,10 +339,12 @@ static rapi_block *merge_pending(ra_pool *p, rstate *owner, rapi_block *b) {
     b = prev;
   }
   rapi_block *next = b->next;
-  if (next != NULL && b == owner->split_head && next == owner->split_rem) {
+  if (solo && next != NULL && b == owner->split_head && next == owner->split_rem) {
     /* b was split off the hot block for a request of its size and comes back alone: it stays
-     * apart, so that the next request of that size takes it whole. A stream allocating and
-     * freeing one size over and over would otherwise split and merge its block every time. */
+     * apart, so that the next request of that size takes it whole. A sole stream allocating and
+     * freeing one size over and over would otherwise split and merge its block every time, its
+     * hot block having taken in a free neighbour. With several resources pending pieces merge as
+     * before: kept apart there they fragment (the 4-stream trace holds 4 % more). */
   } else if (next && next->state == RAPI_PENDING && RA(next)->owner == owner && RA(next)->uses == NULL) {
     drop_pending(p, owner, next);
     rapi_bp_absorb_next(&p->bp, b);
