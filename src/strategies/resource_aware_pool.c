@@ -325,32 +325,39 @@ static int wait_all(ra_pool *p) {
  * batch. The bound keeps a small free from tying up a large free neighbour; a growable chunk's
  * free end stays free, for growth in place and for giving back; wait mode never joins, since a
  * later resource would wait for bytes that were free. */
+/* Grow mode, one resource known: when the fit rule takes free neighbours into pending blocks. */
+static inline bool sole(const ra_pool *p) { return !p->cross_wait && HASH_COUNT(p->by_key) == 1; }
+
+/* Whether b's neighbour nb joins it (see merge_pending); the pool-wide test last, since only a
+ * free neighbour needs it. */
+static bool joins(const ra_pool *p, const rstate *owner, const rapi_block *nb, size_t freed) {
+  if (nb->state == RAPI_PENDING) return RA(nb)->owner == owner && RA(nb)->uses == NULL;
+  return nb->state == RAPI_FREE && nb->size <= 4 * freed &&
+         !(p->bp.resizable != NULL && nb == nb->chunk->last) && sole(p);
+}
+
+static void take_in(ra_pool *p, rstate *owner, rapi_block *nb) {
+  if (nb->state == RAPI_PENDING) drop_pending(p, owner, nb);
+  else rapi_bp_unfree(&p->bp, nb);
+}
+
 static rapi_block *merge_pending(ra_pool *p, rstate *owner, rapi_block *b) {
-  bool solo = !p->cross_wait && HASH_COUNT(p->by_key) == 1;
   size_t freed = b->size;
   rapi_block *prev = b->prev;
-  if (prev && prev->state == RAPI_PENDING && RA(prev)->owner == owner && RA(prev)->uses == NULL) {
-    drop_pending(p, owner, prev);
-    rapi_bp_absorb_next(&p->bp, prev);
-    b = prev;
-  } else if (solo && prev && prev->state == RAPI_FREE && prev->size <= 4 * freed) {
-    rapi_bp_unfree(&p->bp, prev);
+  if (prev != NULL && joins(p, owner, prev, freed)) {
+    take_in(p, owner, prev);
     rapi_bp_absorb_next(&p->bp, prev);
     b = prev;
   }
   rapi_block *next = b->next;
-  if (solo && next != NULL && b == owner->split_head && next == owner->split_rem) {
-    /* b was split off the hot block for a request of its size and comes back alone: it stays
-     * apart, so that the next request of that size takes it whole. A sole stream allocating and
-     * freeing one size over and over would otherwise split and merge its block every time, its
-     * hot block having taken in a free neighbour. With several resources pending pieces merge as
-     * before: kept apart there they fragment (the 4-stream trace holds 4 % more). */
-  } else if (next && next->state == RAPI_PENDING && RA(next)->owner == owner && RA(next)->uses == NULL) {
-    drop_pending(p, owner, next);
-    rapi_bp_absorb_next(&p->bp, b);
-  } else if (solo && next && next->state == RAPI_FREE && next->size <= 4 * freed &&
-             !(p->bp.resizable != NULL && next == next->chunk->last)) {
-    rapi_bp_unfree(&p->bp, next);
+  /* b was split off the hot block for a request of its size and comes back alone (one resource
+   * only, as that is when the hot block takes in free neighbours): the next request of that size
+   * takes it whole, where a stream allocating and freeing one size over and over would split and
+   * merge its block every time. With several resources pending pieces merge as before: kept apart
+   * there they fragment (the 4-stream trace holds 4 % more). */
+  bool kept_apart = next != NULL && b == owner->split_head && next == owner->split_rem && sole(p);
+  if (next != NULL && !kept_apart && joins(p, owner, next, freed)) {
+    take_in(p, owner, next);
     rapi_bp_absorb_next(&p->bp, b);
   }
   return b;
