@@ -116,6 +116,8 @@ static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 static int exit_key_ok;
 static uint64_t next_id = 1;   /* atomic */
 void (*rapi_tc_xpush_hook)(void);   /* tests only: runs between a foreign free's look and its push */
+void (*rapi_tc_transit_hook)(void);  /* tests only: runs while a batch is on its way to the parent */
+void (*rapi_tc_settle_hook)(void);   /* tests only: runs when a resource's end waits for such a batch */
 
 static void thread_exit(void *arg);
 static void make_exit_key(void) { exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0; }
@@ -158,18 +160,25 @@ static void flush_batch(thread_cache *t, tc_rec **batch) {
   tc_rec *list = *batch;
   *batch = NULL;
   if (list == NULL) return;
+  if (RAPI_UNLIKELY(rapi_tc_transit_hook != NULL)) rapi_tc_transit_hook();
   rapi_held held;
   rapi_lock(&t->lock, &held);
   for (tc_rec *rec = list, *next; rec != NULL; rec = next) {
     next = rec->next;
     int st = rap_deallocate(t->inner, rec->ptr, rec->r);
-    /* r is capturing a graph, and the parent refuses calls on it: without a resource the block
-     * goes back to its owner in the parent all the same (pending there, unfenced until the
-     * capture ends). */
-    if (st == RAP_ERR_BUSY && rec->r != NULL) st = rap_deallocate(t->inner, rec->ptr, NULL);
-    if (st != RAP_OK)
-      rap_log(RAP_LOG_ERROR, "%s: returning a cached block to '%s' failed: %s",
+    /* The parent refuses calls on r: r is capturing a graph, or r is a stream of a device whose
+     * access to this memory was revoked after the block was freed on it. The user freed the block
+     * on r all the same: without a resource it goes back to its owner in the parent, r, pending
+     * there (unfenced until a capture ends). */
+    if (st != RAP_OK && rec->r != NULL) st = rap_deallocate(t->inner, rec->ptr, NULL);
+    if (st != RAP_OK) {
+      /* Never dropped: the record stays, live, so that the block is seen (and named at the end)
+       * rather than lost. */
+      rap_log(RAP_LOG_ERROR, "%s: returning a cached block to '%s' failed, and it stays live: %s",
               rap_allocator_name(t->self), rap_allocator_name(t->inner), rap_last_error());
+      __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELEASE);
+      continue;
+    }
     rapi_map_remove(&t->map, rec->ptr);
     rapi_slab_free(&t->recs, rec);
   }
@@ -631,27 +640,22 @@ static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
 
 /* ---- the cold calls ---------------------------------------------------------------------------- */
 
-/* What the caches hold (for r only, unless NULL), other threads' frees included. */
-static void cached_sum(thread_cache *t, rap_resource *r, size_t *bytes, size_t *blocks) {
+/* Under lock: what the caches hold (for r only, unless NULL), other threads' frees and the blocks
+ * on their way back to the parent included. Every block that came through a cache has its record
+ * in the map until the parent has it back, and the map and the parent change together under the
+ * lock: so a block a thread is handing back (a trim, an evicted slot, a thread's end) counts as
+ * cached here while the parent still counts it live, and the two figures agree at every moment. */
+static void cached_sum_locked(thread_cache *t, rap_resource *r, size_t *bytes, size_t *blocks) {
   *bytes = *blocks = 0;
-  pthread_mutex_lock(&t->list_lock);
-  for (tc_cache *c = t->caches; c != NULL; c = c->inst_next) {
-    spin_lock(c);
-    for (int i = 0; i < TC_SLOTS; i++) {
-      if (c->slots[i].r == NULL || (r != NULL && c->slots[i].r != r)) continue;
-      for (unsigned k = 0; k < t->ncls; k++) {
-        *bytes += c->slots[i].bins[k].n * t->cls_size[k];
-        *blocks += c->slots[i].bins[k].n;
-      }
+  for (size_t i = 0; i <= t->map.mask; i++) {
+    if (t->map.slots[i].key == 0) continue;
+    const tc_rec *rec = t->map.slots[i].value;
+    int st = __atomic_load_n(&rec->state, __ATOMIC_ACQUIRE);
+    if ((st == TC_CACHED || st == TC_XFREED) && (r == NULL || rec->r == r)) {
+      *bytes += t->cls_size[rec->cls];
+      *blocks += 1;
     }
-    for (tc_rec *x = __atomic_load_n(&c->xfree, __ATOMIC_ACQUIRE); x != NULL; x = x->next)
-      if (r == NULL || x->r == r) {
-        *bytes += t->cls_size[x->cls];
-        *blocks += 1;
-      }
-    spin_unlock(c);
   }
-  pthread_mutex_unlock(&t->list_lock);
 }
 
 static void see_through(rap_stats *out, size_t bytes, size_t blocks) {
@@ -664,12 +668,13 @@ static void see_through(rap_stats *out, size_t bytes, size_t blocks) {
 
 /* The parent's figures (of r, unless NULL), with the cached blocks moved from live to cached. */
 static int stats_through(thread_cache *t, rap_resource *r, rap_stats *out) {
-  int st;
-  if (r == NULL) RAPI_LOCKED(st, &t->lock, rap_allocator_stats(t->inner, out));
-  else RAPI_LOCKED(st, &t->lock, rap_allocator_resource_stats(t->inner, r, out));
+  size_t bytes = 0, blocks = 0;
+  rapi_held held;
+  rapi_lock(&t->lock, &held);
+  int st = r == NULL ? rap_allocator_stats(t->inner, out) : rap_allocator_resource_stats(t->inner, r, out);
+  if (st == RAP_OK) cached_sum_locked(t, r, &bytes, &blocks);
+  rapi_unlock(&held);
   if (st != RAP_OK) return st;
-  size_t bytes, blocks;
-  cached_sum(t, r, &bytes, &blocks);
   see_through(out, bytes, blocks);
   return RAP_OK;
 }
@@ -770,27 +775,45 @@ static int tc_pointer_resource(void *state, const void *ptr, rap_resource **out)
   return st;
 }
 
+/* Under lock: r's blocks that are cached or on their way back to the parent. */
+static size_t cached_of(thread_cache *t, rap_resource *r) {
+  size_t bytes, blocks;
+  cached_sum_locked(t, r, &bytes, &blocks);
+  return blocks;
+}
+
 /* Asked (commit 0): the wrapper answers for the parent too, counting the caches' blocks of r as the
  * free blocks they are: BUSY while r owns a live block (nothing changes), else the caches' blocks
- * for r go back to the parent, pending on r there, so that the parent, asked next, agrees. Told
- * (commit 1): r is forgotten. */
+ * for r go back to the parent, pending on r there, so that the parent, asked next, agrees. Blocks
+ * of r that another thread is handing back at that moment (its trim, an evicted slot, its end)
+ * are waited for: they reach the parent as soon as that thread has the lock, which is let go
+ * between the looks. Told (commit 1): r is forgotten. */
 static int tc_resource_gone(void *state, rap_resource *r, int commit) {
   thread_cache *t = state;
   if (!commit) {
     rap_stats s;
     memset(&s, 0, sizeof s);
-    int st;
-    RAPI_LOCKED(st, &t->lock, rap_allocator_resource_stats(t->inner, r, &s));
+    size_t blocks = 0;
+    rapi_held held;
+    rapi_lock(&t->lock, &held);
+    int st = rap_allocator_resource_stats(t->inner, r, &s);
+    if (st == RAP_OK) blocks = cached_of(t, r);
+    rapi_unlock(&held);
     if (st != RAP_OK) return st;
-    size_t bytes, blocks;
-    cached_sum(t, r, &bytes, &blocks);
     if (s.allocation_count > blocks) {
       size_t live = s.allocation_count - blocks;
       return rapi_fail(RAP_ERR_BUSY, "rap_resource_destroy: the resource still owns %zu live block%s "
                        "of '%s'", live, live == 1 ? "" : "s", rap_allocator_name(t->self));
     }
   }
-  flush_all(t, r);
+  for (;;) {
+    flush_all(t, r);
+    size_t left;
+    RAPI_LOCKED(left, &t->lock, cached_of(t, r));
+    if (left == 0 || commit) break;
+    if (RAPI_UNLIKELY(rapi_tc_settle_hook != NULL)) rapi_tc_settle_hook();
+    sched_yield();
+  }
   if (commit) {
     /* A parent that does not track resources let r go with blocks of it live: they belong to the
      * host from now on, so that freeing them never looks at r again. */

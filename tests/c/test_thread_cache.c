@@ -1121,3 +1121,118 @@ RAP_TEST(ThreadCache, ManagerDestroyCountsOnlyLiveBlocks) {
     free(aq), free(ah), free(mine);
   }
 }
+
+/* ---- blocks on their way back: a thread hands cached blocks to the parent ---------------------- */
+
+/* A thread caches blocks freed on a queue, then ends: its exit hands them to the parent. The seam
+ * holds the exiting thread with its batch taken out of the cache and not yet given to the parent;
+ * in that window the blocks are nobody's live blocks, so statistics count them as cached, the
+ * queue (which owns no live block) can be destroyed, and so can the allocator. */
+extern void (*rapi_tc_transit_hook)(void);
+extern void (*rapi_tc_settle_hook)(void);
+typedef struct transit {
+  rap_allocator *tc;
+  rap_resource *r;
+  gate cached;     /* opened by the thread: its blocks are in its cache */
+  gate in_window;  /* opened by the hook: the batch is on its way */
+  gate resume;     /* the hook waits for it */
+  pthread_t th;
+} transit;
+static transit the_transit;
+
+static void *transit_thread(void *arg) {
+  transit *t = arg;
+  void *p[8];
+  for (int i = 0; i < 8; i++)
+    if (rap_allocate(t->tc, &p[i], 768, t->r) != RAP_OK) p[i] = NULL;
+  for (int i = 0; i < 8; i++)
+    if (p[i] != NULL) (void)rap_deallocate(t->tc, p[i], t->r);
+  gate_open(&t->cached);
+  return NULL;   /* its exit flushes the cache, through the seam */
+}
+
+static void transit_window(void) {
+  rapi_tc_transit_hook = NULL;
+  gate_open(&the_transit.in_window);
+  gate_job(&the_transit.resume);
+}
+
+static void transit_settle(void) { gate_open(&the_transit.resume); }
+
+static transit *transit_start(rap_allocator *tc, rap_resource *r) {
+  transit *t = &the_transit;
+  *t = (transit){.tc = tc, .r = r};
+  gate_init(&t->cached);
+  gate_init(&t->in_window);
+  gate_init(&t->resume);
+  rapi_tc_transit_hook = transit_window;
+  RAP_CHECK(pthread_create(&t->th, NULL, transit_thread, t) == 0);
+  gate_job(&t->cached);
+  gate_job(&t->in_window);
+  return t;
+}
+
+static void transit_end(transit *t) {
+  gate_open(&t->resume);
+  pthread_join(t->th, NULL);
+  rapi_tc_transit_hook = NULL;
+  rapi_tc_settle_hook = NULL;
+  gate_destroy(&t->cached);
+  gate_destroy(&t->in_window);
+  gate_destroy(&t->resume);
+}
+
+RAP_TEST(ThreadCache, BlocksOnTheirWayBackAreNotLive) {
+  fx *x = fx_setup(SPEC_64K);
+  transit *t = transit_start(x->tc, x->q[1]);
+  /* Read in the window, checked once the thread has gone on (a failed check leaves nothing held). */
+  rap_stats s = tu_stats(x->tc), rq = tu_rstats(x->tc, x->q[1]), in = tu_stats(x->inner);
+  /* q1 owns no live block: its destroy waits for the batch to land, then goes. */
+  rapi_tc_settle_hook = transit_settle;
+  wd_call *c = wd_start(destroy_call, x->q[1]);
+  int st = -1;
+  gate *gates[] = {&t->resume};
+  bool finished = c != NULL && wd_finish(c, gates, 1, &st);
+  transit_end(t);
+  RAP_CHECK(finished);
+  RAP_CHECK_OK(st);
+  RAP_CHECK_EQ(in.allocation_count, 8);       /* the parent has not had them back yet */
+  RAP_CHECK_EQ(s.allocation_count, 0);        /* but none is live */
+  RAP_CHECK_EQ(rq.allocation_count, 0);
+  RAP_CHECK_EQ(s.cached_count, 8);
+  RAP_CHECK_EQ(s.cached_bytes, 8 * 768);
+  RAP_CHECK_EQ(s.current_bytes, 0);
+  x->q[1] = NULL;
+  TU_EXPECT(x->inner, allocation_count, 0);
+  TU_CHECK(x->tc);
+  fx_teardown(x);
+}
+
+static int allocator_destroy_call(void *arg) { return rap_allocator_destroy(arg); }
+
+RAP_TEST(ThreadCache, AllocatorDestroyWhileAThreadEnds) {
+  fx *x = fx_setup(SPEC_64K);
+  transit *t = transit_start(x->tc, NULL);
+  rap_stats s = tu_stats(x->tc);
+  /* The destroy finds nothing live; it then waits for the ending thread to let its cache go. */
+  wd_call *c = wd_start(allocator_destroy_call, x->tc);
+  bool asleep = c != NULL && wd_wait_asleep(c);
+  int st = -1;
+  gate *gates[] = {&t->resume};
+  gate_open(&t->resume);
+  bool finished = c != NULL && wd_finish(c, gates, 1, &st);
+  transit_end(t);
+  RAP_CHECK(asleep && finished);
+  RAP_CHECK_EQ(s.allocation_count, 0);
+  RAP_CHECK_EQ(s.cached_count, 8);
+  RAP_CHECK_OK(st);
+  TU_EXPECT(x->inner, allocation_count, 0);
+  TU_CHECK(x->inner);
+  for (int i = 1; i <= 3; i++) gate_open(x->g[i]);
+  destroy_clean(x->rm);
+  for (int i = 1; i <= 3; i++) {
+    gate_destroy(x->g[i]);
+    free(x->g[i]);
+  }
+  free(x);
+}
