@@ -24,8 +24,26 @@ static int gpu_error(const char *call, gpuError_t e) {
   return rapi_fail(RAP_ERR_BACKEND, "%s: %s", call, gpuGetErrorString(e));
 }
 
+/* Calls on a stream run with the stream's device current: an event must be created on, and
+ * recorded to, a stream of its own device, and the special handles (the legacy and per-thread
+ * default streams) mean the current device's stream. The calling thread's current device is its
+ * own business: it is switched only when it differs, and put back after. */
+static gpuError_t enter_device(const gpu_res *c, int *saved) {
+  gpuError_t e = gpuGetDevice(saved);
+  if (e == gpuSuccess && *saved != c->device) e = gpuSetDevice(c->device);
+  return e;
+}
+
+static void leave_device(const gpu_res *c, int saved) {
+  if (saved != c->device && saved >= 0) (void)gpuSetDevice(saved);
+}
+
 static int cr_synchronize(rap_resource *r) {
-  gpuError_t e = gpuStreamSynchronize(((gpu_res *)r)->stream);
+  gpu_res *c = (gpu_res *)r;
+  int saved = -1;
+  gpuError_t e = enter_device(c, &saved);
+  if (e == gpuSuccess) e = gpuStreamSynchronize(c->stream);
+  leave_device(c, saved);
   return e == gpuSuccess ? RAP_OK : gpu_error(GPU_PREFIX "StreamSynchronize", e);
 }
 
@@ -52,40 +70,50 @@ static int cr_submit(rap_resource *r, void (*fn)(void *), void *arg) {
     return rapi_fail(RAP_ERR_NOMEM, "hip resource: out of host memory for a host function");
   hc->fn = fn;
   hc->arg = arg;
-  hipError_t e = hipStreamAddCallback(((gpu_res *)r)->stream, run_host_call, hc, 0);
+  int saved = -1;
+  hipError_t e = enter_device((gpu_res *)r, &saved);
+  if (e == hipSuccess) e = hipStreamAddCallback(((gpu_res *)r)->stream, run_host_call, hc, 0);
+  leave_device((gpu_res *)r, saved);
   if (e == hipSuccess) return RAP_OK;
   free(hc);
   return gpu_error("hipStreamAddCallback", e);
 }
 #else
 static int cr_submit(rap_resource *r, void (*fn)(void *), void *arg) {
-  cudaError_t e = cudaLaunchHostFunc(((gpu_res *)r)->stream, fn, arg);
+  int saved = -1;
+  cudaError_t e = enter_device((gpu_res *)r, &saved);
+  if (e == cudaSuccess) e = cudaLaunchHostFunc(((gpu_res *)r)->stream, fn, arg);
+  leave_device((gpu_res *)r, saved);
   return e == cudaSuccess ? RAP_OK : gpu_error("cudaLaunchHostFunc", e);
 }
 #endif
 
 static int cr_record(rap_resource *r, rapi_event **out) {
   gpu_res *c = (gpu_res *)r;
+  int saved = -1;
+  gpuError_t e = enter_device(c, &saved);
+  if (e != gpuSuccess) {
+    leave_device(c, saved);
+    return gpu_error(GPU_PREFIX "SetDevice", e);
+  }
   rapi_event *ev = rapi_event_pool_get(r);
   if (ev == NULL) {
     ev = rapi_calloc(1, sizeof *ev);
-    if (ev == NULL)
-      return rapi_fail(RAP_ERR_NOMEM, GPU_KIND " resource: out of host memory for an event");
-    int saved = c->device;
-    gpuError_t e = gpuGetDevice(&saved);
-    if (e == gpuSuccess && saved != c->device) e = gpuSetDevice(c->device);
     gpuEvent_t h = NULL;
-    if (e == gpuSuccess) e = gpuEventCreateWithFlags(&h, gpuEventDisableTiming);
-    if (saved != c->device) (void)gpuSetDevice(saved);
-    if (e != gpuSuccess) {
+    e = ev == NULL ? gpuSuccess : gpuEventCreateWithFlags(&h, gpuEventDisableTiming);
+    if (ev == NULL || e != gpuSuccess) {
+      leave_device(c, saved);
       free(ev);
+      if (ev == NULL)
+        return rapi_fail(RAP_ERR_NOMEM, GPU_KIND " resource: out of host memory for an event");
       return gpu_error(GPU_PREFIX "EventCreateWithFlags", e);
     }
     ev->r = r;
     ev->handle = h;
     __atomic_fetch_add(&r->events_created, 1, __ATOMIC_RELAXED);
   }
-  gpuError_t e = gpuEventRecord((gpuEvent_t)ev->handle, c->stream);
+  e = gpuEventRecord((gpuEvent_t)ev->handle, c->stream);
+  leave_device(c, saved);
   if (e != gpuSuccess) {
     rapi_event_pool_put(r, ev);
     return gpu_error(GPU_PREFIX "EventRecord", e);
@@ -111,7 +139,10 @@ static void cr_event_release(rapi_event *ev) { rapi_event_pool_put(ev->r, ev); }
 static int cr_wait(rap_resource *r, rapi_event *ev) {
   if (ev->r->ops != r->ops) return RAPI_HOST_WAIT;   /* no device-side wait for a CPU queue */
   if (ev->r->key == r->key) return RAP_OK;
-  gpuError_t e = gpuStreamWaitEvent(((gpu_res *)r)->stream, (gpuEvent_t)ev->handle, 0);
+  int saved = -1;
+  gpuError_t e = enter_device((gpu_res *)r, &saved);
+  if (e == gpuSuccess) e = gpuStreamWaitEvent(((gpu_res *)r)->stream, (gpuEvent_t)ev->handle, 0);
+  leave_device((gpu_res *)r, saved);
   return e == gpuSuccess ? RAP_OK : gpu_error(GPU_PREFIX "StreamWaitEvent", e);
 }
 

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 #include <rap/cuda.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -211,5 +212,146 @@ RAP_TEST(Peers, OnePoolStreamsOfBothDevices) {
   for (int d = 0; d < 2; d++) RAP_CHECK(cudaFree(out[d]) == cudaSuccess);
   RAP_CHECK_OK(rap_resource_synchronize(r[0]));
   RAP_CHECK_OK(rap_resource_synchronize(r[1]));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* A ThreadCache over device 0's memory caches a block that device 1's stream freed; then device 1's
+ * access is taken back. The cached block is the stream's still (its work may touch it), and it goes
+ * back to the pool pending on that stream, never dropped: the stream's destroy succeeds and the
+ * manager goes with nothing leaked. */
+static int warnings_seen;
+static char first_warning[512];
+static void count_warnings(int level, const char *message, void *user) {
+  (void)user;
+  if (level < RAP_LOG_WARN) return;
+  if (__atomic_fetch_add(&warnings_seen, 1, __ATOMIC_RELAXED) == 0)
+    snprintf(first_warning, sizeof first_warning, "%s", message);
+}
+
+RAP_TEST(Peers, RevokedAccessKeepsCachedBlocks) {
+  need_two_devices();
+  rap_manager *rm;
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
+  rap_allocator *tc;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "tc", "ThreadCache(ResourceAwarePool(DEVICE::0, initial_size=8MiB))", &tc));
+  rap_allocator *inner = rap_allocator_parent(tc);
+  RAP_CHECK_OK(rap_allocator_set_peer_access(tc, 1, 1));
+  rap_resource *r1 = stream_on(rm, 1);
+  void *p = NULL;
+  RAP_CHECK_OK(rap_allocate(tc, &p, 4096, r1));
+  RAP_CHECK_OK(rap_deallocate(tc, p, r1));   /* into this thread's cache */
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(tc, &s));
+  RAP_CHECK_EQ(s.cached_count, 1);
+  __atomic_store_n(&warnings_seen, 0, __ATOMIC_RELAXED);
+  RAP_CHECK_OK(rap_log_set_handler(count_warnings, NULL));
+  RAP_CHECK_OK(rap_allocator_set_peer_access(tc, 1, 0));
+  RAP_CHECK_STATUS(rap_allocate(tc, &p, 4096, r1), RAP_ERR_INVALID);   /* not handed to r1 again */
+  int st = rap_resource_destroy(r1);
+  char why[512];
+  snprintf(why, sizeof why, "%s", rap_last_error());
+  RAP_CHECK_OK(rap_allocator_stats(inner, &s));
+  int st_mgr = RAP_OK;
+  if (st == RAP_OK) st_mgr = rap_manager_destroy(rm);
+  RAP_CHECK_OK(rap_log_set_handler(NULL, NULL));
+  if (st != RAP_OK) rap_test_fail(__FILE__, __LINE__, "rap_resource_destroy(device 1's stream): %s", why);
+  RAP_CHECK_EQ(s.allocation_count, 0);
+  RAP_CHECK_OK(st_mgr);
+  if (warnings_seen != 0) rap_test_fail(__FILE__, __LINE__, "%d warnings, the first: %s", warnings_seen, first_warning);
+}
+
+/* Threads free blocks of streams of both devices while their own current device is the other one:
+ * real streams and each device's legacy default stream. Fences (events recorded on the streams),
+ * polls, synchronizes and waits between the devices all succeed, nothing is logged, and every
+ * block comes back; each thread's current device is what it set. */
+typedef struct cross_arg {
+  rap_allocator *pool;
+  rap_resource *r[4];
+  int mine;          /* the thread's current device: the other one than its streams' */
+  int failures;
+  char why[256];
+} cross_arg;
+
+static void *cross_thread(void *arg) {
+  cross_arg *a = arg;
+  if (cudaSetDevice(a->mine) != cudaSuccess) {
+    a->failures++;
+    return NULL;
+  }
+  void *p[40];
+  for (int round = 0; round < 20; round++) {
+    rap_resource *r = a->r[round % 4];
+    int n = 20 + round % 20;   /* past the eager fence of 16 pending blocks */
+    for (int i = 0; i < n; i++)
+      if (rap_allocate(a->pool, &p[i], 4096 * (size_t)(1 + i % 7), r) != RAP_OK) {
+        snprintf(a->why, sizeof a->why, "allocate: %s", rap_last_error());
+        a->failures++;
+        p[i] = NULL;
+      }
+    for (int i = 0; i < n; i++)
+      if (p[i] != NULL && rap_deallocate(a->pool, p[i], r) != RAP_OK) {
+        snprintf(a->why, sizeof a->why, "deallocate: %s", rap_last_error());
+        a->failures++;
+      }
+    if (round % 5 == 4 && rap_resource_synchronize(r) != RAP_OK) {
+      snprintf(a->why, sizeof a->why, "synchronize: %s", rap_last_error());
+      a->failures++;
+    }
+  }
+  int now = -1;
+  if (cudaGetDevice(&now) != cudaSuccess || now != a->mine) {
+    snprintf(a->why, sizeof a->why, "the thread's current device became %d", now);
+    a->failures++;
+  }
+  return NULL;
+}
+
+RAP_TEST(Peers, StreamCallsWhateverTheCurrentDevice) {
+  need_two_devices();
+  rap_manager *rm;
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
+  rap_allocator *pool;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", "ThreadSafe(ResourceAwarePool(DEVICE::0, initial_size=64MiB, cross_resource=wait))", &pool));
+  RAP_CHECK_OK(rap_allocator_set_peer_access(pool, 1, 1));
+  rap_resource *streams[2][4];
+  for (int d = 0; d < 2; d++) {
+    RAP_CHECK(cudaSetDevice(d) == cudaSuccess);
+    for (int k = 0; k < 3; k++) RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &streams[d][k]));
+    RAP_CHECK_OK(rap_resource_create_cuda(rm, (cudaStream_t)0, &streams[d][3]));   /* legacy default */
+  }
+  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
+  __atomic_store_n(&warnings_seen, 0, __ATOMIC_RELAXED);
+  RAP_CHECK_OK(rap_log_set_handler(count_warnings, NULL));
+  cross_arg args[4];
+  pthread_t th[4];
+  for (int t = 0; t < 4; t++) {
+    int dev = t % 2;   /* the streams' device; the thread runs with the other one current */
+    args[t] = (cross_arg){.pool = pool, .mine = 1 - dev};
+    for (int k = 0; k < 4; k++) args[t].r[k] = streams[dev][k];
+    RAP_CHECK(pthread_create(&th[t], NULL, cross_thread, &args[t]) == 0);
+  }
+  for (int t = 0; t < 4; t++) pthread_join(th[t], NULL);
+  /* Blocks of device 1's streams handed to device 0's (the wait between the devices' streams). */
+  for (int i = 0; i < 40; i++) {
+    void *p = NULL;
+    RAP_CHECK(cudaSetDevice(i % 2) == cudaSuccess);
+    RAP_CHECK_OK(rap_allocate(pool, &p, 4096 * (size_t)(1 + i % 5), streams[i % 2][i % 4]));
+    RAP_CHECK_OK(rap_deallocate(pool, p, streams[i % 2][i % 4]));
+    RAP_CHECK_OK(rap_allocate(pool, &p, 4096 * (size_t)(1 + i % 5), streams[1 - i % 2][(i + 1) % 4]));
+    RAP_CHECK_OK(rap_deallocate(pool, p, NULL));
+  }
+  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; k < 4; k++) RAP_CHECK_OK(rap_resource_synchronize(streams[d][k]));
+  RAP_CHECK_OK(rap_log_set_handler(NULL, NULL));
+  for (int t = 0; t < 4; t++)
+    if (args[t].failures) rap_test_fail(__FILE__, __LINE__, "thread %d: %d failures, the last: %s", t, args[t].failures, args[t].why);
+  if (warnings_seen != 0) rap_test_fail(__FILE__, __LINE__, "%d warnings, the first: %s", warnings_seen, first_warning);
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(pool, &s));
+  RAP_CHECK_EQ(s.allocation_count, 0);
+  RAP_CHECK_OK(rap_allocator_check(pool));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
