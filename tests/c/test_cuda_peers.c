@@ -243,7 +243,7 @@ RAP_TEST(Peers, RevokedAccessKeepsCachedBlocks) {
   RAP_CHECK_OK(rap_deallocate(tc, p, r1));   /* into this thread's cache */
   rap_stats s;
   RAP_CHECK_OK(rap_allocator_stats(tc, &s));
-  RAP_CHECK_EQ(s.cached_count, 1);
+  RAP_CHECK(s.cached_count >= 1);   /* the block, and what the cache's refill took with it */
   __atomic_store_n(&warnings_seen, 0, __ATOMIC_RELAXED);
   RAP_CHECK_OK(rap_log_set_handler(count_warnings, NULL));
   RAP_CHECK_OK(rap_allocator_set_peer_access(tc, 1, 0));
@@ -345,13 +345,16 @@ RAP_TEST(Peers, StreamCallsWhateverTheCurrentDevice) {
   RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
   for (int d = 0; d < 2; d++)
     for (int k = 0; k < 4; k++) RAP_CHECK_OK(rap_resource_synchronize(streams[d][k]));
-  RAP_CHECK_OK(rap_log_set_handler(NULL, NULL));
   for (int t = 0; t < 4; t++)
     if (args[t].failures) rap_test_fail(__FILE__, __LINE__, "thread %d: %d failures, the last: %s", t, args[t].failures, args[t].why);
-  if (warnings_seen != 0) rap_test_fail(__FILE__, __LINE__, "%d warnings, the first: %s", warnings_seen, first_warning);
   rap_stats s;
   RAP_CHECK_OK(rap_allocator_stats(pool, &s));
   RAP_CHECK_EQ(s.allocation_count, 0);
   RAP_CHECK_OK(rap_allocator_check(pool));
-  RAP_CHECK_OK(rap_manager_destroy(rm));
+  RAP_CHECK(cudaSetDevice(1) == cudaSuccess);   /* the teardown's fences, from the other device too */
+  int st = rap_manager_destroy(rm);
+  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
+  RAP_CHECK_OK(rap_log_set_handler(NULL, NULL));
+  RAP_CHECK_OK(st);
+  if (warnings_seen != 0) rap_test_fail(__FILE__, __LINE__, "%d warnings, the first: %s", warnings_seen, first_warning);
 }
