@@ -139,14 +139,19 @@ typedef struct rapi_option {
   char *key, *value;
   bool used;
 } rapi_option;
+#define RAPI_OPTIONS_ASKED 16
 struct rap_options {
   rapi_option *items;
   size_t count;
   const char *owner;   /* strategy name, for sentences */
+  unsigned asked;      /* the keys init asked for, given or not: what a misspelt key is matched to */
+  char asked_keys[RAPI_OPTIONS_ASKED][32];
 };
 int  rapi_options_parse(const char *text, const char *owner, rap_options *out);
 int  rapi_options_add(rap_options *opts, const char *key, size_t klen, const char *value, size_t vlen);
 int  rapi_options_check_unused(const rap_options *opts);
+int  rapi_options_misspelt(const rap_options *opts);
+size_t rapi_edit_distance(const char *a, const char *b);
 void rapi_options_free(rap_options *opts);
 int  rapi_parse_size(const char *text, size_t *out);   /* RAP_OK or RAP_ERR_INVALID, no sentence */
 
@@ -441,6 +446,7 @@ const rap_strategy *rapi_registry_builtin(const char *name);
 /* Platform allocator by name: fills *strategy and the options text; RAP_ERR_NOT_FOUND if none. */
 int  rapi_registry_platform(const char *name, const rap_strategy **strategy, char *opts, size_t cap);
 void rapi_registry_names(char *buf, size_t cap);   /* the built-in strategies, for sentences */
+const char *rapi_registry_closest(const char *name); /* a built-in one slip from name, or NULL */
 void rapi_env_var(const char *name, char *var, size_t cap);   /* RAP_ALLOCATOR_<NAME> of a name */
 
 /* ---- resources/tracked.c: the tracked pass-through body ---------------------------------------

@@ -61,10 +61,11 @@ def version():
 
 
 def check_spec(spec):
-    """True when spec parses as an allocator spec, such as
+    """True when an allocator could be made from spec, such as
     "ThreadSafe(ResourceAwarePool(SizeLimiter(DEVICE, limit=8GiB), initial_size=1GiB))";
-    ValueError with rap's sentence (naming the column) when it does not. Syntax only: strategy
-    names and options are checked when an allocator is made from it."""
+    ValueError with rap's sentence when it could not. Names, options and values are checked as
+    rap_allocator_make checks them; device specs are checked without a device (their memory
+    stands in as the host's), and nothing is allocated."""
     if not isinstance(spec, str):
         raise TypeError("check_spec takes a str, not %s" % type(spec).__name__)
     lib = _library()
