@@ -278,6 +278,11 @@ struct rap_allocator {
   uint64_t devices_ok;            /* atomic: the devices whose streams may use this memory, as bits:
                                      all for host memory, the device and the peers granted access
                                      for device memory (its chain's root decides; see peer.c) */
+  /* One thread at a time inside a plain pool (allocator.c, "the thread guard"): */
+  uintptr_t owner;                /* atomic: the thread the guard is biased to, or 0 */
+  int busy;                       /* atomic: the owner is inside a call */
+  int gate;                       /* atomic: a thread not the owner is inside, or taking over */
+  bool plain;                     /* a pool that serves one thread at a time (QuickPool, ...) */
   rap_allocator *parent;
   char *name;
   size_t alignment;
