@@ -72,7 +72,9 @@ size_t rap_allocator_alignment(const rap_allocator *a) { return a ? a->alignment
  * owner's `busy` is seen (it is inside: the newcomer is refused and gives ownership back) or the
  * old owner sees the new one and goes the slow way itself, where the gate refuses it. Handing a
  * pool from thread to thread therefore costs a system call at each change of thread, nothing
- * while one thread keeps it. Without membarrier every call takes the gate. */
+ * while one thread keeps it. Without membarrier every call takes the gate. The owner's part is
+ * inline in the strategies' entry functions (RAPI_GUARDED, rap_internal.h), where it adds no call
+ * of its own; the rest is here. */
 
 static int membarrier_ok;   /* atomic: 0 unknown, 1 registered, -1 not available */
 
@@ -85,14 +87,6 @@ static bool membarrier_ready(void) {
   return ok > 0;
 }
 
-static inline uintptr_t self_thread(void) {
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
-  return (uintptr_t)__builtin_thread_pointer();
-#else
-  return (uintptr_t)pthread_self();
-#endif
-}
-
 static RAPI_NOINLINE int two_threads(const char *fn, const rap_allocator *a) {
   return rapi_fail(RAP_ERR_BUSY, "%s('%s'): another thread is inside this %s at the same time; a "
                    "plain pool serves one thread at a time: wrap it in ThreadSafe(...) or "
@@ -100,22 +94,10 @@ static RAPI_NOINLINE int two_threads(const char *fn, const rap_allocator *a) {
                    a->name, a->strategy->name, a->strategy->name);
 }
 
-static inline bool guarded(const rap_allocator *a) {
-  return RAPI_UNLIKELY(a->plain) && __atomic_load_n(&a->guard_lock, __ATOMIC_RELAXED) == NULL;
-}
-
-/* The owner's way in: true when it may run (then guard_leave(a, true)). */
-static inline bool guard_fast(rap_allocator *a, uintptr_t me) {
-  if (__atomic_load_n(&a->owner, __ATOMIC_RELAXED) != me) return false;
-  __atomic_store_n(&a->busy, 1, __ATOMIC_RELAXED);
-  __atomic_signal_fence(__ATOMIC_SEQ_CST);   /* the other half of the barrier is membarrier's */
-  if (RAPI_LIKELY(__atomic_load_n(&a->owner, __ATOMIC_ACQUIRE) == me)) return true;
-  __atomic_store_n(&a->busy, 0, __ATOMIC_RELEASE);   /* taken over while coming in */
-  return false;
-}
-
-/* Everyone else's: RAP_OK with the gate held (then guard_leave(a, false)), or RAP_ERR_BUSY. */
-static RAPI_NOINLINE int guard_slow(rap_allocator *a, uintptr_t me, const char *fn) {
+/* Everyone but the owner: the mode to leave with, or RAP_ERR_BUSY. */
+int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn) {
+  if (__atomic_load_n(&a->guard_lock, __ATOMIC_RELAXED) != NULL)
+    return RAPI_GUARD_NONE;   /* a wrapper above orders the threads */
   int open = 0;
   if (!__atomic_compare_exchange_n(&a->gate, &open, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
     return two_threads(fn, a);
@@ -129,21 +111,8 @@ static RAPI_NOINLINE int guard_slow(rap_allocator *a, uintptr_t me, const char *
       return two_threads(fn, a);
     }
   }   /* without membarrier no pool is ever biased: every call comes through the gate */
-  return RAP_OK;
+  return RAPI_GUARD_GATE;
 }
-
-static inline void guard_leave(rap_allocator *a, bool fast) {
-  __atomic_store_n(fast ? &a->busy : &a->gate, 0, __ATOMIC_RELEASE);
-}
-
-#define RAPI_GUARDED(st, a, fn, call)                                                              \
-  do {                                                                                             \
-    uintptr_t me_ = self_thread();                                                                 \
-    bool fast_ = guard_fast((a), me_);                                                             \
-    if (!fast_ && ((st) = guard_slow((a), me_, (fn))) != RAP_OK) break;                            \
-    (st) = (call);                                                                                 \
-    guard_leave((a), fast_);                                                                       \
-  } while (0)
 
 /* ---- blocks: the hot entry points go straight to the strategy ------------------------------- */
 
@@ -173,8 +142,7 @@ static RAPI_NOINLINE int oom_retry(rap_allocator *a, void **out, size_t bytes, r
     if (rapi_log_on(RAP_LOG_DEBUG))
       rap_log(RAP_LOG_DEBUG, "%s: out of memory for %zu bytes; the handler asks for attempt %d",
               a->name, bytes, attempt + 1);
-    if (guarded(a)) RAPI_GUARDED(st, a, "rap_allocate", a->strategy->allocate(a->state, out, bytes, r));
-    else st = a->strategy->allocate(a->state, out, bytes, r);
+    st = a->strategy->allocate(a->state, out, bytes, r);
   }
   return st;
 }
@@ -216,9 +184,7 @@ static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t b
   if (capture_refused(a, r)) return capturing("rap_allocate", a, r);
   if (r != NULL && foreign_device(a, r)) return wrong_device("rap_allocate", a, r);
   rapi_trace_depth++;
-  int st;
-  if (guarded(a)) RAPI_GUARDED(st, a, "rap_allocate", a->strategy->allocate(a->state, out, bytes, r));
-  else st = a->strategy->allocate(a->state, out, bytes, r);
+  int st = a->strategy->allocate(a->state, out, bytes, r);
   if (st == RAP_ERR_NOMEM && __atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)
     st = oom_retry(a, out, bytes, r);
   rapi_trace_depth--;
@@ -236,9 +202,7 @@ int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
                                       (foreign_device(a, r) != 0)) |
                         rapi_slow_calls()))
     return allocate_checked(a, out, bytes, r);
-  int st;
-  if (guarded(a)) RAPI_GUARDED(st, a, "rap_allocate", a->strategy->allocate(a->state, out, bytes, r));
-  else st = a->strategy->allocate(a->state, out, bytes, r);
+  int st = a->strategy->allocate(a->state, out, bytes, r);
   if (RAPI_UNLIKELY(st == RAP_ERR_NOMEM) && __atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)
     return oom_retry(a, out, bytes, r);
   return st;
@@ -258,9 +222,7 @@ static RAPI_NOINLINE int deallocate_checked(rap_allocator *a, void *ptr, rap_res
   if (r != NULL && foreign_device(a, r)) return wrong_device("rap_deallocate", a, r);
   RAPI_TRACE("dealloc", a, r, ptr, 0, NULL);
   rapi_trace_depth++;
-  int st;
-  if (guarded(a)) RAPI_GUARDED(st, a, "rap_deallocate", a->strategy->deallocate(a->state, ptr, r));
-  else st = a->strategy->deallocate(a->state, ptr, r);
+  int st = a->strategy->deallocate(a->state, ptr, r);
   rapi_trace_depth--;
   if (st != RAP_OK) RAPI_TRACE("refused", a, r, ptr, 0, ",\"status\":\"%s\"", rap_status_name(st));
   return debugged(a, "rap_deallocate", st);
@@ -272,19 +234,12 @@ int rap_deallocate(rap_allocator *a, void *ptr, rap_resource *r) {
                                       (foreign_device(a, r) != 0)) |
                         rapi_slow_calls()))
     return deallocate_checked(a, ptr, r);
-  if (!guarded(a)) return a->strategy->deallocate(a->state, ptr, r);
-  int st;
-  RAPI_GUARDED(st, a, "rap_deallocate", a->strategy->deallocate(a->state, ptr, r));
-  return st;
+  return a->strategy->deallocate(a->state, ptr, r);
 }
 
 int rap_release(rap_allocator *a) {
   if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_release: allocator is NULL");
-  int st = RAP_OK;
-  if (a->strategy->release != NULL && guarded(a))
-    RAPI_GUARDED(st, a, "rap_release", a->strategy->release(a->state));
-  else if (a->strategy->release != NULL)
-    st = a->strategy->release(a->state);
+  int st = a->strategy->release ? a->strategy->release(a->state) : RAP_OK;
   return RAPI_UNLIKELY(rapi_debug_level() > 0) ? debugged(a, "rap_release", st) : st;
 }
 
@@ -304,9 +259,7 @@ int rap_record_resource(rap_allocator *a, void *ptr, rap_resource *r) {
     return rapi_fail(RAP_ERR_UNSUPPORTED,
                      "rap_record_resource('%s'): %s does not track resources", a->name,
                      a->strategy->name);
-  int st;
-  if (guarded(a)) RAPI_GUARDED(st, a, "rap_record_resource", a->strategy->record_resource(a->state, ptr, r));
-  else st = a->strategy->record_resource(a->state, ptr, r);
+  int st = a->strategy->record_resource(a->state, ptr, r);
   return RAPI_UNLIKELY(rapi_debug_level() > 0) ? debugged(a, "rap_record_resource", st) : st;
 }
 

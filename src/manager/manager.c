@@ -188,8 +188,6 @@ static int create_locked(rap_manager *rm, const char *name, const rap_strategy *
                                                           s == &rapi_fault_strategy);
   a->name = dup;
   a->alignment = 1;
-  a->plain = s == &rapi_quick_pool_strategy || s == &rapi_dynamic_pool_list_strategy ||
-             s == &rapi_resource_aware_pool_strategy || s == &rapi_fixed_pool_strategy;
   /* Host memory serves every device's streams; a device platform narrows this in its init, and
    * everything above it inherits the platform's (rap_allocator_set_peer_access changes them all). */
   a->devices_ok = parent != NULL ? __atomic_load_n(&parent->devices_ok, __ATOMIC_RELAXED) : ~(uint64_t)0;
