@@ -8,14 +8,15 @@ log=${1:-build}/Testing/Temporary/LastTest.log
 [ -f "$log" ] || exit 0
 total=$(grep -cE '^[0-9]+/[0-9]+ Test: ' "$log")
 passed=$(grep -cE '^Test Passed\.' "$log")
-failed=$((total - passed))
+skips=$(grep -cE '^Skip regular expression found' "$log")   # ctest's own word for a skip
+failed=$((total - passed - skips))
 ok=$(grep -cE '^\[       OK \] [A-Za-z0-9_/.]+ \(' "$log")
 skipped=$(grep -cE '^\[  SKIPPED \] [A-Za-z0-9_/.]+ \(' "$log")
 gpu=$(grep -cE '^\[       OK \] (Cuda|Hip)[A-Za-z0-9_]*\.' "$log")
 other=$((total - failed - ok - skipped))
 why=$(grep -m1 -E '^no CUDA device: ' "$log" | sed 's/^no CUDA device: //')
 line="make test: $total ctest entries = $ok GoogleTest cases passed"
-[ "$gpu" -gt 0 ] && line="$line ($gpu on the GPU)"
+[ "$gpu" -gt 0 ] && [ "$skipped" -eq 0 ] && line="$line ($gpu on the GPU)"
 if [ "$skipped" -gt 0 ]; then
   line="$line + $skipped GPU cases skipped"
   [ -n "$why" ] && line="$line ($why)"
