@@ -46,6 +46,10 @@ static RAPI_NOINLINE int debugged(rap_allocator *a, const char *fn, int st) {
     char saved[512];
     snprintf(saved, sizeof saved, "%s", rap_last_error());
     int chk = a->strategy->check(a->state);
+    if (chk == RAP_ERR_BUSY) {   /* another thread is inside this plain pool: no walk now */
+      if (st != RAP_OK) rapi_fail(st, "%s", saved);
+      return st;
+    }
     if (chk != RAP_OK) return chk;
     if (st != RAP_OK) rapi_fail(st, "%s", saved);   /* the call's own sentence stays */
   }

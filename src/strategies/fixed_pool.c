@@ -240,7 +240,7 @@ static int fp_owns(void *state, const void *ptr) {   /* from any thread: a seqlo
   return rapi_map_contains_shared(&((fixed_pool *)state)->live, ptr);
 }
 
-static int fp_check(void *state) {
+static int fp_check_body(void *state) {
   fixed_pool *fp = state;
   size_t used = 0, chunks = 0, requested = 0;
   for (fp_chunk *c = fp->chunks; c != NULL; c = c->next) {
@@ -256,6 +256,12 @@ static int fp_check(void *state) {
     return rapi_fail(RAP_ERR_CORRUPT, "%s: %zu objects in chunks, %zu in the map, %zu counted",
                      rap_allocator_name(fp->self), used, fp->live.count, fp->count);
   return RAP_OK;
+}
+
+static int fp_check(void *state) {
+  int st;
+  RAPI_GUARDED(st, ((fixed_pool *)state)->self, "rap_allocator_check", fp_check_body(state));
+  return st;
 }
 
 const rap_strategy rapi_fixed_pool_strategy = {

@@ -106,7 +106,11 @@ int rapi_quick_pool_owns(void *state, const void *ptr) {
   return rapi_map_contains_shared(&((rapi_bp *)state)->used, ptr);
 }
 
-int rapi_quick_pool_check(void *state) { return rapi_bp_check(state); }
+int rapi_quick_pool_check(void *state) {
+  int st;
+  RAPI_GUARDED(st, ((rapi_bp *)state)->self, "rap_allocator_check", rapi_bp_check(state));
+  return st;
+}
 
 const rap_strategy rapi_quick_pool_strategy = {
     .version = RAP_STRATEGY_VERSION,

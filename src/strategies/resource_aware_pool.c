@@ -754,7 +754,7 @@ static int check_rstate(ra_pool *p, rstate *rs, size_t *pending, size_t *used, s
   return RAP_OK;
 }
 
-static int ra_check(void *state) {
+static int ra_check_body(void *state) {
   ra_pool *p = state;
   int st = rapi_bp_check(&p->bp);
   if (st != RAP_OK) return st;
@@ -773,6 +773,12 @@ static int ra_check(void *state) {
                    rap_allocator_name(p->bp.self), pending, used, p->bp.pending_count,
                    p->bp.allocation_count);
   return RAP_OK;
+}
+
+static int ra_check(void *state) {
+  int st;
+  RAPI_GUARDED(st, ((ra_pool *)state)->bp.self, "rap_allocator_check", ra_check_body(state));
+  return st;
 }
 
 /* ---- life cycle ----------------------------------------------------------------------------- */
