@@ -317,7 +317,8 @@ static int check_device_options(const rap_strategy *s, const char *name, const c
 }
 
 /* build() for a check: device platforms and strategies become HOST once their names and options
- * passed (in a build without CUDA they are made, and refused, as they would be). */
+ * passed, in any build: a spec is checked for the machine it will run on, which may have a GPU
+ * where this one, or this build, has none. */
 static int build_check(rap_manager *rm, node *n, const char *name, rap_allocator **out) {
   if (n->leaf) {
     const rap_strategy *platform = NULL;
@@ -325,7 +326,7 @@ static int build_check(rap_manager *rm, node *n, const char *name, rap_allocator
     int st = rapi_registry_platform(n->name, &platform, opts, sizeof opts);
     if (st != RAP_OK) return st;
     bool device = platform == &rapi_cuda_platform || platform == &rapi_device_vmm_strategy;
-    return rap_allocator_get(rm, device && rapi_cuda_compiled() ? "HOST" : n->name, out);
+    return rap_allocator_get(rm, device ? "HOST" : n->name, out);
   }
   const rap_strategy *s = rapi_registry_builtin(n->name);
   rap_allocator *parent = NULL;
@@ -337,7 +338,7 @@ static int build_check(rap_manager *rm, node *n, const char *name, rap_allocator
     int st = build_check(rm, n->parent, inner, &parent);
     if (st != RAP_OK) return st;
   }
-  if (s != NULL && device_strategy(s) && rapi_cuda_compiled()) {
+  if (s != NULL && device_strategy(s)) {
     int st = check_device_options(s, name, n->options, parent != NULL,
                                   parent != NULL ? rap_allocator_name(parent) : "");
     return st != RAP_OK ? st : rap_allocator_get(rm, "HOST", out);
