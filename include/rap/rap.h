@@ -101,8 +101,9 @@ int  rap_allocator_make_spec(rap_manager *rm, const char *name, const char *spec
      /* "ThreadSafe(ResourceAwarePool(SizeLimiter(DEVICE, limit=8GiB), initial_size=1GiB))":
         inner allocators are named "name/ResourceAwarePool", "name/ResourceAwarePool/SizeLimiter".
         RAP_ALLOCATOR_<NAME>=spec in the environment replaces the spec, or a rap_allocator_make. */
-int  rap_spec_check(const char *spec);   /* RAP_OK when spec parses (syntax only; names and options
-                                           are checked when made); nothing is made */
+int  rap_spec_check(const char *spec);   /* RAP_OK when rap_allocator_make_spec could make spec: names,
+                                           options and values checked (device specs without a
+                                           device); no pool memory is taken */
 int  rap_allocator_destroy(rap_allocator *a);   /* RAP_ERR_BUSY while it has live blocks or children */
 int  rap_allocator_find(rap_manager *rm, const void *ptr, rap_allocator **out);
 const char *rap_allocator_name(const rap_allocator *a);

@@ -344,7 +344,17 @@ int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
 static int grow(rapi_bp *bp, size_t size, rapi_block **out) {
   size_t least = bp->chunk_count == 0 ? bp->initial_size : bp->next_size;
   size_t usable = rapi_align_up(size > least ? size : least, bp->alignment);
-  return rapi_bp_grow_exact(bp, usable, out);
+  int st = rapi_bp_grow_exact(bp, usable, out);
+  if (st == RAP_ERR_NOMEM && bp->chunk_count == 0 && least > size) {
+    /* The user's option sized the chunk that did not fit: the sentence names it. */
+    char want[32], why[400];
+    rapi_format_size(want, sizeof want, usable);
+    snprintf(why, sizeof why, "%s", rap_last_error());
+    rapi_fail(st, "%s: the pool's first chunk, %s from its option initial_size, does not fit in '%s' "
+              "(%s); a smaller initial_size would start it", rap_allocator_name(bp->self), want,
+              rap_allocator_name(bp->parent), why);
+  }
+  return st;
 }
 
 /* ---- chunks that grow and shrink at their ends (a resizable parent: HOST_VMM, DEVICE_VMM) ------

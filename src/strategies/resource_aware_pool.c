@@ -582,7 +582,7 @@ static RAPI_NOINLINE int ra_allocate_slow(ra_pool *p, rstate *rs, void **out, si
 }
 
 /* The hit path: one compare finds the resource; its own pending blocks first, then free ones. */
-static int ra_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+static RAPI_INLINE int ra_allocate_body(void *state, void **out, size_t bytes, rap_resource *r) {
   ra_pool *p = state;
   rstate *rs = lookup(p, r ? r : &rap_allocator_manager(p->bp.self)->host);
   if (RAPI_UNLIKELY(rs == NULL))
@@ -597,7 +597,14 @@ static int ra_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   return finish_allocate(p, rs, b, bytes, out);
 }
 
-static int ra_deallocate(void *state, void *ptr, rap_resource *r) {
+/* The table's entry points: the bodies inside the thread guard. */
+static int ra_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+  int st;
+  RAPI_GUARDED(st, ((ra_pool *)state)->bp.self, "rap_allocate", ra_allocate_body(state, out, bytes, r));
+  return st;
+}
+
+static RAPI_INLINE int ra_deallocate_body(void *state, void *ptr, rap_resource *r) {
   ra_pool *p = state;
   rapi_block *b = rapi_bp_find_used(&p->bp, ptr);
   if (RAPI_UNLIKELY(b == NULL)) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_deallocate");
@@ -631,7 +638,13 @@ static int ra_deallocate(void *state, void *ptr, rap_resource *r) {
   return RAP_OK;
 }
 
-static int ra_record(void *state, void *ptr, rap_resource *r) {
+static int ra_deallocate(void *state, void *ptr, rap_resource *r) {
+  int st;
+  RAPI_GUARDED(st, ((ra_pool *)state)->bp.self, "rap_deallocate", ra_deallocate_body(state, ptr, r));
+  return st;
+}
+
+static RAPI_INLINE int ra_record_body(void *state, void *ptr, rap_resource *r) {
   ra_pool *p = state;
   rapi_block *b = rapi_bp_find_used(&p->bp, ptr);
   if (b == NULL) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_record_resource");
@@ -654,6 +667,12 @@ static int ra_record(void *state, void *ptr, rap_resource *r) {
   return RAP_OK;
 }
 
+static int ra_record(void *state, void *ptr, rap_resource *r) {
+  int st;
+  RAPI_GUARDED(st, ((ra_pool *)state)->bp.self, "rap_record_resource", ra_record_body(state, ptr, r));
+  return st;
+}
+
 static int ra_pointer_resource(void *state, const void *ptr, rap_resource **out) {
   ra_pool *p = state;
   rapi_block *b = ptr ? rapi_bp_find_used(&p->bp, ptr) : NULL;
@@ -662,10 +681,16 @@ static int ra_pointer_resource(void *state, const void *ptr, rap_resource **out)
   return RAP_OK;
 }
 
-static int ra_release(void *state) {
+static RAPI_INLINE int ra_release_body(void *state) {
   ra_pool *p = state;
   int st = poll_all(p, true);
   rapi_bp_release(&p->bp);
+  return st;
+}
+
+static int ra_release(void *state) {
+  int st;
+  RAPI_GUARDED(st, ((ra_pool *)state)->bp.self, "rap_release", ra_release_body(state));
   return st;
 }
 
@@ -729,7 +754,7 @@ static int check_rstate(ra_pool *p, rstate *rs, size_t *pending, size_t *used, s
   return RAP_OK;
 }
 
-static int ra_check(void *state) {
+static int ra_check_body(void *state) {
   ra_pool *p = state;
   int st = rapi_bp_check(&p->bp);
   if (st != RAP_OK) return st;
@@ -748,6 +773,12 @@ static int ra_check(void *state) {
                    rap_allocator_name(p->bp.self), pending, used, p->bp.pending_count,
                    p->bp.allocation_count);
   return RAP_OK;
+}
+
+static int ra_check(void *state) {
+  int st;
+  RAPI_GUARDED(st, ((ra_pool *)state)->bp.self, "rap_allocator_check", ra_check_body(state));
+  return st;
 }
 
 /* ---- life cycle ----------------------------------------------------------------------------- */
