@@ -284,6 +284,7 @@ struct rap_allocator {
   uintptr_t owner;                /* atomic: the thread the guard is biased to, or 0 */
   int busy;                       /* atomic: the owner is inside a call */
   int gate;                       /* atomic: a thread not the owner is inside, or taking over */
+  unsigned handovers;             /* under gate: changes of owner so far (the bias ends at a limit) */
   pthread_mutex_t *guard_lock;    /* the lock of the nearest ThreadSafe or ThreadCache above, or
                                      NULL: the manager takes it for its own calls into this
                                      allocator (find, a resource's destroy), and the thread guard

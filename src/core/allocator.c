@@ -76,7 +76,8 @@ size_t rap_allocator_alignment(const rap_allocator *a) { return a ? a->alignment
  * owner's `busy` is seen (it is inside: the newcomer is refused and gives ownership back) or the
  * old owner sees the new one and goes the slow way itself, where the gate refuses it. Handing a
  * pool from thread to thread therefore costs a system call at each change of thread, nothing
- * while one thread keeps it. Without membarrier every call takes the gate. The owner's part is
+ * while one thread keeps it; after RAPI_GUARD_HANDOVERS changes the bias ends for good and every
+ * call takes the gate (a pool shared on purpose under the user's own lock). Without membarrier every call takes the gate. The owner's part is
  * inline in the strategies' entry functions (RAPI_GUARDED, rap_internal.h), where it adds no call
  * of its own; the rest is here. */
 
@@ -98,6 +99,12 @@ static RAPI_NOINLINE int two_threads(const char *fn, const rap_allocator *a) {
                    a->name, a->strategy->name, a->strategy->name);
 }
 
+/* A pool that changes thread this often is shared on purpose, under a lock of the user's (a
+ * mutex around it, a runtime's allocator hook called from several threads): its bias ends, and
+ * every call takes the gate (one compare-and-swap) instead of a membarrier per change of thread. */
+#define RAPI_GUARD_HANDOVERS 64
+#define RAPI_GUARD_UNBIASED ((uintptr_t)1)   /* no thread's pointer: nobody is the owner again */
+
 /* Everyone but the owner: the mode to leave with, or RAP_ERR_BUSY. */
 int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn) {
   if (__atomic_load_n(&a->guard_lock, __ATOMIC_RELAXED) != NULL)
@@ -106,8 +113,9 @@ int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn) {
   if (!__atomic_compare_exchange_n(&a->gate, &open, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
     return two_threads(fn, a);
   uintptr_t old = __atomic_load_n(&a->owner, __ATOMIC_RELAXED);
-  if (old != me && membarrier_ready()) {
-    __atomic_store_n(&a->owner, me, __ATOMIC_RELAXED);   /* only the gate's holder writes it */
+  if (old != me && old != RAPI_GUARD_UNBIASED && membarrier_ready()) {
+    uintptr_t next = ++a->handovers >= RAPI_GUARD_HANDOVERS ? RAPI_GUARD_UNBIASED : me;
+    __atomic_store_n(&a->owner, next, __ATOMIC_RELAXED);   /* only the gate's holder writes it */
     if (old != 0) (void)syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
     if (__atomic_load_n(&a->busy, __ATOMIC_ACQUIRE) != 0) {
       __atomic_store_n(&a->owner, old, __ATOMIC_RELAXED);

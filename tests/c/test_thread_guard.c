@@ -76,14 +76,31 @@ static void *grow_in_pool(void *arg) {
   return NULL;
 }
 
+static void *one_pair(void *arg) {
+  grower *g = arg;
+  g->st = rap_allocate(g->pool, &g->p, 64, NULL);
+  if (g->st == RAP_OK) g->st = rap_deallocate(g->pool, g->p, NULL);
+  return NULL;
+}
+
 /* Thread A is inside spec's pool (growing it through Stall); the main thread calls each entry
- * point meanwhile and gets the answer expected. */
-static void collide(const char *spec, int expected) {
+ * point meanwhile and gets the answer expected. Before that, the pool went from thread to thread
+ * `handovers` times, one at a time, as under a lock of the user's. */
+static void collide_after(const char *spec, int expected, int handovers) {
   rap_manager *rm = tu_manager();
   RAP_CHECK_OK(rap_strategy_register(rm, &stall_strategy));
   rap_allocator *top = NULL, *pool = NULL;
   RAP_CHECK_OK(rap_allocator_make_spec(rm, "top", spec, &top));
   RAP_CHECK_OK(rap_allocator_get(rm, strcmp(spec, "QuickPool(Stall(HOST), initial_size=4KiB)") == 0 ? "top" : "top/QuickPool", &pool));
+  for (int i = 0; i < handovers; i++) {
+    grower h = {top, NULL, -100};
+    pthread_t t;
+    RAP_CHECK(pthread_create(&t, NULL, one_pair, &h) == 0);
+    RAP_CHECK(pthread_join(t, NULL) == 0);
+    RAP_CHECK_OK(h.st);
+    void *p = tu_alloc(top, 64);   /* and back to the main thread */
+    RAP_CHECK_OK(rap_deallocate(top, p, NULL));
+  }
   void *mine = tu_alloc(top, 64);   /* the main thread used the pool first: it is its owner */
   gate_init(&stall_gate);
   gate_init(&stall_arrived);
@@ -117,7 +134,16 @@ static void collide(const char *spec, int expected) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+static void collide(const char *spec, int expected) { collide_after(spec, expected, 0); }
+
 RAP_TEST(ThreadGuard, SecondThreadInAPlainPoolIsRefused) { collide("QuickPool(Stall(HOST), initial_size=4KiB)", RAP_ERR_BUSY); }
+
+/* A pool handed between threads many times (a lock of the user's around it) stops being biased to
+ * one thread: every call takes the gate instead of a membarrier per change. Sharing keeps working
+ * and a second thread inside it at once is still refused. */
+RAP_TEST(ThreadGuard, PoolHandedAroundOftenStillRefusesASecondThread) {
+  collide_after("QuickPool(Stall(HOST), initial_size=4KiB)", RAP_ERR_BUSY, 100);
+}
 
 /* Under ThreadSafe the wrapper's lock orders the threads: the pool needs no guard, the second
  * caller waits its turn (here: it is not even let in until A is done, so it only watches). */
