@@ -3,7 +3,11 @@
  * One trace per process: RAP_TRACE=FILE opens it when the first manager is made, rap_trace_start
  * and rap_trace_stop open and close it from code. Each line is formatted on the caller's stack and
  * written under one mutex (a leaf: nothing is called while it is held), so lines never interleave
- * and a stop cannot close the file under a writer. Times are nanoseconds of the monotonic clock
+ * and a stop cannot close the file under a writer. Starts and stops are serialised by a second
+ * mutex, held while a file is closed and the next opened: the old file is closed (flushed) before
+ * the new one is truncated, so a file reopened never gets an earlier cycle's buffer written past
+ * its end, and a stop returns with the file whole. Each start or stop begins a new generation; a
+ * line formatted in one generation is not written in another. Times are nanoseconds of the monotonic clock
  * since the trace began; threads are numbered in the order they first traced. Off, the only cost is
  * the branch on rapi_slow in the entry points (and on rapi_tracing_on at the pools' rare events).
  * docs/trace.md lists the events and their fields.
@@ -15,15 +19,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
 int rapi_slow;
 int rapi_tracing_on;
 _Thread_local unsigned rapi_trace_depth;
 
+static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER;   /* start, stop; before trace_lock */
 static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
 static FILE *trace_file;        /* under trace_lock */
-static uint64_t trace_t0;       /* under trace_lock */
+static uint64_t trace_t0;       /* written under trace_lock, read atomically */
+static uint64_t trace_gen;      /* written under trace_lock, read atomically: bumped at each start and stop */
 static unsigned next_thread;    /* atomic */
 static _Thread_local unsigned thread_no;   /* 0: not numbered yet */
 
@@ -54,9 +62,9 @@ static size_t put_escaped(char *buf, size_t len, size_t cap, const char *s) {
   return len;
 }
 
-static void write_line(const char *line, size_t len) {
+static void write_line(const char *line, size_t len, uint64_t gen) {
   pthread_mutex_lock(&trace_lock);
-  if (trace_file != NULL) fwrite(line, 1, len, trace_file);
+  if (trace_file != NULL && gen == trace_gen) fwrite(line, 1, len, trace_file);
   pthread_mutex_unlock(&trace_lock);
 }
 
@@ -82,6 +90,8 @@ void rapi_trace(const char *ev, const rap_allocator *a, const rap_resource *r, c
   char line[1024];
   size_t len = 0;
   if (thread_no == 0) thread_no = __atomic_add_fetch(&next_thread, 1, __ATOMIC_RELAXED);
+  /* The generation first: a start publishes t0 before it, so t is measured from this file's t0. */
+  uint64_t gen = __atomic_load_n(&trace_gen, __ATOMIC_ACQUIRE);
   uint64_t t0 = __atomic_load_n(&trace_t0, __ATOMIC_RELAXED), t = now_ns();
   len = put_str(line, len, "{\"t\":");
   len = put_u64(line, len, t > t0 ? t - t0 : 0);
@@ -128,7 +138,7 @@ void rapi_trace(const char *ev, const rap_allocator *a, const rap_resource *r, c
   }
   line[len++] = '}';
   line[len++] = '\n';
-  write_line(line, len);
+  write_line(line, len, gen);
 }
 
 /* The first line says what the file is. */
@@ -136,32 +146,54 @@ static void header(FILE *f) {
   fprintf(f, "{\"t\":0,\"ev\":\"trace\",\"version\":\"%s\",\"clock\":\"monotonic ns\"}\n", rap_version());
 }
 
-int rap_trace_start(const char *path) {
-  if (path == NULL || *path == '\0') return rapi_fail(RAP_ERR_INVALID, "rap_trace_start: path is empty");
-  FILE *f = fopen(path, "w");
-  if (f == NULL) return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot open '%s' for writing", path);
-  header(f);
+/* Takes the open trace out (under control_lock); the caller closes it. */
+static FILE *take_trace_file(void) {
   pthread_mutex_lock(&trace_lock);
-  FILE *old = trace_file;
-  trace_file = f;
-  __atomic_store_n(&trace_t0, now_ns(), __ATOMIC_RELAXED);
-  __atomic_store_n(&rapi_tracing_on, 1, __ATOMIC_RELAXED);
+  FILE *f = trace_file;
+  trace_file = NULL;
+  __atomic_store_n(&trace_gen, trace_gen + 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&rapi_tracing_on, 0, __ATOMIC_RELAXED);
   rapi_slow_update();   /* under the lock: a start and a stop racing leave it as the last one set */
   pthread_mutex_unlock(&trace_lock);
+  return f;
+}
+
+/* The file is opened without truncating it, so that a path that cannot be opened refuses with the
+ * trace already open untouched; it is truncated once the old trace (maybe the same file) is closed. */
+int rap_trace_start(const char *path) {
+  if (path == NULL || *path == '\0') return rapi_fail(RAP_ERR_INVALID, "rap_trace_start: path is empty");
+  pthread_mutex_lock(&control_lock);
+  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    pthread_mutex_unlock(&control_lock);
+    return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot open '%s' for writing", path);
+  }
+  FILE *old = take_trace_file();
   if (old != NULL) fclose(old);
+  FILE *f = ftruncate(fd, 0) == 0 ? fdopen(fd, "w") : NULL;
+  if (f == NULL) {
+    close(fd);
+    pthread_mutex_unlock(&control_lock);
+    return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot truncate '%s'; tracing is off", path);
+  }
+  header(f);
+  pthread_mutex_lock(&trace_lock);
+  trace_file = f;
+  __atomic_store_n(&trace_t0, now_ns(), __ATOMIC_RELAXED);
+  __atomic_store_n(&trace_gen, trace_gen + 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&rapi_tracing_on, 1, __ATOMIC_RELAXED);
+  rapi_slow_update();
+  pthread_mutex_unlock(&trace_lock);
+  pthread_mutex_unlock(&control_lock);
   return RAP_OK;
 }
 
 int rap_trace_stop(void) {
-  pthread_mutex_lock(&trace_lock);
-  FILE *f = trace_file;
-  trace_file = NULL;
-  __atomic_store_n(&rapi_tracing_on, 0, __ATOMIC_RELAXED);
-  rapi_slow_update();
-  pthread_mutex_unlock(&trace_lock);
-  if (f != NULL && fclose(f) != 0)
-    return rapi_fail(RAP_ERR_BACKEND, "rap_trace_stop: writing the trace failed");
-  return RAP_OK;
+  pthread_mutex_lock(&control_lock);
+  FILE *f = take_trace_file();
+  int bad = f != NULL && fclose(f) != 0;
+  pthread_mutex_unlock(&control_lock);
+  return bad ? rapi_fail(RAP_ERR_BACKEND, "rap_trace_stop: writing the trace failed") : RAP_OK;
 }
 
 int rap_trace_flush(void) {

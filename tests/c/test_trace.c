@@ -65,6 +65,33 @@ static bool find_line(const char *text, char *line, size_t cap, ...) {
       rap_test_fail(__FILE__, __LINE__, "no trace line holds every one of: %s", #__VA_ARGS__);     \
   } while (0)
 
+/* A closed trace file, read back: NULL (and a failed check) unless it is one header and whole
+ * lines with no NUL byte. The caller frees it. */
+static char *read_whole_lines(const char *path, size_t *lines) {
+  FILE *f = fopen(path, "rb");
+  RAP_CHECK(f != NULL);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *text = malloc((size_t)n + 1);
+  RAP_CHECK(text != NULL);
+  size_t len = fread(text, 1, (size_t)n, f);
+  fclose(f);
+  text[len] = '\0';
+  if (strlen(text) != len) rap_test_fail(__FILE__, __LINE__, "%s holds a NUL byte at %zu of %zu", path, strlen(text), len);
+  if (strncmp(text, "{\"t\":0,\"ev\":\"trace\",", 20) != 0) rap_test_fail(__FILE__, __LINE__, "%s does not begin with its header", path);
+  *lines = 0;
+  for (const char *l = text; *l != '\0'; (*lines)++) {
+    const char *end = strchr(l, '\n');
+    if (end == NULL || strncmp(l, "{\"t\":", 5) != 0 || end[-1] != '}' || memchr(l + 1, '{', (size_t)(end - l - 1)) != NULL)
+      rap_test_fail(__FILE__, __LINE__, "%s holds a line that is not whole: %.*s", path, (int)(end ? end - l : 80), l);
+    if (l != text && strncmp(l, "{\"t\":0,\"ev\":\"trace\"", 19) == 0)
+      rap_test_fail(__FILE__, __LINE__, "%s holds a second header", path);
+    l = end + 1;
+  }
+  return text;
+}
+
 RAP_TEST(Trace, WritesEveryKindOfEvent) {
   char path[256];
   temp_path(path, sizeof path, "events.jsonl");
@@ -178,6 +205,30 @@ RAP_TEST(Trace, StartAndStopAnswerWithSentences) {
   free(two);
   remove(first);
   remove(second);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* rap_trace_start on the file already open begins it afresh: the earlier lines, flushed or still
+ * buffered (more than a stdio buffer holds, so both), are not written after the truncation. */
+RAP_TEST(Trace, StartOnTheOpenFileBeginsItAfresh) {
+  char path[256], pp[48];
+  temp_path(path, sizeof path, "restart.jsonl");
+  rap_manager *rm = tu_manager();
+  rap_allocator *a = tu_make(rm, "qp", "QuickPool", "HOST", NULL);
+  RAP_CHECK_OK(rap_trace_start(path));
+  for (int i = 0; i < 1000; i++) RAP_CHECK_OK(rap_deallocate(a, tu_alloc(a, 64), NULL));
+  RAP_CHECK_OK(rap_trace_start(path));
+  void *p = tu_alloc(a, 100);
+  RAP_CHECK_OK(rap_deallocate(a, p, NULL));
+  RAP_CHECK_OK(rap_trace_stop());
+  snprintf(pp, sizeof pp, "\"p\":\"%p\"", p);
+  size_t lines = 0;
+  char *text = read_whole_lines(path, &lines);
+  RAP_CHECK_EQ(lines, 3);   /* the header, the allocation, the deallocation */
+  RAP_CHECK_STR(text, "\"ev\":\"alloc\",\"a\":\"qp\"");
+  RAP_CHECK_STR(text, pp);
+  free(text);
+  remove(path);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
@@ -322,5 +373,116 @@ RAP_TEST(Trace, ReplayThroughTheSameSpecGivesTheSameHeldAndLive) {
   remove(svg);
   remove(html);
   for (int i = 1; i < 4; i++) RAP_CHECK_OK(rap_resource_destroy(res[i]));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* ---- start and stop while threads allocate ------------------------------------------------------
+ * Four threads allocate and free through a ThreadCache and a ThreadSafe over ResourceAwarePools on
+ * two host_async queues while a fifth cycles the trace between two files, A and B, and the test's
+ * own thread cycles it on a third, C, reading C back after each of its stops. Then, every thread
+ * joined, one last cycle on A. A file read back after a stop returned holds whole lines, no NUL
+ * byte and one header; A holds exactly its last cycle: the header, the user's allocation and
+ * deallocation and what the pools did for them, nothing of an earlier cycle. */
+typedef struct cyc_shared {
+  rap_allocator *pools[2];
+  rap_resource *qs[2];
+  const char *paths[2];
+  int stop;     /* atomic: the test's thread is done cycling */
+  int failed;   /* atomic: a call that did not answer RAP_OK */
+} cyc_shared;
+
+typedef struct cyc_thread {
+  cyc_shared *sh;
+  int i;
+} cyc_thread;
+
+static void cyc_fail(cyc_shared *sh) { __atomic_store_n(&sh->failed, 1, __ATOMIC_RELAXED); }
+
+static void *cyc_allocate(void *arg) {
+  cyc_thread *t = arg;
+  cyc_shared *sh = t->sh;
+  rap_allocator *a = sh->pools[t->i % 2];
+  rap_resource *q = sh->qs[(t->i / 2) % 2];
+  uint64_t seed = 11u + (uint64_t)t->i;
+  void *live[16] = {0};
+  for (int n = 0; n < 2000 || !__atomic_load_n(&sh->stop, __ATOMIC_ACQUIRE); n++) {
+    unsigned k = (unsigned)(tu_rand(&seed) % 16);
+    int st;
+    if (live[k] == NULL) {
+      st = rap_allocate(a, &live[k], 16 + (size_t)(tu_rand(&seed) % 4000), q);
+    } else {
+      st = rap_deallocate(a, live[k], (n & 1) ? q : NULL);
+      live[k] = NULL;
+    }
+    if (st != RAP_OK) cyc_fail(sh);
+  }
+  for (int k = 0; k < 16; k++)
+    if (live[k] != NULL && rap_deallocate(a, live[k], q) != RAP_OK) cyc_fail(sh);
+  return NULL;
+}
+
+static void *cyc_trace(void *arg) {
+  cyc_shared *sh = arg;
+  while (!__atomic_load_n(&sh->stop, __ATOMIC_ACQUIRE)) {
+    if (rap_trace_start(sh->paths[0]) != RAP_OK || rap_trace_stop() != RAP_OK ||
+        rap_trace_start(sh->paths[1]) != RAP_OK || rap_trace_stop() != RAP_OK)
+      cyc_fail(sh);
+  }
+  return NULL;
+}
+
+RAP_TEST(Trace, StartAndStopWhileThreadsAllocate) {
+  char a_path[256], b_path[256], c_path[256], ap[48];
+  temp_path(a_path, sizeof a_path, "cycle-a.jsonl");
+  temp_path(b_path, sizeof b_path, "cycle-b.jsonl");
+  temp_path(c_path, sizeof c_path, "cycle-c.jsonl");
+  rap_manager *rm = tu_manager();
+  cyc_shared sh = {.paths = {a_path, b_path}};
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "tc", "ThreadCache(ResourceAwarePool(HOST))", &sh.pools[0]));
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "ts", "ThreadSafe(ResourceAwarePool(HOST))", &sh.pools[1]));
+  for (int i = 0; i < 2; i++) RAP_CHECK_OK(rap_resource_create_host_async(rm, &sh.qs[i]));
+  pthread_t th[5];
+  cyc_thread ct[4];
+  for (int i = 0; i < 4; i++) {
+    ct[i] = (cyc_thread){&sh, i};
+    RAP_CHECK(pthread_create(&th[i], NULL, cyc_allocate, &ct[i]) == 0);
+  }
+  RAP_CHECK(pthread_create(&th[4], NULL, cyc_trace, &sh) == 0);
+  size_t lines = 0;
+  for (int i = 0; i < 100; i++) {
+    RAP_CHECK_OK(rap_trace_start(c_path));
+    for (int k = 0; k < 50; k++) RAP_CHECK_OK(rap_deallocate(sh.pools[1], tu_alloc(sh.pools[1], 64), NULL));
+    RAP_CHECK_OK(rap_trace_stop());
+    free(read_whole_lines(c_path, &lines));
+  }
+  __atomic_store_n(&sh.stop, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < 5; i++) RAP_CHECK(pthread_join(th[i], NULL) == 0);
+  RAP_CHECK_EQ(__atomic_load_n(&sh.failed, __ATOMIC_RELAXED), 0);
+  free(read_whole_lines(b_path, &lines));
+
+  /* The last cycle, on A. */
+  RAP_CHECK_OK(rap_trace_start(a_path));
+  void *p = tu_alloc(sh.pools[1], 100);
+  RAP_CHECK_OK(rap_deallocate(sh.pools[1], p, NULL));
+  RAP_CHECK_OK(rap_trace_stop());
+  snprintf(ap, sizeof ap, "\"p\":\"%p\"", p);
+  char *text = read_whole_lines(a_path, &lines);
+  size_t calls = 0;
+  for (char *l = strchr(text, '\n') + 1; *l != '\0';) {
+    char *end = strchr(l, '\n');
+    *end = '\0';
+    if (strstr(l, "\"a\":\"tc") != NULL) rap_test_fail(__FILE__, __LINE__, "a line of an earlier cycle: %s", l);
+    if (strstr(l, "\"d\":0") != NULL) {
+      calls++;
+      RAP_CHECK_STR(l, ap);
+    }
+    l = end + 1;
+  }
+  free(text);
+  RAP_CHECK_EQ(calls, 2);   /* the allocation and the deallocation */
+  remove(a_path);
+  remove(b_path);
+  remove(c_path);
+  for (int i = 0; i < 2; i++) RAP_CHECK_OK(rap_resource_destroy(sh.qs[i]));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
