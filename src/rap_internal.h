@@ -147,6 +147,9 @@ struct rap_options {
 int  rapi_options_parse(const char *text, const char *owner, rap_options *out);
 int  rapi_options_add(rap_options *opts, const char *key, size_t klen, const char *value, size_t vlen);
 int  rapi_options_check_unused(const rap_options *opts);
+/* Whether the key was written (and marks it read). A strategy tells "absent" by this, never by a
+ * value of the option's own type standing for it: every value a user writes is used or refused. */
+bool rapi_options_given(rap_options *opts, const char *key);
 void rapi_options_free(rap_options *opts);
 int  rapi_parse_size(const char *text, size_t *out);   /* RAP_OK or RAP_ERR_INVALID, no sentence */
 
