@@ -31,6 +31,7 @@ static int usage(FILE *f) {
           "       rap-trace replay TRACE --spec SPEC [--allocator NAME] [--resources host_async|cuda]\n"
           "                        [--max-resources N (256)] [--json]\n"
           "       rap-trace plot TRACE -o FILE.svg|FILE.html [--allocator NAME] [--title TEXT]\n"
+          "       rap-trace --help | --version\n"
           "TRACE is a file written with RAP_TRACE=FILE (or rap_trace_start); docs/trace.md has its format.\n");
   return f == stderr ? 2 : 0;
 }
@@ -268,6 +269,10 @@ static int replay(const trace *t, const replay_opts *o) {
 int main(int argc, char **argv) {
   if (argc < 2) return usage(stderr);
   if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) return usage(stdout);
+  if (strcmp(argv[1], "--version") == 0) {
+    printf("rap-trace %s\n", rap_version());
+    return 0;
+  }
   const char *cmd = argv[1];
   if (argc < 3) return usage(stderr);
   const char *path = argv[2];
