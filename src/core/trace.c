@@ -158,10 +158,45 @@ static FILE *take_trace_file(void) {
   return f;
 }
 
+/* path with "%p" replaced by the process id, followed by "-rank<R>" where the environment has
+ * RANK=R (torchrun and other launchers set it; letters, digits, '_' and '-' only), and "%%" by
+ * "%": several processes given one path each keep their own trace. */
+static int expand_path(const char *path, char *out, size_t cap) {
+  size_t n = 0;
+  for (const char *c = path; *c != '\0'; c++) {
+    char piece[64];
+    const char *add = piece;
+    if (c[0] == '%' && c[1] == 'p') {
+      const char *rank = getenv("RANK");
+      bool ok = rank != NULL && *rank != '\0' && strlen(rank) < 24;
+      for (const char *r = ok ? rank : ""; *r; r++)
+        ok = ok && ((*r >= '0' && *r <= '9') || (*r >= 'a' && *r <= 'z') || (*r >= 'A' && *r <= 'Z') ||
+                    *r == '_' || *r == '-');
+      snprintf(piece, sizeof piece, "%ld%s%s", (long)getpid(), ok ? "-rank" : "", ok ? rank : "");
+      c++;
+    } else if (c[0] == '%' && c[1] == '%') {
+      add = "%";
+      c++;
+    } else {
+      piece[0] = *c;
+      piece[1] = '\0';
+    }
+    size_t len = strlen(add);
+    if (n + len >= cap) return rapi_fail(RAP_ERR_INVALID, "rap_trace_start: path '%s' is too long", path);
+    memcpy(out + n, add, len);
+    n += len;
+  }
+  out[n] = '\0';
+  return RAP_OK;
+}
+
 /* The file is opened without truncating it, so that a path that cannot be opened refuses with the
  * trace already open untouched; it is truncated once the old trace (maybe the same file) is closed. */
 int rap_trace_start(const char *path) {
   if (path == NULL || *path == '\0') return rapi_fail(RAP_ERR_INVALID, "rap_trace_start: path is empty");
+  char name[4096];
+  if (expand_path(path, name, sizeof name) != RAP_OK) return RAP_ERR_INVALID;
+  path = name;
   pthread_mutex_lock(&control_lock);
   int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) {

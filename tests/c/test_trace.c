@@ -232,6 +232,35 @@ RAP_TEST(Trace, StartOnTheOpenFileBeginsItAfresh) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+/* "%p" in the path is the process id, with "-rank<R>" where RANK is set; "%%" is "%". */
+RAP_TEST(Trace, PercentPIsTheProcessAndItsRank) {
+  char pattern[256], want[300];
+  temp_path(pattern, sizeof pattern, "pid-%p-100%%.jsonl");   /* rap-test-<pid>-pid-%p-100%%.jsonl */
+  const char *saved = getenv("RANK");
+  char *keep = saved ? strdup(saved) : NULL;
+  unsetenv("RANK");
+  RAP_CHECK_OK(rap_trace_start(pattern));
+  RAP_CHECK_OK(rap_trace_stop());
+  temp_path(want, 256, "");
+  snprintf(want + strlen(want), sizeof want - strlen(want), "pid-%ld-100%%.jsonl", (long)getpid());
+  FILE *f = fopen(want, "r");
+  RAP_CHECK(f != NULL);
+  fclose(f);
+  remove(want);
+  setenv("RANK", "3", 1);
+  RAP_CHECK_OK(rap_trace_start(pattern));
+  RAP_CHECK_OK(rap_trace_stop());
+  temp_path(want, 256, "");
+  snprintf(want + strlen(want), sizeof want - strlen(want), "pid-%ld-rank3-100%%.jsonl", (long)getpid());
+  f = fopen(want, "r");
+  if (keep) setenv("RANK", keep, 1);
+  else unsetenv("RANK");
+  free(keep);
+  RAP_CHECK(f != NULL);
+  fclose(f);
+  remove(want);
+}
+
 /* An out-of-memory handler's own calls are the user's (depth 0): what it frees shows in a replay. */
 static void *oom_spare;
 static int free_spare(rap_allocator *a, size_t bytes, rap_resource *r, int attempt, void *user) {
