@@ -7,19 +7,25 @@
  * mutex, held while a file is closed and the next opened: the old file is closed (flushed) before
  * the new one is truncated, so a file reopened never gets an earlier cycle's buffer written past
  * its end, and a stop returns with the file whole. Each start or stop begins a new generation; a
- * line formatted in one generation is not written in another. Times are nanoseconds of the monotonic clock
- * since the trace began; threads are numbered in the order they first traced. Off, the only cost is
+ * line formatted in one generation is not written in another. Lines go into one buffer that only
+ * ever holds whole lines and reaches the file by write(2) when full, at a flush, at a stop and
+ * when the process dies of a fatal signal (abort(), a crash: the handler writes the buffer and
+ * hands the signal on), so the file ends with a whole line and every event before the signal. A
+ * child made by fork() does not trace (it drops the parent's buffer and file). Times are
+ * nanoseconds of the monotonic clock since the trace began; threads are numbered in the order they first traced. Off, the only cost is
  * the branch on rapi_slow in the entry points (and on rapi_tracing_on at the pools' rare events).
  * docs/trace.md lists the events and their fields.
  */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime */
 #include "rap_internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,7 +35,10 @@ _Thread_local unsigned rapi_trace_depth;
 
 static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER;   /* start, stop; before trace_lock */
 static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
-static FILE *trace_file;        /* under trace_lock */
+static int trace_fd = -1;       /* under trace_lock; read by the fatal-signal handler */
+static char trace_buf[1 << 16]; /* whole lines only, not yet written */
+static size_t trace_len;        /* under trace_lock; stored with release after the bytes */
+static bool trace_failed;       /* under trace_lock: a write failed since the start */
 static uint64_t trace_t0;       /* written under trace_lock, read atomically */
 static uint64_t trace_gen;      /* written under trace_lock, read atomically: bumped at each start and stop */
 static unsigned next_thread;    /* atomic */
@@ -62,10 +71,87 @@ static size_t put_escaped(char *buf, size_t len, size_t cap, const char *s) {
   return len;
 }
 
+/* Writes n bytes whole (through EINTR and short writes); false when the file refused them. */
+static bool write_all(int fd, const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= (size_t)w;
+  }
+  return true;
+}
+
+/* Under trace_lock: the buffer to the file. */
+static void flush_locked(void) {
+  if (trace_fd >= 0 && trace_len > 0 && !write_all(trace_fd, trace_buf, trace_len)) trace_failed = true;
+  __atomic_store_n(&trace_len, 0, __ATOMIC_RELEASE);
+}
+
 static void write_line(const char *line, size_t len, uint64_t gen) {
   pthread_mutex_lock(&trace_lock);
-  if (trace_file != NULL && gen == trace_gen) fwrite(line, 1, len, trace_file);
+  if (trace_fd >= 0 && gen == trace_gen) {
+    if (trace_len + len > sizeof trace_buf) flush_locked();
+    memcpy(trace_buf + trace_len, line, len);
+    __atomic_store_n(&trace_len, trace_len + len, __ATOMIC_RELEASE);
+  }
   pthread_mutex_unlock(&trace_lock);
+}
+
+/* ---- a fatal signal, a fork --------------------------------------------------------------------
+ * The handler takes no lock (a thread may have died holding it): it writes the whole lines the
+ * buffer holds (trace_len is stored after their bytes), puts back the handler that was there
+ * before and raises the signal again. */
+static const int fatal_signals[] = {SIGABRT, SIGSEGV, SIGBUS, SIGILL, SIGFPE};
+static struct sigaction old_actions[sizeof fatal_signals / sizeof fatal_signals[0]];
+
+static void on_fatal_signal(int sig) {
+  int fd = __atomic_load_n(&trace_fd, __ATOMIC_ACQUIRE);
+  size_t len = __atomic_load_n(&trace_len, __ATOMIC_ACQUIRE);
+  if (fd >= 0 && len > 0) (void)write_all(fd, trace_buf, len);
+  for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++)
+    if (fatal_signals[i] == sig) sigaction(sig, &old_actions[i], NULL);
+  raise(sig);
+}
+
+static void before_fork(void) {
+  pthread_mutex_lock(&control_lock);
+  pthread_mutex_lock(&trace_lock);
+}
+
+static void after_fork_parent(void) {
+  pthread_mutex_unlock(&trace_lock);
+  pthread_mutex_unlock(&control_lock);
+}
+
+/* The child shares the parent's file: it drops what the parent had not written yet and stops. */
+static void after_fork_child(void) {
+  if (trace_fd >= 0) close(trace_fd);
+  trace_fd = -1;
+  trace_len = 0;
+  trace_gen++;
+  rapi_tracing_on = 0;
+  rapi_slow_update();
+  pthread_mutex_unlock(&trace_lock);
+  pthread_mutex_unlock(&control_lock);
+}
+
+/* Once, at the first start (under control_lock). */
+static void install_handlers(void) {
+  static bool done;
+  if (done) return;
+  done = true;
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+  for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_NODEFER;
+    if (sigaction(fatal_signals[i], NULL, &old_actions[i]) == 0 && old_actions[i].sa_handler == SIG_DFL)
+      sigaction(fatal_signals[i], &sa, NULL);   /* a handler the program set is left alone */
+  }
 }
 
 static size_t put_u64(char *buf, size_t len, uint64_t v) {
@@ -141,21 +227,28 @@ void rapi_trace(const char *ev, const rap_allocator *a, const rap_resource *r, c
   write_line(line, len, gen);
 }
 
-/* The first line says what the file is. */
-static void header(FILE *f) {
-  fprintf(f, "{\"t\":0,\"ev\":\"trace\",\"version\":\"%s\",\"clock\":\"monotonic ns\"}\n", rap_version());
+/* The first line says what the file is; its length. */
+static size_t header(char *buf, size_t cap) {
+  int n = snprintf(buf, cap, "{\"t\":0,\"ev\":\"trace\",\"version\":\"%s\",\"clock\":\"monotonic ns\"}\n",
+                   rap_version());
+  return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
 /* Takes the open trace out (under control_lock); the caller closes it. */
-static FILE *take_trace_file(void) {
+/* Takes the open trace out (under control_lock), its buffer written; the caller closes the file.
+ * *failed: a write to it failed. */
+static int take_trace_file(bool *failed) {
   pthread_mutex_lock(&trace_lock);
-  FILE *f = trace_file;
-  trace_file = NULL;
+  flush_locked();
+  int fd = trace_fd;
+  __atomic_store_n(&trace_fd, -1, __ATOMIC_RELEASE);
+  *failed = trace_failed;
+  trace_failed = false;
   __atomic_store_n(&trace_gen, trace_gen + 1, __ATOMIC_RELEASE);
   __atomic_store_n(&rapi_tracing_on, 0, __ATOMIC_RELAXED);
   rapi_slow_update();   /* under the lock: a start and a stop racing leave it as the last one set */
   pthread_mutex_unlock(&trace_lock);
-  return f;
+  return fd;
 }
 
 /* path with "%p" replaced by the process id, followed by "-rank<R>" where the environment has
@@ -203,17 +296,18 @@ int rap_trace_start(const char *path) {
     pthread_mutex_unlock(&control_lock);
     return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot open '%s' for writing", path);
   }
-  FILE *old = take_trace_file();
-  if (old != NULL) fclose(old);
-  FILE *f = ftruncate(fd, 0) == 0 ? fdopen(fd, "w") : NULL;
-  if (f == NULL) {
+  bool failed;
+  int old = take_trace_file(&failed);
+  if (old >= 0) close(old);
+  if (ftruncate(fd, 0) != 0) {
     close(fd);
     pthread_mutex_unlock(&control_lock);
     return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot truncate '%s'; tracing is off", path);
   }
-  header(f);
+  install_handlers();
   pthread_mutex_lock(&trace_lock);
-  trace_file = f;
+  trace_len = header(trace_buf, sizeof trace_buf);
+  __atomic_store_n(&trace_fd, fd, __ATOMIC_RELEASE);
   __atomic_store_n(&trace_t0, now_ns(), __ATOMIC_RELAXED);
   __atomic_store_n(&trace_gen, trace_gen + 1, __ATOMIC_RELEASE);
   __atomic_store_n(&rapi_tracing_on, 1, __ATOMIC_RELAXED);
@@ -225,15 +319,17 @@ int rap_trace_start(const char *path) {
 
 int rap_trace_stop(void) {
   pthread_mutex_lock(&control_lock);
-  FILE *f = take_trace_file();
-  int bad = f != NULL && fclose(f) != 0;
+  bool bad;
+  int fd = take_trace_file(&bad);
+  if (fd >= 0 && close(fd) != 0) bad = true;
   pthread_mutex_unlock(&control_lock);
   return bad ? rapi_fail(RAP_ERR_BACKEND, "rap_trace_stop: writing the trace failed") : RAP_OK;
 }
 
 int rap_trace_flush(void) {
   pthread_mutex_lock(&trace_lock);
-  int bad = trace_file != NULL && fflush(trace_file) != 0;
+  flush_locked();
+  bool bad = trace_failed;
   pthread_mutex_unlock(&trace_lock);
   return bad ? rapi_fail(RAP_ERR_BACKEND, "rap_trace_flush: writing the trace failed") : RAP_OK;
 }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef RAP_TRACE_TOOL
@@ -261,6 +262,46 @@ RAP_TEST(Trace, PercentPIsTheProcessAndItsRank) {
   remove(want);
 }
 
+/* A traced process that aborts leaves whole lines, every event before the abort among them: more
+ * than the trace's buffer holds is written (some of it reached the file before), then abort(). */
+RAP_TEST(Trace, AbortLeavesWholeLinesAndEveryEvent) {
+  char path[256];
+  temp_path(path, sizeof path, "abort.jsonl");
+  enum { PAIRS = 3000 };   /* about 330 KB of lines */
+  pid_t child = fork();
+  RAP_CHECK(child >= 0);
+  if (child == 0) {
+    rap_manager *rm;
+    rap_allocator *a;
+    if (rap_manager_create(&rm) != RAP_OK ||
+        rap_allocator_make(rm, "qp", "QuickPool", "HOST", NULL, &a) != RAP_OK || rap_trace_start(path) != RAP_OK)
+      _exit(3);
+    for (int i = 0; i < PAIRS; i++) {
+      void *p;
+      if (rap_allocate(a, &p, 64 + (size_t)i, NULL) != RAP_OK || rap_deallocate(a, p, NULL) != RAP_OK) _exit(4);
+    }
+    abort();
+  }
+  int status = 0;
+  RAP_CHECK(waitpid(child, &status, 0) == child);
+  RAP_CHECK(!(WIFEXITED(status) && (WEXITSTATUS(status) == 3 || WEXITSTATUS(status) == 4)));
+  RAP_CHECK(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0));
+  size_t lines = 0;
+  char *text = read_whole_lines(path, &lines);
+  size_t allocs = 0, deallocs = 0;
+  for (const char *l = text; (l = strstr(l, "\"a\":\"qp\",\"d\":0")) != NULL; l++) {
+    const char *start = l;
+    while (start > text && start[-1] != '\n') start--;
+    allocs += strncmp(strstr(start, "\"ev\":\""), "\"ev\":\"alloc\"", 12) == 0;
+    deallocs += strncmp(strstr(start, "\"ev\":\""), "\"ev\":\"dealloc\"", 14) == 0;
+  }
+  free(text);
+  RAP_CHECK_EQ(allocs, PAIRS);
+  RAP_CHECK_EQ(deallocs, PAIRS);
+  RAP_CHECK(lines >= 1 + 2 * PAIRS);   /* the header, the calls, the pool's growth */
+  remove(path);
+}
+
 /* An out-of-memory handler's own calls are the user's (depth 0): what it frees shows in a replay. */
 static void *oom_spare;
 static int free_spare(rap_allocator *a, size_t bytes, rap_resource *r, int attempt, void *user) {
@@ -417,7 +458,7 @@ typedef struct cyc_shared {
   rap_resource *qs[2];
   const char *paths[2];
   int stop;     /* atomic: the test's thread is done cycling */
-  int failed;   /* atomic: a call that did not answer RAP_OK */
+  int failed;   /* atomic: the status of a call that did not answer RAP_OK */
 } cyc_shared;
 
 typedef struct cyc_thread {
@@ -425,7 +466,8 @@ typedef struct cyc_thread {
   int i;
 } cyc_thread;
 
-static void cyc_fail(cyc_shared *sh) { __atomic_store_n(&sh->failed, 1, __ATOMIC_RELAXED); }
+static void cyc_fail_with(cyc_shared *sh, int st) { __atomic_store_n(&sh->failed, st, __ATOMIC_RELAXED); }
+#define cyc_fail(sh) cyc_fail_with((sh), -1000 - __LINE__)
 
 static void *cyc_allocate(void *arg) {
   cyc_thread *t = arg;
@@ -443,7 +485,7 @@ static void *cyc_allocate(void *arg) {
       st = rap_deallocate(a, live[k], (n & 1) ? q : NULL);
       live[k] = NULL;
     }
-    if (st != RAP_OK) cyc_fail(sh);
+    if (st != RAP_OK) cyc_fail_with(sh, st);
   }
   for (int k = 0; k < 16; k++)
     if (live[k] != NULL && rap_deallocate(a, live[k], q) != RAP_OK) cyc_fail(sh);
@@ -486,7 +528,9 @@ RAP_TEST(Trace, StartAndStopWhileThreadsAllocate) {
   }
   __atomic_store_n(&sh.stop, 1, __ATOMIC_RELEASE);
   for (int i = 0; i < 5; i++) RAP_CHECK(pthread_join(th[i], NULL) == 0);
-  RAP_CHECK_EQ(__atomic_load_n(&sh.failed, __ATOMIC_RELAXED), 0);
+  int failed = __atomic_load_n(&sh.failed, __ATOMIC_RELAXED);
+  if (failed != 0)
+    rap_test_fail(__FILE__, __LINE__, "a thread's call failed: %s", failed <= -1000 ? "a trace start or stop" : rap_status_name(failed));
   free(read_whole_lines(b_path, &lines));
 
   /* The last cycle, on A. */
