@@ -262,6 +262,8 @@ RAP_TEST(Trace, PercentPIsTheProcessAndItsRank) {
   remove(want);
 }
 
+static int run_tool(const char *cmd, char *out, size_t cap);
+
 /* A traced process that aborts leaves whole lines, every event before the abort among them: more
  * than the trace's buffer holds is written (some of it reached the file before), then abort(). */
 RAP_TEST(Trace, AbortLeavesWholeLinesAndEveryEvent) {
@@ -299,6 +301,33 @@ RAP_TEST(Trace, AbortLeavesWholeLinesAndEveryEvent) {
   RAP_CHECK_EQ(allocs, PAIRS);
   RAP_CHECK_EQ(deallocs, PAIRS);
   RAP_CHECK(lines >= 1 + 2 * PAIRS);   /* the header, the calls, the pool's growth */
+  remove(path);
+}
+
+/* At teardown a pool's chunks go back as its release: a "release" line down to nothing held, and
+ * the parent's deallocation one level below the user's calls, so a clean program's trace ends
+ * with no user call on HOST. */
+RAP_TEST(Trace, TeardownIsThePoolsRelease) {
+  char path[256], cmd[600], out[4096];
+  temp_path(path, sizeof path, "teardown.jsonl");
+  RAP_CHECK_OK(rap_trace_start(path));
+  rap_manager *rm = tu_manager();
+  rap_allocator *a;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", "QuickPool(HOST, initial_size=64KiB)", &a));
+  void *p = tu_alloc(a, 1000);
+  RAP_CHECK_OK(rap_deallocate(a, p, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));   /* the chunk is still held: it goes back here */
+  RAP_CHECK_OK(rap_trace_stop());
+  char *text = slurp(path);
+  RAP_CHECK(text != NULL);
+  HAS_LINE(text, "\"ev\":\"release\"", "\"a\":\"pool\"", "\"held\":0");
+  HAS_LINE(text, "\"ev\":\"dealloc\"", "\"a\":\"HOST\"", "\"d\":1");
+  RAP_CHECK(strstr(text, "\"a\":\"HOST\",\"d\":0") == NULL);
+  free(text);
+  snprintf(cmd, sizeof cmd, "%s summary %s", RAP_TRACE_TOOL, path);
+  RAP_CHECK_EQ(run_tool(cmd, out, sizeof out), 0);
+  RAP_CHECK_STR(out, "'HOST': 0 user calls");
+  RAP_CHECK_STR(out, "'pool': 2 user calls");
   remove(path);
 }
 
