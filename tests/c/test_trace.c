@@ -312,11 +312,14 @@ RAP_TEST(Trace, TeardownIsThePoolsRelease) {
   temp_path(path, sizeof path, "teardown.jsonl");
   RAP_CHECK_OK(rap_trace_start(path));
   rap_manager *rm = tu_manager();
-  rap_allocator *a;
+  rap_allocator *a, *fixed;
   RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", "QuickPool(HOST, initial_size=64KiB)", &a));
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "fixed", "FixedPool(HOST, object_size=64)", &fixed));
   void *p = tu_alloc(a, 1000);
   RAP_CHECK_OK(rap_deallocate(a, p, NULL));
-  RAP_CHECK_OK(rap_manager_destroy(rm));   /* the chunk is still held: it goes back here */
+  p = tu_alloc(fixed, 64);
+  RAP_CHECK_OK(rap_deallocate(fixed, p, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));   /* the chunks are still held: they go back here */
   RAP_CHECK_OK(rap_trace_stop());
   char *text = slurp(path);
   RAP_CHECK(text != NULL);
