@@ -11,7 +11,10 @@
  * ever holds whole lines and reaches the file by write(2) when full, at a flush, at a stop and
  * when the process dies of a fatal signal (abort(), a crash: the handler writes the buffer and
  * hands the signal on), so the file ends with a whole line and every event before the signal. A
- * child made by fork() does not trace (it drops the parent's buffer and file). Times are
+ * child made by fork() does not trace (it drops the parent's buffer and file). With
+ * RAP_TRACE_MAX_ENTRIES=N set when the trace starts, the trace is a ring of the last N lines in
+ * memory instead, and the file is rewritten with the header and the ring at a flush, at an
+ * out-of-memory event, at a stop, at exit and at a fatal signal: it can be left on. Times are
  * nanoseconds of the monotonic clock since the trace began; threads are numbered in the order they first traced. Off, the only cost is
  * the branch on rapi_slow in the entry points (and on rapi_tracing_on at the pools' rare events).
  * docs/trace.md lists the events and their fields.
@@ -39,6 +42,12 @@ static int trace_fd = -1;       /* under trace_lock; read by the fatal-signal ha
 static char trace_buf[1 << 16]; /* whole lines only, not yet written */
 static size_t trace_len;        /* under trace_lock; stored with release after the bytes */
 static bool trace_failed;       /* under trace_lock: a write failed since the start */
+typedef struct ring_slot {
+  char *line;
+  uint32_t len, cap;
+} ring_slot;
+static ring_slot *ring;         /* under trace_lock: RAP_TRACE_MAX_ENTRIES lines, or NULL */
+static size_t ring_n, ring_next, ring_count;   /* under trace_lock: size, next slot, lines held */
 static uint64_t trace_t0;       /* written under trace_lock, read atomically */
 static uint64_t trace_gen;      /* written under trace_lock, read atomically: bumped at each start and stop */
 static unsigned next_thread;    /* atomic */
@@ -83,15 +92,47 @@ static bool write_all(int fd, const char *p, size_t n) {
   return true;
 }
 
-/* Under trace_lock: the buffer to the file. */
+static bool dump_ring(size_t header_len);
+static size_t ring_header_len;
+
+/* Under trace_lock: the buffer to the file, or the ring's file rewritten. */
 static void flush_locked(void) {
+  if (ring != NULL) {
+    if (trace_fd >= 0 && !dump_ring(ring_header_len)) trace_failed = true;
+    return;
+  }
   if (trace_fd >= 0 && trace_len > 0 && !write_all(trace_fd, trace_buf, trace_len)) trace_failed = true;
   __atomic_store_n(&trace_len, 0, __ATOMIC_RELEASE);
 }
 
-static void write_line(const char *line, size_t len, uint64_t gen) {
+/* The ring's file: the header (first in trace_buf) and the ring's lines, oldest first, replacing
+ * what the file held. No lock taken: the caller holds trace_lock, or is the fatal-signal handler. */
+static bool dump_ring(size_t header_len) {
+  if (trace_fd < 0 || ftruncate(trace_fd, 0) != 0 || lseek(trace_fd, 0, SEEK_SET) != 0) return false;
+  bool ok = write_all(trace_fd, trace_buf, header_len);
+  for (size_t i = 0; ok && i < ring_count; i++) {
+    const ring_slot *s = &ring[(ring_next + ring_n - ring_count + i) % ring_n];
+    ok = write_all(trace_fd, s->line, s->len);
+  }
+  return ok;
+}
+
+static void write_line(const char *line, size_t len, uint64_t gen, bool dump) {
   pthread_mutex_lock(&trace_lock);
-  if (trace_fd >= 0 && gen == trace_gen) {
+  if (trace_fd >= 0 && gen == trace_gen && ring != NULL) {
+    ring_slot *s = &ring[ring_next];
+    if (s->cap < len) {
+      char *grown = rapi_realloc(s->line, len);
+      if (grown != NULL) s->line = grown, s->cap = (uint32_t)len;
+    }
+    if (s->cap >= len) {   /* out of host memory: the line is left out */
+      memcpy(s->line, line, len);
+      s->len = (uint32_t)len;
+      ring_next = (ring_next + 1) % ring_n;
+      if (ring_count < ring_n) ring_count++;
+    }
+    if (dump && !dump_ring(ring_header_len)) trace_failed = true;
+  } else if (trace_fd >= 0 && gen == trace_gen) {
     if (trace_len + len > sizeof trace_buf) flush_locked();
     memcpy(trace_buf + trace_len, line, len);
     __atomic_store_n(&trace_len, trace_len + len, __ATOMIC_RELEASE);
@@ -107,11 +148,12 @@ static const int fatal_signals[] = {SIGABRT, SIGSEGV, SIGBUS, SIGILL, SIGFPE};
 static struct sigaction old_actions[sizeof fatal_signals / sizeof fatal_signals[0]];
 
 static void on_fatal_signal(int sig) {
+  for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++)   /* a fault in here ends it */
+    if (fatal_signals[i] == sig) sigaction(sig, &old_actions[i], NULL);
   int fd = __atomic_load_n(&trace_fd, __ATOMIC_ACQUIRE);
   size_t len = __atomic_load_n(&trace_len, __ATOMIC_ACQUIRE);
-  if (fd >= 0 && len > 0) (void)write_all(fd, trace_buf, len);
-  for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++)
-    if (fatal_signals[i] == sig) sigaction(sig, &old_actions[i], NULL);
+  if (fd >= 0 && ring != NULL) (void)dump_ring(ring_header_len);
+  else if (fd >= 0 && len > 0) (void)write_all(fd, trace_buf, len);
   raise(sig);
 }
 
@@ -130,6 +172,7 @@ static void after_fork_child(void) {
   if (trace_fd >= 0) close(trace_fd);
   trace_fd = -1;
   trace_len = 0;
+  ring_count = 0;
   trace_gen++;
   rapi_tracing_on = 0;
   rapi_slow_update();
@@ -137,11 +180,14 @@ static void after_fork_child(void) {
   pthread_mutex_unlock(&control_lock);
 }
 
+static void flush_at_exit(void) { (void)rap_trace_flush(); }
+
 /* Once, at the first start (under control_lock). */
 static void install_handlers(void) {
   static bool done;
   if (done) return;
   done = true;
+  atexit(flush_at_exit);   /* a trace never stopped keeps its last lines */
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
   for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++) {
     struct sigaction sa;
@@ -224,7 +270,7 @@ void rapi_trace(const char *ev, const rap_allocator *a, const rap_resource *r, c
   }
   line[len++] = '}';
   line[len++] = '\n';
-  write_line(line, len, gen);
+  write_line(line, len, gen, strcmp(ev, "oom") == 0);   /* a ring is written out at out of memory */
 }
 
 /* The first line says what the file is; its length. */
@@ -242,6 +288,10 @@ static int take_trace_file(bool *failed) {
   flush_locked();
   int fd = trace_fd;
   __atomic_store_n(&trace_fd, -1, __ATOMIC_RELEASE);
+  for (size_t i = 0; i < ring_n; i++) free(ring[i].line);
+  free(ring);
+  ring = NULL;
+  ring_n = ring_next = ring_count = 0;
   *failed = trace_failed;
   trace_failed = false;
   __atomic_store_n(&trace_gen, trace_gen + 1, __ATOMIC_RELEASE);
@@ -305,9 +355,35 @@ int rap_trace_start(const char *path) {
     return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot truncate '%s'; tracing is off", path);
   }
   install_handlers();
+  size_t entries = 0;
+  const char *max = getenv("RAP_TRACE_MAX_ENTRIES");
+  if (max != NULL && *max != '\0') {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(max, &end, 10);
+    if (*end != '\0' || errno != 0 || v == 0 || v > 100000000ull || *max == '-') {
+      close(fd);
+      pthread_mutex_unlock(&control_lock);
+      return rapi_fail(RAP_ERR_INVALID, "rap_trace_start: RAP_TRACE_MAX_ENTRIES is a number of lines from "
+                       "1 to 100000000, not '%s'; tracing is off", max);
+    }
+    entries = (size_t)v;
+  }
+  ring_slot *slots = entries ? rapi_calloc(entries, sizeof *slots) : NULL;
+  if (entries && slots == NULL) {
+    close(fd);
+    pthread_mutex_unlock(&control_lock);
+    return rapi_fail(RAP_ERR_NOMEM, "rap_trace_start: out of host memory for a ring of %zu lines; tracing "
+                     "is off", entries);
+  }
   pthread_mutex_lock(&trace_lock);
   trace_len = header(trace_buf, sizeof trace_buf);
+  ring = slots;
+  ring_n = entries;
+  ring_next = ring_count = 0;
+  ring_header_len = trace_len;
   __atomic_store_n(&trace_fd, fd, __ATOMIC_RELEASE);
+  if (ring != NULL && !dump_ring(ring_header_len)) trace_failed = true;   /* the file says what it is */
   __atomic_store_n(&trace_t0, now_ns(), __ATOMIC_RELAXED);
   __atomic_store_n(&trace_gen, trace_gen + 1, __ATOMIC_RELEASE);
   __atomic_store_n(&rapi_tracing_on, 1, __ATOMIC_RELAXED);

@@ -334,6 +334,53 @@ RAP_TEST(Trace, TeardownIsThePoolsRelease) {
   remove(path);
 }
 
+/* RAP_TRACE_MAX_ENTRIES=N: the file holds the header and the last N lines, rewritten at a flush, at
+ * out of memory and at the stop, never more; a bad value is refused with a sentence. */
+RAP_TEST(Trace, RingOfTheLastEntries) {
+  char path[256], last[64];
+  temp_path(path, sizeof path, "ring.jsonl");
+  rap_manager *rm = tu_manager();
+  rap_allocator *a, *lim;
+  RAP_CHECK_OK(rap_allocator_make(rm, "qp", "QuickPool", "HOST", "initial_size=1MiB", &a));
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "lim", "SizeLimiter(HOST, limit=1KiB)", &lim));
+  setenv("RAP_TRACE_MAX_ENTRIES", "lots", 1);
+  RAP_CHECK_STATUS(rap_trace_start(path), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "RAP_TRACE_MAX_ENTRIES is a number of lines from 1 to 100000000, not 'lots'");
+  setenv("RAP_TRACE_MAX_ENTRIES", "100", 1);
+  int st = rap_trace_start(path);
+  unsetenv("RAP_TRACE_MAX_ENTRIES");
+  RAP_CHECK_OK(st);
+  void *p = NULL;
+  for (int i = 0; i < 5000; i++) {
+    p = tu_alloc(a, 64 + (size_t)i);
+    RAP_CHECK_OK(rap_deallocate(a, p, NULL));
+  }
+  size_t lines = 0;
+  char *text = read_whole_lines(path, &lines);   /* nothing written yet but the header */
+  free(text);
+  RAP_CHECK_EQ(lines, 0 + 1);
+  RAP_CHECK_OK(rap_trace_flush());
+  text = read_whole_lines(path, &lines);
+  RAP_CHECK_EQ(lines, 1 + 100);
+  snprintf(last, sizeof last, "\"ev\":\"dealloc\",\"a\":\"qp\",\"d\":0,\"r\":null,\"p\":\"%p\"", p);
+  const char *tail = strrchr(text, '{');   /* the last line */
+  RAP_CHECK(tail != NULL && strstr(tail, last) != NULL);
+  RAP_CHECK(strstr(text, "\"n\":5013}") == NULL && strstr(text, "\"n\":5014}") != NULL);   /* the first kept: i = 4950 */
+  free(text);
+  void *big;
+  RAP_CHECK_STATUS(rap_allocate(lim, &big, 4096, NULL), RAP_ERR_NOMEM);   /* out of memory: written */
+  text = read_whole_lines(path, &lines);
+  RAP_CHECK_EQ(lines, 1 + 100);
+  RAP_CHECK_STR(text, "\"ev\":\"oom\",\"a\":\"lim\"");
+  free(text);
+  RAP_CHECK_OK(rap_trace_stop());
+  text = read_whole_lines(path, &lines);
+  RAP_CHECK_EQ(lines, 1 + 100);
+  free(text);
+  remove(path);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 /* An out-of-memory handler's own calls are the user's (depth 0): what it frees shows in a replay. */
 static void *oom_spare;
 static int free_spare(rap_allocator *a, size_t bytes, rap_resource *r, int attempt, void *user) {
