@@ -2,7 +2,7 @@
  *
  * One trace per process: RAP_TRACE=FILE opens it when the first manager is made, rap_trace_start
  * and rap_trace_stop open and close it from code. Each line is formatted on the caller's stack and
- * written under one mutex (a leaf: nothing is called while it is held), so lines never interleave
+ * written under one mutex (a leaf: no other lock is taken under it), so lines never interleave
  * and a stop cannot close the file under a writer. Starts and stops are serialised by a second
  * mutex, held while a file is closed and the next opened: the old file is closed (flushed) before
  * the new one is truncated, so a file reopened never gets an earlier cycle's buffer written past
@@ -48,6 +48,7 @@ typedef struct ring_slot {
 } ring_slot;
 static ring_slot *ring;         /* under trace_lock: RAP_TRACE_MAX_ENTRIES lines, or NULL */
 static size_t ring_n, ring_next, ring_count;   /* under trace_lock: size, next slot, lines held */
+static size_t ring_header_len;  /* under trace_lock: the header's bytes, first in trace_buf */
 static uint64_t trace_t0;       /* written under trace_lock, read atomically */
 static uint64_t trace_gen;      /* written under trace_lock, read atomically: bumped at each start and stop */
 static unsigned next_thread;    /* atomic */
@@ -92,19 +93,6 @@ static bool write_all(int fd, const char *p, size_t n) {
   return true;
 }
 
-static bool dump_ring(size_t header_len);
-static size_t ring_header_len;
-
-/* Under trace_lock: the buffer to the file, or the ring's file rewritten. */
-static void flush_locked(void) {
-  if (ring != NULL) {
-    if (trace_fd >= 0 && !dump_ring(ring_header_len)) trace_failed = true;
-    return;
-  }
-  if (trace_fd >= 0 && trace_len > 0 && !write_all(trace_fd, trace_buf, trace_len)) trace_failed = true;
-  __atomic_store_n(&trace_len, 0, __ATOMIC_RELEASE);
-}
-
 /* The ring's file: the header (first in trace_buf) and the ring's lines, oldest first, replacing
  * what the file held. No lock taken: the caller holds trace_lock, or is the fatal-signal handler. */
 static bool dump_ring(size_t header_len) {
@@ -117,6 +105,16 @@ static bool dump_ring(size_t header_len) {
   return ok;
 }
 
+/* Under trace_lock: the buffer to the file, or the ring's file rewritten. */
+static void flush_locked(void) {
+  if (ring != NULL) {
+    if (trace_fd >= 0 && !dump_ring(ring_header_len)) trace_failed = true;
+    return;
+  }
+  if (trace_fd >= 0 && trace_len > 0 && !write_all(trace_fd, trace_buf, trace_len)) trace_failed = true;
+  __atomic_store_n(&trace_len, 0, __ATOMIC_RELEASE);
+}
+
 static void write_line(const char *line, size_t len, uint64_t gen, bool dump) {
   pthread_mutex_lock(&trace_lock);
   if (trace_fd >= 0 && gen == trace_gen && ring != NULL) {
@@ -125,7 +123,7 @@ static void write_line(const char *line, size_t len, uint64_t gen, bool dump) {
       char *grown = rapi_realloc(s->line, len);
       if (grown != NULL) s->line = grown, s->cap = (uint32_t)len;
     }
-    if (s->cap >= len) {   /* out of host memory: the line is left out */
+    if (s->cap >= len) {   /* else out of host memory: the line is left out */
       memcpy(s->line, line, len);
       s->len = (uint32_t)len;
       ring_next = (ring_next + 1) % ring_n;
