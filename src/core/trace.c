@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,6 +43,7 @@ static int trace_fd = -1;       /* under trace_lock; read by the fatal-signal ha
 static char trace_buf[1 << 16]; /* whole lines only, not yet written */
 static size_t trace_len;        /* under trace_lock; stored with release after the bytes */
 static bool trace_failed;       /* under trace_lock: a write failed since the start */
+static bool trace_regular;      /* under trace_lock: the file is a regular one (not /dev/null, a pipe) */
 typedef struct ring_slot {
   char *line;
   uint32_t len, cap;
@@ -96,7 +98,8 @@ static bool write_all(int fd, const char *p, size_t n) {
 /* The ring's file: the header (first in trace_buf) and the ring's lines, oldest first, replacing
  * what the file held. No lock taken: the caller holds trace_lock, or is the fatal-signal handler. */
 static bool dump_ring(size_t header_len) {
-  if (trace_fd < 0 || ftruncate(trace_fd, 0) != 0 || lseek(trace_fd, 0, SEEK_SET) != 0) return false;
+  if (trace_fd < 0) return false;
+  if (trace_regular && (ftruncate(trace_fd, 0) != 0 || lseek(trace_fd, 0, SEEK_SET) != 0)) return false;
   bool ok = write_all(trace_fd, trace_buf, header_len);
   for (size_t i = 0; ok && i < ring_count; i++) {
     const ring_slot *s = &ring[(ring_next + ring_n - ring_count + i) % ring_n];
@@ -347,7 +350,9 @@ int rap_trace_start(const char *path) {
   bool failed;
   int old = take_trace_file(&failed);
   if (old >= 0) close(old);
-  if (ftruncate(fd, 0) != 0) {
+  struct stat st;
+  bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (regular && ftruncate(fd, 0) != 0) {
     close(fd);
     pthread_mutex_unlock(&control_lock);
     return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot truncate '%s'; tracing is off", path);
@@ -380,6 +385,7 @@ int rap_trace_start(const char *path) {
   ring_n = entries;
   ring_next = ring_count = 0;
   ring_header_len = trace_len;
+  trace_regular = regular;
   __atomic_store_n(&trace_fd, fd, __ATOMIC_RELEASE);
   if (ring != NULL && !dump_ring(ring_header_len)) trace_failed = true;   /* the file says what it is */
   __atomic_store_n(&trace_t0, now_ns(), __ATOMIC_RELAXED);

@@ -194,6 +194,10 @@ RAP_TEST(Trace, StartAndStopAnswerWithSentences) {
   RAP_CHECK_OK(rap_deallocate(a, p, NULL));
   RAP_CHECK_OK(rap_trace_flush());
   RAP_CHECK_OK(rap_trace_stop());
+  RAP_CHECK_OK(rap_trace_start("/dev/null"));   /* not a regular file: nothing to truncate */
+  p = tu_alloc(a, 100);
+  RAP_CHECK_OK(rap_deallocate(a, p, NULL));
+  RAP_CHECK_OK(rap_trace_stop());
   p = tu_alloc(a, 100);   /* not traced */
   RAP_CHECK_OK(rap_deallocate(a, p, NULL));
   char *one = slurp(first), *two = slurp(second);
