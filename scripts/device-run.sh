@@ -13,7 +13,8 @@
 #   RAP_DEVICE_RUN=sanitizer RAP_SANITIZER=memcheck bash scripts/device-run.sh
 #   RAP_DEVICE_RUN=sanitizer RAP_SANITIZER=racecheck bash scripts/device-run.sh
 #   RAP_DEVICE_RUN=sanitizer RAP_SANITIZER=synccheck RAP_SANITIZER_SHARD=0/2 bash scripts/device-run.sh
-# RAP_SANITIZER names the tools to run (default "memcheck racecheck synccheck"); RAP_SANITIZER_SHARD
+# RAP_SANITIZER names the tools to run (default "memcheck racecheck synccheck"; "none" for the
+# tests alone: RAP_DEVICE_RUN=tests RAP_SANITIZER=none); RAP_SANITIZER_SHARD
 # is I/N, shard I of N (logs sanitizer-<tool>-<I>of<N>.log); RAP_SANITIZER_TIMEOUT=S stops a tool
 # after S seconds and says so, so that the next tool still runs.
 # Benchmarks: where python3 has torch, bench/build-torch-peer.sh first builds librap_bench_torch.so,
@@ -32,6 +33,7 @@ case "$what" in
   *) echo "RAP_DEVICE_RUN is all, tests, bench or sanitizer, not '$what'"; exit 2 ;;
 esac
 tools=${RAP_SANITIZER:-memcheck racecheck synccheck}
+[ "$tools" = none ] && tools=
 for tool in $tools; do
   case "$tool" in
     memcheck|racecheck|synccheck) ;;
