@@ -154,6 +154,9 @@ int  rapi_options_add(rap_options *opts, const char *key, size_t klen, const cha
 int  rapi_options_check_unused(const rap_options *opts);
 int  rapi_options_misspelt(const rap_options *opts);
 size_t rapi_edit_distance(const char *a, const char *b);
+/* Whether the key was written (and marks it read). A strategy tells "absent" by this, never by a
+ * value of the option's own type standing for it: every value a user writes is used or refused. */
+bool rapi_options_given(rap_options *opts, const char *key);
 void rapi_options_free(rap_options *opts);
 int  rapi_parse_size(const char *text, size_t *out);   /* RAP_OK or RAP_ERR_INVALID, no sentence */
 

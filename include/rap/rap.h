@@ -73,7 +73,7 @@ int  rap_log_get_level(void);
  * Lines; docs/trace.md has the fields). RAP_TRACE=FILE in the environment starts it when the first
  * manager is made; `rap-trace` replays and plots a trace. Off, it costs one branch per call.
  * ------------------------------------------------------------------------------------------- */
-int  rap_trace_start(const char *path);   /* truncates path; a trace already open is closed first */
+int  rap_trace_start(const char *path);   /* truncates path ("%p": the pid); closes one open first */
 int  rap_trace_stop(void);                /* flushes and closes; RAP_OK if none was open */
 int  rap_trace_flush(void);               /* what was traced so far reaches the file */
 

@@ -2,7 +2,9 @@
  *
  * Pairs are separated by spaces or commas; a key may stand alone (value NULL). Strategies read
  * their keys through rap_options_get_*; after init the manager refuses any key nobody read, so a
- * typo is an error that names the key, never a silently ignored setting.
+ * typo is an error that names the key, never a silently ignored setting. Whether a key was given
+ * is asked with rapi_options_given, never read from a marker value: a value equal to a marker
+ * (reserve=18446744073709551615) is used, or refused with a sentence, like any other.
  */
 #include "rap_internal.h"
 
@@ -134,6 +136,8 @@ static rapi_option *find(rap_options *opts, const char *key) {
     }
   return NULL;
 }
+
+bool rapi_options_given(rap_options *opts, const char *key) { return find(opts, key) != NULL; }
 
 int rap_options_get_size(rap_options *opts, const char *key, size_t *out) {
   if (key == NULL || out == NULL)

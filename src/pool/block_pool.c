@@ -96,13 +96,19 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list,
   return RAP_OK;
 }
 
+/* The chunks go back as the pool's release (in a trace: "release" lines, and the parent's
+ * deallocations one level below the user's calls), not as calls of the user's. */
 void rapi_bp_fini(rapi_bp *bp) {
+  rapi_trace_depth++;
   for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
     if (rap_deallocate(bp->parent, c->base, NULL) != RAP_OK)
       rap_log(RAP_LOG_WARN, "%s: returning a chunk of %zu bytes to '%s' failed: %s",
               rap_allocator_name(bp->self), c->size, rap_allocator_name(bp->parent),
               rap_last_error());
+    bp->actual -= c->size;
+    RAPI_TRACE("release", bp->self, NULL, c->base, c->size, ",\"held\":%zu", bp->actual);
   }
+  rapi_trace_depth--;
   rapi_map_fini(&bp->used);
   rapi_slab_destroy(&bp->block_recs);
   rapi_slab_destroy(&bp->chunk_recs);

@@ -20,12 +20,13 @@
 
 /* ---- options, shared by HostVmm and DeviceVmm ------------------------------------------------ */
 
-int rapi_vmm_options(rap_allocator *self, rap_options *opts, size_t *reserve, size_t *granularity) {
-  *reserve = RAPI_VMM_DEFAULT;
-  *granularity = RAPI_VMM_DEFAULT;
+int rapi_vmm_options(rap_allocator *self, rap_options *opts, rapi_vmm_sizes *out) {
+  memset(out, 0, sizeof *out);
   (void)self;   /* the option sentences name the allocator already */
-  int st = rap_options_get_size(opts, "reserve", reserve);
-  if (st == RAP_OK) st = rap_options_get_size(opts, "granularity", granularity);
+  out->has_reserve = rapi_options_given(opts, "reserve");
+  out->has_granularity = rapi_options_given(opts, "granularity");
+  int st = rap_options_get_size(opts, "reserve", &out->reserve);
+  if (st == RAP_OK) st = rap_options_get_size(opts, "granularity", &out->granularity);
   return st;
 }
 
@@ -310,18 +311,18 @@ int rapi_vmm_no_parent(rap_allocator *self) {
 }
 
 static int host_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
-  size_t reserve, gran;
+  rapi_vmm_sizes asked;
   const char *peers = NULL;
   if (rapi_vmm_no_parent(self) != RAP_OK) return RAP_ERR_INVALID;
-  int st = rapi_vmm_options(self, opts, &reserve, &gran);
+  int st = rapi_vmm_options(self, opts, &asked);
   if (st == RAP_OK) st = rap_options_get_string(opts, "peers", &peers);
   if (st != RAP_OK) return st;
   if (peers != NULL)
     return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: option 'peers' (access from other devices) is for "
                      "DeviceVmm: HostVmm's memory is the host's", rap_allocator_name(self));
   long page = sysconf(_SC_PAGESIZE);
-  if (gran == RAPI_VMM_DEFAULT) gran = (size_t)2 << 20;
-  if (reserve == RAPI_VMM_DEFAULT) {
+  size_t gran = asked.has_granularity ? asked.granularity : (size_t)2 << 20, reserve = asked.reserve;
+  if (!asked.has_reserve) {
     size_t free_bytes = 0, total = 0;
     if (rapi_host_memory_info(&free_bytes, &total) != RAP_OK || total == 0) total = (size_t)16 << 30;
     reserve = total * 2;

@@ -44,10 +44,14 @@ struct rapi_vmm {
 };
 
 /* ---- vmm.c ------------------------------------------------------------------------------------
- * Reads reserve= and granularity= (RAPI_VMM_DEFAULT when absent): shared by both platforms so
- * that their options read alike (peers= is DeviceVmm's own). */
-#define RAPI_VMM_DEFAULT SIZE_MAX
-int  rapi_vmm_options(rap_allocator *self, rap_options *opts, size_t *reserve, size_t *granularity);
+ * Reads reserve= and granularity=, and whether each was given (every value written is used, and
+ * checked: none stands for "absent"): shared by both platforms so that their options read alike
+ * (peers= is DeviceVmm's own). */
+typedef struct rapi_vmm_sizes {
+  size_t reserve, granularity;
+  bool has_reserve, has_granularity;
+} rapi_vmm_sizes;
+int  rapi_vmm_options(rap_allocator *self, rap_options *opts, rapi_vmm_sizes *out);
 /* RAP_ERR_INVALID with a sentence when self was given a parent: a platform maps its own memory. */
 int  rapi_vmm_no_parent(rap_allocator *self);
 /* Checks a granularity against the backend's least one (a power of two, a multiple of it) and

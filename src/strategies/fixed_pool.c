@@ -99,7 +99,9 @@ static void free_chunk(fixed_pool *fp, fp_chunk *c) {
 static void fp_fini(rap_allocator *self, void *state) {
   (void)self;
   fixed_pool *fp = state;
+  rapi_trace_depth++;   /* the chunks go back as the pool's doing, not the user's calls */
   while (fp->chunks) free_chunk(fp, fp->chunks);
+  rapi_trace_depth--;
   rapi_map_fini(&fp->live);
 }
 

@@ -792,7 +792,7 @@ static int ra_init(rap_allocator *self, void *state, rap_options *opts) {
     return rapi_fail(RAP_ERR_INVALID, "%s: option 'cross_resource' is grow or wait, not '%s'",
                      rap_allocator_name(self), cross);
   p->cross_wait = cross[0] == 'w';
-  p->wait_above = SIZE_MAX;
+  bool has_wait_above = rapi_options_given(opts, "wait_above");
   st = rap_options_get_size(opts, "wait_above", &p->wait_above);
   if (st != RAP_OK) return st;
   rapi_slab_init(&p->use_recs, sizeof(rapi_use), 64);
@@ -802,7 +802,7 @@ static int ra_init(rap_allocator *self, void *state, rap_options *opts) {
     return st;
   }
   /* By default wait mode lets the pool fill its first chunk before it waits. */
-  if (p->wait_above == SIZE_MAX) p->wait_above = p->bp.initial_size;
+  if (!has_wait_above) p->wait_above = p->bp.initial_size;
   p->bp.fenced = true;   /* a block is free only once its resources' events have passed */
   return RAP_OK;
 }
