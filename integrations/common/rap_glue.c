@@ -846,6 +846,35 @@ int glue_reset_peaks(int device) {
   return st;
 }
 
+/* Sleep and wake of a device's pool (rap_allocator_sleep): frees deferred by a capture that has
+ * ended are done first; CUDA-graph pools stay as they are (their graphs may replay). */
+int glue_sleep(int device, int mode) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK && d->pool == NULL)
+    st = rap_error_set(RAP_ERR_INVALID, "%s: device %d has no pool yet: nothing to sleep",
+                       glue_cfg.prefix, device);
+  if (st == RAP_OK) {
+    if (d->deferred != NULL) (void)process_deferred(d);
+    st = rap_allocator_sleep(d->pool, mode);
+  }
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_wake(int device) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK && d->pool == NULL)
+    st = rap_error_set(RAP_ERR_INVALID, "%s: device %d has no pool: nothing to wake",
+                       glue_cfg.prefix, device);
+  if (st == RAP_OK) st = rap_allocator_wake(d->pool);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
 /* The running totals start again at zero; what is live now is remembered, so that frees since can
  * be told from the totals and the live figures. */
 int glue_reset_accumulated(int device) {
