@@ -77,6 +77,7 @@ static int map_extent(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *aft
   e->addr = addr;
   e->size = size;
   e->asleep = false;
+  e->fresh = false;
   e->prev = after;
   e->next = after ? after->next : v->first;
   if (e->next) e->next->prev = e;
@@ -257,8 +258,10 @@ int rapi_vmm_suspend(rap_allocator *a, void *ptr) {
   return st;
 }
 
-/* Each asleep extent is mapped again, as it was; if one fails, those mapped here go back to sleep,
- * so the allocation is never left half mapped by this call. */
+/* Each run of touching asleep extents is mapped again as one extent (one backend call: on the
+ * device one cuMemCreate for what growth mapped in many pieces, so later sleeps and wakes cost one
+ * call per run). If a map fails, the runs mapped by this call go back to sleep, so the allocation
+ * is never left half mapped by it. */
 int rapi_vmm_resume(rap_allocator *a, void *ptr) {
   rapi_tracked *p = a->state;
   rapi_vmm *v = p->impl;
@@ -266,24 +269,37 @@ int rapi_vmm_resume(rap_allocator *a, void *ptr) {
   rapi_lock(&p->lock, &held);
   char *end = NULL;
   int st = sleep_target(a, p, ptr, &end, "resume");
-  rapi_vmm_extent *e = st == RAP_OK ? v->first : NULL, *failed = NULL;
+  rapi_vmm_extent *e = st == RAP_OK ? v->first : NULL;
   for (; e != NULL && e->addr < end; e = e->next) {
     if (e->addr < (char *)ptr || !e->asleep) continue;
-    if ((st = backend_map(v, e->addr, e->size)) != RAP_OK) {
-      failed = e;
-      break;
+    size_t run = e->size;
+    rapi_vmm_extent *last = e;
+    while (last->next != NULL && last->next->asleep && last->next->addr == extent_end(last) &&
+           last->next->addr < end) {
+      last = last->next;
+      run += last->size;
     }
+    if ((st = backend_map(v, e->addr, run)) != RAP_OK) break;
+    while (e->next != last->next) {   /* the run's records become e's */
+      rapi_vmm_extent *n = e->next;
+      e->next = n->next;
+      if (n->next) n->next->prev = e;
+      else v->last = e;
+      v->extents--;
+      free(n);
+    }
+    e->size = run;
     e->asleep = false;
-    v->mapped += e->size;
+    e->fresh = true;
+    v->mapped += run;
     if (v->mapped > v->mapped_hwm) v->mapped_hwm = v->mapped;
   }
-  if (failed != NULL) {
-    for (rapi_vmm_extent *u = v->first; u != failed; u = u->next) {
-      if (u->addr < (char *)ptr || u->asleep || u->addr >= end) continue;
-      if (v->ops->unmap(v, u->addr, u->size) != RAP_OK) continue;   /* stays mapped: still valid */
-      u->asleep = true;
-      v->mapped -= u->size;
-    }
+  for (rapi_vmm_extent *u = v->first; u != NULL; u = u->next) {
+    if (!u->fresh) continue;
+    u->fresh = false;
+    if (st == RAP_OK || v->ops->unmap(v, u->addr, u->size) != RAP_OK) continue;   /* kept: valid */
+    u->asleep = true;
+    v->mapped -= u->size;
   }
   rapi_unlock(&held);
   return st;

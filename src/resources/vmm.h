@@ -26,6 +26,7 @@ typedef struct rapi_vmm_extent {
   char *addr;
   size_t size;
   bool asleep;                     /* unmapped by a sleeping pool: its addresses stay taken */
+  bool fresh;                      /* mapped again by the resume under way (vmm.c) */
   struct rapi_vmm_extent *prev, *next;   /* address order */
 } rapi_vmm_extent;
 

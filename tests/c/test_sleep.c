@@ -63,6 +63,7 @@ RAP_TEST(Sleep, BackupKeepsEveryByteAtTheSameAddress) {
   RAP_CHECK_OK(rap_deallocate(pool, hole, NULL));
   rap_stats before = tu_stats(pool);
   RAP_CHECK(mapped(rm) >= 3 * MiB);
+  RAP_CHECK(tu_stats(tu_get(rm, "v")).chunk_count > before.chunk_count);   /* grown in pieces */
   for (int cycle = 0; cycle < 3; cycle++) {
     RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_BACKUP));
     RAP_CHECK_EQ(rap_allocator_is_asleep(pool), 1);
@@ -72,6 +73,8 @@ RAP_TEST(Sleep, BackupKeepsEveryByteAtTheSameAddress) {
     RAP_CHECK_OK(rap_allocator_check(pool));
     RAP_CHECK_OK(rap_allocator_wake(pool));
     RAP_CHECK_EQ(rap_allocator_is_asleep(pool), 0);
+    /* Each chunk came back as one mapping. */
+    RAP_CHECK_EQ(tu_stats(tu_get(rm, "v")).chunk_count, tu_stats(pool).chunk_count);
     for (unsigned i = 0; i < N; i++) RAP_CHECK(tu_intact(p[i], sizes[i], 10 + i));
     for (unsigned i = 0; i < N; i++) tu_fill(p[i], sizes[i], 20 + i + cycle);   /* writable */
     for (unsigned i = 0; i < N; i++) tu_fill(p[i], sizes[i], 10 + i);
