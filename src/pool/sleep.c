@@ -90,8 +90,9 @@ static void resume_to(rapi_bp *bp, rapi_chunk *last) {
 int rapi_bp_sleep(rapi_bp *bp, int mode) {
   rapi_bp_release(bp);   /* what no pointer refers to goes back for good */
   int st = RAP_OK;
-  if (mode == RAP_SLEEP_BACKUP) {
-    st = bp->resizable->backup_reserve(bp->parent, &bp->backup, live_bytes(bp));
+  size_t live = live_bytes(bp);
+  if (mode == RAP_SLEEP_BACKUP && live > 0) {
+    st = bp->resizable->backup_reserve(bp->parent, &bp->backup, live);
     if (st == RAP_OK) st = copy_runs(bp, true);
     if (st != RAP_OK) return st;
   }

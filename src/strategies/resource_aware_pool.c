@@ -895,12 +895,18 @@ static int ra_resource_gone(void *state, rap_resource *r, int commit) {
  * block. Events only: other work on the device goes on. Host waits let this thread's locks go, so
  * the events are recorded first and the resources held meanwhile. */
 static int quiesce(ra_pool *p) {
+  for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next)
+    if (!rs->sync && capturing(rs))
+      return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): %s resource #%llu is capturing a "
+                       "graph, and sleep would record an event into it; sleep after the capture",
+                       rap_allocator_name(p->bp.self), rs->r->ops->kind,
+                       (unsigned long long)rs->r->id);
   int st = wait_all(p);
   if (st != RAP_OK) return st;
   if (p->bp.pending_count > 0)
-    return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): %zu blocks are pending on the queue "
-                     "whose work is calling; sleep from elsewhere", rap_allocator_name(p->bp.self),
-                     p->bp.pending_count);
+    return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): %zu blocks are still pending on "
+                     "the queue whose work is calling; sleep from elsewhere",
+                     rap_allocator_name(p->bp.self), p->bp.pending_count);
   size_t n = 0;
   for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next) n += !rs->sync;
   if (n == 0) return RAP_OK;

@@ -8,6 +8,7 @@
  */
 #define _DEFAULT_SOURCE 1   /* mincore */
 #include "gate.h"
+#include "rap_internal.h"   /* a resource's capturing flag, as test_capture.c sets it */
 #include "test_util.h"
 
 #include <pthread.h>
@@ -273,6 +274,30 @@ RAP_TEST(Sleep, WaitsForTheQueuesEventsBeforeItCopies) {
   RAP_CHECK_OK(rap_deallocate(top, live, q));
   RAP_CHECK_OK(rap_resource_destroy(q));
   gate_destroy(&g);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* A resource capturing a graph: sleep would record an event into the capture; it refuses and the
+ * pool stays awake. The flag is set as rap_resource_cuda_begin_capture sets it (test_capture.c). */
+RAP_TEST(Sleep, RefusedWhileAResourceCapturesAGraph) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = sleepy(rm, "initial_size=1MiB");
+  rap_resource *q = NULL;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &q));
+  void *a = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &a, 1000, q));
+  __atomic_store_n(&q->capturing, 1, __ATOMIC_RELEASE);
+  RAP_CHECK_STATUS(rap_allocator_sleep(pool, RAP_SLEEP_BACKUP), RAP_ERR_BUSY);
+  RAP_CHECK_STR(rap_last_error(), "capturing a graph");
+  RAP_CHECK_EQ(rap_allocator_is_asleep(pool), 0);
+  __atomic_store_n(&q->capturing, 0, __ATOMIC_RELEASE);
+  void *b = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &b, 10, q));   /* awake */
+  RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_BACKUP));
+  RAP_CHECK_OK(rap_allocator_wake(pool));
+  RAP_CHECK_OK(rap_deallocate(pool, a, q));
+  RAP_CHECK_OK(rap_deallocate(pool, b, q));
+  RAP_CHECK_OK(rap_resource_destroy(q));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
