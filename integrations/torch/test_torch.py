@@ -358,6 +358,9 @@ def cmd_sleep(args):
     def pause_here(model, opt):
         before = state_bytes(model, opt)
         ptrs = [p.data_ptr() for p in model.parameters()]
+        spare = torch.ones(1 << 20, device="cuda")    # dropped while asleep: freed at the wake
+        torch.cuda.synchronize()
+        live = rap_torch.memory_allocated()
         held = rap_torch.memory_reserved()
         free0, _ = torch.cuda.mem_get_info()
         rap_torch.sleep("backup")
@@ -371,6 +374,7 @@ def cmd_sleep(args):
         except Exception as e:  # noqa: BLE001
             r["refused_while_asleep"] = "asleep" in str(e)
             r["refusal"] = str(e)[:200]
+        del spare
         take = int((free1 - free0) * 0.9)
         code = ("import torch; x = torch.empty(%d, dtype=torch.uint8, device='cuda'); "
                 "torch.cuda.synchronize(); print('ok')" % take)
@@ -381,6 +385,7 @@ def cmd_sleep(args):
         rap_torch.wake()
         r["wake_ms"] = (time.perf_counter() - t0) * 1e3
         r["pointers_kept"] = ptrs == [p.data_ptr() for p in model.parameters()]
+        r["free_while_asleep_done_at_wake"] = rap_torch.memory_allocated() == live - (4 << 20)
         r["state_bit_equal"] = state_bytes(model, opt) == before
 
     r["losses_without_sleep"] = run(20, -1)
@@ -490,15 +495,18 @@ def cmd_summarize(args):
     if sl and "skipped" not in sl:
         good = all(sl.get(k) for k in ("losses_equal", "state_bit_equal", "pointers_kept",
                                        "refused_while_asleep", "other_process_ok",
-                                       "discard_then_usable")) and sl["freed_fraction"] >= 0.99
+                                       "discard_then_usable", "free_while_asleep_done_at_wake"))
+        good = good and sl["freed_fraction"] >= 0.99
         ok &= good
         lines.append("sleep/wake over DEVICE_VMM: losses after sleep and wake bit-equal: %s; state "
                      "bit-equal: %s; pointers kept: %s; %.0f of %.0f MiB freed (%.1f %%), another "
-                     "process took %.0f MiB: %s; refused while asleep: %s; wake %.1f ms; discard: %s"
+                     "process took %.0f MiB: %s; refused while asleep: %s; a tensor dropped while "
+                     "asleep freed at the wake: %s; wake %.1f ms; discard: %s"
                      % (sl["losses_equal"], sl["state_bit_equal"], sl["pointers_kept"],
                         sl["freed_MiB"], sl["reserved_MiB"], 100 * sl["freed_fraction"],
                         sl["other_process_took_MiB"], sl["other_process_ok"],
-                        sl["refused_while_asleep"], sl["wake_ms"], sl["discard_then_usable"]))
+                        sl["refused_while_asleep"], sl["free_while_asleep_done_at_wake"],
+                        sl["wake_ms"], sl["discard_then_usable"]))
     elif sl is not None or os.environ.get("RAP_TEST_ONLY") is None:
         ok &= bool(sl)
         lines.append("sleep/wake: %s" % ("skipped: " + sl["skipped"] if sl else "results missing"))
