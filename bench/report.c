@@ -290,6 +290,7 @@ static void sleep_targets(void) {
     const row *d2h = ROW("copy d2h %s", "cudaMemcpyAsync", "GiB/s");
     const row *h2d = ROW("copy h2d %s", "cudaMemcpyAsync", "GiB/s");
     const row *first = ROW("sleep first %s", "rap", "GiB/s");
+    const row *prepared = ROW("sleep first prepared %s", "rap", "GiB/s");
     const row *back = ROW("returned %s", "rap", "% of pool");
     const row *ds = ROW("sleep discard %s", "rap", "ms"), *dw = ROW("wake discard %s", "rap", "ms");
 #undef ROW
@@ -301,6 +302,9 @@ static void sleep_targets(void) {
     if (wk && h2d) TARGET(wk->med >= 0.8 * h2d->med, what, "%.1f vs %.1f GiB/s", wk->med, h2d->med);
     snprintf(what, sizeof what, "(s) %s: the first sleep <= 1.1x a later one", gb);
     if (first) TARGET(sl->med <= 1.1 * first->med, what, "%.1f GiB/s first, %.1f later", first->med, sl->med);
+    snprintf(what, sizeof what, "(s) %s: after RAP_SLEEP_PREPARE, the first sleep <= 1.1x a later one", gb);
+    if (prepared)
+      TARGET(sl->med <= 1.1 * prepared->med, what, "%.1f GiB/s first, %.1f later", prepared->med, sl->med);
     snprintf(what, sizeof what, "(s) %s: >= 99%% of the pool's memory returned", gb);
     if (back) TARGET(back->med >= 99, what, "%.1f %%", back->med);
     if (ds && dw && !strcmp(gb, "32 GiB"))

@@ -176,7 +176,12 @@ int  rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *
  * asleep with its backup intact: both may be tried again. Other allocators over the same platform
  * are not touched (docs/DESIGN.md).
  * ------------------------------------------------------------------------------------------- */
-typedef enum rap_sleep_mode { RAP_SLEEP_BACKUP = 0, RAP_SLEEP_DISCARD = 1 } rap_sleep_mode;
+typedef enum rap_sleep_mode {
+  RAP_SLEEP_BACKUP = 0,    /* live bytes kept in host memory (pinned for DEVICE_VMM) */
+  RAP_SLEEP_DISCARD = 1,   /* nothing kept: the bytes after wake are undefined */
+  RAP_SLEEP_PREPARE = 2    /* no sleep: makes the backup for what is live now, so that the first
+                              BACKUP sleep pays no host allocation (pinning); the pool stays awake */
+} rap_sleep_mode;
 int  rap_allocator_sleep(rap_allocator *a, int mode);
 int  rap_allocator_wake(rap_allocator *a);
 int  rap_allocator_is_asleep(const rap_allocator *a);   /* 1 asleep, 0 awake (NULL: 0) */

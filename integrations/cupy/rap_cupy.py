@@ -55,7 +55,7 @@ __all__ = [
     "enable", "enabled", "library_path", "stream_source", "record_stream", "pointer_stream",
     "memory_stats", "used_bytes", "reserved_bytes", "pending_bytes", "empty_cache",
     "release_graph_pools", "spec", "MemoryPool", "get_default_memory_pool", "PinnedMemoryPool",
-    "get_default_pinned_memory_pool", "enable_pinned", "sleep", "wake",
+    "get_default_pinned_memory_pool", "enable_pinned", "sleep", "wake", "prepare_sleep",
 ]
 
 
@@ -335,6 +335,14 @@ def sleep(mode="backup", device=None):
         raise ValueError("mode is 'backup' or 'discard', not %r" % (mode,))
     lib = _library()
     if lib.rap_cupy_sleep(_device() if device is None else int(device), modes[mode]) != 0:
+        raise RuntimeError("rap_cupy: " + _loader.last_error(lib, "cupy"))
+
+
+def prepare_sleep(device=None):
+    """Makes the pinned host backup for what the device's pool holds live now, so that the first
+    sleep("backup") pays no pinning. The pool stays awake."""
+    lib = _library()
+    if lib.rap_cupy_sleep(_device() if device is None else int(device), 2) != 0:
         raise RuntimeError("rap_cupy: " + _loader.last_error(lib, "cupy"))
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "memory_stats_as_nested_dict", "rap_stats", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "memory_summary", "empty_cache", "release_graph_pools",
     "graph_memory_reserved", "record_stream", "spec", "hooks", "snapshot_from_trace", "sleep", "wake",
+    "prepare_sleep",
 ]
 
 
@@ -423,6 +424,15 @@ def sleep(mode="backup", device=None):
         raise ValueError("mode is 'backup' or 'discard', not %r" % (mode,))
     lib = _library()
     if lib.rap_torch_sleep(_device(device), _SLEEP_MODES[mode]) != 0:
+        raise RuntimeError("rap_torch: " + _loader.last_error(lib, "torch"))
+
+
+def prepare_sleep(device=None):
+    """Makes the pinned host backup for what the device's pool holds live now, so that the first
+    sleep("backup") pays no pinning (call it after loading a model, off the critical path). The
+    pool stays awake."""
+    lib = _library()
+    if lib.rap_torch_sleep(_device(device), 2) != 0:
         raise RuntimeError("rap_torch: " + _loader.last_error(lib, "torch"))
 
 

@@ -361,6 +361,7 @@ def cmd_sleep(args):
         spare = torch.ones(1 << 20, device="cuda")    # dropped while asleep: freed at the wake
         torch.cuda.synchronize()
         live = rap_torch.memory_allocated()
+        rap_torch.prepare_sleep()                      # the pinned backup, before the sleep
         held = rap_torch.memory_reserved()
         free0, _ = torch.cuda.mem_get_info()
         rap_torch.sleep("backup")

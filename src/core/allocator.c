@@ -273,13 +273,14 @@ static int cannot_sleep(const char *fn, const rap_allocator *a) {
 
 int rap_allocator_sleep(rap_allocator *a, int mode) {
   if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_sleep: allocator is NULL");
-  if (mode != RAP_SLEEP_BACKUP && mode != RAP_SLEEP_DISCARD)
-    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_sleep('%s'): mode %d is neither "
-                     "RAP_SLEEP_BACKUP (0) nor RAP_SLEEP_DISCARD (1)", a->name, mode);
+  if (mode != RAP_SLEEP_BACKUP && mode != RAP_SLEEP_DISCARD && mode != RAP_SLEEP_PREPARE)
+    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_sleep('%s'): mode %d is none of "
+                     "RAP_SLEEP_BACKUP (0), RAP_SLEEP_DISCARD (1), RAP_SLEEP_PREPARE (2)", a->name,
+                     mode);
   if (a->strategy->version < 4 || a->strategy->sleep == NULL)
     return cannot_sleep("rap_allocator_sleep", a);
   int st = a->strategy->sleep(a->state, mode);
-  if (st == RAP_OK) mark_asleep(a, 1);
+  if (st == RAP_OK && mode != RAP_SLEEP_PREPARE) mark_asleep(a, 1);
   return st;
 }
 

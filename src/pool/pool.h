@@ -149,6 +149,7 @@ static inline rapi_block *rapi_bp_find_used(rapi_bp *bp, const void *ptr) { retu
 enum { RAPI_AWAKE = 0, RAPI_SLEEPING = 1, RAPI_ASLEEP_BACKUP = 2, RAPI_ASLEEP_DISCARD = 3 };
 int   rapi_bp_can_sleep(rapi_bp *bp);   /* RAP_ERR_UNSUPPORTED, with a sentence, where it cannot */
 int   rapi_bp_sleep(rapi_bp *bp, int mode);
+int   rapi_bp_prepare(rapi_bp *bp);   /* the backup for what is live now; the pool stays awake */
 int   rapi_bp_wake(rapi_bp *bp);
 int   rapi_bp_asleep_refusal(rapi_bp *bp, const char *fn);   /* RAP_ERR_BUSY with a sentence */
 void  rapi_bp_backup_free(rapi_bp *bp);

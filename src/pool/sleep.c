@@ -87,6 +87,11 @@ static void resume_to(rapi_bp *bp, rapi_chunk *last) {
   }
 }
 
+int rapi_bp_prepare(rapi_bp *bp) {
+  size_t live = live_bytes(bp);
+  return live > 0 ? bp->resizable->backup_reserve(bp->parent, &bp->backup, live) : RAP_OK;
+}
+
 int rapi_bp_sleep(rapi_bp *bp, int mode) {
   rapi_bp_release(bp);   /* what no pointer refers to goes back for good */
   int st = RAP_OK;

@@ -151,7 +151,7 @@ RAP_TEST(Sleep, OnlyAPoolOverAGrowablePlatformSleeps) {
   RAP_CHECK_EQ(rap_allocator_is_asleep(NULL), 0);
   rap_allocator *pool = sleepy(rm, "");
   RAP_CHECK_STATUS(rap_allocator_sleep(pool, 7), RAP_ERR_INVALID);
-  RAP_CHECK_STR(rap_last_error(), "RAP_SLEEP_BACKUP");
+  RAP_CHECK_STR(rap_last_error(), "RAP_SLEEP_PREPARE");
   RAP_CHECK_STATUS(rap_allocator_sleep(tu_get(rm, "v"), RAP_SLEEP_BACKUP), RAP_ERR_UNSUPPORTED);
   RAP_CHECK_STR(rap_last_error(), "platform does not sleep itself");
   rap_allocator *host = tu_make(rm, "host-pool", "ResourceAwarePool", "HOST", "");
@@ -324,6 +324,29 @@ RAP_TEST(Sleep, ABackupTheHostCannotHoldLeavesThePoolAwake) {
   RAP_CHECK_OK(rap_allocator_wake(pool));
   RAP_CHECK(tu_intact(a, 800 * KiB, 9));
   RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* PREPARE makes the backup ahead: the sleep after it needs no host memory at all. */
+RAP_TEST(Sleep, PrepareMakesTheBackupAhead) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = sleepy(rm, "initial_size=1MiB");
+  char *a = tu_alloc(pool, 700 * KiB);
+  tu_fill(a, 700 * KiB, 5);
+  RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_PREPARE));
+  RAP_CHECK_EQ(rap_allocator_is_asleep(pool), 0);
+  char *b = tu_alloc(pool, 10);   /* awake: it serves */
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  rapi_host_fail_at(1, true);
+  int st = rap_allocator_sleep(pool, RAP_SLEEP_BACKUP);
+  rapi_host_fail_at(0, false);
+  RAP_CHECK_OK(st);
+  RAP_CHECK_EQ(mapped(rm), 0);
+  RAP_CHECK_OK(rap_allocator_wake(pool));
+  RAP_CHECK(tu_intact(a, 700 * KiB, 5));
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  rap_allocator *host = tu_make(rm, "host-pool", "ResourceAwarePool", "HOST", "");
+  RAP_CHECK_STATUS(rap_allocator_sleep(host, RAP_SLEEP_PREPARE), RAP_ERR_UNSUPPORTED);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
