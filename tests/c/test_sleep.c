@@ -301,6 +301,71 @@ RAP_TEST(Sleep, RefusedWhileAResourceCapturesAGraph) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+/* Threads allocate and free through ThreadSafe while another sleeps and wakes the pool over and
+ * over: they are refused while it sleeps (never served memory that is unmapped), a free refused
+ * is tried again later, and a block kept throughout keeps its bytes. (TSan runs this too.) */
+typedef struct churn {
+  rap_allocator *top;
+  rap_resource *q;
+  unsigned seed;
+  int served, refused, errors;
+} churn;
+
+static void *churn_main(void *arg) {
+  churn *c = arg;
+  uint64_t rng = c->seed;
+  for (int i = 0; i < 3000; i++) {
+    void *p = NULL;
+    rap_resource *on = (tu_rand(&rng) & 1) ? c->q : NULL;
+    int st = rap_allocate(c->top, &p, 64 + tu_rand(&rng) % (64 * KiB), on);
+    if (st == RAP_ERR_BUSY) {
+      c->refused++;
+      continue;
+    }
+    if (st != RAP_OK) {
+      c->errors++;
+      continue;
+    }
+    c->served++;
+    while ((st = rap_deallocate(c->top, p, on)) == RAP_ERR_BUSY) sched_yield();
+    if (st != RAP_OK) c->errors++;
+  }
+  return NULL;
+}
+
+RAP_TEST(Sleep, ThreadsAreRefusedWhileItSleepsAndServedAfter) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *top = NULL;
+  char spec[160];
+  snprintf(spec, sizeof spec, "ThreadSafe(ResourceAwarePool(HostVmm(reserve=%zu, granularity=%zu), "
+           "initial_size=1MiB))", 64 * MiB, G);
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "ts", spec, &top));
+  rap_resource *q = NULL;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &q));
+  char *kept = tu_alloc(top, 300 * KiB);
+  tu_fill(kept, 300 * KiB, 77);
+  churn c[4];
+  pthread_t t[4];
+  for (unsigned i = 0; i < 4; i++) {
+    c[i] = (churn){top, q, 1000 + i, 0, 0, 0};
+    RAP_CHECK(pthread_create(&t[i], NULL, churn_main, &c[i]) == 0);
+  }
+  for (int cycle = 0; cycle < 40; cycle++) {
+    RAP_CHECK_OK(rap_allocator_sleep(top, cycle % 3 ? RAP_SLEEP_BACKUP : RAP_SLEEP_PREPARE));
+    if (cycle % 3) RAP_CHECK_OK(rap_allocator_wake(top));
+    RAP_CHECK(tu_intact(kept, 300 * KiB, 77));
+  }
+  for (unsigned i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  for (unsigned i = 0; i < 4; i++) {
+    RAP_CHECK_EQ(c[i].errors, 0);
+    RAP_CHECK(c[i].served > 0);
+  }
+  RAP_CHECK_OK(rap_allocator_check(top));
+  RAP_CHECK_OK(rap_deallocate(top, kept, NULL));
+  RAP_CHECK_OK(rap_resource_destroy(q));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 /* ---- faults ---------------------------------------------------------------------------------- */
 
 RAP_TEST(Sleep, ABackupTheHostCannotHoldLeavesThePoolAwake) {
