@@ -280,7 +280,8 @@ int rapi_vmm_resume(rap_allocator *a, void *ptr) {
       run += last->size;
     }
     if ((st = backend_map(v, e->addr, run)) != RAP_OK) break;
-    while (e->next != last->next) {   /* the run's records become e's */
+    rapi_vmm_extent *stop = last->next;
+    while (e->next != stop) {   /* the run's records become e's */
       rapi_vmm_extent *n = e->next;
       e->next = n->next;
       if (n->next) n->next->prev = e;
