@@ -281,7 +281,7 @@ int rap_allocator_sleep(rap_allocator *a, int mode) {
     return cannot_sleep("rap_allocator_sleep", a);
   int st = a->strategy->sleep(a->state, mode);
   if (st == RAP_OK && mode != RAP_SLEEP_PREPARE) mark_asleep(a, 1);
-  return st;
+  return RAPI_UNLIKELY(rapi_debug_level() > 0) ? debugged(a, "rap_allocator_sleep", st) : st;
 }
 
 int rap_allocator_wake(rap_allocator *a) {
@@ -290,7 +290,7 @@ int rap_allocator_wake(rap_allocator *a) {
     return cannot_sleep("rap_allocator_wake", a);
   int st = a->strategy->wake(a->state);
   if (st == RAP_OK) mark_asleep(a, 0);
-  return st;
+  return RAPI_UNLIKELY(rapi_debug_level() > 0) ? debugged(a, "rap_allocator_wake", st) : st;
 }
 
 int rap_allocator_is_asleep(const rap_allocator *a) {
