@@ -402,6 +402,7 @@ int rapi_device_vmm_peer(rap_allocator *a, int device, int enable) {
   access.location.id = device;
   access.flags = enable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
   for (rapi_vmm_extent *e = v->first; st == RAP_OK && e != NULL; e = e->next) {
+    if (e->asleep) continue;   /* unmapped: mapped again with v->peers at its wake */
     CUresult r = drv.set_access((CUdeviceptr)(uintptr_t)e->addr, e->size, &access, 1);
     if (r != CUDA_SUCCESS) st = cu_fail(v, "cuMemSetAccess", r, e->size);
   }
