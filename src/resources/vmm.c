@@ -49,8 +49,17 @@ int rapi_vmm_check_sizes(rap_allocator *self, size_t least, size_t *reserve, siz
 static char *range_end(const rapi_vmm *v) { return v->base + v->reserve; }
 static char *extent_end(const rapi_vmm_extent *e) { return e->addr + e->size; }
 
-static _Thread_local long map_countdown;
+static _Thread_local long map_countdown, unmap_countdown;
 void rapi_vmm_fail_map_at(long nth) { map_countdown = nth; }
+void rapi_vmm_fail_unmap_at(long nth) { unmap_countdown = nth; }
+
+/* A sleep's unmaps go through here, for the test seam. */
+static int sleep_unmap(rapi_vmm *v, char *addr, size_t size) {
+  if (RAPI_UNLIKELY(unmap_countdown > 0) && --unmap_countdown == 0)
+    return rapi_fail(RAP_ERR_BACKEND, "%s: unmapping %p failed (injected)",
+                     rap_allocator_name(v->self), (void *)addr);
+  return v->ops->unmap(v, addr, size);
+}
 
 /* Every map goes through here, so that the test seam covers growth and wake alike. */
 static int backend_map(rapi_vmm *v, char *addr, size_t size) {
@@ -250,7 +259,7 @@ int rapi_vmm_suspend(rap_allocator *a, void *ptr) {
   int st = sleep_target(a, p, ptr, &end, "suspend");
   for (rapi_vmm_extent *e = v->first; st == RAP_OK && e != NULL && e->addr < end; e = e->next) {
     if (e->addr < (char *)ptr || e->asleep) continue;
-    if ((st = v->ops->unmap(v, e->addr, e->size)) != RAP_OK) break;
+    if ((st = sleep_unmap(v, e->addr, e->size)) != RAP_OK) break;
     e->asleep = true;
     v->mapped -= e->size;
   }

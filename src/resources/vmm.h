@@ -70,6 +70,8 @@ int  rapi_vmm_resume(rap_allocator *a, void *ptr);
 /* A test's seam: the nth map from now (growth or a wake; 1: the next) on this thread fails with
  * RAP_ERR_NOMEM, as on a device whose memory another process took; 0 turns it off. */
 void rapi_vmm_fail_map_at(long nth);
+/* The same for the nth unmap of a sleep (a driver that fails cuMemUnmap): RAP_ERR_BACKEND. */
+void rapi_vmm_fail_unmap_at(long nth);
 
 /* The tracked body's methods, but the engine's fini, stats and peaks (what is mapped). */
 #define RAPI_VMM_METHODS                                                                           \
