@@ -9,6 +9,8 @@ the C library's own (rap_version() of the package's librap.so), the platform thi
 extensions, so the wheel is for any Python 3 on this platform. Nothing is downloaded and no
 build backend is needed: a wheel is a zip with METADATA, WHEEL and RECORD (each file's SHA-256),
 which this script writes in a fixed order with fixed times, so the same files give the same wheel.
+The package's rap-trace program is installed as the console script rap-trace (entry_points.txt:
+rap._trace_cli runs it).
 """
 
 import base64
@@ -67,13 +69,16 @@ def main(argv):
         if not os.path.isfile(path) or name.endswith((".pyc", ".pyo")):
             continue
         with open(path, "rb") as f:
-            entries.append(("rap/" + name, f.read(), name.endswith(".so")))
+            entries.append(("rap/" + name, f.read(), name.endswith(".so") or name == "rap-trace"))
     readme = ("rap: memory-pool strategies for GPU and host memory, with PyTorch's and CuPy's "
               "allocators on them.\n\n    import rap.torch; rap.torch.enable()\n"
               "    import rap.cupy; rap.cupy.enable()\n\nSee docs/integrations.md of the source.\n")
     entries.append((dist_info + "/METADATA", metadata(version, readme), False))
     wheel = "Wheel-Version: 1.0\nGenerator: rap python/build_wheel.py\nRoot-Is-Purelib: false\nTag: %s\n" % tag
     entries.append((dist_info + "/WHEEL", wheel.encode(), False))
+    if any(name == "rap/rap-trace" for name, _, _ in entries):
+        scripts = "[console_scripts]\nrap-trace = rap._trace_cli:main\n"
+        entries.append((dist_info + "/entry_points.txt", scripts.encode(), False))
     license_path = os.path.join(root, "LICENSE")
     if os.path.exists(license_path):
         with open(license_path, "rb") as f:

@@ -3,7 +3,9 @@
 # (<build>/python/rap) by python/build_wheel.py, installed with pip into a fresh virtual
 # environment offline (--no-index), then imported from there: rap.version(), rap.check_spec on a
 # good and a bad spec, rap.library_path() inside the environment, and rap.torch / rap.cupy present
-# (not imported: neither framework need be here). ctest runs it (Python.WheelInstallsAndImports).
+# (not imported: neither framework need be here); and the console script rap-trace the wheel
+# installs answers --help and --version from the environment's bin/, and reads a trace there.
+# ctest runs it (Python.WheelInstallsAndImports).
 #   bash scripts/wheel-check.sh <build>/python/rap [PYTHON]
 set -euo pipefail
 pkg=${1:?usage: wheel-check.sh <build>/python/rap [python]}
@@ -41,4 +43,26 @@ for m in ("torch.py", "cupy.py", "rap_loader.py", "rap_memviz.py"):
 libs = sorted(f for f in os.listdir(pkg) if f.endswith(".so"))
 print("wheel-check: rap %s from %s (%s) imports and checks specs" % (v, pkg, ", ".join(libs)))
 PY
+# rap-trace: a console script in the venv's bin/, running the program the package carries.
+tool=$work/venv/bin/rap-trace
+[ -x "$tool" ] || { echo "wheel-check: the wheel installed no console script rap-trace"; exit 1; }
+v=$(env -u PYTHONPATH -u RAP_LIB "$work/venv/bin/python" -c 'import rap; print(rap.version())')
+out=$(env -u PYTHONPATH -u RAP_LIB PATH="$work/venv/bin:$PATH" rap-trace --version)
+[ "$out" = "rap-trace $v" ] || { echo "wheel-check: rap-trace --version said '$out', not 'rap-trace $v'"; exit 1; }
+out=$(env -u PYTHONPATH -u RAP_LIB "$tool" --help)
+case $out in *"usage: rap-trace summary TRACE"*"rap-trace --help | --version"*) ;;
+  *) echo "wheel-check: rap-trace --help said: $out"; exit 1 ;; esac
+if env -u PYTHONPATH -u RAP_LIB "$tool" nonsense x >"$work/bad.out" 2>&1; then
+  echo "wheel-check: rap-trace answered 0 to an unknown command"; exit 1
+fi
+grep -q "unknown command 'nonsense'" "$work/bad.out" || { cat "$work/bad.out"; exit 1; }
+# A trace written from the installed package's library, summarized by the installed tool.
+env -u PYTHONPATH -u RAP_LIB RAP_TRACE="$work/t.jsonl" "$work/venv/bin/python" -c '
+import rap
+a = rap.Allocator("QuickPool(HOST)")
+a.free(a.allocate(4096))
+a.close()'
+out=$(env -u PYTHONPATH -u RAP_LIB "$tool" summary "$work/t.jsonl")
+case $out in *"peak"*) ;; *) echo "wheel-check: rap-trace summary said: $out"; exit 1 ;; esac
+echo "wheel-check: the console script rap-trace ($v) answers --help, --version and summary"
 echo "wheel-check: $(basename "$whl") installed offline into a fresh venv"

@@ -168,6 +168,24 @@ static void esc(FILE *f, const char *s) {
   }
 }
 
+/* A resource's colour, shared by its live and its pending band (lighter): the resources in the
+ * order their live bands come, then those with pending bytes and no live band. */
+static int resource_colour(const plot *pl, int64_t r) {
+  int n = 0;
+  for (int kind = 0; kind < 2; kind++)
+    for (int i = 0; i < pl->n; i++) {
+      const series *s = &pl->s[i];
+      if (s->kind != kind) continue;
+      bool seen = false;
+      for (int j = 0; j < pl->n && kind == 1 && !seen; j++)
+        seen = pl->s[j].kind == 0 && pl->s[j].r == s->r;
+      if (seen) continue;
+      if (s->r == r) return n;
+      n++;
+    }
+  return n;
+}
+
 static void svg(FILE *f, const plot *pl, const char *title) {
   double pw = W - ML - MR, ph = H - MT - MB;
   /* The top: the stack of live and pending, or the highest pool line. */
@@ -212,12 +230,12 @@ static void svg(FILE *f, const plot *pl, const char *title) {
   /* Stacked areas: live of each resource, then pending of each, bottom up. */
   double *base = calloc(COLS, sizeof *base);
   if (base == NULL) return;
-  int colour = 0, legend = 0;
+  int pools = 0, legend = 0;
   for (int kind = 0; kind < 3; kind++) {
     for (int i = 0; i < pl->n; i++) {
       const series *s = &pl->s[i];
       if (s->kind != kind) continue;
-      const char *col = palette[(kind == 2 ? 6 + colour : colour) % 10];
+      const char *col = palette[(kind == 2 ? 6 + pools++ : resource_colour(pl, s->r)) % 10];
       if (kind < 2) {
         fprintf(f, "<path fill=\"%s\" fill-opacity=\"%s\" stroke=\"none\" d=\"", col, kind ? "0.35" : "0.85");
         for (size_t c = 0; c < COLS; c++)
@@ -244,11 +262,7 @@ static void svg(FILE *f, const plot *pl, const char *title) {
       esc(f, s->label);
       fprintf(f, " (peak %s)</text>\n", pk);
       legend++;
-      if (kind < 2 && kind == 0) colour++;
-      if (kind == 2) colour++;
     }
-    if (kind == 0) colour = 0;   /* pending takes its resource's colour, lighter */
-    if (kind == 1) colour = 0;
   }
   free(base);
   fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#888\"/>\n",

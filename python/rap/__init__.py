@@ -13,10 +13,11 @@
 The package carries its shared libraries: librap.so (the C library), and librap_torch.so and
 librap_cupy.so (self-contained: rap and the CUDA runtime linked in) where the build had CUDA. They
 are loaded with ctypes, not as Python extensions. rap.torch and rap.cupy are the integrations'
-modules (rap_torch and rap_cupy in the source tree: docs/integrations.md).
+modules (rap_torch and rap_cupy in the source tree: docs/integrations.md). The package also
+carries the rap-trace program, which the wheel installs as a console script (rap/_trace_cli.py).
 
-This file is the only Python source kept here; the build assembles the package around it
-(python/CMakeLists.txt) from integrations/.
+This file and _trace_cli.py are the only Python sources kept here; the build assembles the package
+around them (python/CMakeLists.txt) from integrations/ and the build's libraries and tools.
 """
 
 import ctypes

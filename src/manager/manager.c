@@ -314,7 +314,17 @@ int rap_allocator_destroy(rap_allocator *a) {
   rap_manager *rm = a->rm;
   rapi_held held;
   rapi_lock(&rm->lock, &held);
-  /* Children first: an allocator with none is not under a wrapper that others may be calling. */
+  /* Children first: an allocator with none is not under a wrapper that others may be calling. Its
+   * blocks are read inside its thread guard, as any call into a plain pool is: another thread
+   * inside it (a queue's work freeing into it, say) makes the destroy BUSY rather than a read of
+   * what that thread is changing, and once in, nobody else gets in while the pool goes. */
+  int mode = a->children > 0 ? 0 : rapi_guard_enter(a, "rap_allocator_destroy");
+  if (mode < 0) {
+    rapi_unlock(&held);
+    return rapi_fail(RAP_ERR_BUSY, "rap_allocator_destroy('%s'): another thread is inside this %s "
+                     "at the same time; destroy it once no thread uses it", a->name,
+                     a->strategy->name);
+  }
   size_t bytes = 0, pending = 0, blocks = a->children > 0 ? 0 : live_blocks(a, &bytes, &pending);
   int st = RAP_OK;
   if (a->children > 0)
@@ -332,7 +342,8 @@ int rap_allocator_destroy(rap_allocator *a) {
     st = rapi_fail(RAP_ERR_BUSY, "rap_allocator_destroy('%s'): %zu block%s still pending, and a "
                    "queue's own work cannot wait for them", a->name, pending, pending == 1 ? " is" : "s are");
   else
-    unlink_and_free(a);
+    unlink_and_free(a);   /* inside the guard to the end: a is gone */
+  if (st != RAP_OK && mode > 0) rapi_guard_leave(a, mode);
   rapi_unlock(&held);
   return st;
 }

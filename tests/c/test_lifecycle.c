@@ -776,16 +776,21 @@ RAP_TEST(Lifecycle, QueueWorkDoesNotWaitForAQueueThatWaitsForIt) {
 }
 
 /* A pool's teardown waits for its pending blocks; from its own queue's work it cannot, so the
- * destroy is refused and the queue's later work still writes into memory that is there. */
+ * destroy is refused and the queue's later work still writes into memory that is there. The work
+ * runs behind a gate, once the block is pending: the pool is plain, and the main thread's free and
+ * the work's destroy must not be inside it at once (that one is refused too, with another
+ * sentence: ThreadGuard.DestroyWhileAnotherThreadIsInsideIsRefused). */
 typedef struct own_destroy {
   rap_allocator *pool;
   int status;
   void *x;
+  char error[512];
 } own_destroy;
 
 static void own_destroy_job(void *arg) {
   own_destroy *d = arg;
   d->status = rap_allocator_destroy(d->pool);
+  snprintf(d->error, sizeof d->error, "%s", rap_last_error());
 }
 static void own_write_job(void *arg) { tu_fill(((own_destroy *)arg)->x, 64 * KiB, 7); }
 
@@ -795,16 +800,23 @@ RAP_TEST(Lifecycle, AllocatorDestroyFromItsQueuesWorkIsBusy) {
                                 "initial_size=64KiB next_size=64KiB heuristic=never");
   rap_resource *a;
   RAP_CHECK_OK(rap_resource_create_host_async(rm, &a));
-  own_destroy d = {pool, -1000, NULL};
+  own_destroy d = {pool, -1000, NULL, ""};
+  gate g;
+  gate_init(&g);
   RAP_CHECK_OK(rap_allocate(pool, &d.x, 64 * KiB, a));
+  RAP_CHECK_OK(rap_resource_submit(a, gate_job, &g));
   RAP_CHECK_OK(rap_resource_submit(a, own_destroy_job, &d));
   RAP_CHECK_OK(rap_resource_submit(a, own_write_job, &d));   /* stream-ordered use of x */
   RAP_CHECK_OK(rap_deallocate(pool, d.x, a));                 /* pending on a until it passes */
+  gate_open(&g);
   RAP_CHECK_OK(rap_resource_synchronize(a));
   RAP_CHECK_STATUS(d.status, RAP_ERR_BUSY);
+  RAP_CHECK_STR(d.error, "rap_allocator_destroy('pool'): 1 block is still pending, and a queue's "
+                "own work cannot wait for them");
   RAP_CHECK(tu_intact(d.x, 64 * KiB, 7));
   TU_CHECK(pool);
   RAP_CHECK_OK(rap_manager_destroy(rm));
+  gate_destroy(&g);
 }
 
 /* The manager cannot go from the work of one of its own queues: refused, nothing changed. */

@@ -85,6 +85,7 @@ struct st_shared {
   st_thread th[ST_THREADS];
   _Atomic(void *) latest[ST_THREADS];
   atomic_int producers;
+  gate checked;   /* opened by the checker once it has walked the allocator once */
 };
 
 /* Writes the pattern: directly for host blocks, as work on the block's queue otherwise. */
@@ -155,6 +156,9 @@ static void *st_worker(void *arg) {
   memset(ring, 0, sizeof ring);
   uint64_t seq = 0;
   for (unsigned op = 0; op < ST_OPS; op++) {
+    /* Halfway, each worker waits for the checker's first round: however the threads are
+     * scheduled, it walks the allocator while blocks are live and changing hands. */
+    if (op == ST_OPS / 2) gate_job(&sh->checked);
     drain_box(t);
     blk *b = &ring[tu_rand(&rng) % ST_RING];
     if (b->p == NULL) {
@@ -233,8 +237,10 @@ static void *st_check_thread(void *arg) {
     }
     if (i % 4 == 3) EXPECT_ST(rep, rap_release(sh->tc), RAP_OK);
     c->rounds = i + 1;
+    if (i == 0) gate_open(&sh->checked);   /* the workers may go past halfway now */
     sched_yield();
   }
+  gate_open(&sh->checked);   /* already open: the first round always runs (producers > 0) */
   return NULL;
 }
 
@@ -246,6 +252,7 @@ RAP_TEST(ThreadCache, StressEightThreadsHandingBlocksAround) {
   RAP_CHECK_OK(rap_allocator_make_spec(sh.rm, "tc", ST_SPEC, &sh.tc));
   RAP_CHECK_OK(rap_resource_host(sh.rm, &sh.host));
   atomic_init(&sh.producers, ST_THREADS);
+  gate_init(&sh.checked);
   for (unsigned i = 0; i < ST_THREADS; i++) {
     sh.th[i].sh = &sh;
     sh.th[i].id = i;
@@ -264,6 +271,7 @@ RAP_TEST(ThreadCache, StressEightThreadsHandingBlocksAround) {
   for (unsigned i = 0; i < ST_THREADS; i++) tu_check_reports("thread", &sh.th[i].rep, 1);
   tu_check_reports("checker", &chk.rep, 1);
   RAP_CHECK(chk.rounds > 0);
+  RAP_CHECK_EQ(gate_passed(&sh.checked), ST_THREADS);   /* every worker waited for it halfway */
   for (unsigned i = 0; i < ST_THREADS; i++) RAP_CHECK_OK(rap_resource_synchronize(sh.th[i].q));
   RAP_CHECK_EQ(atomic_load(&job_errors), 0);   /* no block had two owners */
   rap_stats s = tu_stats(sh.tc);
@@ -279,6 +287,7 @@ RAP_TEST(ThreadCache, StressEightThreadsHandingBlocksAround) {
     RAP_CHECK_OK(rap_resource_destroy(sh.th[i].q));
     pthread_mutex_destroy(&sh.th[i].box_lock);
   }
+  gate_destroy(&sh.checked);
   destroy_clean(sh.rm);
 }
 

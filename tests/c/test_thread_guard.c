@@ -200,3 +200,41 @@ RAP_TEST(ThreadGuard, FourThreadsOnAPlainPool) {
   TU_EXPECT(pool, allocation_count, 0);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* rap_allocator_destroy is a call into the pool like any other: while thread A is inside it
+ * (growing it, with no block counted yet, nothing pending), a destroy from another thread is
+ * refused with a sentence and touches nothing, rather than reading what A is changing and freeing
+ * the pool under it. Once A is out, the pool is whole and goes. */
+RAP_TEST(ThreadGuard, DestroyWhileAnotherThreadIsInsideIsRefused) {
+  rap_manager *rm = tu_manager();
+  RAP_CHECK_OK(rap_strategy_register(rm, &stall_strategy));
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "top", "QuickPool(Stall(HOST), initial_size=4KiB)", &pool));
+  gate_init(&stall_gate);
+  gate_init(&stall_arrived);
+  __atomic_store_n(&stall_armed, 1, __ATOMIC_RELEASE);
+  grower g = {pool, NULL, -100};
+  pthread_t t;
+  RAP_CHECK(pthread_create(&t, NULL, grow_in_pool, &g) == 0);
+  gate_job(&stall_arrived);   /* A is inside the pool now, waiting on its parent */
+  int st = rap_allocator_destroy(pool);
+  if (st == RAP_OK)   /* A would go on in a pool that is gone: it stays at the gate */
+    rap_test_fail(__FILE__, __LINE__, "rap_allocator_destroy freed the pool while another thread "
+                  "was inside it");
+  RAP_CHECK_STATUS(st, RAP_ERR_BUSY);
+  RAP_CHECK_STR(rap_last_error(), "rap_allocator_destroy('top'): another thread is inside this QuickPool");
+  rap_allocator *found = NULL;
+  RAP_CHECK_OK(rap_allocator_get(rm, "top", &found));   /* still there */
+  RAP_CHECK(found == pool);
+  gate_open(&stall_gate);
+  RAP_CHECK(pthread_join(t, NULL) == 0);
+  RAP_CHECK_OK(g.st);
+  TU_CHECK(pool);
+  TU_EXPECT(pool, allocation_count, 1);
+  RAP_CHECK_STATUS(rap_allocator_destroy(pool), RAP_ERR_BUSY);   /* A's block is live */
+  RAP_CHECK_OK(rap_deallocate(pool, g.p, NULL));
+  RAP_CHECK_OK(rap_allocator_destroy(pool));
+  gate_destroy(&stall_gate);
+  gate_destroy(&stall_arrived);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}

@@ -441,6 +441,22 @@ static size_t json_field(const char *json, const char *key) {
 
 #define RT_SPEC "ResourceAwarePool(HOST, initial_size=256KiB, next_size=256KiB)"
 
+/* The fill colour of the plot's legend entry whose text begins with label, or "" without one. */
+static void legend_fill(const char *svg, const char *label, char *out, size_t cap) {
+  char needle[128];
+  snprintf(needle, sizeof needle, ">%s (peak", label);
+  out[0] = '\0';
+  const char *at = strstr(svg, needle), *line = at, *f = NULL;
+  if (at == NULL) return;
+  while (line > svg && line[-1] != '\n') line--;
+  for (const char *q = line; (q = strstr(q, "fill=\"")) != NULL && q < at; q++) f = q + 6;
+  if (f == NULL) return;
+  size_t n = strcspn(f, "\"");
+  if (n >= cap) n = cap - 1;
+  memcpy(out, f, n);
+  out[n] = '\0';
+}
+
 /* A random run over the host and three queues with nothing queued on them (every event has passed
  * when the pool asks, as in a replay): its peaks, replayed through the same spec, are the same. */
 RAP_TEST(Trace, ReplayThroughTheSameSpecGivesTheSameHeldAndLive) {
@@ -499,6 +515,23 @@ RAP_TEST(Trace, ReplayThroughTheSameSpecGivesTheSameHeldAndLive) {
   RAP_CHECK_STR(s, "live, host (peak");
   RAP_CHECK_STR(s, "live, host_async #1 (peak");
   RAP_CHECK_STR(s, "held by 'rt' (peak");
+  /* Each queue's pending band has a colour of its own: its queue's, the live band's, lighter (the
+   * host's frees never pend). */
+  char pend[4][16], live[4][16];
+  for (int i = 1; i < 4; i++) {
+    char label[64];
+    snprintf(label, sizeof label, "pending, host_async #%d", i);
+    legend_fill(s, label, pend[i], sizeof pend[i]);
+    snprintf(label, sizeof label, "live, host_async #%d", i);
+    legend_fill(s, label, live[i], sizeof live[i]);
+    if (pend[i][0] == '\0' || live[i][0] == '\0')
+      rap_test_fail(__FILE__, __LINE__, "the plot's legend has no live or pending band for queue %d", i);
+    RAP_CHECK(strcmp(pend[i], live[i]) == 0);
+    for (int j = 1; j < i; j++)
+      if (strcmp(pend[i], pend[j]) == 0)
+        rap_test_fail(__FILE__, __LINE__, "the pending bands of queues %d and %d share the colour %s",
+                      j, i, pend[i]);
+  }
   RAP_CHECK(strncmp(h, "<!DOCTYPE html>", 15) == 0);
   RAP_CHECK_STR(h, "<title>a round trip</title>");
   RAP_CHECK_STR(h, "</svg>");
