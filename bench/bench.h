@@ -1,7 +1,7 @@
 /* bench.h — what rap-bench's pieces share: the peer interface and the environment (also the C++
  * peers' and the PyTorch plugin's), then the program's own layers, by the file that defines them:
  * main.c (options, the run), measure.c (timing), peers.c (the peers), report.c (results and
- * output) and the workloads (pairs.c, trace.c, runahead.c, threads.c, vmm.c).
+ * output) and the workloads (pairs.c, trace.c, runahead.c, threads.c, vmm.c, sleep.c).
  *
  * A peer is one allocator under test (a rap strategy, malloc, mimalloc, cudaMallocAsync, CUB,
  * PyTorch's caching allocator) behind one small table of functions, so every workload drives every peer
@@ -185,6 +185,7 @@ void wl_e_host(void);
 void wl_e_x(void);
 void wl_e_x_host(void);
 void wl_v(void);        /* vmm.c; nothing without CUDA */
+void wl_s(void);        /* sleep.c; nothing without CUDA */
 #endif
 
 #ifdef __cplusplus

@@ -1,7 +1,7 @@
 /* main.c — rap-bench: rap's strategies and their peers, side by side, in one process. This file
  * reads the options, finds the GPU and the PyTorch plugin, runs the workloads in order and prints;
  * measure.c measures, peers.c makes the allocators, report.c keeps and writes the results, and
- * pairs.c, trace.c, runahead.c, threads.c and vmm.c are the workloads.
+ * pairs.c, trace.c, runahead.c, threads.c, vmm.c and sleep.c are the workloads.
  *
  * Workloads (ids for --only):
  *   a  allocate+free pair, same size, same stream, device memory: 256 B, 64 KiB, 1 MiB, 64 MiB
@@ -78,6 +78,7 @@ static const struct workload {
     {"e-host", 0, wl_e_host, "threads, host memory"},
     {"e-x-host", 0, wl_e_x_host, "threads freeing each other's blocks, host memory"},
     {"v", 1, wl_v, "virtual memory management: call costs and misses"},
+    {"s", 1, wl_s, "sleep and wake over DEVICE_VMM: backup and restore against a plain copy"},
 };
 
 static void load_torch_plugin(void) {

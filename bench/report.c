@@ -277,7 +277,45 @@ int write_outputs(const char *out, const char *started) {
 }
 
 /* The targets rap-bench checks, read off the rows that this run measured. */
+/* (s): sleep and wake against the plain copy of the same bytes, the first sleep against later
+ * ones, what the device got back, discard mode's times; per size measured. */
+static void sleep_targets(void) {
+  static const char *sizes[] = {"1 GiB", "8 GiB", "32 GiB"};
+  int any = 0;
+  for (int i = 0; i < 3; i++) {
+    char c[40], what[96];
+    const char *gb = sizes[i];
+#define ROW(fmt, peer, metric) (snprintf(c, sizeof c, fmt, gb), find_row("s", c, peer, metric))
+    const row *sl = ROW("sleep %s", "rap", "GiB/s"), *wk = ROW("wake %s", "rap", "GiB/s");
+    const row *d2h = ROW("copy d2h %s", "cudaMemcpyAsync", "GiB/s");
+    const row *h2d = ROW("copy h2d %s", "cudaMemcpyAsync", "GiB/s");
+    const row *first = ROW("sleep first %s", "rap", "GiB/s");
+    const row *prepared = ROW("sleep first prepared %s", "rap", "GiB/s");
+    const row *back = ROW("returned %s", "rap", "% of pool");
+    const row *ds = ROW("sleep discard %s", "rap", "ms"), *dw = ROW("wake discard %s", "rap", "ms");
+#undef ROW
+    if (!sl) continue;
+    any = 1;
+    snprintf(what, sizeof what, "(s) %s: sleep >= 80%% of the copy to the host", gb);
+    if (d2h) TARGET(sl->med >= 0.8 * d2h->med, what, "%.1f vs %.1f GiB/s", sl->med, d2h->med);
+    snprintf(what, sizeof what, "(s) %s: wake >= 80%% of the copy to the device", gb);
+    if (wk && h2d) TARGET(wk->med >= 0.8 * h2d->med, what, "%.1f vs %.1f GiB/s", wk->med, h2d->med);
+    snprintf(what, sizeof what, "(s) %s: the first sleep <= 1.1x a later one", gb);
+    if (first) TARGET(sl->med <= 1.1 * first->med, what, "%.1f GiB/s first, %.1f later", first->med, sl->med);
+    snprintf(what, sizeof what, "(s) %s: after RAP_SLEEP_PREPARE, the first sleep <= 1.1x a later one", gb);
+    if (prepared)
+      TARGET(sl->med <= 1.1 * prepared->med, what, "%.1f GiB/s first, %.1f later", prepared->med, sl->med);
+    snprintf(what, sizeof what, "(s) %s: >= 99%% of the pool's memory returned", gb);
+    if (back) TARGET(back->med >= 99, what, "%.1f %%", back->med);
+    if (ds && dw && !strcmp(gb, "32 GiB"))
+      TARGET(ds->med <= 50 && dw->med <= 50, "(s) 32 GiB: discard sleep and wake <= 50 ms each",
+             "%.1f ms, %.1f ms", ds->med, dw->med);
+  }
+  if (!any) TARGET(-1, "(s) sleep and wake at the copy's speed", "not measured");
+}
+
 void check_targets(void) {
+  sleep_targets();
   char buf[240];
   const char *rap = "rap ResourceAwarePool", *qp = "rap QuickPool";
   static const char *pair_cases[] = {"256 B", "64 KiB", "1 MiB", "64 MiB"};

@@ -257,6 +257,11 @@ static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
  * above it; *bytes becomes the new size. A pool whose direct parent sets this grows its newest
  * chunk at its end, so new space merges with the free space before it, and gives free tail pages
  * back by range (block_pool.c). */
+/* Host memory that holds a sleeping pool's live bytes (rapi_resizable.backup_reserve). */
+typedef struct rapi_backup {
+  void *host;
+  size_t cap;
+} rapi_backup;
 typedef struct rapi_resizable {
   size_t granularity;
   int (*resize)(rap_allocator *a, void *ptr, size_t *bytes, size_t want);
@@ -264,6 +269,19 @@ typedef struct rapi_resizable {
    * synchronize, as cudaFree makes one), or NULL. Pools whose free blocks are fenced by events
    * (the ResourceAwarePool) never call it; those that track no resources call it first. */
   void (*settle)(rap_allocator *a);
+  /* Sleep and wake (pool/sleep.c). suspend gives back the memory of the live allocation ptr and
+   * keeps its addresses reserved for it; resume maps them again (contents undefined), all or
+   * nothing; both skip what is already so. backup_reserve makes bk hold at least bytes of host
+   * memory the platform copies to and from at full speed (HOST_VMM: malloc; DEVICE_VMM: pinned),
+   * kept for the next sleep; backup_free gives it back. copy moves n bytes (to_host: from the
+   * platform's memory src into host memory dst; else back), queued or done; copy_finish waits for
+   * every queued copy. All NULL on a platform that cannot sleep. */
+  int  (*suspend)(rap_allocator *a, void *ptr);
+  int  (*resume)(rap_allocator *a, void *ptr);
+  int  (*backup_reserve)(rap_allocator *a, rapi_backup *bk, size_t bytes);
+  void (*backup_free)(rap_allocator *a, rapi_backup *bk);
+  int  (*copy)(rap_allocator *a, void *dst, const void *src, size_t n, bool to_host);
+  int  (*copy_finish)(rap_allocator *a);
 } rapi_resizable;
 
 struct rap_allocator {
@@ -287,6 +305,8 @@ struct rap_allocator {
                                      takes it for its own calls into this allocator (find, a
                                      resource's destroy) */
   const rapi_resizable *resizable;   /* a growable platform's contract, set by its init; or NULL */
+  int asleep;                     /* atomic: rap_allocator_sleep was called on it, or on an
+                                     allocator above it, and no wake since (destroy refuses) */
   UT_hash_handle hh;              /* manager's name map */
 };
 

@@ -166,6 +166,27 @@ int  rap_device_pointer(rap_allocator *a, const void *ptr, void **out);
 int  rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *out);
 
 /* ---------------------------------------------------------------------------------------------
+ * Sleep and wake: a ResourceAwarePool over a growable platform (DEVICE_VMM, HOST_VMM), alone or
+ * under ThreadSafe, gives its physical memory back and keeps every address. Sleep waits for the
+ * work of the resources that used its blocks (their events, never a device synchronize), copies
+ * the live blocks to host memory (BACKUP; DISCARD copies nothing) and unmaps its chunks; free and
+ * pending memory is never copied. While asleep, allocate, deallocate and record answer
+ * RAP_ERR_BUSY, and so does destroy. Wake maps the chunks again and restores the live bytes: when
+ * it returns the copies are done. A failed sleep leaves the pool awake, a failed wake leaves it
+ * asleep with its backup intact: both may be tried again. Other allocators over the same platform
+ * are not touched (docs/DESIGN.md).
+ * ------------------------------------------------------------------------------------------- */
+typedef enum rap_sleep_mode {
+  RAP_SLEEP_BACKUP = 0,    /* live bytes kept in host memory (pinned for DEVICE_VMM) */
+  RAP_SLEEP_DISCARD = 1,   /* nothing kept: the bytes after wake are undefined */
+  RAP_SLEEP_PREPARE = 2    /* no sleep: makes the backup for what is live now, so that the first
+                              BACKUP sleep pays no host allocation (pinning); the pool stays awake */
+} rap_sleep_mode;
+int  rap_allocator_sleep(rap_allocator *a, int mode);
+int  rap_allocator_wake(rap_allocator *a);
+int  rap_allocator_is_asleep(const rap_allocator *a);   /* 1 asleep, 0 awake (NULL: 0) */
+
+/* ---------------------------------------------------------------------------------------------
  * Resources (streams of execution). The host resource is borrowed from the manager.
  * ------------------------------------------------------------------------------------------- */
 int  rap_resource_host(rap_manager *rm, rap_resource **out);

@@ -16,9 +16,9 @@ extern "C" {
 #endif
 RAP_API_BEGIN
 
-/* 2 appended resource_gone, 3 reset_peaks; tables of older versions are still accepted (they end
- * before what came later). */
-#define RAP_STRATEGY_VERSION 3
+/* 2 appended resource_gone, 3 reset_peaks, 4 sleep and wake; tables of older versions are still
+ * accepted (they end before what came later). */
+#define RAP_STRATEGY_VERSION 4
 
 typedef struct rap_options rap_options;   /* the parsed key=value list given at make time */
 
@@ -56,6 +56,10 @@ typedef struct rap_strategy {
    * its stats show, e.g. its inner allocator's. NULL: rap_allocator_reset_peaks answers
    * RAP_ERR_UNSUPPORTED. Called under the lock of a ThreadSafe above the instance, if any. */
   int (*reset_peaks)(void *state);
+  /* Version 4, optional: rap_allocator_sleep (mode: a rap_sleep_mode) and rap_allocator_wake. A
+   * wrapper passes them to what it wraps, under its lock. NULL: RAP_ERR_UNSUPPORTED. */
+  int (*sleep)(void *state, int mode);
+  int (*wake)(void *state);
 } rap_strategy;
 
 /* An instance that keeps state per resource watches it, so that destroying the resource calls its

@@ -410,9 +410,11 @@ static bool give_back_kept(dev *d, gpool *g) {
   return false;
 }
 
-/* Main-pool blocks freed during a capture of their stream, once the capture is over. */
+/* Main-pool blocks freed during a capture of their stream, once the capture is over, and blocks
+ * freed while the pool was asleep, once it is awake. */
 static int process_deferred(dev *d) {
   int st = RAP_OK;
+  if (rap_allocator_is_asleep(d->pool)) return RAP_OK;
   for (deferred **at = &d->deferred; *at != NULL;) {
     deferred *e = *at;
     if (capturing(e->s, NULL)) {
@@ -501,6 +503,8 @@ int glue_free(void *ptr, int device) {
       s = rap_resource_cuda_stream(owner);
       defer = capturing(s, NULL);
     }
+    /* A tensor dropped while the pool sleeps: its block goes back at the wake. */
+    if (rap_allocator_is_asleep(d->pool)) defer = true;
     deferred *e = defer ? malloc(sizeof *e) : NULL;
     if (e != NULL) {
       e->p = ptr;
@@ -842,6 +846,36 @@ int glue_reset_peaks(int device) {
   if (st == RAP_OK && d->pool != NULL) st = rap_allocator_reset_peaks(d->pool);
   for (gpool *g = st == RAP_OK ? d->gpools : NULL; g != NULL && st == RAP_OK; g = g->hh.next)
     st = rap_allocator_reset_peaks(g->a);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+/* Sleep and wake of a device's pool (rap_allocator_sleep): frees deferred by a capture that has
+ * ended are done first; CUDA-graph pools stay as they are (their graphs may replay). */
+int glue_sleep(int device, int mode) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK && d->pool == NULL)
+    st = rap_error_set(RAP_ERR_INVALID, "%s: device %d has no pool yet: nothing to sleep",
+                       glue_cfg.prefix, device);
+  if (st == RAP_OK) {
+    if (d->deferred != NULL) (void)process_deferred(d);
+    st = rap_allocator_sleep(d->pool, mode);
+  }
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_wake(int device) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK && d->pool == NULL)
+    st = rap_error_set(RAP_ERR_INVALID, "%s: device %d has no pool: nothing to wake",
+                       glue_cfg.prefix, device);
+  if (st == RAP_OK) st = rap_allocator_wake(d->pool);
+  if (st == RAP_OK && d->deferred != NULL) (void)process_deferred(d);
   pthread_mutex_unlock(&lock);
   return st;
 }

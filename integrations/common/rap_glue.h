@@ -54,6 +54,8 @@ int  glue_stream_retire(cudaStream_t s, int *adopted);  /* the stream's owner le
 int  glue_spec(int device, char *buf, size_t cap);      /* the spec a device's pool is made from */
 int  glue_reset_peaks(int device);        /* high-water marks of the device's pools start again */
 int  glue_reset_accumulated(int device);  /* running totals start again (see GLUE_ALLOCS_TOTAL) */
+int  glue_sleep(int device, int mode);    /* the device's pool sleeps (rap_sleep_mode) */
+int  glue_wake(int device);
 
 /* A framework's own graph-pool protocol (PyTorch's begin/end_allocate_to_pool and release_pool).
  * Once glue_use_pool_hooks(1) is called, captures are no longer detected per allocation: between

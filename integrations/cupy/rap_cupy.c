@@ -200,6 +200,12 @@ RAP_EXPORT int rap_cupy_stream_retire(intptr_t stream) {
 
 RAP_EXPORT int rap_cupy_empty_cache(void) { return glue_release(); }
 
+/* rap_cupy.sleep and wake: the device's pool gives its memory back and takes it again
+ * (DEVICE_VMM only; rap_allocator_sleep). */
+RAP_EXPORT int rap_cupy_sleep(int device, int mode) { return glue_sleep(device, mode); }
+
+RAP_EXPORT int rap_cupy_wake(int device) { return glue_wake(device); }
+
 RAP_EXPORT size_t rap_cupy_release_graph_pools(void) {
   size_t n = 0;
   (void)glue_release_graph_pools(&n);

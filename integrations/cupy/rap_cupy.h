@@ -21,6 +21,8 @@ int      rap_cupy_record_stream(void *ptr, intptr_t stream);
 intptr_t rap_cupy_pointer_stream(void *ptr, int device);
 int      rap_cupy_stream_retire(intptr_t stream);
 int      rap_cupy_empty_cache(void);
+int      rap_cupy_sleep(int device, int mode);   /* rap_allocator_sleep of the device's pool */
+int      rap_cupy_wake(int device);
 size_t   rap_cupy_release_graph_pools(void);
 int      rap_cupy_stat_values(int device, int graph, size_t *out, size_t n);
 int      rap_cupy_stat_count(void);

@@ -55,7 +55,7 @@ __all__ = [
     "enable", "enabled", "library_path", "stream_source", "record_stream", "pointer_stream",
     "memory_stats", "used_bytes", "reserved_bytes", "pending_bytes", "empty_cache",
     "release_graph_pools", "spec", "MemoryPool", "get_default_memory_pool", "PinnedMemoryPool",
-    "get_default_pinned_memory_pool", "enable_pinned",
+    "get_default_pinned_memory_pool", "enable_pinned", "sleep", "wake", "prepare_sleep",
 ]
 
 
@@ -128,6 +128,8 @@ def _load(path):
     lib.rap_cupy_pinned_free.argtypes = [vp]
     lib.rap_cupy_pinned_stat_values.argtypes = [ctypes.POINTER(sz), sz]
     lib.rap_cupy_pinned_spec.restype = ctypes.c_char_p
+    lib.rap_cupy_sleep.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.rap_cupy_wake.argtypes = [ctypes.c_int]
     return lib
 
 
@@ -321,6 +323,35 @@ def empty_cache():
 def release_graph_pools():
     _need()
     return _lib.rap_cupy_release_graph_pools()
+
+
+def sleep(mode="backup", device=None):
+    """rap's pool for the device (default: the current one) gives its GPU memory back and keeps
+    every address; "backup" keeps the live bytes in pinned host memory for wake(), "discard" keeps
+    nothing. Needs the pool over DEVICE_VMM (enable("ResourceAwarePool(DEVICE_VMM)")); raises
+    RuntimeError with rap's sentence otherwise."""
+    modes = {"backup": 0, "discard": 1}
+    if mode not in modes:
+        raise ValueError("mode is 'backup' or 'discard', not %r" % (mode,))
+    lib = _library()
+    if lib.rap_cupy_sleep(_device() if device is None else int(device), modes[mode]) != 0:
+        raise RuntimeError("rap_cupy: " + _loader.last_error(lib, "cupy"))
+
+
+def prepare_sleep(device=None):
+    """Makes the pinned host backup for what the device's pool holds live now, so that the first
+    sleep("backup") pays no pinning. The pool stays awake."""
+    lib = _library()
+    if lib.rap_cupy_sleep(_device() if device is None else int(device), 2) != 0:
+        raise RuntimeError("rap_cupy: " + _loader.last_error(lib, "cupy"))
+
+
+def wake(device=None):
+    """Maps the pool's memory again at the same addresses and restores what sleep("backup") kept;
+    a refused wake raises RuntimeError and leaves the pool asleep: call it again."""
+    lib = _library()
+    if lib.rap_cupy_wake(_device() if device is None else int(device)) != 0:
+        raise RuntimeError("rap_cupy: " + _loader.last_error(lib, "cupy"))
 
 
 def spec(device=0):

@@ -156,6 +156,12 @@ RAP_EXPORT int rap_torch_reset_peaks(int device) { return glue_reset_peaks(devic
 
 RAP_EXPORT int rap_torch_reset_accumulated(int device) { return glue_reset_accumulated(device); }
 
+/* rap.torch.sleep and wake: the device's pool gives its memory back and takes it again
+ * (DEVICE_VMM only; rap_allocator_sleep). */
+RAP_EXPORT int rap_torch_sleep(int device, int mode) { return glue_sleep(device, mode); }
+
+RAP_EXPORT int rap_torch_wake(int device) { return glue_wake(device); }
+
 RAP_EXPORT int rap_torch_spec(int device, char *buf, size_t cap) { return glue_spec(device, buf, cap); }
 
 RAP_EXPORT const char *rap_torch_last_error(void) { return rap_last_error(); }

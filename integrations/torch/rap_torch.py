@@ -45,7 +45,8 @@ __all__ = [
     "memory_reserved", "max_memory_reserved", "pending_bytes", "memory_stats",
     "memory_stats_as_nested_dict", "rap_stats", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "memory_summary", "empty_cache", "release_graph_pools",
-    "graph_memory_reserved", "record_stream", "spec", "hooks", "snapshot_from_trace",
+    "graph_memory_reserved", "record_stream", "spec", "hooks", "snapshot_from_trace", "sleep", "wake",
+    "prepare_sleep",
 ]
 
 
@@ -102,7 +103,9 @@ def _load(path):
     lib.rap_torch_empty_cache.restype = None
     lib.rap_torch_use_pool_hooks.argtypes = [ctypes.c_int]
     lib.rap_torch_use_pool_hooks.restype = None
-    for fn in ("rap_torch_reset_peaks", "rap_torch_reset_accumulated"):
+    lib.rap_torch_sleep.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.rap_torch_sleep.restype = ctypes.c_int
+    for fn in ("rap_torch_reset_peaks", "rap_torch_reset_accumulated", "rap_torch_wake"):
         getattr(lib, fn).argtypes = [ctypes.c_int]
         getattr(lib, fn).restype = ctypes.c_int
     return lib
@@ -404,6 +407,42 @@ def release_graph_pools():
     """Gives back the memory of finished CUDA-graph captures; only once those graphs are gone."""
     _need()
     return _lib.rap_torch_release_graph_pools()
+
+
+_SLEEP_MODES = {"backup": 0, "discard": 1}
+
+
+def sleep(mode="backup", device=None):
+    """rap's pool for the device gives its GPU memory back to the driver and keeps every address:
+    tensors keep their data pointers. mode "backup" copies the live blocks to pinned host memory
+    first (wake() restores them byte for byte); "discard" keeps nothing (caches, activations).
+    Waits only for the streams that used the pool's blocks. While asleep the pool refuses to
+    allocate or free. Needs the pool over DEVICE_VMM, e.g.
+    enable("ResourceAwarePool(DEVICE_VMM, initial_size=64MiB)"); RuntimeError with rap's sentence
+    otherwise."""
+    if mode not in _SLEEP_MODES:
+        raise ValueError("mode is 'backup' or 'discard', not %r" % (mode,))
+    lib = _library()
+    if lib.rap_torch_sleep(_device(device), _SLEEP_MODES[mode]) != 0:
+        raise RuntimeError("rap_torch: " + _loader.last_error(lib, "torch"))
+
+
+def prepare_sleep(device=None):
+    """Makes the pinned host backup for what the device's pool holds live now, so that the first
+    sleep("backup") pays no pinning (call it after loading a model, off the critical path). The
+    pool stays awake."""
+    lib = _library()
+    if lib.rap_torch_sleep(_device(device), 2) != 0:
+        raise RuntimeError("rap_torch: " + _loader.last_error(lib, "torch"))
+
+
+def wake(device=None):
+    """Maps the pool's memory again at the same addresses and restores what sleep("backup")
+    kept; the copies are done when it returns. A wake the driver refuses (another process holds
+    the memory) raises RuntimeError and leaves the pool asleep with its backup: call it again."""
+    lib = _library()
+    if lib.rap_torch_wake(_device(device)) != 0:
+        raise RuntimeError("rap_torch: " + _loader.last_error(lib, "torch"))
 
 
 def spec(device=None):

@@ -38,4 +38,7 @@ RAP_TORCH_SPEC="QuickPool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB,
 # The same training on the default pool over the growable platform (one chunk, 2 MiB granules).
 RAP_TORCH_SPEC="ResourceAwarePool(DEVICE_VMM::{device}, initial_size=64MiB, next_size=2MiB, heuristic=never, cross_resource=wait, wait_above=512MiB)" \
   run train --allocator rap --tag vmm
+# Sleep and wake of the pool over the growable platform, with its memory lent to another process.
+RAP_TORCH_SPEC="ResourceAwarePool(DEVICE_VMM::{device}, initial_size=64MiB, next_size=2MiB, heuristic=never, cross_resource=wait, wait_above=512MiB)" \
+  run sleep
 finish

@@ -5,6 +5,7 @@
   streams            producer/consumer on two streams with record_stream and early frees; threads
   graph              CUDA graph capture and replay of an allocating step
   oom                a failed allocation (RAP_TORCH_OOM=null: see what PyTorch does with NULL)
+  sleep              rap_torch.sleep/wake over DEVICE_VMM: training goes on bit-equal after it
   summarize          compares the results and prints the table; exit status 1 on a failure
 and test_torch_users.py's: stats, compile, handoff, mempool, model (see there).
 Each command writes <out>/<name>.json.
@@ -312,6 +313,93 @@ def cmd_oom(args):
     dump(args, "oom_" + mode, r)
 
 
+def cmd_sleep(args):
+    """rap.torch.sleep/wake over DEVICE_VMM (RAP_TORCH_SPEC names it): a model trained 10 steps,
+    put to sleep with its optimizer state, woken and trained 10 more gives the losses of 20 steps
+    without sleep, bit for bit; while asleep the device's free memory rises by what the pool held,
+    another process allocates most of it, and the pool refuses to allocate; discard mode."""
+    import torch
+    if not torch.cuda.is_available():
+        dump(args, "sleep", {"skipped": "no CUDA device"})
+        return 0
+    import rap_torch
+    rap_torch.enable()
+    import subprocess
+    F = torch.nn.functional
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    r = {"spec": rap_torch.spec()}
+
+    def run(steps, pause):
+        torch.manual_seed(0)
+        model = build_model(torch).cuda()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        losses = []
+        for i in range(steps):
+            if i == pause:
+                pause_here(model, opt)
+            x = torch.randn(32, 3, 64, 64, generator=gen, device="cuda")
+            y = torch.randint(0, 10, (32,), generator=gen, device="cuda")
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(float.hex(loss.item()))
+        return losses
+
+    def state_bytes(model, opt):
+        ts = [p.detach().flatten() for p in model.parameters()]
+        ts += [v.flatten() for st in opt.state.values() for v in st.values() if torch.is_tensor(v) and v.is_cuda]
+        return hashlib.sha256(torch.cat([t.float() for t in ts]).cpu().numpy().tobytes()).hexdigest()
+
+    def pause_here(model, opt):
+        before = state_bytes(model, opt)
+        ptrs = [p.data_ptr() for p in model.parameters()]
+        spare = torch.ones(1 << 20, device="cuda")    # dropped while asleep: freed at the wake
+        torch.cuda.synchronize()
+        live = rap_torch.memory_allocated()
+        rap_torch.prepare_sleep()                      # the pinned backup, before the sleep
+        held = rap_torch.memory_reserved()
+        free0, _ = torch.cuda.mem_get_info()
+        rap_torch.sleep("backup")
+        free1, _ = torch.cuda.mem_get_info()
+        r["reserved_MiB"] = held / 2**20
+        r["freed_MiB"] = (free1 - free0) / 2**20
+        r["freed_fraction"] = (free1 - free0) / held if held else 0.0
+        try:
+            torch.empty(1 << 20, device="cuda")
+            r["refused_while_asleep"] = False
+        except Exception as e:  # noqa: BLE001
+            r["refused_while_asleep"] = "asleep" in str(e)
+            r["refusal"] = str(e)[:200]
+        del spare
+        take = int((free1 - free0) * 0.9)
+        code = ("import torch; x = torch.empty(%d, dtype=torch.uint8, device='cuda'); "
+                "torch.cuda.synchronize(); print('ok')" % take)
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        r["other_process_took_MiB"] = take / 2**20
+        r["other_process_ok"] = p.returncode == 0 and "ok" in p.stdout
+        t0 = time.perf_counter()
+        rap_torch.wake()
+        r["wake_ms"] = (time.perf_counter() - t0) * 1e3
+        r["pointers_kept"] = ptrs == [p.data_ptr() for p in model.parameters()]
+        r["free_while_asleep_done_at_wake"] = rap_torch.memory_allocated() == live - (4 << 20)
+        r["state_bit_equal"] = state_bytes(model, opt) == before
+
+    r["losses_without_sleep"] = run(20, -1)
+    r["losses_with_sleep"] = run(20, 10)
+    r["losses_equal"] = r["losses_without_sleep"] == r["losses_with_sleep"]
+    scratch = torch.ones(1 << 22, device="cuda")
+    rap_torch.sleep("discard")
+    rap_torch.wake()
+    scratch.fill_(3)
+    r["discard_then_usable"] = float(scratch.sum().item()) == 3.0 * (1 << 22)
+    dump(args, "sleep", r)
+
+
 load, mib = test_torch_users._load, test_torch_users._mib
 
 
@@ -404,6 +492,25 @@ def cmd_summarize(args):
         else:
             lines.append("out of memory with RAP_TORCH_OOM=null: exception %s, data_ptr %s"
                          % (o["exception"], o.get("data_ptr")))
+    sl = load(args.out, "sleep")
+    if sl and "skipped" not in sl:
+        good = all(sl.get(k) for k in ("losses_equal", "state_bit_equal", "pointers_kept",
+                                       "refused_while_asleep", "other_process_ok",
+                                       "discard_then_usable", "free_while_asleep_done_at_wake"))
+        good = good and sl["freed_fraction"] >= 0.99
+        ok &= good
+        lines.append("sleep/wake over DEVICE_VMM: losses after sleep and wake bit-equal: %s; state "
+                     "bit-equal: %s; pointers kept: %s; %.0f of %.0f MiB freed (%.1f %%), another "
+                     "process took %.0f MiB: %s; refused while asleep: %s; a tensor dropped while "
+                     "asleep freed at the wake: %s; wake %.1f ms; discard: %s"
+                     % (sl["losses_equal"], sl["state_bit_equal"], sl["pointers_kept"],
+                        sl["freed_MiB"], sl["reserved_MiB"], 100 * sl["freed_fraction"],
+                        sl["other_process_took_MiB"], sl["other_process_ok"],
+                        sl["refused_while_asleep"], sl["free_while_asleep_done_at_wake"],
+                        sl["wake_ms"], sl["discard_then_usable"]))
+    elif sl is not None or os.environ.get("RAP_TEST_ONLY") is None:
+        ok &= bool(sl)
+        lines.append("sleep/wake: %s" % ("skipped: " + sl["skipped"] if sl else "results missing"))
     p = load(args.out, "probe")
     if p:
         lines.insert(0, "torch %s (CUDA %s, cuDNN %s) on %s; pluggable allocator object %s exposes %s"

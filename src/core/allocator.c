@@ -253,3 +253,46 @@ int rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *o
   if (st == RAP_OK) *out = s;
   return st;
 }
+
+/* ---- sleep and wake: to the strategy's table; the flag on the chain is what destroy reads ----- */
+
+/* The allocators from a down to the platform (not included: others may share it). */
+static void mark_asleep(rap_allocator *a, int asleep) {
+  for (; a != NULL && a->resizable == NULL; a = a->parent)
+    __atomic_store_n(&a->asleep, asleep, __ATOMIC_RELEASE);
+}
+
+static int cannot_sleep(const char *fn, const rap_allocator *a) {
+  if (a->resizable != NULL)
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "%s('%s'): a platform does not sleep itself: put a "
+                     "ResourceAwarePool over it and make that sleep", fn, a->name);
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "%s('%s'): the %s strategy cannot sleep (a "
+                   "ResourceAwarePool over HOST_VMM or DEVICE_VMM can, alone or under ThreadSafe)",
+                   fn, a->name, a->strategy->name);
+}
+
+int rap_allocator_sleep(rap_allocator *a, int mode) {
+  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_sleep: allocator is NULL");
+  if (mode != RAP_SLEEP_BACKUP && mode != RAP_SLEEP_DISCARD && mode != RAP_SLEEP_PREPARE)
+    return rapi_fail(RAP_ERR_INVALID, "rap_allocator_sleep('%s'): mode %d is none of "
+                     "RAP_SLEEP_BACKUP (0), RAP_SLEEP_DISCARD (1), RAP_SLEEP_PREPARE (2)", a->name,
+                     mode);
+  if (a->strategy->version < 4 || a->strategy->sleep == NULL)
+    return cannot_sleep("rap_allocator_sleep", a);
+  int st = a->strategy->sleep(a->state, mode);
+  if (st == RAP_OK && mode != RAP_SLEEP_PREPARE) mark_asleep(a, 1);
+  return RAPI_UNLIKELY(rapi_debug_level() > 0) ? debugged(a, "rap_allocator_sleep", st) : st;
+}
+
+int rap_allocator_wake(rap_allocator *a) {
+  if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_wake: allocator is NULL");
+  if (a->strategy->version < 4 || a->strategy->wake == NULL)
+    return cannot_sleep("rap_allocator_wake", a);
+  int st = a->strategy->wake(a->state);
+  if (st == RAP_OK) mark_asleep(a, 0);
+  return RAPI_UNLIKELY(rapi_debug_level() > 0) ? debugged(a, "rap_allocator_wake", st) : st;
+}
+
+int rap_allocator_is_asleep(const rap_allocator *a) {
+  return a != NULL && __atomic_load_n(&a->asleep, __ATOMIC_ACQUIRE) != 0;
+}

@@ -301,6 +301,9 @@ int rap_allocator_destroy(rap_allocator *a) {
   if (a->children > 0)
     st = rapi_fail(RAP_ERR_BUSY, "rap_allocator_destroy('%s'): %zu allocator%s still use it",
                    a->name, a->children, a->children == 1 ? "" : "s");
+  else if (rap_allocator_is_asleep(a))
+    st = rapi_fail(RAP_ERR_BUSY, "rap_allocator_destroy('%s'): it is asleep; wake it first "
+                   "(rap_allocator_wake), or destroy the manager, which frees a sleeping pool", a->name);
   else if (blocks > 0)
     st = rapi_fail(RAP_ERR_BUSY, "rap_allocator_destroy('%s'): %zu block%s still live", a->name,
                    blocks, blocks == 1 ? " is" : "s are");

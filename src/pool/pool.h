@@ -93,6 +93,8 @@ typedef struct rapi_bp {
   size_t usable;                     /* bytes the chunks' blocks tile */
   size_t allocation_count, block_count, chunk_count;
   size_t max_request;
+  uint8_t asleep;                    /* RAPI_AWAKE, or how it sleeps (pool/sleep.c) */
+  rapi_backup backup;                /* host memory for live bytes while asleep, kept for the next */
 } rapi_bp;
 /* record_size: sizeof(rapi_block), or of a strategy's record that embeds it first. */
 int   rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list, size_t record_size);
@@ -136,5 +138,20 @@ int   rapi_bp_check(rapi_bp *bp);
 int   rapi_bp_unknown_pointer(rapi_bp *bp, const void *ptr, const char *fn);
 static inline bool rapi_bp_whole_chunk(const rapi_block *b) { return b->prev == NULL && b->next == NULL; }
 static inline rapi_block *rapi_bp_find_used(rapi_bp *bp, const void *ptr) { return rapi_map_find(&bp->used, ptr); }
+
+/* ---- pool/sleep.c: a pool's chunks unmapped and mapped again in place ------------------------
+ * For a pool directly over a growable platform whose pending blocks have all become free (the
+ * caller waited for them). Sleep gives wholly free chunks and free tails back, copies runs of
+ * touching used blocks to the backup (BACKUP), then suspends every chunk; wake resumes them and
+ * copies back. A failed sleep leaves the pool awake and whole, a failed wake leaves it asleep with
+ * its backup intact. SLEEPING: the caller is waiting for events before sleeping, and refuses calls
+ * as a sleeping pool does. */
+enum { RAPI_AWAKE = 0, RAPI_SLEEPING = 1, RAPI_ASLEEP_BACKUP = 2, RAPI_ASLEEP_DISCARD = 3 };
+int   rapi_bp_can_sleep(rapi_bp *bp);   /* RAP_ERR_UNSUPPORTED, with a sentence, where it cannot */
+int   rapi_bp_sleep(rapi_bp *bp, int mode);
+int   rapi_bp_prepare(rapi_bp *bp);   /* the backup for what is live now; the pool stays awake */
+int   rapi_bp_wake(rapi_bp *bp);
+int   rapi_bp_asleep_refusal(rapi_bp *bp, const char *fn);   /* RAP_ERR_BUSY with a sentence */
+void  rapi_bp_backup_free(rapi_bp *bp);
 
 #endif /* RAP_POOL_H */

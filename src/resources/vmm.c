@@ -49,19 +49,35 @@ int rapi_vmm_check_sizes(rap_allocator *self, size_t least, size_t *reserve, siz
 static char *range_end(const rapi_vmm *v) { return v->base + v->reserve; }
 static char *extent_end(const rapi_vmm_extent *e) { return e->addr + e->size; }
 
+static _Thread_local long map_countdown;
+void rapi_vmm_fail_map_at(long nth) { map_countdown = nth; }
+
+/* Every map goes through here, so that the test seam covers growth and wake alike. */
+static int backend_map(rapi_vmm *v, char *addr, size_t size) {
+  if (RAPI_UNLIKELY(map_countdown > 0) && --map_countdown == 0) {
+    char sz[32];
+    rapi_format_size(sz, sizeof sz, size);
+    return rapi_fail(RAP_ERR_NOMEM, "%s: mapping %s at %p failed: out of memory (injected)",
+                     rap_allocator_name(v->self), sz, (void *)addr);
+  }
+  return v->ops->map(v, addr, size);
+}
+
 /* Maps [addr, addr+size) as one extent linked after `after` (NULL: first). */
 static int map_extent(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *after) {
   rapi_vmm_extent *e = rapi_malloc(sizeof *e);
   if (e == NULL)
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a mapping record",
                      rap_allocator_name(v->self));
-  int st = v->ops->map(v, addr, size);
+  int st = backend_map(v, addr, size);
   if (st != RAP_OK) {
     free(e);
     return st;
   }
   e->addr = addr;
   e->size = size;
+  e->asleep = false;
+  e->fresh = false;
   e->prev = after;
   e->next = after ? after->next : v->first;
   if (e->next) e->next->prev = e;
@@ -76,14 +92,14 @@ static int map_extent(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *aft
 
 /* Unmaps e and forgets it; on failure e stays, still mapped, and the status is returned. */
 static int unmap_extent(rapi_vmm *v, rapi_vmm_extent *e) {
-  int st = v->ops->unmap(v, e->addr, e->size);
+  int st = e->asleep ? RAP_OK : v->ops->unmap(v, e->addr, e->size);
   if (st != RAP_OK) return st;
+  if (!e->asleep) v->mapped -= e->size;
   if (e->prev) e->prev->next = e->next;
   else v->first = e->next;
   if (e->next) e->next->prev = e->prev;
   else v->last = e->prev;
   v->extents--;
-  v->mapped -= e->size;
   free(e);
   return RAP_OK;
 }
@@ -210,6 +226,121 @@ static int vmm_resize(rap_allocator *a, void *ptr, size_t *bytes, size_t want) {
   return st;
 }
 
+/* ---- sleep and wake: the extents of one allocation unmapped and mapped again in place ---------- */
+
+/* The live allocation at ptr (its first extent and where it ends), under the lock; or a sentence. */
+static int sleep_target(rap_allocator *a, rapi_tracked *p, void *ptr, char **end, const char *fn) {
+  rapi_vmm *v = p->impl;
+  rapi_prec *rec = rapi_map_find(&p->map, ptr);
+  if (rec == NULL)
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "%s: %s of %p: not a live allocation",
+                     rap_allocator_name(a), fn, ptr);
+  *end = (char *)ptr + rapi_align_up(rec->bytes ? rec->bytes : 1, v->granularity);
+  return RAP_OK;
+}
+
+/* Each extent of the allocation goes back to the backend and stays in the list, asleep, so that
+ * nothing else is placed on its addresses; on failure those done stay asleep (resume undoes). */
+int rapi_vmm_suspend(rap_allocator *a, void *ptr) {
+  rapi_tracked *p = a->state;
+  rapi_vmm *v = p->impl;
+  rapi_held held;
+  rapi_lock(&p->lock, &held);
+  char *end = NULL;
+  int st = sleep_target(a, p, ptr, &end, "suspend");
+  for (rapi_vmm_extent *e = v->first; st == RAP_OK && e != NULL && e->addr < end; e = e->next) {
+    if (e->addr < (char *)ptr || e->asleep) continue;
+    if ((st = v->ops->unmap(v, e->addr, e->size)) != RAP_OK) break;
+    e->asleep = true;
+    v->mapped -= e->size;
+  }
+  rapi_unlock(&held);
+  return st;
+}
+
+/* Each run of touching asleep extents is mapped again as one extent (one backend call: on the
+ * device one cuMemCreate for what growth mapped in many pieces, so later sleeps and wakes cost one
+ * call per run). If a map fails, the runs mapped by this call go back to sleep, so the allocation
+ * is never left half mapped by it. */
+int rapi_vmm_resume(rap_allocator *a, void *ptr) {
+  rapi_tracked *p = a->state;
+  rapi_vmm *v = p->impl;
+  rapi_held held;
+  rapi_lock(&p->lock, &held);
+  char *end = NULL;
+  int st = sleep_target(a, p, ptr, &end, "resume");
+  rapi_vmm_extent *e = st == RAP_OK ? v->first : NULL;
+  for (; e != NULL && e->addr < end; e = e->next) {
+    if (e->addr < (char *)ptr || !e->asleep) continue;
+    size_t run = e->size;
+    rapi_vmm_extent *last = e;
+    while (last->next != NULL && last->next->asleep && last->next->addr == extent_end(last) &&
+           last->next->addr < end) {
+      last = last->next;
+      run += last->size;
+    }
+    if ((st = backend_map(v, e->addr, run)) != RAP_OK) break;
+    rapi_vmm_extent *stop = last->next;
+    while (e->next != stop) {   /* the run's records become e's */
+      rapi_vmm_extent *n = e->next;
+      e->next = n->next;
+      if (n->next) n->next->prev = e;
+      else v->last = e;
+      v->extents--;
+      free(n);
+    }
+    e->size = run;
+    e->asleep = false;
+    e->fresh = true;
+    v->mapped += run;
+    if (v->mapped > v->mapped_hwm) v->mapped_hwm = v->mapped;
+  }
+  for (rapi_vmm_extent *u = v->first; u != NULL; u = u->next) {
+    if (!u->fresh) continue;
+    u->fresh = false;
+    if (st == RAP_OK || v->ops->unmap(v, u->addr, u->size) != RAP_OK) continue;   /* kept: valid */
+    u->asleep = true;
+    v->mapped -= u->size;
+  }
+  rapi_unlock(&held);
+  return st;
+}
+
+/* HostVmm's backup is plain host memory (through the seam, so tests can fail it) and memcpy. */
+static int host_backup_reserve(rap_allocator *a, rapi_backup *bk, size_t bytes) {
+  if (bk->cap >= bytes) return RAP_OK;
+  void *h = rapi_malloc(bytes ? bytes : 1);
+  if (h == NULL) {
+    char sz[32];
+    rapi_format_size(sz, sizeof sz, bytes);
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a backup of %s",
+                     rap_allocator_name(a), sz);
+  }
+  free(bk->host);
+  bk->host = h;
+  bk->cap = bytes;
+  return RAP_OK;
+}
+
+static void host_backup_free(rap_allocator *a, rapi_backup *bk) {
+  (void)a;
+  free(bk->host);
+  bk->host = NULL;
+  bk->cap = 0;
+}
+
+static int host_copy(rap_allocator *a, void *dst, const void *src, size_t n, bool to_host) {
+  (void)a;
+  (void)to_host;
+  memcpy(dst, src, n);
+  return RAP_OK;
+}
+
+static int host_copy_finish(rap_allocator *a) {
+  (void)a;
+  return RAP_OK;
+}
+
 /* ---- life cycle ------------------------------------------------------------------------------- */
 
 int rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v) {
@@ -217,6 +348,12 @@ int rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v) {
   v->self = self;
   v->resizable.granularity = v->granularity;
   v->resizable.resize = vmm_resize;
+  v->resizable.suspend = rapi_vmm_suspend;
+  v->resizable.resume = rapi_vmm_resume;
+  v->resizable.backup_reserve = host_backup_reserve;   /* the device backend sets its own */
+  v->resizable.backup_free = host_backup_free;
+  v->resizable.copy = host_copy;
+  v->resizable.copy_finish = host_copy_finish;
   int st = rapi_tracked_init(state, self, v, vmm_raw_alloc, vmm_raw_free, false, v->granularity);
   if (st != RAP_OK) {
     saved.ops->unreserve(&saved);

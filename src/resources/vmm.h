@@ -25,6 +25,8 @@ typedef struct rapi_vmm_backend {
 typedef struct rapi_vmm_extent {
   char *addr;
   size_t size;
+  bool asleep;                     /* unmapped by a sleeping pool: its addresses stay taken */
+  bool fresh;                      /* mapped again by the resume under way (vmm.c) */
   struct rapi_vmm_extent *prev, *next;   /* address order */
 } rapi_vmm_extent;
 
@@ -39,7 +41,8 @@ struct rapi_vmm {
   uint64_t peers;                  /* device backend: other devices given access (bits), mapped
                                       with every extent (rapi_device_vmm_peer) */
   rapi_vmm_extent *first, *last;
-  size_t extents, mapped, mapped_hwm;
+  size_t extents, mapped, mapped_hwm;   /* mapped: what is mapped now (asleep extents are not) */
+  void *copy;                      /* device backend: the streams backup and restore copy on */
   rapi_resizable resizable;        /* what pools over this allocator see (rap_internal.h) */
 };
 
@@ -60,6 +63,13 @@ int  rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v);
 void rapi_vmm_fini(rap_allocator *self, void *state);
 int  rapi_vmm_stats(void *state, rap_stats *out);
 int  rapi_vmm_reset_peaks(void *state);
+
+/* Sleep and wake of an allocation (rapi_resizable): the engine's, shared by both platforms. */
+int  rapi_vmm_suspend(rap_allocator *a, void *ptr);
+int  rapi_vmm_resume(rap_allocator *a, void *ptr);
+/* A test's seam: the nth map from now (growth or a wake; 1: the next) on this thread fails with
+ * RAP_ERR_NOMEM, as on a device whose memory another process took; 0 turns it off. */
+void rapi_vmm_fail_map_at(long nth);
 
 /* The tracked body's methods, but the engine's fini, stats and peaks (what is mapped). */
 #define RAPI_VMM_METHODS                                                                           \

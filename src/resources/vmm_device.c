@@ -163,9 +163,130 @@ static int device_unmap(rapi_vmm *v, char *addr, size_t size) {
   return r == CUDA_SUCCESS ? RAP_OK : cu_fail(v, "cuMemUnmap", r, size);
 }
 
+/* ---- sleep and wake: backup in pinned host memory, copies chunked over a few streams --------- */
+
+#define COPY_LANES 4
+#define COPY_PIECE ((size_t)64 << 20)   /* per cudaMemcpyAsync: large enough to run at full speed */
+
+typedef struct copy_lanes {
+  cudaStream_t s[COPY_LANES];
+  unsigned next;
+} copy_lanes;
+
+static int rt_fail(rapi_vmm *v, const char *call, cudaError_t e) {
+  (void)cudaGetLastError();
+  return rapi_fail(e == cudaErrorMemoryAllocation ? RAP_ERR_NOMEM : RAP_ERR_BACKEND,
+                   "%s: %s on device %d: %s", rap_allocator_name(v->self), call, v->device,
+                   cudaGetErrorString(e));
+}
+
+/* The copy streams, made at the first sleep and kept until the platform goes; device current. */
+static int lanes(rapi_vmm *v, copy_lanes **out) {
+  if (v->copy == NULL) {
+    copy_lanes *l = rapi_calloc(1, sizeof *l);
+    if (l == NULL)
+      return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(v->self));
+    for (int i = 0; i < COPY_LANES; i++) {
+      cudaError_t e = cudaStreamCreateWithFlags(&l->s[i], cudaStreamNonBlocking);
+      if (e != cudaSuccess) {
+        while (i-- > 0) (void)cudaStreamDestroy(l->s[i]);
+        free(l);
+        return rt_fail(v, "cudaStreamCreateWithFlags", e);
+      }
+    }
+    v->copy = l;
+  }
+  *out = v->copy;
+  return RAP_OK;
+}
+
+static void lanes_destroy(rapi_vmm *v) {
+  copy_lanes *l = v->copy;
+  if (l == NULL) return;
+  for (int i = 0; i < COPY_LANES; i++) (void)cudaStreamDestroy(l->s[i]);
+  free(l);
+  v->copy = NULL;
+}
+
+static rapi_vmm *vmm_of(rap_allocator *a) { return ((rapi_tracked *)a->state)->impl; }
+
+/* Pinned memory, so that copies run at the bus's speed; the old buffer goes only once a larger
+ * one is made, so a failure keeps what was there. */
+static int device_backup_reserve(rap_allocator *a, rapi_backup *bk, size_t bytes) {
+  rapi_vmm *v = vmm_of(a);
+  if (bk->cap >= bytes) return RAP_OK;
+  int saved = 0;
+  int st = enter_device(v, &saved);
+  if (st != RAP_OK) return st;
+  void *h = NULL;
+  cudaError_t e = cudaHostAlloc(&h, bytes, cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    char sz[32];
+    rapi_format_size(sz, sizeof sz, bytes);
+    (void)cudaGetLastError();
+    st = rapi_fail(RAP_ERR_NOMEM, "%s: cudaHostAlloc(%s) for the backup of a sleeping pool: %s",
+                   rap_allocator_name(a), sz, cudaGetErrorString(e));
+  } else {
+    if (bk->host != NULL) (void)cudaFreeHost(bk->host);
+    bk->host = h;
+    bk->cap = bytes;
+  }
+  leave_device(v, saved);
+  return st;
+}
+
+static void device_backup_free(rap_allocator *a, rapi_backup *bk) {
+  if (bk->host != NULL) {
+    cudaError_t e = cudaFreeHost(bk->host);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      rap_log(RAP_LOG_WARN, "%s: cudaFreeHost of a backup: %s", rap_allocator_name(a),
+              cudaGetErrorString(e));
+    }
+  }
+  bk->host = NULL;
+  bk->cap = 0;
+}
+
+/* Queued in pieces, one stream after another, so that several copies are in flight at once. */
+static int device_copy(rap_allocator *a, void *dst, const void *src, size_t n, bool to_host) {
+  rapi_vmm *v = vmm_of(a);
+  int saved = 0;
+  int st = enter_device(v, &saved);
+  if (st != RAP_OK) return st;
+  copy_lanes *l = NULL;
+  st = lanes(v, &l);
+  for (size_t off = 0; st == RAP_OK && off < n; off += COPY_PIECE) {
+    size_t piece = n - off < COPY_PIECE ? n - off : COPY_PIECE;
+    cudaError_t e = cudaMemcpyAsync((char *)dst + off, (const char *)src + off, piece,
+                                    to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+                                    l->s[l->next++ % COPY_LANES]);
+    if (e != cudaSuccess) st = rt_fail(v, "cudaMemcpyAsync", e);
+  }
+  leave_device(v, saved);
+  return st;
+}
+
+/* Waits for the copy streams only: other work on the device goes on. */
+static int device_copy_finish(rap_allocator *a) {
+  rapi_vmm *v = vmm_of(a);
+  if (v->copy == NULL) return RAP_OK;
+  int saved = 0;
+  int st = enter_device(v, &saved);
+  if (st != RAP_OK) return st;
+  copy_lanes *l = v->copy;
+  for (int i = 0; i < COPY_LANES; i++) {
+    cudaError_t e = cudaStreamSynchronize(l->s[i]);
+    if (e != cudaSuccess && st == RAP_OK) st = rt_fail(v, "cudaStreamSynchronize (backup copies)", e);
+  }
+  leave_device(v, saved);
+  return st;
+}
+
 static void device_unreserve(rapi_vmm *v) {
   int saved = 0;
   if (enter_device(v, &saved) != RAP_OK) return;
+  lanes_destroy(v);
   CUresult r = drv.address_free((CUdeviceptr)(uintptr_t)v->base, v->reserve);
   leave_device(v, saved);
   if (r != CUDA_SUCCESS) {
@@ -252,6 +373,10 @@ static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) 
   }
   if ((st = rapi_vmm_start(self, state, v)) != RAP_OK) return st;
   v->resizable.settle = device_settle;
+  v->resizable.backup_reserve = device_backup_reserve;
+  v->resizable.backup_free = device_backup_free;
+  v->resizable.copy = device_copy;
+  v->resizable.copy_finish = device_copy_finish;
   self->devices_ok = rapi_device_bit(v->device);
   st = rapi_gpu_peers_option(self, v->device, opts);
   if (st != RAP_OK) rapi_vmm_fini(self, state);   /* the manager calls no fini when init fails */

@@ -80,6 +80,7 @@ typedef struct ra_pool {
 /* ---- resources and batches ------------------------------------------------------------------ */
 
 static RAPI_NOINLINE rstate *lookup_slow(ra_pool *p, rap_resource *r) {
+  if (p->bp.asleep) return NULL;   /* the callers tell this from out of memory */
   rstate *rs = NULL;
   HASH_FIND(hh, p->by_key, &r->key, sizeof r->key, rs);
   if (rs == NULL) {
@@ -104,6 +105,13 @@ static RAPI_NOINLINE rstate *lookup_slow(ra_pool *p, rap_resource *r) {
   }
   p->last = rs;
   return rs;
+}
+
+/* A NULL lookup: asleep (p->last is NULL then, so every call comes here), or out of memory. */
+static RAPI_NOINLINE int no_rstate(ra_pool *p, const char *fn) {
+  if (p->bp.asleep) return rapi_bp_asleep_refusal(&p->bp, fn);
+  return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for resource state",
+                   rap_allocator_name(p->bp.self));
 }
 
 static inline rstate *lookup(ra_pool *p, rap_resource *r) {
@@ -585,9 +593,7 @@ static RAPI_NOINLINE int ra_allocate_slow(ra_pool *p, rstate *rs, void **out, si
 static int ra_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   ra_pool *p = state;
   rstate *rs = lookup(p, r ? r : &rap_allocator_manager(p->bp.self)->host);
-  if (RAPI_UNLIKELY(rs == NULL))
-    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for resource state",
-                     rap_allocator_name(p->bp.self));
+  if (RAPI_UNLIKELY(rs == NULL)) return no_rstate(p, "rap_allocate");
   size_t size;
   int st = rapi_bp_round(&p->bp, bytes, &size);
   if (RAPI_UNLIKELY(st != RAP_OK)) return st;
@@ -599,6 +605,7 @@ static int ra_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
 
 static int ra_deallocate(void *state, void *ptr, rap_resource *r) {
   ra_pool *p = state;
+  if (RAPI_UNLIKELY(p->bp.asleep)) return rapi_bp_asleep_refusal(&p->bp, "rap_deallocate");
   rapi_block *b = rapi_bp_find_used(&p->bp, ptr);
   if (RAPI_UNLIKELY(b == NULL)) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_deallocate");
   rstate *owner = RA(b)->owner;
@@ -636,9 +643,7 @@ static int ra_record(void *state, void *ptr, rap_resource *r) {
   rapi_block *b = rapi_bp_find_used(&p->bp, ptr);
   if (b == NULL) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_record_resource");
   rstate *rs = lookup(p, r);
-  if (rs == NULL)
-    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for resource state",
-                     rap_allocator_name(p->bp.self));
+  if (rs == NULL) return no_rstate(p, "rap_record_resource");
   if (rs->sync || rs == RA(b)->owner) return RAP_OK;   /* already in order */
   for (rapi_use *u = RA(b)->uses; u != NULL; u = u->next)
     if (u->rs == rs) return RAP_OK;
@@ -664,6 +669,7 @@ static int ra_pointer_resource(void *state, const void *ptr, rap_resource **out)
 
 static int ra_release(void *state) {
   ra_pool *p = state;
+  if (p->bp.asleep) return RAP_OK;   /* nothing is mapped; the chunks keep their addresses */
   int st = poll_all(p, true);
   rapi_bp_release(&p->bp);
   return st;
@@ -797,6 +803,7 @@ static void ra_fini(rap_allocator *self, void *state) {
     for (rapi_block *b = c->first; b != NULL; b = b->next) RA(b)->uses = NULL;
   while (p->by_key != NULL) forget(p, p->by_key);
   rapi_slab_destroy(&p->use_recs);
+  rapi_bp_backup_free(&p->bp);
   rapi_bp_fini(&p->bp);
 }
 
@@ -881,6 +888,71 @@ static int ra_resource_gone(void *state, rap_resource *r, int commit) {
   return RAP_OK;
 }
 
+/* ---- sleep and wake (pool/sleep.c does the memory) ------------------------------------------- */
+
+/* Waits until nothing queued can touch the pool's memory: every pending block's fence (the blocks
+ * become free), then one event recorded now on each resource that owns or was recorded on a used
+ * block. Events only: other work on the device goes on. Host waits let this thread's locks go, so
+ * the events are recorded first and the resources held meanwhile. */
+static int quiesce(ra_pool *p) {
+  for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next)
+    if (!rs->sync && capturing(rs))
+      return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): %s resource #%llu is capturing a "
+                       "graph, and sleep would record an event into it; sleep after the capture",
+                       rap_allocator_name(p->bp.self), rs->r->ops->kind,
+                       (unsigned long long)rs->r->id);
+  int st = wait_all(p);
+  if (st != RAP_OK) return st;
+  if (p->bp.pending_count > 0)
+    return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): %zu blocks are still pending on "
+                     "the queue whose work is calling; sleep from elsewhere",
+                     rap_allocator_name(p->bp.self), p->bp.pending_count);
+  size_t n = 0;
+  for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next) n += !rs->sync;
+  if (n == 0) return RAP_OK;
+  rapi_event **ev = rapi_calloc(n, sizeof *ev);
+  if (ev == NULL)
+    return rapi_fail(RAP_ERR_NOMEM, "rap_allocator_sleep('%s'): out of host memory",
+                     rap_allocator_name(p->bp.self));
+  size_t k = 0;
+  for (rstate *rs = p->by_key; rs != NULL && st == RAP_OK; rs = rs->hh.next) {
+    if (rs->sync || (rs->used_count == 0 && rs->uses_out == 0)) continue;
+    if ((st = rs->r->ops->record(rs->r, &ev[k])) == RAP_OK) rapi_resource_ref(ev[k++]->r);
+  }
+  for (size_t i = 0; i < k; i++) {
+    rap_resource *r = ev[i]->r;
+    if (st == RAP_OK) st = rapi_host_wait(ev[i]);
+    r->ops->event_release(ev[i]);
+    rapi_resource_unref(r);
+  }
+  free(ev);
+  return st;
+}
+
+static int ra_sleep(void *state, int mode) {
+  ra_pool *p = state;
+  if (p->bp.asleep)
+    return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): the pool is asleep already%s",
+                     rap_allocator_name(p->bp.self),
+                     p->bp.asleep == RAPI_SLEEPING ? " (another sleep is waiting for its work)" : "");
+  int st = rapi_bp_can_sleep(&p->bp);
+  if (st != RAP_OK || mode == RAP_SLEEP_PREPARE) return st == RAP_OK ? rapi_bp_prepare(&p->bp) : st;
+  p->bp.asleep = RAPI_SLEEPING;   /* others are refused while this waits with its locks let go */
+  p->last = NULL;
+  st = quiesce(p);
+  if (st == RAP_OK) st = rapi_bp_sleep(&p->bp, mode);
+  if (st != RAP_OK) p->bp.asleep = RAPI_AWAKE;
+  return st;
+}
+
+static int ra_wake(void *state) {
+  ra_pool *p = state;
+  if (p->bp.asleep == RAPI_SLEEPING)
+    return rapi_fail(RAP_ERR_BUSY, "rap_allocator_wake('%s'): a sleep is still waiting for the "
+                     "pool's work", rap_allocator_name(p->bp.self));
+  return rapi_bp_wake(&p->bp);
+}
+
 static int ra_owns(void *state, const void *ptr) {
   return rapi_map_contains_shared(&((ra_pool *)state)->bp.used, ptr);   /* from any thread */
 }
@@ -903,4 +975,6 @@ const rap_strategy rapi_resource_aware_pool_strategy = {
     .resource_stats = ra_resource_stats,
     .resource_gone = ra_resource_gone,
     .reset_peaks = ra_reset_peaks,
+    .sleep = ra_sleep,
+    .wake = ra_wake,
 };

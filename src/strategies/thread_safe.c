@@ -88,6 +88,16 @@ static int ts_reset_peaks(void *state) {
   LOCKED(ts, rap_allocator_reset_peaks(ts->inner));
 }
 
+static int ts_sleep(void *state, int mode) {
+  thread_safe *ts = state;
+  LOCKED(ts, rap_allocator_sleep(ts->inner, mode));
+}
+
+static int ts_wake(void *state) {
+  thread_safe *ts = state;
+  LOCKED(ts, rap_allocator_wake(ts->inner));
+}
+
 static int ts_resource_stats(void *state, rap_resource *r, rap_stats *out) {
   thread_safe *ts = state;
   LOCKED(ts, rap_allocator_resource_stats(ts->inner, r, out));
@@ -110,4 +120,6 @@ const rap_strategy rapi_thread_safe_strategy = {
     .pointer_resource = ts_pointer_resource,
     .resource_stats = ts_resource_stats,
     .reset_peaks = ts_reset_peaks,
+    .sleep = ts_sleep,
+    .wake = ts_wake,
 };
