@@ -515,10 +515,16 @@ static struct rapi_ipc_importer *importer(rap_manager *rm) {
   return rm->ipc;
 }
 
+/* This process's start time, read once per process (a forked child reads its own). */
 static uint64_t my_start(void) {
-  uint64_t start = 0;
+  static _Atomic uint64_t cached_pid_start[2];
+  uint64_t pid = (uint64_t)getpid(), start = 0;
+  if (cached_pid_start[0] == pid) return cached_pid_start[1];
   char state;
-  return process_info((uint32_t)getpid(), &start, &state) ? start : 0;
+  if (!process_info((uint32_t)pid, &start, &state)) return 0;
+  cached_pid_start[1] = start;
+  cached_pid_start[0] = pid;
+  return start;
 }
 
 static int pidfd_open_(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
