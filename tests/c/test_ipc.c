@@ -249,6 +249,64 @@ RAP_TEST(Ipc, ManyBlocksOfOnePoolShareItsMappings) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+/* The exporter's block was freed on its own queue, and the queue is destroyed while the importer
+ * still holds the block: it stays pending (now on the export alone) until the close. */
+RAP_TEST(Ipc, TheOwnersQueueGoesWhileTheImporterHoldsTheBlock) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", POOL, &pool));
+  rap_resource *q = NULL;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &q));
+  void *a = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &a, 2 * MIB, q));
+  rap_ipc_desc d;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+  peer p;
+  peer_start(&p);
+  unsigned long long i = import(&p, &d, "host");
+  RAP_CHECK_OK(rap_deallocate(pool, a, q));
+  RAP_CHECK_OK(rap_resource_destroy(q));   /* q's work has passed; the import has not */
+  RAP_CHECK(pending_after_poll(pool) >= 2 * MIB);
+  void *b = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &b, 2 * MIB, NULL));
+  RAP_CHECK(b != a);
+  PEER_OK(&p, "close %llu host", i);
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  peer_end(&p, true);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* Wrappers above the pool pass the export down: ThreadSafe, and ThreadCache, which sends an
+ * exported block back to the pool instead of caching it for its thread. */
+RAP_TEST(Ipc, ThroughThreadSafeAndThreadCache) {
+  rap_manager *rm = tu_manager();
+  const char *specs[] = {"ThreadSafe(" POOL ")", "ThreadCache(" POOL ")"};
+  for (int k = 0; k < 2; k++) {
+    char name[8];
+    snprintf(name, sizeof name, "w%d", k);
+    rap_allocator *a = NULL;
+    RAP_CHECK_OK(rap_allocator_make_spec(rm, name, specs[k], &a));
+    void *x = NULL;
+    RAP_CHECK_OK(rap_allocate(a, &x, 4096, NULL));
+    rap_ipc_desc d;
+    RAP_CHECK_OK(rap_ipc_export(a, x, &d));
+    peer p;
+    peer_start(&p);
+    unsigned long long i = import(&p, &d, "host");
+    RAP_CHECK_OK(rap_deallocate(a, x, NULL));
+    void *y = NULL;
+    RAP_CHECK_OK(rap_allocate(a, &y, 4096, NULL));
+    RAP_CHECK(y != x);   /* neither the thread's cache nor the pool hands it out */
+    PEER_OK(&p, "close %llu host", i);
+    RAP_CHECK_OK(rap_deallocate(a, y, NULL));
+    peer_end(&p, true);
+    RAP_CHECK_OK(rap_release(a));
+    RAP_CHECK_OK(rap_allocator_check(a));
+  }
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 /* ---- bad input: a status, a sentence, and the exporter's pool as it was ---------------------- */
 
 static uint64_t fnv(const unsigned char *p, size_t n) {
