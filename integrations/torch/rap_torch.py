@@ -556,8 +556,9 @@ def open(handle, stream=None):
         raise RuntimeError("rap_torch.open: " + _loader.last_error(lib, "torch"))
     shape = (ctypes.c_int64 * 1)(handle.nbytes)
     managed = _DLManagedTensor()
-    managed.dl_tensor = _DLTensor(ptr.value, _DLDevice(2, device), 1, _DLDataType(1, 8, 1), shape,
-                                  None, 0)   # kDLCUDA, uint8
+    managed.dl_tensor = _DLTensor(ptr.value, _DLDevice(2, device), 1, _DLDataType(1, 8, 1),
+                                  ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None, 0)
+    # kDLCUDA, one dimension of uint8: the block's bytes, viewed below as what was shared
     key = id(managed)
     managed.manager_ctx = key
     managed.deleter = _close_cb
