@@ -133,6 +133,24 @@ static int unmap_range(rapi_vmm *v, char *from, char *to) {
   return RAP_OK;
 }
 
+/* Maps [addr, addr+size) after `after`: one extent, or on an exporting platform pieces of at most
+ * RAPI_IPC_PIECE, so that an importer maps only the pieces a block lies in and opening a pool
+ * costs the same whatever its size (ipc.c). On failure the pieces this call made go back. */
+static int map_run(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *after) {
+  size_t piece = v->ipc != NULL ? rapi_align_up(RAPI_IPC_PIECE, v->granularity) : size;
+  for (size_t done = 0; done < size;) {
+    size_t n = size - done < piece ? size - done : piece;
+    int st = map_extent(v, addr + done, n, after);
+    if (st != RAP_OK) {
+      (void)unmap_range(v, addr, addr + done);
+      return st;
+    }
+    after = after != NULL ? after->next : v->first;   /* the extent just made */
+    done += n;
+  }
+  return RAP_OK;
+}
+
 /* Where size bytes go: the top of what is mapped if there is room, else the first hole. */
 static char *place(const rapi_vmm *v, size_t size, rapi_vmm_extent **after) {
   char *top = v->last ? extent_end(v->last) : v->base;
@@ -171,7 +189,7 @@ static int vmm_raw_alloc(rapi_tracked *p, void **out, size_t bytes, rap_resource
   rapi_vmm_extent *after = NULL;
   char *addr = place(v, size, &after);
   if (addr == NULL) return no_room(v, size);
-  int st = map_extent(v, addr, size, after);
+  int st = map_run(v, addr, size, after);
   if (st != RAP_OK) return st;
   *out = addr;
   return RAP_OK;
@@ -190,7 +208,7 @@ static int grow_in_place(rapi_vmm *v, char *ptr, size_t have, size_t want) {
   rapi_vmm_extent *below = extent_below(v, end);
   char *limit = below && below->next ? below->next->addr : range_end(v);
   if ((size_t)(limit - end) < want - have) return no_room(v, want - have);
-  return map_extent(v, end, want - have, below);
+  return map_run(v, end, want - have, below);
 }
 
 /* Gives back the whole extents above ptr + want; the new size is where the rest ends. */

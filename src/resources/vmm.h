@@ -103,6 +103,7 @@ int rapi_device_vmm_device(rap_allocator *a);   /* the device a DeviceVmm maps m
 /* ---- ipc.c: memory across processes (docs/DESIGN.md, "Memory across processes") ------------- */
 #define RAPI_IPC_POSIX 1u                /* handle types an exporting platform makes */
 #define RAPI_IPC_FABRIC 2u
+#define RAPI_IPC_PIECE ((size_t)1 << 30) /* an exporting platform maps in pieces of at most this */
 #define RAPI_IPC_HOST 1                  /* the kinds of exporting platform */
 #define RAPI_IPC_DEVICE 2
 /* Reads export=posix|fabric|auto|none into *mode (0 none, 1 posix, 2 fabric, 3 auto); HostVmm

@@ -307,6 +307,34 @@ RAP_TEST(Ipc, ThroughThreadSafeAndThreadCache) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+/* An exporting platform maps in pieces of at most 1 GiB (the importer maps only those a block lies
+ * in), and a block across two pieces arrives whole. Memfd pages are made only when touched. */
+RAP_TEST(Ipc, ALargeChunkIsMappedInPiecesAndABlockAcrossThemArrives) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", "ResourceAwarePool(HostVmm(export=posix, "
+                                       "reserve=8GiB), initial_size=3GiB)", &pool));
+  char *a = NULL, *b = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&a, ((size_t)1 << 30) - MIB, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&b, 2 * MIB, NULL));   /* across the first boundary */
+  RAP_CHECK(b == a + ((size_t)1 << 30) - MIB);
+  RAP_CHECK_EQ(stats(rap_allocator_parent(pool)).chunk_count, 3);
+  ((uint64_t *)b)[0] = 11;
+  ((uint64_t *)(b + 2 * MIB))[-1] = 22;
+  rap_ipc_desc d;
+  RAP_CHECK_OK(rap_ipc_export(pool, b, &d));
+  peer p;
+  peer_start(&p);
+  unsigned long long i = import(&p, &d, "host");
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu 0", i), 11);
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu %zu", i, 2 * MIB - 8), 22);
+  PEER_OK(&p, "close %llu host", i);
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  peer_end(&p, true);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 /* ---- bad input: a status, a sentence, and the exporter's pool as it was ---------------------- */
 
 static uint64_t fnv(const unsigned char *p, size_t n) {
