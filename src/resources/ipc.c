@@ -14,6 +14,7 @@
 #include "resources/vmm.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -137,6 +138,12 @@ struct rapi_ipc_export {
   unsigned next_ticket;
   uint64_t next_serial;           /* of mappings */
   struct opened *opened;          /* device: importers' events, each opened here once */
+  struct {                        /* importers watched through a pidfd: a poll says it ended */
+    uint32_t pid;
+    uint64_t start;
+    int pidfd;
+  } watch[32];
+  unsigned nwatch, next_watch;
 };
 
 /* An importer records one event for many closes, one after another: it is opened here once. */
@@ -202,6 +209,32 @@ static int ipc_use_bind(rap_resource *r, void *ptr, size_t bytes, uint64_t *toke
   return RAP_OK;
 }
 
+/* Whether an importer still runs, under x->lock. The first time a process is asked about, /proc
+ * says whether it is the one that imported (its start time) and a pidfd is opened on it; after
+ * that one poll of the pidfd answers (readable: it ended), so a pool holding many blocks of live
+ * importers pays a system call each, not a read of /proc. */
+static bool watched_alive(rapi_ipc_export *x, uint32_t pid, uint64_t start) {
+  if (pid == 0) return true;   /* claimed just now: the pid comes with the claim */
+  for (unsigned i = 0; i < x->nwatch; i++) {
+    if (x->watch[i].pid != pid || x->watch[i].start != start) continue;
+    struct pollfd pf = {x->watch[i].pidfd, POLLIN, 0};
+    return poll(&pf, 1, 0) == 0;
+  }
+  if (!importer_alive(pid, start)) return false;
+  int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+  if (fd < 0) return errno != ESRCH;
+  if (!importer_alive(pid, start)) {   /* the pid was reused before the pidfd was opened */
+    close(fd);
+    return false;
+  }
+  unsigned i = x->nwatch < 32 ? x->nwatch++ : x->next_watch++ % 32;
+  if (x->watch[i].pid != 0) close(x->watch[i].pidfd);   /* a slot used before */
+  x->watch[i].pid = pid;
+  x->watch[i].start = start;
+  x->watch[i].pidfd = fd;
+  return true;
+}
+
 /* Passed: closed on the host, closed on a queue that reached the close, closed on a CUDA stream
  * whose event completed, or the importer (or the one who would import it) is gone. */
 static int ipc_use_passed(rap_resource *r, uint64_t token) {
@@ -239,7 +272,10 @@ static int ipc_use_passed(rap_resource *r, uint64_t token) {
   }
   default: break;
   }
-  if (importer_alive(tw_pid(w), LOAD(&t->start))) return 0;
+  pthread_mutex_lock(&x->lock);
+  bool alive = watched_alive(x, tw_pid(w), LOAD(&t->start));
+  pthread_mutex_unlock(&x->lock);
+  if (alive) return 0;
   rap_log(RAP_LOG_INFO, "%s: importer process %u ended without closing a block of %llu bytes at "
           "offset %llu: it goes back to the pool", rap_allocator_name(x->v->self), tw_pid(w),
           (unsigned long long)t->size, (unsigned long long)t->offset);
@@ -358,6 +394,7 @@ void rapi_ipc_export_stop(rapi_vmm *v) {
   rapi_ipc_export *x = v->ipc;
   if (x == NULL) return;
   STORE(&x->ctl->alive, 0);
+  for (unsigned i = 0; i < x->nwatch; i++) close(x->watch[i].pidfd);
   while (x->opened != NULL) {
     opened *o = x->opened;
     x->opened = o->next;
