@@ -864,8 +864,9 @@ static void close_on_queue(void *arg) {
   free(j);
 }
 
-/* Tells the exporter the block is closed, in r's order: at once on the host, by a job on a CPU
- * queue, by an interprocess event on a CUDA stream. */
+/* Tells the exporter the block is closed, in r's order: at once on the host, by an interprocess
+ * event on a CUDA stream (device memory), else by a job queued on r (a CPU queue; a stream's host
+ * function for host memory, which kernels do not reach). */
 static int signal_close(imp_pool *p, imp_ticket *tk, rap_resource *r) {
   ipc_ticket *t = &p->ctl->tickets[tk->ticket];
   uint64_t serial = tw_serial(tk->word);
@@ -874,7 +875,7 @@ static int signal_close(imp_pool *p, imp_ticket *tk, rap_resource *r) {
     (void)cas(&t->word, tk->word, tword(serial, pid, T_DONE));
     return RAP_OK;
   }
-  if (strcmp(r->ops->kind, "cuda") == 0) {
+  if (p->kind == RAPI_IPC_DEVICE && strcmp(r->ops->kind, "cuda") == 0) {
     imp_event *e = p->events;   /* one whose ticket moved on may be recorded again */
     while (e != NULL && LOAD(&p->ctl->tickets[e->ticket].word) == e->word) e = e->next;
     bool made = e == NULL;
