@@ -28,6 +28,21 @@ typedef struct peer {
   int gate;
 } peer;
 
+/* The peer program: beside this test binary (a build carried to another machine keeps them
+ * together), else where CMake built it. */
+static void peer_path(char *buf, size_t cap, const char *name, const char *built) {
+  ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+  if (n > 0) {
+    buf[n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (slash != NULL && (size_t)(slash + 1 - buf) + strlen(name) < cap) {
+      strcpy(slash + 1, name);
+      if (access(buf, X_OK) == 0) return;
+    }
+  }
+  snprintf(buf, cap, "%s", built);
+}
+
 static void peer_start(peer *p) {
   int in[2], out[2], gate[2];
   RAP_CHECK(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0 && pipe2(gate, O_CLOEXEC) == 0);
@@ -36,8 +51,10 @@ static void peer_start(peer *p) {
   posix_spawn_file_actions_adddup2(&fa, in[0], 0);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   posix_spawn_file_actions_adddup2(&fa, gate[0], 3);
-  char *argv[] = {(char *)RAP_IPC_PEER, NULL};
-  int err = posix_spawn(&p->pid, RAP_IPC_PEER, &fa, NULL, argv, environ);
+  char path[4096];
+  peer_path(path, sizeof path, "rap_ipc_peer", RAP_IPC_PEER);
+  char *argv[] = {path, NULL};
+  int err = posix_spawn(&p->pid, path, &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   close(in[0]);
   close(out[1]);
