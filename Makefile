@@ -2,7 +2,7 @@
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST = ctest --output-on-failure -j $(JOBS)
 
-.PHONY: all deps build test debug-checks demo asan tsan host-only install-check bench device-build clean fuzz fuzz-ci fuzz-build fuzz-merge hip-check device-build-hip wheel
+.PHONY: all deps build install test debug-checks demo asan tsan host-only install-check bench device-build clean fuzz fuzz-ci fuzz-build fuzz-merge hip-check device-build-hip wheel
 
 all: build
 
@@ -15,7 +15,8 @@ build: deps
 
 test: build
 	cd build && $(CTEST)
-	bash scripts/layers.sh build
+	@bash scripts/layers.sh build > build/layers.txt || { cat build/layers.txt; exit 1; }
+	@echo "layers: no circle (the graph: build/layers.txt)"
 	@bash scripts/test-summary.sh build
 
 # The host suite again with RAP_DEBUG=2 (stated preconditions checked, the invariant walker after
@@ -41,6 +42,12 @@ host-only: deps
 	cmake --preset host-only
 	cmake --build --preset host-only -j $(JOBS)
 	cd build-host && $(CTEST)
+
+# Installs the library, headers, CMake and pkg-config packages, rap-trace and the Python package
+# under PREFIX (default /usr/local): make install PREFIX=$$HOME/opt/rap
+PREFIX ?= /usr/local
+install: build
+	cmake --install build --prefix $(PREFIX)
 
 install-check: build
 	bash scripts/install-check.sh

@@ -133,7 +133,9 @@ static void timeline(rap_manager *rm, const char *parent, bool gpu) {
   CHECK(rap_deallocate(pool, a, r1));
   printf("  t1  r1 frees A while its work is queued: A is pending on r1\n");
   pending_line(pool, r1, "r1");
-  printf("\n");
+  printf("\n       (2 MiB, not 1: A took in the free 1 MiB after it in the 2 MiB first chunk, as a\n"
+         "        freed block does while one resource is all the pool has seen; it is r1's until\n"
+         "        r1's work has passed the free)\n");
   CHECK(rap_allocate(pool, &b, 1 << 20, r2));
   printf("  t2  r2 allocates 1 MiB: B = %p, %s\n", b, b == a ? "A (a race!)" : "other memory than A");
   CHECK(rap_allocate(pool, &c, 1 << 20, r1));
@@ -248,10 +250,12 @@ int main(void) {
   printf("2. Eight blocks of 1000..8000 bytes carved from one chunk:\n");
   print_stats(pool);
   for (int i = 0; i < 8; i += 2) CHECK(rap_deallocate(pool, blocks[i], NULL));
-  printf("3. Every other block returned (free neighbours merge):\n");
+  printf("3. Every other block returned: each lies between blocks still in use, so none merges;\n"
+         "   the free space is in pieces and the largest is still the chunk's free end:\n");
   print_stats(pool);
   for (int i = 1; i < 8; i += 2) CHECK(rap_deallocate(pool, blocks[i], NULL));
-  printf("4. All returned: one free block again, and the chunk stays for reuse:\n");
+  printf("4. The rest returned: each merges with its free neighbours, back to one free block the\n"
+         "   size of the chunk, which stays for reuse:\n");
   print_stats(pool);
   CHECK(rap_allocator_check(pool));
   CHECK(rap_release(pool));

@@ -39,7 +39,8 @@ def record_hash(data):
 
 def metadata(version, readme):
     lines = ["Metadata-Version: 2.1", "Name: rap", "Version: " + version, "Summary: " + SUMMARY,
-             "License: see LICENSE", "Requires-Python: >=3.8",
+             "License: MIT", "Classifier: License :: OSI Approved :: MIT License",
+             "Requires-Python: >=3.8",
              "Provides-Extra: torch", "Provides-Extra: cupy",
              "Description-Content-Type: text/markdown", "", readme]
     return "\n".join(lines).encode()

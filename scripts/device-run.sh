@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
 # device-run.sh — what runs on the GPU machine over a carried device-build/ (make device-build):
 # the CUDA tests, the host tests, the demo and the benchmarks, with logs under $OUT.
-#   RAP_DEVICE_RUN=bench bash scripts/device-run.sh    only the benchmarks (and machine.txt)
-#   RAP_DEVICE_RUN=tests bash scripts/device-run.sh    everything but the benchmarks
-# The CUDA tests also run under compute-sanitizer (memcheck with leak check, racecheck, synccheck);
-# each tool's log is $OUT/sanitizer-<tool>.log and their summary lines are in $OUT/sanitizer.txt.
+#   RAP_DEVICE_RUN=bench bash scripts/device-run.sh      only the benchmarks (and machine.txt)
+#   RAP_DEVICE_RUN=tests bash scripts/device-run.sh      everything but the benchmarks
+#   RAP_DEVICE_RUN=sanitizer bash scripts/device-run.sh  only the compute-sanitizer runs
+# The CUDA tests also run under compute-sanitizer (memcheck with leak check, racecheck, synccheck),
+# with RAP_TEST_SMALL=1: the long test loops run a tenth of their rounds there (tests/cuda/
+# gpu_test.h), since every launch and API call costs far more under a tool. Each tool's log is
+# $OUT/sanitizer-<tool>.log and their summary lines are in $OUT/sanitizer.txt. To keep each command
+# within a time limit, run the tools one per invocation, and if one is still too slow, split the
+# cases into shards (GoogleTest's sharding):
+#   RAP_DEVICE_RUN=sanitizer RAP_SANITIZER=memcheck bash scripts/device-run.sh
+#   RAP_DEVICE_RUN=sanitizer RAP_SANITIZER=racecheck bash scripts/device-run.sh
+#   RAP_DEVICE_RUN=sanitizer RAP_SANITIZER=synccheck RAP_SANITIZER_SHARD=0/2 bash scripts/device-run.sh
+# RAP_SANITIZER names the tools to run (default "memcheck racecheck synccheck"; "none" for the
+# tests alone: RAP_DEVICE_RUN=tests RAP_SANITIZER=none); RAP_SANITIZER_SHARD
+# is I/N, shard I of N (logs sanitizer-<tool>-<I>of<N>.log); RAP_SANITIZER_TIMEOUT=S stops a tool
+# after S seconds and says so, so that the next tool still runs.
 # Benchmarks: where python3 has torch, bench/build-torch-peer.sh first builds librap_bench_torch.so,
 # which rap-bench loads to add PyTorch's caching allocator as a peer; otherwise rap-bench says why
 # that peer was skipped. The mimalloc peer uses the libmimalloc.so.2 that make device-build put
@@ -16,6 +28,22 @@ out=${OUT:-out}
 mkdir -p "$out"
 b=device-build
 what=${RAP_DEVICE_RUN:-all}
+case "$what" in
+  all|tests|bench|sanitizer) ;;
+  *) echo "RAP_DEVICE_RUN is all, tests, bench or sanitizer, not '$what'"; exit 2 ;;
+esac
+tools=${RAP_SANITIZER:-memcheck racecheck synccheck}
+[ "$tools" = none ] && tools=
+for tool in $tools; do
+  case "$tool" in
+    memcheck|racecheck|synccheck) ;;
+    *) echo "RAP_SANITIZER names memcheck, racecheck or synccheck, not '$tool'"; exit 2 ;;
+  esac
+done
+shard=${RAP_SANITIZER_SHARD:-}
+if [ -n "$shard" ] && ! [[ "$shard" =~ ^[0-9]+/[1-9][0-9]*$ && ${shard%/*} -lt ${shard#*/} ]]; then
+  echo "RAP_SANITIZER_SHARD is I/N with 0 <= I < N, not '$shard'"; exit 2
+fi
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
@@ -24,7 +52,7 @@ what=${RAP_DEVICE_RUN:-all}
 } > "$out/machine.txt"
 cat "$out/machine.txt"
 status=0
-if [ "$what" != bench ]; then
+if [ "$what" = all ] || [ "$what" = tests ]; then
   for t in "$b"/tests/rap_cuda_tests "$b"/tests/rap_host_tests; do
     [ -x "$t" ] || continue
     "$t" --gtest_color=no > "$out/$(basename "$t").log" 2>&1 || status=1
@@ -36,22 +64,41 @@ if [ "$what" != bench ]; then
   fi
   "$b"/examples/demo > "$out/demo.log" 2>&1 || status=1
   cat "$out/demo.log"
+fi
+if [ "$what" = all ] || [ "$what" = tests ] || [ "$what" = sanitizer ]; then
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-  if [ -n "$cs" ] && [ -x "$b/tests/rap_cuda_tests" ]; then
+  if [ -z "$cs" ] || [ ! -x "$b/tests/rap_cuda_tests" ]; then
+    echo "no compute-sanitizer or no $b/tests/rap_cuda_tests here: the sanitizer runs did not happen"
+    [ "$what" = sanitizer ] && status=1
+  else
     : > "$out/sanitizer.txt"
-    for tool in "memcheck --leak-check full" racecheck synccheck; do
-      name=${tool%% *}
+    suffix=
+    shard_env=()
+    if [ -n "$shard" ]; then
+      suffix="-${shard%/*}of${shard#*/}"
+      shard_env=(GTEST_SHARD_INDEX="${shard%/*}" GTEST_TOTAL_SHARDS="${shard#*/}")
+    fi
+    limit=()
+    [ -n "${RAP_SANITIZER_TIMEOUT:-}" ] && limit=(timeout "$RAP_SANITIZER_TIMEOUT")
+    for name in $tools; do
+      flags=(--tool "$name")
+      [ "$name" = memcheck ] && flags+=(--leak-check full)
+      log="$out/sanitizer-$name$suffix.log"
       # Only the CUDA tests run (the host tests make no CUDA calls). API errors are not reported:
       # one test makes cudaMalloc run out of memory on purpose (its status is what it checks).
-      $cs --tool $tool --report-api-errors no --error-exitcode 3 "$b/tests/rap_cuda_tests" --gtest_color=no \
-        > "$out/sanitizer-$name.log" 2>&1 || status=1
-      { echo "$name: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY' "$out/sanitizer-$name.log" | tr '\n' ' ')";
-        grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/sanitizer-$name.log" | head -3; } >> "$out/sanitizer.txt"
+      start=$(date +%s)
+      env RAP_TEST_SMALL=1 "${shard_env[@]}" "${limit[@]}" "$cs" "${flags[@]}" --report-api-errors no \
+        --error-exitcode 3 "$b/tests/rap_cuda_tests" --gtest_color=no > "$log" 2>&1
+      rc=$?
+      [ $rc -ne 0 ] && status=1
+      took=$(( $(date +%s) - start ))
+      { echo "$name$suffix ($took s$([ $rc -eq 124 ] && [ ${#limit[@]} -gt 0 ] && echo ", stopped by RAP_SANITIZER_TIMEOUT")): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY' "$log" | tr '\n' ' ')";
+        grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$log" | head -3; } >> "$out/sanitizer.txt"
     done
     cat "$out/sanitizer.txt"
   fi
 fi
-if [ "$what" = tests ]; then exit $status; fi
+if [ "$what" = tests ] || [ "$what" = sanitizer ]; then exit $status; fi
 if [ -x "$b/bench/rap-bench" ]; then
   plugin="$b/bench/librap_bench_torch.so"
   rm -f "$plugin"

@@ -65,7 +65,9 @@ extern void (*rapi_tc_xpush_hook)(void);
 #define RAPI_LIKELY(x) __builtin_expect(!!(x), 1)
 #define RAPI_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define RAPI_NOINLINE __attribute__((noinline))
+#define RAPI_INLINE inline __attribute__((always_inline))
 #else
+#define RAPI_INLINE inline
 #define RAPI_LIKELY(x) (x)
 #define RAPI_UNLIKELY(x) (x)
 #define RAPI_NOINLINE
@@ -139,14 +141,22 @@ typedef struct rapi_option {
   char *key, *value;
   bool used;
 } rapi_option;
+#define RAPI_OPTIONS_ASKED 16
 struct rap_options {
   rapi_option *items;
   size_t count;
   const char *owner;   /* strategy name, for sentences */
+  unsigned asked;      /* the keys init asked for, given or not: what a misspelt key is matched to */
+  char asked_keys[RAPI_OPTIONS_ASKED][32];
 };
 int  rapi_options_parse(const char *text, const char *owner, rap_options *out);
 int  rapi_options_add(rap_options *opts, const char *key, size_t klen, const char *value, size_t vlen);
 int  rapi_options_check_unused(const rap_options *opts);
+int  rapi_options_misspelt(const rap_options *opts);
+size_t rapi_edit_distance(const char *a, const char *b);
+/* Whether the key was written (and marks it read). A strategy tells "absent" by this, never by a
+ * value of the option's own type standing for it: every value a user writes is used or refused. */
+bool rapi_options_given(rap_options *opts, const char *key);
 void rapi_options_free(rap_options *opts);
 int  rapi_parse_size(const char *text, size_t *out);   /* RAP_OK or RAP_ERR_INVALID, no sentence */
 
@@ -291,6 +301,15 @@ struct rap_allocator {
   uint64_t devices_ok;            /* atomic: the devices whose streams may use this memory, as bits:
                                      all for host memory, the device and the peers granted access
                                      for device memory (its chain's root decides; see peer.c) */
+  /* One thread at a time inside a plain pool (allocator.c, "the thread guard"): */
+  uintptr_t owner;                /* atomic: the thread the guard is biased to, or 0 */
+  int busy;                       /* atomic: the owner is inside a call */
+  int gate;                       /* atomic: a thread not the owner is inside, or taking over */
+  unsigned handovers;             /* under gate: changes of owner so far (the bias ends at a limit) */
+  pthread_mutex_t *guard_lock;    /* the lock of the nearest ThreadSafe or ThreadCache above, or
+                                     NULL: the manager takes it for its own calls into this
+                                     allocator (find, a resource's destroy), and the thread guard
+                                     stands aside under it */
   rap_allocator *parent;
   char *name;
   size_t alignment;
@@ -301,14 +320,52 @@ struct rap_allocator {
   void *oom_user;
   bool capture_ok;                /* StreamOrdered, alone or under pass-through wrappers only: it
                                      may serve a resource that is capturing a graph */
-  pthread_mutex_t *guard_lock;    /* the lock of the nearest ThreadSafe above, or NULL: the manager
-                                     takes it for its own calls into this allocator (find, a
-                                     resource's destroy) */
   const rapi_resizable *resizable;   /* a growable platform's contract, set by its init; or NULL */
   int asleep;                     /* atomic: rap_allocator_sleep was called on it, or on an
                                      allocator above it, and no wake since (destroy refuses) */
   UT_hash_handle hh;              /* manager's name map */
 };
+
+/* ---- core/allocator.c: the thread guard of plain pools ---------------------------------------
+ * A plain pool's allocate, deallocate, release and record_resource run inside RAPI_GUARDED: the
+ * thread the guard is biased to (the owner) stores `busy`, checks it is still the owner and runs;
+ * any other thread goes through rapi_guard_slow (the gate, membarrier, or RAP_ERR_BUSY with the
+ * sentence; nothing at all under a ThreadSafe or ThreadCache). docs/DESIGN.md says why. */
+enum { RAPI_GUARD_OWNER = 1, RAPI_GUARD_GATE = 2, RAPI_GUARD_NONE = 3 };   /* how a call came in */
+int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn);   /* a mode, or a status */
+static RAPI_INLINE uintptr_t rapi_self_thread(void) {
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && (defined(__x86_64__) || defined(__aarch64__))
+  return (uintptr_t)__builtin_thread_pointer();
+#else
+  return (uintptr_t)pthread_self();
+#endif
+}
+/* The mode to leave with (rapi_guard_leave), or RAP_ERR_BUSY. */
+static RAPI_INLINE int rapi_guard_enter(rap_allocator *a, const char *fn) {
+  uintptr_t me = rapi_self_thread();
+  if (RAPI_LIKELY(__atomic_load_n(&a->owner, __ATOMIC_RELAXED) == me)) {
+    __atomic_store_n(&a->busy, 1, __ATOMIC_RELAXED);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);   /* the other half of the barrier is membarrier's */
+    if (RAPI_LIKELY(__atomic_load_n(&a->owner, __ATOMIC_ACQUIRE) == me)) return RAPI_GUARD_OWNER;
+    __atomic_store_n(&a->busy, 0, __ATOMIC_RELEASE);   /* taken over while coming in */
+  }
+  return rapi_guard_slow(a, me, fn);
+}
+static RAPI_INLINE void rapi_guard_leave(rap_allocator *a, int mode) {
+  if (RAPI_LIKELY(mode == RAPI_GUARD_OWNER)) __atomic_store_n(&a->busy, 0, __ATOMIC_RELEASE);
+  else if (mode == RAPI_GUARD_GATE) __atomic_store_n(&a->gate, 0, __ATOMIC_RELEASE);
+}
+/* st = call, inside a's guard. */
+#define RAPI_GUARDED(st, a, fn, call)                                                              \
+  do {                                                                                             \
+    int m_ = rapi_guard_enter((a), (fn));                                                          \
+    if (RAPI_UNLIKELY(m_ < 0)) {                                                                   \
+      (st) = m_;                                                                                   \
+      break;                                                                                       \
+    }                                                                                              \
+    (st) = (call);                                                                                 \
+    rapi_guard_leave((a), m_);                                                                     \
+  } while (0)
 
 /* An event marks a point in a resource's queue; query says whether everything before it ran.
  * Events come from the resource's own free list: the hot path never creates or destroys one. */
@@ -473,6 +530,7 @@ const rap_strategy *rapi_registry_builtin(const char *name);
 /* Platform allocator by name: fills *strategy and the options text; RAP_ERR_NOT_FOUND if none. */
 int  rapi_registry_platform(const char *name, const rap_strategy **strategy, char *opts, size_t cap);
 void rapi_registry_names(char *buf, size_t cap);   /* the built-in strategies, for sentences */
+const char *rapi_registry_closest(const char *name); /* a built-in one slip from name, or NULL */
 void rapi_env_var(const char *name, char *var, size_t cap);   /* RAP_ALLOCATOR_<NAME> of a name */
 
 /* ---- resources/tracked.c: the tracked pass-through body ---------------------------------------

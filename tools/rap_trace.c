@@ -10,6 +10,7 @@
  * with --resources cuda, a CUDA stream). No work runs on them, so every event the pool records has
  * passed when it asks: the replay shows what the pool holds when the streams keep up. It prints
  * peak live and peak held (what the bottom of the stack got from its platform) and ns per call.
+ * It makes at most --max-resources resources (256 unless told), and says so when the trace has more.
  */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime */
 #include "trace_read.h"
@@ -27,8 +28,10 @@ int rap_resource_create_cuda_stream(rap_manager *rm, rap_resource **out);   /* r
 static int usage(FILE *f) {
   fprintf(f,
           "usage: rap-trace summary TRACE\n"
-          "       rap-trace replay TRACE --spec SPEC [--allocator NAME] [--resources host_async|cuda] [--json]\n"
+          "       rap-trace replay TRACE --spec SPEC [--allocator NAME] [--resources host_async|cuda]\n"
+          "                        [--max-resources N (256)] [--json]\n"
           "       rap-trace plot TRACE -o FILE.svg|FILE.html [--allocator NAME] [--title TEXT]\n"
+          "       rap-trace --help | --version\n"
           "TRACE is a file written with RAP_TRACE=FILE (or rap_trace_start); docs/trace.md has its format.\n");
   return f == stderr ? 2 : 0;
 }
@@ -48,41 +51,61 @@ static int user_call(const te *e, int a) {
 
 /* ---- summary --------------------------------------------------------------------------------- */
 
+/* One pass over the events, with each allocator's figures side by side and the sizes of live
+ * blocks by allocator and pointer. */
+typedef struct alloc_sum {
+  size_t calls, live, peak, peak_held, grows;
+} alloc_sum;
+
 static int summary(const trace *t) {
   size_t count[TE_KINDS] = {0};
-  for (size_t i = 0; i < t->n; i++) count[t->ev[i].kind]++;
+  alloc_sum *sum = calloc(t->nnames ? t->nnames : 1, sizeof *sum);
+  kmap sizes = {0};
+  if (sum == NULL) {
+    fprintf(stderr, "rap-trace: out of memory\n");
+    return 1;
+  }
+  for (size_t i = 0; i < t->n; i++) {
+    const te *e = &t->ev[i];
+    count[e->kind]++;
+    alloc_sum *s = &sum[e->a];
+    if (user_call(e, e->a)) {
+      s->calls++;
+      uint64_t n = 0;
+      if (e->kind == TE_ALLOC && kmap_get(&sizes, e->p, e->a, 0) == NULL) {
+        if (kmap_put(&sizes, e->p, e->a, 0, e->n) != 0) {
+          kmap_free(&sizes);
+          free(sum);
+          fprintf(stderr, "rap-trace: out of memory\n");
+          return 1;
+        }
+        s->live += e->n;
+      } else if (e->kind == TE_DEALLOC && kmap_del(&sizes, e->p, e->a, 0, &n)) {
+        s->live -= n;
+      }
+      if (s->live > s->peak) s->peak = s->live;
+    } else if (e->kind == TE_GROW || e->kind == TE_RELEASE) {
+      s->grows += e->kind == TE_GROW;
+      if (e->level > s->peak_held) s->peak_held = e->level;
+    }
+  }
+  kmap_free(&sizes);
   printf("trace: %zu events over %.3f s, written by rap %s%s\n", t->n,
          (double)t->ev[t->n - 1].t * 1e-9, t->version[0] ? t->version : "?",
          t->bad_lines ? " (some lines were not events)" : "");
   for (int k = 0; k < TE_KINDS; k++)
     if (count[k]) printf("  %-8s %zu\n", te_kind_names[k], count[k]);
   for (size_t a = 0; a < t->nnames; a++) {
-    size_t calls = 0, live = 0, peak = 0, held = 0, peak_held = 0, grows = 0;
-    pmap sizes = {0};
-    for (size_t i = 0; i < t->n; i++) {
-      const te *e = &t->ev[i];
-      if (e->a != a) continue;
-      if (user_call(e, (int)a)) {
-        calls++;
-        uint64_t n = 0;
-        if (e->kind == TE_ALLOC && pmap_put(&sizes, e->p, e->n) == 0) live += e->n;
-        else if (e->kind == TE_DEALLOC && pmap_del(&sizes, e->p, &n)) live -= n;
-        if (live > peak) peak = live;
-      } else if (e->kind == TE_GROW || e->kind == TE_RELEASE) {
-        held = e->level;
-        grows += e->kind == TE_GROW;
-        if (held > peak_held) peak_held = held;
-      }
-    }
-    pmap_free(&sizes);
+    const alloc_sum *s = &sum[a];
     char l[32], h[32];
-    mib(l, sizeof l, (double)peak);
-    mib(h, sizeof h, (double)peak_held);
-    printf("  '%s': %zu user calls, peak live %s", t->names[a], calls, l);
-    if (grows) printf(", %zu chunks taken, peak held %s (held/live %.2f)", grows, h,
-                      peak ? (double)peak_held / (double)peak : 0.0);
+    mib(l, sizeof l, (double)s->peak);
+    mib(h, sizeof h, (double)s->peak_held);
+    printf("  '%s': %zu user calls, peak live %s", t->names[a], s->calls, l);
+    if (s->grows) printf(", %zu chunks taken, peak held %s (held/live %.2f)", s->grows, h,
+                         s->peak ? (double)s->peak_held / (double)s->peak : 0.0);
     printf("\n");
   }
+  free(sum);
   return 0;
 }
 
@@ -91,6 +114,7 @@ static int summary(const trace *t) {
 typedef struct replay_opts {
   const char *spec, *allocator, *resources;
   int json;
+  size_t max_resources;
 } replay_opts;
 
 static int fail(const char *what, int st) {
@@ -98,33 +122,50 @@ static int fail(const char *what, int st) {
   return 1;
 }
 
-/* The replay's resources, by the trace's resource ids. */
+/* The replay's resources, by the trace's resource ids: a map from id to the resource, so that what
+ * it takes grows with the ids the trace uses, not with their values. */
 typedef struct rmap {
+  pmap ids;   /* id + 1 -> the index in r, + 1 */
   rap_resource **r;
-  size_t n;
+  size_t n, cap;
 } rmap;
 
-/* The replay's resource for a trace's resource id (0: the host), made on first use. */
+/* The replay's resource for a trace's resource id (0: the host), made on first use; at most
+ * o->max_resources others. */
 static int resource_for(rap_manager *rm, const replay_opts *o, rmap *m, int64_t id, rap_resource **out) {
   if (id <= 0) return rap_resource_host(rm, out);
   if (id > (1 << 24)) {   /* no manager makes that many resources: a damaged trace */
     fprintf(stderr, "rap-trace: resource id %lld in the trace is past any real one\n", (long long)id);
     return RAP_ERR_INVALID;
   }
-  if ((size_t)id >= m->n) {
-    size_t n = (size_t)id * 2 + 8;
-    rap_resource **grown = realloc(m->r, n * sizeof *grown);
+  uint64_t *at = pmap_get(&m->ids, (uint64_t)id + 1);
+  if (at != NULL) {
+    *out = m->r[*at - 1];
+    return RAP_OK;
+  }
+  if (m->n >= o->max_resources) {
+    fprintf(stderr, "rap-trace: the trace uses more than %zu resources besides the host; the replay "
+                    "makes at most %zu (a thread or a stream each): --max-resources N raises it\n",
+            o->max_resources, o->max_resources);
+    return RAP_ERR_INVALID;
+  }
+  if (m->n == m->cap) {
+    size_t ncap = m->cap ? m->cap * 2 : 16;
+    rap_resource **grown = realloc(m->r, ncap * sizeof *grown);
     if (grown == NULL) return RAP_ERR_NOMEM;
-    memset(grown + m->n, 0, (n - m->n) * sizeof *grown);
     m->r = grown;
-    m->n = n;
+    m->cap = ncap;
   }
-  if (m->r[id] == NULL) {
-    int st = strcmp(o->resources, "cuda") == 0 ? rap_resource_create_cuda_stream(rm, &m->r[id])
-                                                : rap_resource_create_host_async(rm, &m->r[id]);
-    if (st != RAP_OK) return st;
+  rap_resource *r = NULL;
+  int st = strcmp(o->resources, "cuda") == 0 ? rap_resource_create_cuda_stream(rm, &r)
+                                              : rap_resource_create_host_async(rm, &r);
+  if (st != RAP_OK) return st;
+  if (pmap_put(&m->ids, (uint64_t)id + 1, m->n + 1) != 0) {
+    rap_resource_destroy(r);
+    return RAP_ERR_NOMEM;
   }
-  *out = m->r[id];
+  m->r[m->n++] = r;
+  *out = r;
   return RAP_OK;
 }
 
@@ -144,7 +185,7 @@ static int replay(const trace *t, const replay_opts *o) {
   }
   rap_allocator *root = al;
   while (rap_allocator_parent(root) != NULL) root = rap_allocator_parent(root);
-  rmap rs = {NULL, 0};
+  rmap rs = {{0}, NULL, 0, 0};
   size_t calls = 0, allocs = 0, skipped = 0, failed = 0, live = 0, peak_live = 0;
   pmap ptrs = {0}, sizes = {0};
   double loop = 0;
@@ -154,7 +195,7 @@ static int replay(const trace *t, const replay_opts *o) {
     if (!user_call(e, a)) continue;
     rap_resource *r = NULL;
     if (e->r >= 0 && (st = resource_for(rm, o, &rs, e->r, &r)) != RAP_OK) {
-      rc = fail("making a resource", st);
+      rc = st == RAP_ERR_INVALID ? 1 : fail("making a resource", st);
       break;
     }
     calls++;
@@ -220,6 +261,7 @@ static int replay(const trace *t, const replay_opts *o) {
     }
   }
   free(rs.r);
+  pmap_free(&rs.ids);
   rap_manager_destroy(rm);
   return rc;
 }
@@ -227,10 +269,14 @@ static int replay(const trace *t, const replay_opts *o) {
 int main(int argc, char **argv) {
   if (argc < 2) return usage(stderr);
   if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) return usage(stdout);
+  if (strcmp(argv[1], "--version") == 0) {
+    printf("rap-trace %s\n", rap_version());
+    return 0;
+  }
   const char *cmd = argv[1];
   if (argc < 3) return usage(stderr);
   const char *path = argv[2];
-  replay_opts ro = {NULL, NULL, "host_async", 0};
+  replay_opts ro = {NULL, NULL, "host_async", 0, 256};
   plot_opts po = {NULL, NULL, NULL};
   for (int i = 3; i < argc; i++) {
     const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -246,6 +292,15 @@ int main(int argc, char **argv) {
     if (strcmp(arg, "--spec") == 0) ro.spec = val;
     else if (strcmp(arg, "--allocator") == 0) ro.allocator = po.allocator = val;
     else if (strcmp(arg, "--resources") == 0) ro.resources = val;
+    else if (strcmp(arg, "--max-resources") == 0) {
+      char *end;
+      unsigned long long v = strtoull(val, &end, 10);
+      if (*val == '\0' || *end != '\0' || v == 0 || v > 65536) {
+        fprintf(stderr, "rap-trace: --max-resources is a number from 1 to 65536, not '%s'\n", val);
+        return 2;
+      }
+      ro.max_resources = (size_t)v;
+    }
     else if (strcmp(arg, "-o") == 0) po.out = val;
     else if (strcmp(arg, "--title") == 0) po.title = val;
     else {

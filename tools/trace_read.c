@@ -2,27 +2,67 @@
 #define _POSIX_C_SOURCE 200809L   /* getline */
 #include "trace_read.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* uthash never exits here: a failed table allocation sets hash_oom and rolls the add back. */
+static int hash_oom;
+#define HASH_NONFATAL_OOM 1
+#define uthash_nonfatal_oom(obj) (hash_oom = 1)
+#include <uthash.h>
+
+struct name_ix {
+  UT_hash_handle hh;
+  int i;
+};
+
+struct kmap_item {
+  struct kmap_key {
+    uint64_t p;
+    uint32_t a, b;
+  } key;
+  uint64_t val;
+  UT_hash_handle hh;
+};
 
 const char *const te_kind_names[TE_KINDS] = {"alloc", "dealloc", "refused", "oom", "pending",
                                              "ready", "reuse", "fence", "wait", "grow", "release",
                                              "other"};
 
-static int intern(char ***names, size_t *n, size_t max, const char *s, size_t len) {
-  for (size_t i = 0; i < *n; i++)
-    if (strlen((*names)[i]) == len && memcmp((*names)[i], s, len) == 0) return (int)i;
-  if (*n >= max) return -1;
-  char **grown = realloc(*names, (*n + 1) * sizeof *grown);
-  if (grown == NULL) return -1;
-  *names = grown;
+/* The index of an allocator name, added when new; -1 past 65 535 names or out of memory. */
+static int intern(trace *t, const char *s, size_t len) {
+  struct name_ix *x = NULL;
+  HASH_FIND(hh, t->name_index, s, len, x);
+  if (x != NULL) return x->i;
+  if (t->nnames >= 65535) return -1;
+  if (t->nnames == t->names_cap) {
+    size_t ncap = t->names_cap ? t->names_cap * 2 : 16;
+    char **grown = realloc(t->names, ncap * sizeof *grown);
+    if (grown == NULL) return -1;
+    t->names = grown;
+    t->names_cap = ncap;
+  }
   char *copy = malloc(len + 1);
-  if (copy == NULL) return -1;
+  x = malloc(sizeof *x);
+  if (copy == NULL || x == NULL) {
+    free(copy);
+    free(x);
+    return -1;
+  }
   memcpy(copy, s, len);
   copy[len] = '\0';
-  grown[*n] = copy;
-  return (int)(*n)++;
+  x->i = (int)t->nnames;
+  hash_oom = 0;
+  HASH_ADD_KEYPTR(hh, t->name_index, copy, len, x);
+  if (hash_oom) {
+    free(copy);
+    free(x);
+    return -1;
+  }
+  t->names[t->nnames] = copy;
+  return (int)t->nnames++;
 }
 
 /* A string value starting after its opening quote: its end (the closing quote), escapes skipped
@@ -76,7 +116,7 @@ static int parse_line(trace *t, const char *s, te *e) {
     } else if (KEY("th")) {
       e->th = (uint32_t)strtoul(val, NULL, 10);
     } else if (KEY("a") && str) {
-      int i = intern(&t->names, &t->nnames, 65535, val, vlen);
+      int i = intern(t, val, vlen);
       if (i < 0) return -1;
       e->a = (uint16_t)i;
     } else if (KEY("d")) {
@@ -109,16 +149,27 @@ static int parse_line(trace *t, const char *s, te *e) {
   return have_ev ? 0 : -1;
 }
 
+static int load_failed(trace *t, FILE *f, char *line, kmap *deallocs) {
+  free(line);
+  fclose(f);
+  kmap_free(deallocs);
+  trace_free(t);
+  return -1;
+}
+
+/* A refused deallocation voids the 'dealloc' line of the same thread, allocator and pointer
+ * written just before it: the last such line is kept by that key as the file is read. */
 int trace_load(const char *path, trace *t, char *err, size_t cap) {
   memset(t, 0, sizeof *t);
   FILE *f = fopen(path, "r");
   if (f == NULL) {
-    snprintf(err, cap, "cannot open '%s'", path);
+    snprintf(err, cap, "cannot open '%s': %s", path, strerror(errno));
     return -1;
   }
   char *line = NULL;
   size_t lcap = 0;
   ssize_t len;
+  kmap deallocs = {0};
   while ((len = getline(&line, &lcap, f)) > 0) {
     if (len <= 1) continue;
     te e;
@@ -127,41 +178,47 @@ int trace_load(const char *path, trace *t, char *err, size_t cap) {
       continue;
     }
     if (e.kind == TE_KINDS) continue;   /* the header */
+    if (e.kind == TE_REFUSED) {
+      uint64_t j;
+      if (kmap_del(&deallocs, e.p, e.a, e.th, &j)) t->ev[j].skip = 1;
+    }
     if (t->n == t->cap) {
       size_t ncap = t->cap ? t->cap * 2 : 4096;
       te *grown = realloc(t->ev, ncap * sizeof *grown);
       if (grown == NULL) {
         snprintf(err, cap, "out of memory reading '%s' (%zu events read)", path, t->n);
-        free(line);
-        fclose(f);
-        return -1;
+        return load_failed(t, f, line, &deallocs);
       }
       t->ev = grown;
       t->cap = ncap;
     }
+    if (e.kind == TE_DEALLOC && kmap_put(&deallocs, e.p, e.a, e.th, t->n) != 0) {
+      snprintf(err, cap, "out of memory reading '%s' (%zu events read)", path, t->n);
+      return load_failed(t, f, line, &deallocs);
+    }
     t->ev[t->n++] = e;
   }
-  free(line);
-  fclose(f);
+  if (ferror(f)) {
+    snprintf(err, cap, "reading '%s' failed: %s", path, strerror(errno));
+    return load_failed(t, f, line, &deallocs);
+  }
   if (t->n == 0) {
     snprintf(err, cap, "'%s' holds no events%s", path,
              t->bad_lines ? " (no line of it is a trace event)" : "");
-    return -1;
+    return load_failed(t, f, line, &deallocs);
   }
-  /* A refused deallocation: the 'dealloc' line written before it, on the same thread, is void. */
-  for (size_t i = 0; i < t->n; i++) {
-    if (t->ev[i].kind != TE_REFUSED) continue;
-    for (size_t j = i; j-- > 0;)
-      if (t->ev[j].kind == TE_DEALLOC && t->ev[j].th == t->ev[i].th && t->ev[j].p == t->ev[i].p &&
-          t->ev[j].a == t->ev[i].a && !t->ev[j].skip) {
-        t->ev[j].skip = 1;
-        break;
-      }
-  }
+  free(line);
+  fclose(f);
+  kmap_free(&deallocs);
   return 0;
 }
 
 void trace_free(trace *t) {
+  struct name_ix *x, *tmp;
+  HASH_ITER(hh, t->name_index, x, tmp) {
+    HASH_DEL(t->name_index, x);
+    free(x);
+  }
   for (size_t i = 0; i < t->nnames; i++) free(t->names[i]);
   for (size_t i = 0; i < t->nkinds; i++) free(t->kinds[i]);
   free(t->names);
@@ -170,9 +227,9 @@ void trace_free(trace *t) {
 }
 
 int trace_name(const trace *t, const char *name) {
-  for (size_t i = 0; i < t->nnames; i++)
-    if (strcmp(t->names[i], name) == 0) return (int)i;
-  return -1;
+  struct name_ix *x = NULL;
+  HASH_FIND(hh, t->name_index, name, strlen(name), x);
+  return x != NULL ? x->i : -1;
 }
 
 /* ---- pointer map --------------------------------------------------------------------------- */
@@ -239,4 +296,64 @@ void pmap_free(pmap *m) {
   free(m->keys);
   free(m->vals);
   memset(m, 0, sizeof *m);
+}
+
+/* ---- map by pointer, allocator and thread ------------------------------------------------ */
+
+static struct kmap_key kmap_key(uint64_t p, uint32_t a, uint32_t b) {
+  struct kmap_key k;
+  memset(&k, 0, sizeof k);
+  k.p = p;
+  k.a = a;
+  k.b = b;
+  return k;
+}
+
+int kmap_put(kmap *m, uint64_t p, uint32_t a, uint32_t b, uint64_t val) {
+  struct kmap_key k = kmap_key(p, a, b);
+  struct kmap_item *it = NULL;
+  HASH_FIND(hh, m->items, &k, sizeof k, it);
+  if (it != NULL) {
+    it->val = val;
+    return 0;
+  }
+  if ((it = malloc(sizeof *it)) == NULL) return -1;
+  it->key = k;
+  it->val = val;
+  hash_oom = 0;
+  HASH_ADD(hh, m->items, key, sizeof k, it);
+  if (hash_oom) {
+    free(it);
+    return -1;
+  }
+  m->n++;
+  return 0;
+}
+
+uint64_t *kmap_get(kmap *m, uint64_t p, uint32_t a, uint32_t b) {
+  struct kmap_key k = kmap_key(p, a, b);
+  struct kmap_item *it = NULL;
+  HASH_FIND(hh, m->items, &k, sizeof k, it);
+  return it != NULL ? &it->val : NULL;
+}
+
+int kmap_del(kmap *m, uint64_t p, uint32_t a, uint32_t b, uint64_t *val) {
+  struct kmap_key k = kmap_key(p, a, b);
+  struct kmap_item *it = NULL;
+  HASH_FIND(hh, m->items, &k, sizeof k, it);
+  if (it == NULL) return 0;
+  if (val) *val = it->val;
+  HASH_DEL(m->items, it);
+  free(it);
+  m->n--;
+  return 1;
+}
+
+void kmap_free(kmap *m) {
+  struct kmap_item *it, *tmp;
+  HASH_ITER(hh, m->items, it, tmp) {
+    HASH_DEL(m->items, it);
+    free(it);
+  }
+  m->n = 0;
 }

@@ -2,7 +2,9 @@
  *
  * The reader knows the flat objects rap writes (docs/trace.md): string, number, true/false/null
  * values, no nesting. Unknown fields are skipped, unknown events kept as TE_OTHER, and a line that
- * is no object is counted and skipped, so a trace cut short by a crash still reads.
+ * is no object is counted and skipped, so a trace cut short by a crash still reads. Reading is
+ * linear in the file: names and the refused deallocations are found by hashing, and what is kept
+ * grows with what the trace holds (events, distinct names), never with the values in it.
  */
 #ifndef RAP_TRACE_READ_H
 #define RAP_TRACE_READ_H
@@ -30,18 +32,20 @@ typedef struct te {
   uint8_t skip;        /* a deallocation that was refused (a 'refused' line follows it) */
 } te;
 
+struct name_ix;
 typedef struct trace {
   te *ev;
   size_t n, cap;
   char **names;        /* allocator names */
-  size_t nnames;
+  size_t nnames, names_cap;
+  struct name_ix *name_index;   /* names by string (uthash) */
   char *kinds[16];     /* resource kinds */
   size_t nkinds;
   size_t bad_lines;
   char version[32];
 } trace;
 
-/* 0, or -1 with a sentence in err. */
+/* 0, or -1 with a sentence in err (and nothing to free). */
 int  trace_load(const char *path, trace *t, char *err, size_t cap);
 void trace_free(trace *t);
 /* The allocator index of a name, or -1. */
@@ -57,5 +61,16 @@ int       pmap_put(pmap *m, uint64_t key, uint64_t val);   /* 0, or -1 out of me
 uint64_t *pmap_get(pmap *m, uint64_t key);
 int       pmap_del(pmap *m, uint64_t key, uint64_t *val);  /* 1 if it was there */
 void      pmap_free(pmap *m);
+
+/* A map from a pointer and two small numbers (allocator, thread) to a value (uthash). */
+struct kmap_item;
+typedef struct kmap {
+  struct kmap_item *items;
+  size_t n;
+} kmap;
+int       kmap_put(kmap *m, uint64_t p, uint32_t a, uint32_t b, uint64_t val);   /* 0, or -1 out of memory */
+uint64_t *kmap_get(kmap *m, uint64_t p, uint32_t a, uint32_t b);
+int       kmap_del(kmap *m, uint64_t p, uint32_t a, uint32_t b, uint64_t *val);  /* 1 if it was there */
+void      kmap_free(kmap *m);
 
 #endif

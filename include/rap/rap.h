@@ -73,7 +73,7 @@ int  rap_log_get_level(void);
  * Lines; docs/trace.md has the fields). RAP_TRACE=FILE in the environment starts it when the first
  * manager is made; `rap-trace` replays and plots a trace. Off, it costs one branch per call.
  * ------------------------------------------------------------------------------------------- */
-int  rap_trace_start(const char *path);   /* truncates path; a trace already open is closed first */
+int  rap_trace_start(const char *path);   /* truncates path ("%p": the pid); closes one open first */
 int  rap_trace_stop(void);                /* flushes and closes; RAP_OK if none was open */
 int  rap_trace_flush(void);               /* what was traced so far reaches the file */
 
@@ -101,8 +101,9 @@ int  rap_allocator_make_spec(rap_manager *rm, const char *name, const char *spec
      /* "ThreadSafe(ResourceAwarePool(SizeLimiter(DEVICE, limit=8GiB), initial_size=1GiB))":
         inner allocators are named "name/ResourceAwarePool", "name/ResourceAwarePool/SizeLimiter".
         RAP_ALLOCATOR_<NAME>=spec in the environment replaces the spec, or a rap_allocator_make. */
-int  rap_spec_check(const char *spec);   /* RAP_OK when spec parses (syntax only; names and options
-                                           are checked when made); nothing is made */
+int  rap_spec_check(const char *spec);   /* RAP_OK when rap_allocator_make_spec could make spec: names,
+                                           options and values checked (device specs without a
+                                           device); no pool memory is taken */
 int  rap_allocator_destroy(rap_allocator *a);   /* RAP_ERR_BUSY while it has live blocks or children */
 int  rap_allocator_find(rap_manager *rm, const void *ptr, rap_allocator **out);
 const char *rap_allocator_name(const rap_allocator *a);

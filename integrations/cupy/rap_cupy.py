@@ -49,7 +49,11 @@ import importlib.util
 import os
 import sys
 
-import cupy
+try:
+    import cupy
+except ImportError as _e:
+    raise ImportError("rap.cupy needs CuPy (pip install cupy-cuda12x or cupy-cuda13x, matching your CUDA); it is not installed here (%s). rap itself "
+                      "(rap.Allocator, rap.check_spec) works without it." % (_e,)) from _e
 
 __all__ = [
     "enable", "enabled", "library_path", "stream_source", "record_stream", "pointer_stream",

@@ -38,7 +38,11 @@ import ctypes
 import importlib.util
 import os
 
-import torch
+try:
+    import torch
+except ImportError as _e:
+    raise ImportError("rap.torch needs PyTorch with CUDA (pip install torch; see https://pytorch.org for the CUDA build that matches your driver); it is not installed here (%s). rap itself "
+                      "(rap.Allocator, rap.check_spec) works without it." % (_e,)) from _e
 
 __all__ = [
     "enable", "enabled", "library_path", "allocator", "memory_allocated", "max_memory_allocated",

@@ -359,6 +359,7 @@ def cmd_sleep(args):
     def pause_here(model, opt):
         before = state_bytes(model, opt)
         ptrs = [p.data_ptr() for p in model.parameters()]
+        weights = torch.full((1 << 30,), 7.0, device="cuda")   # 4 GiB kept across the pause
         spare = torch.ones(1 << 20, device="cuda")    # dropped while asleep: freed at the wake
         torch.cuda.synchronize()
         live = rap_torch.memory_allocated()
@@ -377,7 +378,10 @@ def cmd_sleep(args):
             r["refused_while_asleep"] = "asleep" in str(e)
             r["refusal"] = str(e)[:200]
         del spare
-        take = int((free1 - free0) * 0.9)
+        # The other process takes all but 2 GiB (its own context) of what is free now: more than
+        # was free before the sleep, so it runs only on the memory the sleep gave back.
+        take = free1 - (2 << 30)
+        r["other_process_needed_the_freed_memory"] = take > free0
         code = ("import torch; x = torch.empty(%d, dtype=torch.uint8, device='cuda'); "
                 "torch.cuda.synchronize(); print('ok')" % take)
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -389,6 +393,8 @@ def cmd_sleep(args):
         r["pointers_kept"] = ptrs == [p.data_ptr() for p in model.parameters()]
         r["free_while_asleep_done_at_wake"] = rap_torch.memory_allocated() == live - (4 << 20)
         r["state_bit_equal"] = state_bytes(model, opt) == before
+        r["weights_intact"] = bool((weights == 7.0).all().item())
+        del weights
 
     r["losses_without_sleep"] = run(20, -1)
     r["losses_with_sleep"] = run(20, 10)
@@ -571,16 +577,19 @@ def cmd_summarize(args):
     if sl and "skipped" not in sl:
         good = all(sl.get(k) for k in ("losses_equal", "state_bit_equal", "pointers_kept",
                                        "refused_while_asleep", "other_process_ok",
-                                       "discard_then_usable", "free_while_asleep_done_at_wake"))
+                                       "discard_then_usable", "free_while_asleep_done_at_wake",
+                                       "weights_intact", "other_process_needed_the_freed_memory"))
         good = good and sl["freed_fraction"] >= 0.99
         ok &= good
         lines.append("sleep/wake over DEVICE_VMM: losses after sleep and wake bit-equal: %s; state "
-                     "bit-equal: %s; pointers kept: %s; %.0f of %.0f MiB freed (%.1f %%), another "
-                     "process took %.0f MiB: %s; refused while asleep: %s; a tensor dropped while "
+                     "bit-equal: %s; 4 GiB tensor intact: %s; pointers kept: %s; %.0f of %.0f MiB "
+                     "freed (%.1f %%), another process took %.0f MiB (more than was free before: "
+                     "%s): %s; refused while asleep: %s; a tensor dropped while "
                      "asleep freed at the wake: %s; wake %.1f ms; discard: %s"
-                     % (sl["losses_equal"], sl["state_bit_equal"], sl["pointers_kept"],
-                        sl["freed_MiB"], sl["reserved_MiB"], 100 * sl["freed_fraction"],
-                        sl["other_process_took_MiB"], sl["other_process_ok"],
+                     % (sl["losses_equal"], sl["state_bit_equal"], sl["weights_intact"],
+                        sl["pointers_kept"], sl["freed_MiB"], sl["reserved_MiB"],
+                        100 * sl["freed_fraction"], sl["other_process_took_MiB"],
+                        sl["other_process_needed_the_freed_memory"], sl["other_process_ok"],
                         sl["refused_while_asleep"], sl["free_while_asleep_done_at_wake"],
                         sl["wake_ms"], sl["discard_then_usable"]))
     elif sl is not None or os.environ.get("RAP_TEST_ONLY") is None:

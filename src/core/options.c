@@ -2,7 +2,9 @@
  *
  * Pairs are separated by spaces or commas; a key may stand alone (value NULL). Strategies read
  * their keys through rap_options_get_*; after init the manager refuses any key nobody read, so a
- * typo is an error that names the key, never a silently ignored setting.
+ * typo is an error that names the key, never a silently ignored setting. Whether a key was given
+ * is asked with rapi_options_given, never read from a marker value: a value equal to a marker
+ * (reserve=18446744073709551615) is used, or refused with a sentence, like any other.
  */
 #include "rap_internal.h"
 
@@ -83,6 +85,7 @@ int rapi_options_parse(const char *text, const char *owner, rap_options *out) {
   out->items = NULL;
   out->count = 0;
   out->owner = owner;
+  out->asked = 0;
   if (text == NULL) return RAP_OK;
   const char *p = text;
   for (;;) {
@@ -114,8 +117,18 @@ int rapi_options_parse(const char *text, const char *owner, rap_options *out) {
   }
 }
 
+/* The keys a strategy asks for are the ones it knows: kept for the sentence about a key nobody
+ * asked for. */
+static void remember(rap_options *opts, const char *key) {
+  if (strlen(key) >= sizeof opts->asked_keys[0]) return;
+  for (unsigned i = 0; i < opts->asked; i++)
+    if (strcmp(opts->asked_keys[i], key) == 0) return;
+  if (opts->asked < RAPI_OPTIONS_ASKED) strcpy(opts->asked_keys[opts->asked++], key);
+}
+
 static rapi_option *find(rap_options *opts, const char *key) {
   if (opts == NULL) return NULL;
+  remember(opts, key);
   for (size_t i = 0; i < opts->count; i++)
     if (strcmp(opts->items[i].key, key) == 0) {
       opts->items[i].used = true;
@@ -123,6 +136,8 @@ static rapi_option *find(rap_options *opts, const char *key) {
     }
   return NULL;
 }
+
+bool rapi_options_given(rap_options *opts, const char *key) { return find(opts, key) != NULL; }
 
 int rap_options_get_size(rap_options *opts, const char *key, size_t *out) {
   if (key == NULL || out == NULL)
@@ -165,10 +180,73 @@ int rap_options_get_string(rap_options *opts, const char *key, const char **out)
   return RAP_OK;
 }
 
+/* Levenshtein's distance between two short words (longer ones count as far apart). */
+size_t rapi_edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 63 || lb > 63) return SIZE_MAX;
+  size_t row[64];
+  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t up = row[j];
+      size_t sub = diag + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+      size_t best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+      row[j] = sub < best ? sub : best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+/* The asked key closest to key, if it is close enough to be what the user meant (at most one
+ * edit in four letters, and at least one allowed). */
+static const char *closest(const rap_options *opts, const char *key) {
+  const char *best = NULL;
+  size_t best_d = SIZE_MAX, allowed = strlen(key) / 4 > 0 ? strlen(key) / 4 : 1;
+  if (allowed < 2 && strlen(key) >= 4) allowed = 2;
+  for (unsigned i = 0; i < opts->asked; i++) {
+    size_t d = rapi_edit_distance(key, opts->asked_keys[i]);
+    if (d <= allowed && d < best_d) {
+      best = opts->asked_keys[i];
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+static int unknown(const rap_options *opts, const char *key) {
+  const char *near = closest(opts, key);
+  if (near != NULL)
+    return rapi_fail(RAP_ERR_INVALID, "%s: unknown option '%s' \xe2\x80\x94 did you mean '%s'?",
+                     opts->owner, key, near);
+  if (opts->asked == 0)
+    return rapi_fail(RAP_ERR_INVALID, "%s: unknown option '%s' (it takes no options)", opts->owner, key);
+  char known[400];
+  size_t n = 0;
+  known[0] = '\0';
+  for (unsigned i = 0; i < opts->asked && n < sizeof known; i++) {
+    int w = snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", opts->asked_keys[i]);
+    if (w < 0) break;
+    n += (size_t)w;
+  }
+  return rapi_fail(RAP_ERR_INVALID, "%s: unknown option '%s' (its options: %s)", opts->owner, key,
+                   known);
+}
+
 int rapi_options_check_unused(const rap_options *opts) {
   for (size_t i = 0; i < opts->count; i++)
-    if (!opts->items[i].used)
-      return rapi_fail(RAP_ERR_INVALID, "%s: unknown option '%s'", opts->owner, opts->items[i].key);
+    if (!opts->items[i].used) return unknown(opts, opts->items[i].key);
+  return RAP_OK;
+}
+
+/* After a failed init: a key nobody read that is one slip from a key init asked for is the
+ * likelier mistake ("limt" where SizeLimiter then says it needs "limit"), so it is named first. */
+int rapi_options_misspelt(const rap_options *opts) {
+  for (size_t i = 0; i < opts->count; i++)
+    if (!opts->items[i].used && closest(opts, opts->items[i].key) != NULL)
+      return unknown(opts, opts->items[i].key);
   return RAP_OK;
 }
 

@@ -148,6 +148,17 @@ static rap_allocator *lookup(rap_manager *rm, const char *name) {
   return a;
 }
 
+/* Every sentence about one allocator of a make starts "'name' (Strategy): ", as the option
+ * sentences do; a strategy's init names itself by its bare name, which is rewritten here. */
+static int one_prefix(int st, const char *name, const char *owner) {
+  const char *e = rap_last_error();
+  size_t n = strlen(name);
+  if (strncmp(e, name, n) != 0 || e[n] != ':' || e[n + 1] != ' ') return st;
+  char rest[512];
+  snprintf(rest, sizeof rest, "%s", e + n + 2);
+  return rapi_fail(st, "%s: %s", owner, rest);
+}
+
 /* Builds, initialises and links one allocator; the lock is held. */
 static int create_locked(rap_manager *rm, const char *name, const rap_strategy *s,
                          rap_allocator *parent, const char *options, rap_allocator **out) {
@@ -185,6 +196,10 @@ static int create_locked(rap_manager *rm, const char *name, const rap_strategy *
   if (st == RAP_OK) {
     st = rapi_options_check_unused(&opts);
     if (st != RAP_OK) s->fini(a, state);
+  } else if (st == RAP_ERR_INVALID) {
+    st = rapi_options_misspelt(&opts) != RAP_OK ? RAP_ERR_INVALID : one_prefix(st, name, owner);
+  } else {
+    st = one_prefix(st, name, owner);
   }
   rapi_options_free(&opts);
   if (st != RAP_OK) {
@@ -237,6 +252,10 @@ static RAPI_NOINLINE int unknown_strategy(rap_manager *rm, const char *name, con
   char known[256];
   rapi_registry_names(known, sizeof known);
   bool custom = rm->custom != NULL;
+  const char *near = rapi_registry_closest(strategy);
+  if (near != NULL)
+    return rapi_fail(RAP_ERR_NOT_FOUND, "rap_allocator_make('%s'): no strategy named '%s' \xe2\x80\x94 "
+                     "did you mean '%s'?", name, strategy, near);
   return rapi_fail(RAP_ERR_NOT_FOUND, "rap_allocator_make('%s'): no strategy named '%s' (built in: "
                    "%s%s)", name, strategy, known, custom ? "; and those registered" : "");
 }
@@ -300,8 +319,8 @@ int rap_allocator_destroy(rap_allocator *a) {
   size_t bytes = 0, pending = 0, blocks = a->children > 0 ? 0 : live_blocks(a, &bytes, &pending);
   int st = RAP_OK;
   if (a->children > 0)
-    st = rapi_fail(RAP_ERR_BUSY, "rap_allocator_destroy('%s'): %zu allocator%s still use it",
-                   a->name, a->children, a->children == 1 ? "" : "s");
+    st = rapi_fail(RAP_ERR_BUSY, "rap_allocator_destroy('%s'): %zu allocator%s still use%s it",
+                   a->name, a->children, a->children == 1 ? "" : "s", a->children == 1 ? "s" : "");
   else if (rap_allocator_is_asleep(a))
     st = rapi_fail(RAP_ERR_BUSY, "rap_allocator_destroy('%s'): it is asleep; wake it first "
                    "(rap_allocator_wake), or destroy the manager, which frees a sleeping pool", a->name);

@@ -70,6 +70,20 @@ int rapi_registry_platform(const char *name, const rap_strategy **strategy, char
                    "DEVICE::N, PINNED, UM, HOST_VMM, DEVICE_VMM and DEVICE_VMM::N)", name);
 }
 
+/* The built-in strategy one slip away from name (QuikPool), or NULL. */
+const char *rapi_registry_closest(const char *name) {
+  const char *best = NULL;
+  size_t best_d = 3;
+  for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {
+    size_t d = rapi_edit_distance(name, builtins[i]->name);
+    if (d < best_d) {
+      best = builtins[i]->name;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
 /* The built-in strategies' names, comma-separated, for sentences. */
 void rapi_registry_names(char *buf, size_t cap) {
   size_t n = 0;

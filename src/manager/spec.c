@@ -7,9 +7,11 @@
  * "pool", "pool/SizeLimiter", ... A malformed spec is RAP_ERR_INVALID with the column of the error,
  * and a failure anywhere leaves nothing registered. RAP_ALLOCATOR_<NAME>=spec in the environment
  * replaces what the program asked for, so pools can be reconfigured without rebuilding.
- * rap_spec_check parses a spec without making anything.
+ * rap_spec_check makes a spec in a manager of its own, with device platforms standing in as HOST,
+ * so that names, options and values are checked as a make would check them, without a device.
  */
 #include "rap_internal.h"
+#include "resources/vmm.h"   /* the values of export= */
 
 #include <ctype.h>
 #include <stdio.h>
@@ -223,14 +225,161 @@ static int make_from_spec(rap_manager *rm, const char *name, const char *spec, r
   return st;
 }
 
-/* Syntax only: names and options are checked when the allocator is made. */
+/* ---- rap_spec_check: the whole make, without a device ----------------------------------------- */
+
+/* The strategies and platforms that need a device to be made are checked by their options alone
+ * (the same getters and sentences as their inits) and stand in as HOST for what is made over them.
+ * Everything else is made for real in a private manager: pools take their first chunk lazily, so
+ * a check allocates no pool memory. */
+typedef enum { OPT_UINT, OPT_BIT, OPT_SIZE, OPT_POOL, OPT_THRESHOLD, OPT_PEERS, OPT_EXPORT } opt_kind;
+
+static const struct {
+  const char *strategy, *key;
+  opt_kind kind;
+} device_options[] = {
+    {"Pinned", "portable", OPT_BIT},
+    {"Pinned", "mapped", OPT_BIT},
+    {"Pinned", "write_combined", OPT_BIT},
+    {"Pinned", "device", OPT_UINT},
+    {"StreamOrdered", "device", OPT_UINT},
+    {"StreamOrdered", "pool", OPT_POOL},
+    {"StreamOrdered", "release_threshold", OPT_THRESHOLD},
+    {"StreamOrdered", "follow_event_dependencies", OPT_BIT},
+    {"StreamOrdered", "allow_opportunistic", OPT_BIT},
+    {"StreamOrdered", "allow_internal_dependencies", OPT_BIT},
+    {"StreamOrdered", "peers", OPT_PEERS},
+    {"DeviceVmm", "device", OPT_UINT},
+    {"DeviceVmm", "reserve", OPT_SIZE},
+    {"DeviceVmm", "granularity", OPT_SIZE},
+    {"DeviceVmm", "peers", OPT_PEERS},
+    {"DeviceVmm", "export", OPT_EXPORT},
+};
+
+static bool device_strategy(const rap_strategy *s) {
+  return s == &rapi_pinned_strategy || s == &rapi_stream_ordered_strategy ||
+         s == &rapi_device_vmm_strategy;
+}
+
+static int check_one_option(rap_options *opts, const char *key, opt_kind kind) {
+  const char *who = opts->owner, *v = NULL;
+  uint64_t u = 0;
+  size_t size = 0;
+  switch (kind) {
+  case OPT_UINT:
+    return rap_options_get_uint(opts, key, &u);
+  case OPT_BIT: {
+    int st = rap_options_get_uint(opts, key, &u);
+    if (st == RAP_OK && u > 1) return rapi_fail(RAP_ERR_INVALID, "%s: option '%s' is 0 or 1", who, key);
+    return st;
+  }
+  case OPT_SIZE:
+    return rap_options_get_size(opts, key, &size);
+  default:
+    break;
+  }
+  int st = rap_options_get_string(opts, key, &v);
+  if (st != RAP_OK || v == NULL) return st;
+  if (kind == OPT_EXPORT) {
+    int mode = 0;
+    return rapi_ipc_export_mode(who, v, true, &mode);
+  }
+  if (kind == OPT_POOL && strcmp(v, "default") != 0 && strcmp(v, "new") != 0)
+    return rapi_fail(RAP_ERR_INVALID, "%s: option 'pool' is 'default' (the device's) or 'new', not "
+                     "'%s'", who, v);
+  if (kind == OPT_THRESHOLD && strcmp(v, "max") != 0 && rapi_parse_size(v, &size) != RAP_OK)
+    return rapi_fail(RAP_ERR_INVALID, "%s: option 'release_threshold' is a size or 'max', not '%s'",
+                     who, v);
+  if (kind == OPT_PEERS && strcmp(v, "all") != 0) {
+    for (const char *c = v;;) {
+      char *end;
+      long d = strtol(c, &end, 10);
+      if (end == c || !isdigit((unsigned char)*c) || d > 4096 || (*end != 0 && *end != '+'))
+        return rapi_fail(RAP_ERR_INVALID, "%s: option 'peers' is 'all' or device numbers joined by "
+                         "'+' (peers=1+3), not '%s'", who, v);
+      if (*end == 0) break;
+      c = end + 1;
+    }
+  }
+  return RAP_OK;
+}
+
+static int check_device_options(const rap_strategy *s, const char *name, const char *options,
+                                bool has_parent, const char *parent) {
+  char owner[RAPI_NAME_MAX + 64];
+  snprintf(owner, sizeof owner, "'%s' (%s)", name, s->name);
+  if (s == &rapi_device_vmm_strategy && has_parent)
+    return rapi_fail(RAP_ERR_INVALID, "%s: %s maps its own memory and takes no parent ('%s' was "
+                     "given)", owner, s->name, parent);
+  rap_options opts;
+  int st = rapi_options_parse(options, owner, &opts);
+  if (st != RAP_OK) return st;
+  for (size_t i = 0; st == RAP_OK && i < sizeof device_options / sizeof device_options[0]; i++)
+    if (strcmp(device_options[i].strategy, s->name) == 0)
+      st = check_one_option(&opts, device_options[i].key, device_options[i].kind);
+  if (st == RAP_ERR_INVALID && rapi_options_misspelt(&opts) != RAP_OK) st = RAP_ERR_INVALID;
+  if (st == RAP_OK) st = rapi_options_check_unused(&opts);
+  rapi_options_free(&opts);
+  return st;
+}
+
+/* build() for a check: device platforms and strategies become HOST once their names and options
+ * passed, in any build: a spec is checked for the machine it will run on, which may have a GPU
+ * where this one, or this build, has none. */
+static int build_check(rap_manager *rm, node *n, const char *name, rap_allocator **out) {
+  if (n->leaf) {
+    const rap_strategy *platform = NULL;
+    char opts[64];
+    int st = rapi_registry_platform(n->name, &platform, opts, sizeof opts);
+    if (st != RAP_OK) return st;
+    bool device = platform == &rapi_cuda_platform || platform == &rapi_device_vmm_strategy;
+    return rap_allocator_get(rm, device ? "HOST" : n->name, out);
+  }
+  const rap_strategy *s = rapi_registry_builtin(n->name);
+  rap_allocator *parent = NULL;
+  char inner[RAPI_NAME_MAX];
+  if (n->parent != NULL) {
+    if ((size_t)snprintf(inner, sizeof inner, "%s/%s", name, n->parent->name) >= sizeof inner)
+      return rapi_fail(RAP_ERR_INVALID, "rap_allocator_make_spec: the name '%s/%s' is too long",
+                       name, n->parent->name);
+    int st = build_check(rm, n->parent, inner, &parent);
+    if (st != RAP_OK) return st;
+  }
+  if (s != NULL && device_strategy(s)) {
+    int st = check_device_options(s, name, n->options, parent != NULL,
+                                  parent != NULL ? rap_allocator_name(parent) : "");
+    return st != RAP_OK ? st : rap_allocator_get(rm, "HOST", out);
+  }
+  return rapi_allocator_make_direct(rm, name, n->name, parent != NULL ? rap_allocator_name(parent) : NULL,
+                                    n->options, out);
+}
+
+/* The spec is made as rap_allocator_make_spec would make it, in a manager of its own that is gone
+ * when the answer is: every name, option and value is checked, and sentences are make's. */
 int rap_spec_check(const char *spec) {
   if (spec == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_spec_check: spec is NULL");
   parser ps = {spec, spec, "", 0, 0};
   node *root = parse_spec(&ps);
   if (root == NULL) return spec_error(&ps, "rap_spec_check");
+  rap_manager *rm = NULL;
+  int st = rap_manager_create(&rm);
+  if (st == RAP_OK) {
+    rap_allocator *a = NULL;
+    st = build_check(rm, root, "spec", &a);
+    if (st != RAP_OK) {
+      /* The call is rap_spec_check's: make's own call name goes. */
+      static const char made[] = "rap_allocator_make('spec'): ";
+      char sentence[512];
+      const char *e = rap_last_error();
+      snprintf(sentence, sizeof sentence, "%s", strncmp(e, made, sizeof made - 1) == 0 ? e + sizeof made - 1 : e);
+      rapi_fail(st, "rap_spec_check: %s", sentence);
+    }
+    char saved[600];
+    snprintf(saved, sizeof saved, "%s", rap_last_error());
+    (void)rap_manager_destroy(rm);
+    if (st != RAP_OK) rapi_fail(st, "%s", saved);
+  }
   free_node(root);
-  return RAP_OK;
+  return st;
 }
 
 /* RAP_ALLOCATOR_<NAME>, with the name upper-cased and every other character made '_'. */

@@ -96,13 +96,19 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list,
   return RAP_OK;
 }
 
+/* The chunks go back as the pool's release (in a trace: "release" lines, and the parent's
+ * deallocations one level below the user's calls), not as calls of the user's. */
 void rapi_bp_fini(rapi_bp *bp) {
+  rapi_trace_depth++;
   for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
     if (rap_deallocate(bp->parent, c->base, NULL) != RAP_OK)
       rap_log(RAP_LOG_WARN, "%s: returning a chunk of %zu bytes to '%s' failed: %s",
               rap_allocator_name(bp->self), c->size, rap_allocator_name(bp->parent),
               rap_last_error());
+    bp->actual -= c->size;
+    RAPI_TRACE("release", bp->self, NULL, c->base, c->size, ",\"held\":%zu", bp->actual);
   }
+  rapi_trace_depth--;
   rapi_map_fini(&bp->used);
   rapi_slab_destroy(&bp->block_recs);
   rapi_slab_destroy(&bp->chunk_recs);
@@ -344,7 +350,17 @@ int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
 static int grow(rapi_bp *bp, size_t size, rapi_block **out) {
   size_t least = bp->chunk_count == 0 ? bp->initial_size : bp->next_size;
   size_t usable = rapi_align_up(size > least ? size : least, bp->alignment);
-  return rapi_bp_grow_exact(bp, usable, out);
+  int st = rapi_bp_grow_exact(bp, usable, out);
+  if (st == RAP_ERR_NOMEM && bp->chunk_count == 0 && least > size) {
+    /* The user's option sized the chunk that did not fit: the sentence names it. */
+    char want[32], why[400];
+    rapi_format_size(want, sizeof want, usable);
+    snprintf(why, sizeof why, "%s", rap_last_error());
+    rapi_fail(st, "%s: the pool's first chunk, %s from its option initial_size, does not fit in '%s' "
+              "(%s); a smaller initial_size would start it", rap_allocator_name(bp->self), want,
+              rap_allocator_name(bp->parent), why);
+  }
+  return st;
 }
 
 /* ---- chunks that grow and shrink at their ends (a resizable parent: HOST_VMM, DEVICE_VMM) ------

@@ -62,8 +62,8 @@ static size_t live_bytes(const rapi_bp *bp) {
   return n;
 }
 
-/* Suspends chunks from the first up to (not including) stop; on failure the ones before it and the
- * one that failed are resumed, and *failed says which. */
+/* Suspends every chunk, first to last; stops at the first failure and sets *failed to that chunk
+ * (the caller resumes it and those before it). */
 static int suspend_all(rapi_bp *bp, rapi_chunk **failed) {
   const rapi_resizable *z = bp->resizable;
   for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
@@ -110,7 +110,10 @@ int rapi_bp_sleep(rapi_bp *bp, int mode) {
     if (mode == RAP_SLEEP_BACKUP && copy_runs(bp, false) != RAP_OK)
       rap_log(RAP_LOG_ERROR, "%s: restoring after a failed sleep: %s", rap_allocator_name(bp->self),
               rap_last_error());
-    return rapi_fail(st, "rap_allocator_sleep('%s'): %s", rap_allocator_name(bp->self), why);
+    return rapi_fail(st, "rap_allocator_sleep('%s'): %s; the pool stays awake%s",
+                     rap_allocator_name(bp->self), why,
+                     mode == RAP_SLEEP_BACKUP ? ", its contents restored"
+                                              : " (discard: what was given back is not restored)");
   }
   bp->asleep = mode == RAP_SLEEP_BACKUP ? RAPI_ASLEEP_BACKUP : RAPI_ASLEEP_DISCARD;
   if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG)))

@@ -256,9 +256,10 @@ int rapi_stream_ordered_memory_info(rap_allocator *a, size_t *free_bytes, size_t
 }
 
 static int set_reuse(stream_ordered *s, rap_options *opts, const char *key, enum cudaMemPoolAttr which) {
-  uint64_t v = 2;   /* absent: leave the pool's */
+  uint64_t v = 0;
+  if (!rapi_options_given(opts, key)) return RAP_OK;   /* absent: leave the pool's */
   int st = rap_options_get_uint(opts, key, &v);
-  if (st != RAP_OK || v == 2) return st;
+  if (st != RAP_OK) return st;
   if (v > 1)
     return rapi_fail(RAP_ERR_INVALID, "%s: option '%s' is 0 or 1", rap_allocator_name(s->self), key);
   int on = (int)v;

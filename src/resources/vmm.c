@@ -20,12 +20,13 @@
 
 /* ---- options, shared by HostVmm and DeviceVmm ------------------------------------------------ */
 
-int rapi_vmm_options(rap_allocator *self, rap_options *opts, size_t *reserve, size_t *granularity) {
-  *reserve = RAPI_VMM_DEFAULT;
-  *granularity = RAPI_VMM_DEFAULT;
+int rapi_vmm_options(rap_allocator *self, rap_options *opts, rapi_vmm_sizes *out) {
+  memset(out, 0, sizeof *out);
   (void)self;   /* the option sentences name the allocator already */
-  int st = rap_options_get_size(opts, "reserve", reserve);
-  if (st == RAP_OK) st = rap_options_get_size(opts, "granularity", granularity);
+  out->has_reserve = rapi_options_given(opts, "reserve");
+  out->has_granularity = rapi_options_given(opts, "granularity");
+  int st = rap_options_get_size(opts, "reserve", &out->reserve);
+  if (st == RAP_OK) st = rap_options_get_size(opts, "granularity", &out->granularity);
   return st;
 }
 
@@ -49,8 +50,17 @@ int rapi_vmm_check_sizes(rap_allocator *self, size_t least, size_t *reserve, siz
 static char *range_end(const rapi_vmm *v) { return v->base + v->reserve; }
 static char *extent_end(const rapi_vmm_extent *e) { return e->addr + e->size; }
 
-static _Thread_local long map_countdown;
+static _Thread_local long map_countdown, unmap_countdown;
 void rapi_vmm_fail_map_at(long nth) { map_countdown = nth; }
+void rapi_vmm_fail_unmap_at(long nth) { unmap_countdown = nth; }
+
+/* A sleep's unmaps go through here, for the test seam. */
+static int sleep_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
+  if (RAPI_UNLIKELY(unmap_countdown > 0) && --unmap_countdown == 0)
+    return rapi_fail(RAP_ERR_BACKEND, "%s: unmapping %p failed (injected)",
+                     rap_allocator_name(v->self), (void *)addr);
+  return v->ops->unmap(v, addr, size, share);
+}
 
 /* Every map goes through here, so that the test seam covers growth and wake alike. */
 static int backend_map(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
@@ -283,7 +293,7 @@ int rapi_vmm_suspend(rap_allocator *a, void *ptr) {
                    "processes may map its memory", rap_allocator_name(a));
   for (rapi_vmm_extent *e = v->first; st == RAP_OK && e != NULL && e->addr < end; e = e->next) {
     if (e->addr < (char *)ptr || e->asleep) continue;
-    if ((st = v->ops->unmap(v, e->addr, e->size, &e->share)) != RAP_OK) break;
+    if ((st = sleep_unmap(v, e->addr, e->size, &e->share)) != RAP_OK) break;
     e->asleep = true;
     v->mapped -= e->size;
   }
@@ -515,11 +525,11 @@ int rapi_vmm_no_parent(rap_allocator *self) {
 }
 
 static int host_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
-  size_t reserve, gran;
+  rapi_vmm_sizes asked;
   const char *peers = NULL;
   int mode = 0;
   if (rapi_vmm_no_parent(self) != RAP_OK) return RAP_ERR_INVALID;
-  int st = rapi_vmm_options(self, opts, &reserve, &gran);
+  int st = rapi_vmm_options(self, opts, &asked);
   if (st == RAP_OK) st = rap_options_get_string(opts, "peers", &peers);
   if (st == RAP_OK) st = rapi_ipc_export_option(self, opts, false, &mode);
   if (st != RAP_OK) return st;
@@ -527,8 +537,8 @@ static int host_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
     return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: option 'peers' (access from other devices) is for "
                      "DeviceVmm: HostVmm's memory is the host's", rap_allocator_name(self));
   long page = sysconf(_SC_PAGESIZE);
-  if (gran == RAPI_VMM_DEFAULT) gran = (size_t)2 << 20;
-  if (reserve == RAPI_VMM_DEFAULT) {
+  size_t gran = asked.has_granularity ? asked.granularity : (size_t)2 << 20, reserve = asked.reserve;
+  if (!asked.has_reserve) {
     size_t free_bytes = 0, total = 0;
     if (rapi_host_memory_info(&free_bytes, &total) != RAP_OK || total == 0) total = (size_t)16 << 30;
     reserve = total * 2;

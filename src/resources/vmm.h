@@ -64,10 +64,14 @@ struct rapi_vmm {
 };
 
 /* ---- vmm.c ------------------------------------------------------------------------------------
- * Reads reserve= and granularity= (RAPI_VMM_DEFAULT when absent): shared by both platforms so
- * that their options read alike (peers= is DeviceVmm's own). */
-#define RAPI_VMM_DEFAULT SIZE_MAX
-int  rapi_vmm_options(rap_allocator *self, rap_options *opts, size_t *reserve, size_t *granularity);
+ * Reads reserve= and granularity=, and whether each was given (every value written is used, and
+ * checked: none stands for "absent"): shared by both platforms so that their options read alike
+ * (peers= is DeviceVmm's own). */
+typedef struct rapi_vmm_sizes {
+  size_t reserve, granularity;
+  bool has_reserve, has_granularity;
+} rapi_vmm_sizes;
+int  rapi_vmm_options(rap_allocator *self, rap_options *opts, rapi_vmm_sizes *out);
 /* RAP_ERR_INVALID with a sentence when self was given a parent: a platform maps its own memory. */
 int  rapi_vmm_no_parent(rap_allocator *self);
 /* Checks a granularity against the backend's least one (a power of two, a multiple of it) and
@@ -87,6 +91,8 @@ int  rapi_vmm_resume(rap_allocator *a, void *ptr);
 /* A test's seam: the nth map from now (growth or a wake; 1: the next) on this thread fails with
  * RAP_ERR_NOMEM, as on a device whose memory another process took; 0 turns it off. */
 void rapi_vmm_fail_map_at(long nth);
+/* The same for the nth unmap of a sleep (a driver that fails cuMemUnmap): RAP_ERR_BACKEND. */
+void rapi_vmm_fail_unmap_at(long nth);
 
 /* The tracked body's methods, but the engine's fini, stats and peaks (what is mapped). */
 #define RAPI_VMM_METHODS                                                                           \
@@ -109,6 +115,8 @@ int rapi_device_vmm_device(rap_allocator *a);   /* the device a DeviceVmm maps m
 /* Reads export=posix|fabric|auto|none into *mode (0 none, 1 posix, 2 fabric, 3 auto); HostVmm
  * takes posix and none only. */
 int  rapi_ipc_export_option(rap_allocator *self, rap_options *opts, bool device, int *mode);
+/* The same for a value already read, with who naming the platform in the sentence (spec checks). */
+int  rapi_ipc_export_mode(const char *who, const char *text, bool device, int *mode);
 /* Starts an exporting platform's shared state (after rapi_vmm_start); on failure nothing stays. */
 int  rapi_ipc_export_start(rapi_vmm *v, int kind);
 void rapi_ipc_export_stop(rapi_vmm *v);   /* the platform goes: importers are refused from now */

@@ -377,15 +377,15 @@ static int device_sizes(rapi_vmm *v, size_t *least, size_t *recommended, size_t 
 }
 
 /* Sizes from the options or the device, then the reservation; device current. */
-static int device_reserve(rapi_vmm *v, size_t reserve, size_t gran) {
+static int device_reserve(rapi_vmm *v, const rapi_vmm_sizes *sz) {
   size_t least = 0, recommended = 0, total = 0;
   int st = device_sizes(v, &least, &recommended, &total);
   if (st != RAP_OK) return st;
-  if (gran == RAPI_VMM_DEFAULT) gran = recommended;
+  size_t gran = sz->has_granularity ? sz->granularity : recommended;
   /* Memory NCCL registers is made in the recommended granularity (ncclMemAlloc): an exporting
    * platform never maps in less. */
   if (v->handle_types && gran < recommended) gran = recommended;
-  if (reserve == RAPI_VMM_DEFAULT) reserve = total * 2;   /* slack for holes, as HostVmm (vmm.c) */
+  size_t reserve = sz->has_reserve ? sz->reserve : total * 2;   /* slack for holes, as HostVmm (vmm.c) */
   if ((st = rapi_vmm_check_sizes(v->self, least, &reserve, gran)) != RAP_OK) return st;
   CUdeviceptr base = 0;
   CUresult r = drv.reserve(&base, reserve, gran, 0, 0);
@@ -445,12 +445,12 @@ static int export_types(rapi_vmm *v, int mode) {
 /* DeviceVmm(device=N, reserve=SIZE, granularity=SIZE): reserve defaults to twice the device's
  * memory, granularity to the driver's recommended one (2 MiB on current GPUs). */
 static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
-  size_t reserve, gran;
+  rapi_vmm_sizes sz;
   uint64_t device = 0;
   int mode = 0;
   int st = rapi_vmm_no_parent(self);
   if (st == RAP_OK) st = rap_options_get_uint(opts, "device", &device);
-  if (st == RAP_OK) st = rapi_vmm_options(self, opts, &reserve, &gran);
+  if (st == RAP_OK) st = rapi_vmm_options(self, opts, &sz);
   if (st == RAP_OK) st = rapi_ipc_export_option(self, opts, true, &mode);
   if (st != RAP_OK) return st;
   if ((st = rapi_gpu_device_exists(self, device)) != RAP_OK || (st = drv_ready(self)) != RAP_OK)
@@ -463,7 +463,7 @@ static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) 
   int saved = 0;
   if ((st = enter_device(v, &saved)) == RAP_OK) {
     if (mode != 0) st = export_types(v, mode);
-    if (st == RAP_OK) st = device_reserve(v, reserve, gran);
+    if (st == RAP_OK) st = device_reserve(v, &sz);
     leave_device(v, saved);
   }
   if (st != RAP_OK) {
@@ -502,6 +502,7 @@ int rapi_device_vmm_peer(rap_allocator *a, int device, int enable) {
   access.location.id = device;
   access.flags = enable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
   for (rapi_vmm_extent *e = v->first; st == RAP_OK && e != NULL; e = e->next) {
+    if (e->asleep) continue;   /* unmapped: mapped again with v->peers at its wake */
     CUresult r = drv.set_access((CUdeviceptr)(uintptr_t)e->addr, e->size, &access, 1);
     if (r != CUDA_SUCCESS) st = cu_fail(v, "cuMemSetAccess", r, e->size);
   }

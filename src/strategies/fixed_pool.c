@@ -99,7 +99,9 @@ static void free_chunk(fixed_pool *fp, fp_chunk *c) {
 static void fp_fini(rap_allocator *self, void *state) {
   (void)self;
   fixed_pool *fp = state;
+  rapi_trace_depth++;   /* the chunks go back as the pool's doing, not the user's calls */
   while (fp->chunks) free_chunk(fp, fp->chunks);
+  rapi_trace_depth--;
   rapi_map_fini(&fp->live);
 }
 
@@ -139,7 +141,7 @@ static RAPI_NOINLINE int grow(fixed_pool *fp) {
   return RAP_OK;
 }
 
-static int fp_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+static RAPI_INLINE int fp_allocate_body(void *state, void **out, size_t bytes, rap_resource *r) {
   fixed_pool *fp = state;
   (void)r;
   if (RAPI_UNLIKELY(bytes > fp->object_size))
@@ -164,7 +166,14 @@ static int fp_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   return RAP_OK;
 }
 
-static int fp_deallocate(void *state, void *ptr, rap_resource *r) {
+/* The table's entry points: the bodies inside the thread guard. */
+static int fp_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+  int st;
+  RAPI_GUARDED(st, ((fixed_pool *)state)->self, "rap_allocate", fp_allocate_body(state, out, bytes, r));
+  return st;
+}
+
+static RAPI_INLINE int fp_deallocate_body(void *state, void *ptr, rap_resource *r) {
   fixed_pool *fp = state;
   (void)r;
   fp_slot *s = rapi_map_find(&fp->live, ptr);
@@ -180,13 +189,25 @@ static int fp_deallocate(void *state, void *ptr, rap_resource *r) {
   return RAP_OK;
 }
 
-static int fp_release(void *state) {
+static int fp_deallocate(void *state, void *ptr, rap_resource *r) {
+  int st;
+  RAPI_GUARDED(st, ((fixed_pool *)state)->self, "rap_deallocate", fp_deallocate_body(state, ptr, r));
+  return st;
+}
+
+static RAPI_INLINE int fp_release_body(void *state) {
   fixed_pool *fp = state;
   for (fp_chunk *c = fp->chunks, *next; c != NULL; c = next) {
     next = c->next;
     if (c->nfree == fp->per_chunk) free_chunk(fp, c);
   }
   return RAP_OK;
+}
+
+static int fp_release(void *state) {
+  int st;
+  RAPI_GUARDED(st, ((fixed_pool *)state)->self, "rap_release", fp_release_body(state));
+  return st;
 }
 
 static int fp_reset_peaks(void *state) {
@@ -221,7 +242,7 @@ static int fp_owns(void *state, const void *ptr) {   /* from any thread: a seqlo
   return rapi_map_contains_shared(&((fixed_pool *)state)->live, ptr);
 }
 
-static int fp_check(void *state) {
+static int fp_check_body(void *state) {
   fixed_pool *fp = state;
   size_t used = 0, chunks = 0, requested = 0;
   for (fp_chunk *c = fp->chunks; c != NULL; c = c->next) {
@@ -237,6 +258,12 @@ static int fp_check(void *state) {
     return rapi_fail(RAP_ERR_CORRUPT, "%s: %zu objects in chunks, %zu in the map, %zu counted",
                      rap_allocator_name(fp->self), used, fp->live.count, fp->count);
   return RAP_OK;
+}
+
+static int fp_check(void *state) {
+  int st;
+  RAPI_GUARDED(st, ((fixed_pool *)state)->self, "rap_allocator_check", fp_check_body(state));
+  return st;
 }
 
 const rap_strategy rapi_fixed_pool_strategy = {

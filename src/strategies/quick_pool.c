@@ -31,7 +31,7 @@ static RAPI_NOINLINE int quick_allocate_slow(rapi_bp *bp, void **out, size_t byt
 /* The hit path: the block freed last if it has the size (no split, no index), else two bit scans,
  * unlink, maybe split; then one insert into the pointer table, which was made room for before
  * anything was taken, so that running out of host memory changes nothing. */
-int rapi_quick_pool_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+static RAPI_INLINE int quick_allocate_body(void *state, void **out, size_t bytes, rap_resource *r) {
   rapi_bp *bp = state;
   (void)r;
   size_t size;
@@ -51,7 +51,14 @@ int rapi_quick_pool_allocate(void *state, void **out, size_t bytes, rap_resource
   return RAP_OK;
 }
 
-int rapi_quick_pool_deallocate(void *state, void *ptr, rap_resource *r) {
+/* The table's allocate: the body inside the thread guard (also DynamicPoolList's). */
+int rapi_quick_pool_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+  int st;
+  RAPI_GUARDED(st, ((rapi_bp *)state)->self, "rap_allocate", quick_allocate_body(state, out, bytes, r));
+  return st;
+}
+
+static RAPI_INLINE int quick_deallocate_body(void *state, void *ptr, rap_resource *r) {
   rapi_bp *bp = state;
   (void)r;
   rapi_block *b = rapi_bp_find_used(bp, ptr);
@@ -67,9 +74,21 @@ int rapi_quick_pool_deallocate(void *state, void *ptr, rap_resource *r) {
   return RAP_OK;
 }
 
-int rapi_quick_pool_release(void *state) {
+int rapi_quick_pool_deallocate(void *state, void *ptr, rap_resource *r) {
+  int st;
+  RAPI_GUARDED(st, ((rapi_bp *)state)->self, "rap_deallocate", quick_deallocate_body(state, ptr, r));
+  return st;
+}
+
+static RAPI_INLINE int quick_release_body(void *state) {
   rapi_bp_release(state);
   return RAP_OK;
+}
+
+int rapi_quick_pool_release(void *state) {
+  int st;
+  RAPI_GUARDED(st, ((rapi_bp *)state)->self, "rap_release", quick_release_body(state));
+  return st;
 }
 
 int rapi_quick_pool_reset_peaks(void *state) {
@@ -87,7 +106,11 @@ int rapi_quick_pool_owns(void *state, const void *ptr) {
   return rapi_map_contains_shared(&((rapi_bp *)state)->used, ptr);
 }
 
-int rapi_quick_pool_check(void *state) { return rapi_bp_check(state); }
+int rapi_quick_pool_check(void *state) {
+  int st;
+  RAPI_GUARDED(st, ((rapi_bp *)state)->self, "rap_allocator_check", rapi_bp_check(state));
+  return st;
+}
 
 const rap_strategy rapi_quick_pool_strategy = {
     .version = RAP_STRATEGY_VERSION,

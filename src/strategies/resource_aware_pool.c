@@ -604,7 +604,7 @@ static RAPI_NOINLINE int ra_allocate_slow(ra_pool *p, rstate *rs, void **out, si
 }
 
 /* The hit path: one compare finds the resource; its own pending blocks first, then free ones. */
-static int ra_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+static RAPI_INLINE int ra_allocate_body(void *state, void **out, size_t bytes, rap_resource *r) {
   ra_pool *p = state;
   rstate *rs = lookup(p, r ? r : &rap_allocator_manager(p->bp.self)->host);
   if (RAPI_UNLIKELY(rs == NULL)) return no_rstate(p, "rap_allocate");
@@ -617,7 +617,14 @@ static int ra_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   return finish_allocate(p, rs, b, bytes, out);
 }
 
-static int ra_deallocate(void *state, void *ptr, rap_resource *r) {
+/* The table's entry points: the bodies inside the thread guard. */
+static int ra_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+  int st;
+  RAPI_GUARDED(st, ((ra_pool *)state)->bp.self, "rap_allocate", ra_allocate_body(state, out, bytes, r));
+  return st;
+}
+
+static RAPI_INLINE int ra_deallocate_body(void *state, void *ptr, rap_resource *r) {
   ra_pool *p = state;
   if (RAPI_UNLIKELY(p->bp.asleep)) return rapi_bp_asleep_refusal(&p->bp, "rap_deallocate");
   rapi_block *b = rapi_bp_find_used(&p->bp, ptr);
@@ -653,6 +660,12 @@ static int ra_deallocate(void *state, void *ptr, rap_resource *r) {
   return RAP_OK;
 }
 
+static int ra_deallocate(void *state, void *ptr, rap_resource *r) {
+  int st;
+  RAPI_GUARDED(st, ((ra_pool *)state)->bp.self, "rap_deallocate", ra_deallocate_body(state, ptr, r));
+  return st;
+}
+
 /* Each record on a per-block resource is a use of its own (an export per descriptor), with the
  * token the resource gives for this block. */
 static int record_per_block(ra_pool *p, rapi_block *b, rstate *rs) {
@@ -672,7 +685,7 @@ static int record_per_block(ra_pool *p, rapi_block *b, rstate *rs) {
   return RAP_OK;
 }
 
-static int ra_record(void *state, void *ptr, rap_resource *r) {
+static RAPI_INLINE int ra_record_body(void *state, void *ptr, rap_resource *r) {
   ra_pool *p = state;
   rapi_block *b = rapi_bp_find_used(&p->bp, ptr);
   if (b == NULL) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_record_resource");
@@ -694,6 +707,12 @@ static int ra_record(void *state, void *ptr, rap_resource *r) {
   return RAP_OK;
 }
 
+static int ra_record(void *state, void *ptr, rap_resource *r) {
+  int st;
+  RAPI_GUARDED(st, ((ra_pool *)state)->bp.self, "rap_record_resource", ra_record_body(state, ptr, r));
+  return st;
+}
+
 static int ra_pointer_resource(void *state, const void *ptr, rap_resource **out) {
   ra_pool *p = state;
   rapi_block *b = ptr ? rapi_bp_find_used(&p->bp, ptr) : NULL;
@@ -702,11 +721,17 @@ static int ra_pointer_resource(void *state, const void *ptr, rap_resource **out)
   return RAP_OK;
 }
 
-static int ra_release(void *state) {
+static RAPI_INLINE int ra_release_body(void *state) {
   ra_pool *p = state;
   if (p->bp.asleep) return RAP_OK;   /* nothing is mapped; the chunks keep their addresses */
   int st = poll_all(p, true);
   rapi_bp_release(&p->bp);
+  return st;
+}
+
+static int ra_release(void *state) {
+  int st;
+  RAPI_GUARDED(st, ((ra_pool *)state)->bp.self, "rap_release", ra_release_body(state));
   return st;
 }
 
@@ -770,7 +795,7 @@ static int check_rstate(ra_pool *p, rstate *rs, size_t *pending, size_t *used, s
   return RAP_OK;
 }
 
-static int ra_check(void *state) {
+static int ra_check_body(void *state) {
   ra_pool *p = state;
   int st = rapi_bp_check(&p->bp);
   if (st != RAP_OK) return st;
@@ -791,6 +816,12 @@ static int ra_check(void *state) {
   return RAP_OK;
 }
 
+static int ra_check(void *state) {
+  int st;
+  RAPI_GUARDED(st, ((ra_pool *)state)->bp.self, "rap_allocator_check", ra_check_body(state));
+  return st;
+}
+
 /* ---- life cycle ----------------------------------------------------------------------------- */
 
 static int ra_init(rap_allocator *self, void *state, rap_options *opts) {
@@ -802,7 +833,7 @@ static int ra_init(rap_allocator *self, void *state, rap_options *opts) {
     return rapi_fail(RAP_ERR_INVALID, "%s: option 'cross_resource' is grow or wait, not '%s'",
                      rap_allocator_name(self), cross);
   p->cross_wait = cross[0] == 'w';
-  p->wait_above = SIZE_MAX;
+  bool has_wait_above = rapi_options_given(opts, "wait_above");
   st = rap_options_get_size(opts, "wait_above", &p->wait_above);
   if (st != RAP_OK) return st;
   rapi_slab_init(&p->use_recs, sizeof(rapi_use), 64);
@@ -812,7 +843,7 @@ static int ra_init(rap_allocator *self, void *state, rap_options *opts) {
     return st;
   }
   /* By default wait mode lets the pool fill its first chunk before it waits. */
-  if (p->wait_above == SIZE_MAX) p->wait_above = p->bp.initial_size;
+  if (!has_wait_above) p->wait_above = p->bp.initial_size;
   p->bp.fenced = true;   /* a block is free only once its resources' events have passed */
   return RAP_OK;
 }

@@ -105,7 +105,7 @@ GPU_TEST(ResourceAwarePool, SameStreamReuseRecordsNoEvent) {
   void *p;
   setup(&e, "ResourceAwarePool", "DEVICE", "initial_size=64MiB");
   RAP_CHECK(gpu_gated_fill(gpu_resource_stream(e.r1), e.gate, NULL, 0, 0) == 0);
-  for (int i = 0; i < 10000; i++) {
+  for (int i = 0, n = gpu_test_rounds(10000); i < n; i++) {
     RAP_CHECK_OK(rap_allocate(e.pool, &p, (size_t)(i % 7 + 1) * 4096, e.r1));
     RAP_CHECK_OK(rap_deallocate(e.pool, p, e.r1));
   }
@@ -147,7 +147,7 @@ static void *lt_worker(void *p) {
   lt_arg *a = p;
   rap_resource *mine = a->streams[a->id % LT_STREAMS], *other = a->streams[(a->id + 1) % LT_STREAMS];
   void *ring[8] = {0};
-  for (int i = 0; i < LT_OPS; i++) {
+  for (int i = 0, n = gpu_test_rounds(LT_OPS); i < n; i++) {
     int k = i % 8;
     if (ring[k] != NULL) {
       if (rap_deallocate(a->ts, ring[k], mine) != RAP_OK) a->failures++;

@@ -241,3 +241,20 @@ RAP_TEST(StreamOrdered, CaptureThroughRapRefusesPoolsServesStreamOrdered) {
   RAP_CHECK_OK(rap_resource_destroy(r1));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* The reuse switches are 0 or 1: any other value, 2 too, is refused with a sentence (2 once stood
+ * for "not given" and was silently the pool's own setting). */
+RAP_TEST(StreamOrdered, ReuseSwitchesAreZeroOrOne) {
+  SETUP("StreamOrdered(device=0, pool=new, allow_opportunistic=0, follow_event_dependencies=1)");
+  rap_allocator *bad = NULL;
+  static const char *const specs[] = {"StreamOrdered(device=0, pool=new, allow_opportunistic=2)",
+                                      "StreamOrdered(device=0, pool=new, follow_event_dependencies=2)",
+                                      "StreamOrdered(device=0, pool=new, allow_internal_dependencies=3)"};
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "bad", specs[i], &bad), RAP_ERR_INVALID);
+    RAP_CHECK_STR(rap_last_error(), "is 0 or 1");
+    RAP_CHECK(bad == NULL);
+  }
+  (void)so;
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}

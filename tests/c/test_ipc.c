@@ -508,3 +508,34 @@ RAP_TEST(IpcBadInput, ExportingWhatNoOtherProcessCanOpenIsRefused) {
   RAP_CHECK_OK(rap_deallocate(pool, y, NULL));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* rap_spec_check knows export= as make does: DeviceVmm's (checked without a device) and HostVmm's
+ * values pass, anything else is refused with make's sentence. */
+RAP_TEST(IpcBadInput, SpecCheckKnowsTheExportOption) {
+  static const char *const goods[] = {
+      "ResourceAwarePool(DeviceVmm(device=0, export=posix))",
+      "ResourceAwarePool(DeviceVmm(device=0, export=fabric))",
+      "ThreadSafe(ResourceAwarePool(DeviceVmm(export=auto)))",
+      "ResourceAwarePool(DeviceVmm(export=none))",
+      "ResourceAwarePool(HostVmm(export=posix, reserve=1GiB))",
+  };
+  for (size_t i = 0; i < sizeof goods / sizeof goods[0]; i++)
+    if (rap_spec_check(goods[i]) != RAP_OK)
+      rap_test_fail(__FILE__, __LINE__, "'%s' was refused: %s", goods[i], rap_last_error());
+  static const struct {
+    const char *spec, *why;
+  } bads[] = {
+      {"ResourceAwarePool(DeviceVmm(device=0, export=bogus))",
+       "option 'export' must be posix, fabric, auto or none, not 'bogus'"},
+      {"ResourceAwarePool(HostVmm(export=fabric, reserve=1GiB))",
+       "option 'export' must be posix or none, not 'fabric'"},
+      {"ResourceAwarePool(DeviceVmm(exprot=posix))", "did you mean 'export'?"},
+  };
+  for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
+    int st = rap_spec_check(bads[i].spec);
+    if (st != RAP_ERR_INVALID || !rap_test_contains(rap_last_error(), bads[i].why) ||
+        !rap_test_contains(rap_last_error(), "rap_spec_check: "))
+      rap_test_fail(__FILE__, __LINE__, "'%s' gave %s '%s', expected RAP_ERR_INVALID with '%s'",
+                    bads[i].spec, rap_status_name(st), st ? rap_last_error() : "", bads[i].why);
+  }
+}

@@ -73,9 +73,9 @@ RAP_TEST(MemoryInfo, WithoutAGpuTheDeviceAnswersSayWhy) {
   RAP_CHECK_STR(rap_last_error(), "DEVICE");
   int st = rap_allocator_make_spec(rm, "so", "StreamOrdered(device=0)", &x);
   RAP_CHECK_EQ(st, RAP_ERR_UNSUPPORTED);
-  RAP_CHECK_STR(rap_last_error(), "so: ");
+  RAP_CHECK_STR(rap_last_error(), "'so' (StreamOrdered): ");
   RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "pin", "Pinned(mapped=1)", &x), RAP_ERR_UNSUPPORTED);
-  RAP_CHECK_STR(rap_last_error(), "pin: ");
+  RAP_CHECK_STR(rap_last_error(), "'pin' (Pinned): ");
   rap_allocator *host;
   void *p, *d;
   RAP_CHECK_OK(rap_allocator_get(rm, "HOST", &host));

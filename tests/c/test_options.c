@@ -3,6 +3,7 @@
  * A probe strategy, registered per test, reads the keys a..e as sizes, n as a whole number and s
  * as a string, and copies what it read to `seen`, so every parse is checked by value.
  */
+#include "gate.h"
 #include "test_util.h"
 
 #include <rap/strategy.h>
@@ -220,5 +221,45 @@ RAP_TEST(Options, BadPoolSettings) {
     RAP_CHECK_STR(rap_last_error(), bad[i].key);
     RAP_CHECK(pool == NULL);
   }
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* A value equal to what a strategy once used to mean "not given" is a value like any other:
+ * wait_above=SIZE_MAX means the pool never waits (it grows), where leaving it out waits once the
+ * first chunk is full. A block pending on a busy queue, asked for by another queue, shows which. */
+RAP_TEST(Options, LargestValueIsUsedNotTakenForAbsent) {
+  static const struct {
+    const char *wait_above;
+    bool waits;
+  } cases[] = {{"", true}, {", wait_above=18446744073709551615", false}};
+  rap_manager *rm = tu_manager();
+  rap_resource *q, *q2;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &q));
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &q2));
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char spec[256];
+    snprintf(spec, sizeof spec, "ResourceAwarePool(HOST, initial_size=64KiB, next_size=64KiB, "
+             "cross_resource=wait%s)", cases[i].wait_above);
+    rap_allocator *pool;
+    RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", spec, &pool));
+    gate g;
+    gate_init(&g);
+    RAP_CHECK_OK(rap_resource_submit(q, gate_job, &g));   /* q is busy until the gate opens */
+    void *a = NULL, *b = NULL;
+    RAP_CHECK_OK(rap_allocate(pool, &a, 60000, q));
+    RAP_CHECK_OK(rap_deallocate(pool, a, q));               /* pending on q */
+    RAP_CHECK_OK(rap_allocate(pool, &b, 60000, q2));
+    if (cases[i].waits != (b == a))
+      rap_test_fail(__FILE__, __LINE__, "%s: q2 %s q's pending block", spec, b == a ? "took" : "did not take");
+    TU_EXPECT(pool, chunk_count, cases[i].waits ? 1 : 2);
+    gate_open(&g);
+    RAP_CHECK_OK(rap_resource_synchronize(q));
+    RAP_CHECK_OK(rap_deallocate(pool, b, q2));
+    RAP_CHECK_OK(rap_resource_synchronize(q2));
+    RAP_CHECK_OK(rap_allocator_destroy(pool));
+    gate_destroy(&g);
+  }
+  RAP_CHECK_OK(rap_resource_destroy(q));
+  RAP_CHECK_OK(rap_resource_destroy(q2));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }

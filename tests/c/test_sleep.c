@@ -20,6 +20,7 @@
 
 void rapi_host_fail_at(long nth, bool keep_failing);   /* core/host_mem.c: the host seam */
 void rapi_vmm_fail_map_at(long nth);                     /* resources/vmm.c: a map refused */
+void rapi_vmm_fail_unmap_at(long nth);                   /* and an unmap of a sleep */
 
 #define KiB ((size_t)1024)
 #define MiB (KiB * 1024)
@@ -314,7 +315,8 @@ typedef struct churn {
 static void *churn_main(void *arg) {
   churn *c = arg;
   uint64_t rng = c->seed;
-  for (int i = 0; i < 3000; i++) {
+  /* Until served 300 times: once the sleeper is done the pool stays awake, so this ends. */
+  while (c->served < 300 && c->errors == 0) {
     void *p = NULL;
     rap_resource *on = (tu_rand(&rng) & 1) ? c->q : NULL;
     int st = rap_allocate(c->top, &p, 64 + tu_rand(&rng) % (64 * KiB), on);
@@ -358,7 +360,7 @@ RAP_TEST(Sleep, ThreadsAreRefusedWhileItSleepsAndServedAfter) {
   for (unsigned i = 0; i < 4; i++) pthread_join(t[i], NULL);
   for (unsigned i = 0; i < 4; i++) {
     RAP_CHECK_EQ(c[i].errors, 0);
-    RAP_CHECK(c[i].served > 0);
+    RAP_CHECK_EQ(c[i].served, 300);
   }
   RAP_CHECK_OK(rap_allocator_check(top));
   RAP_CHECK_OK(rap_deallocate(top, kept, NULL));
@@ -443,6 +445,40 @@ RAP_TEST(Sleep, AWakeThePlatformRefusesStaysAsleepAndCanBeRetried) {
   }
   RAP_CHECK_OK(rap_allocator_wake(pool));
   for (int i = 0; i < 3; i++) RAP_CHECK(tu_intact(p[i], 200 * KiB, 40 + i));
+  for (int i = 0; i < 3; i++) RAP_CHECK_OK(rap_deallocate(pool, p[i], NULL));
+  for (int i = 0; i < 3; i++) RAP_CHECK_OK(rap_deallocate(tu_get(rm, "v"), blockers[i], NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* An unmap that fails half way through a sleep: the chunks already given back are mapped again
+ * and restored, and the pool is awake as before; a later sleep works. */
+RAP_TEST(Sleep, AnUnmapThatFailsLeavesThePoolAwakeAndWhole) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = sleepy(rm, "initial_size=256KiB next_size=256KiB");
+  char *p[3];
+  void *blockers[3];
+  for (int i = 0; i < 3; i++) {
+    p[i] = tu_alloc(pool, 200 * KiB);
+    tu_fill(p[i], 200 * KiB, 60 + i);
+    blockers[i] = tu_alloc(tu_get(rm, "v"), G);
+  }
+  size_t held = mapped(rm);
+  for (long nth = 1; nth <= 3; nth++) {
+    rapi_vmm_fail_unmap_at(nth);
+    int st = rap_allocator_sleep(pool, RAP_SLEEP_BACKUP);
+    rapi_vmm_fail_unmap_at(0);
+    RAP_CHECK_STATUS(st, RAP_ERR_BACKEND);
+    RAP_CHECK_STR(rap_last_error(), "stays awake, its contents restored");
+    RAP_CHECK_EQ(rap_allocator_is_asleep(pool), 0);
+    RAP_CHECK_EQ(mapped(rm), held);
+    for (int i = 0; i < 3; i++) RAP_CHECK(tu_intact(p[i], 200 * KiB, 60 + i));
+    char *x = tu_alloc(pool, 10);   /* awake: it serves */
+    RAP_CHECK_OK(rap_deallocate(pool, x, NULL));
+    TU_CHECK(pool);
+  }
+  RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_BACKUP));
+  RAP_CHECK_OK(rap_allocator_wake(pool));
+  for (int i = 0; i < 3; i++) RAP_CHECK(tu_intact(p[i], 200 * KiB, 60 + i));
   for (int i = 0; i < 3; i++) RAP_CHECK_OK(rap_deallocate(pool, p[i], NULL));
   for (int i = 0; i < 3; i++) RAP_CHECK_OK(rap_deallocate(tu_get(rm, "v"), blockers[i], NULL));
   RAP_CHECK_OK(rap_manager_destroy(rm));

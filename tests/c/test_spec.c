@@ -338,6 +338,8 @@ RAP_TEST(Spec, SentencesNameWhatToFix) {
                    RAP_ERR_INVALID);
   RAP_CHECK_STR(rap_last_error(), "'s/QuickPool' (QuickPool): unknown option 'bogus'");
   RAP_CHECK_STATUS(rap_allocator_make(rm, "q", "QuickPol", "HOST", NULL, &a), RAP_ERR_NOT_FOUND);
+  RAP_CHECK_STR(rap_last_error(), "no strategy named 'QuickPol' \xe2\x80\x94 did you mean 'QuickPool'?");
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "q", "Bogus", "HOST", NULL, &a), RAP_ERR_NOT_FOUND);
   RAP_CHECK_STR(rap_last_error(), "QuickPool, ");
   RAP_CHECK_STR(rap_last_error(), "ThreadCache");
   RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "h", "QuickPool(host)", &a), RAP_ERR_NOT_FOUND);
@@ -375,27 +377,21 @@ RAP_TEST(Spec, EnvironmentEdges) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-/* rap_spec_check parses without a manager: every syntax error above is refused with the same
- * column and the spec quoted; what only making can find (names, options) passes. */
-RAP_TEST(Spec, CheckParsesOnly) {
+/* rap_spec_check answers every malformed spec above as a make would: the same status, the same
+ * reason, and for a syntax error the column with the spec quoted. */
+RAP_TEST(Spec, CheckAnswersAsMakeWould) {
   for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
     int st = rap_spec_check(bads[i].spec);
-    if (bads[i].column == 0) {
-      if (st != RAP_OK)
-        rap_test_fail(__FILE__, __LINE__, "'%s' is well formed but gave %s (%s)", bads[i].spec,
-                      rap_status_name(st), rap_last_error());
-      continue;
-    }
-    if (st != RAP_ERR_INVALID)
-      rap_test_fail(__FILE__, __LINE__, "'%s' gave %s, expected RAP_ERR_INVALID", bads[i].spec,
-                    rap_status_name(st));
+    if (st != bads[i].status)
+      rap_test_fail(__FILE__, __LINE__, "'%s' gave %s, expected %s", bads[i].spec,
+                    rap_status_name(st), rap_status_name(bads[i].status));
     const char *err = rap_last_error();
     char col[32];
     snprintf(col, sizeof col, "column %d:", bads[i].column);
-    if (!rap_test_contains(err, "rap_spec_check") || !rap_test_contains(err, col) ||
-        !rap_test_contains(err, bads[i].why) || !rap_test_contains(err, bads[i].spec))
-      rap_test_fail(__FILE__, __LINE__, "'%s': '%s' does not say rap_spec_check, '%s', '%s' and "
-                    "quote the spec", bads[i].spec, err, col, bads[i].why);
+    if (!rap_test_contains(err, "rap_spec_check") || !rap_test_contains(err, bads[i].why) ||
+        (bads[i].column != 0 && (!rap_test_contains(err, col) || !rap_test_contains(err, bads[i].spec))))
+      rap_test_fail(__FILE__, __LINE__, "'%s': '%s' does not say rap_spec_check, '%s' (and for a "
+                    "syntax error '%s' and the spec)", bads[i].spec, err, bads[i].why, col);
   }
   RAP_CHECK_OK(rap_spec_check("ThreadSafe(ResourceAwarePool(SizeLimiter(DEVICE::3, limit=50%), "
                               "initial_size=1GiB))"));
@@ -407,4 +403,85 @@ RAP_TEST(Spec, CheckParsesOnly) {
   RAP_CHECK_STATUS(rap_spec_check(text), RAP_ERR_INVALID);
   RAP_CHECK_STR(rap_last_error(), "column 330: expected ',' or ')'");
   RAP_CHECK_STR(rap_last_error(), "...");
+}
+
+/* The mistakes a new user makes, each refused by rap_spec_check with the status and sentence of
+ * a make; device specs pass where no device is (their names and options are checked all the
+ * same), and nothing stays made. */
+RAP_TEST(Spec, CheckRefusesWhatMakeRefuses) {
+  static const bad mistakes[] = {
+      {"QuikPool(HOST)", RAP_ERR_NOT_FOUND, 0, "no strategy named 'QuikPool' \xe2\x80\x94 did you mean 'QuickPool'?"},
+      {"QuickPool(host)", RAP_ERR_NOT_FOUND, 0, "platform names are exact: 'HOST'"},
+      {"QuickPool(HOST, initial_size=64 MiB)", RAP_ERR_INVALID, 0, "takes its unit without a space"},
+      {"QuickPool(HOST, foo=1)", RAP_ERR_INVALID, 0, "unknown option 'foo' (its options: initial_size"},
+      {"QuickPool(HOST, alignment=3)", RAP_ERR_INVALID, 0, "'alignment' must be a power of two"},
+      {"QuickPool(HOST, heuristic=sometimes)", RAP_ERR_INVALID, 0, "not 'sometimes'"},
+      {"SizeLimiter(HOST, limt=1GiB)", RAP_ERR_INVALID, 0,
+       "'spec' (SizeLimiter): unknown option 'limt' \xe2\x80\x94 did you mean 'limit'?"},
+      {"QuickPool()", RAP_ERR_INVALID, 0, "QuickPool needs a parent allocator"},
+      {"QuickPool(HOST, initial_size=-1)", RAP_ERR_INVALID, 0, "not '-1'"},
+      {"ResourceAwarePool(HOST, cross_resource=maybe)", RAP_ERR_INVALID, 0, "not 'maybe'"},
+      {"QuickPool(DEVICE::x)", RAP_ERR_NOT_FOUND, 0, "DEVICE::N needs a device number"},
+      {"StreamOrdered(pool=old)", RAP_ERR_INVALID, 0, "'pool' is 'default' (the device's) or 'new'"},
+      {"StreamOrdered(release_threshold=soon)", RAP_ERR_INVALID, 0, "a size or 'max'"},
+      {"QuickPool(StreamOrdered(devic=1))", RAP_ERR_INVALID, 0, "did you mean 'device'?"},
+      {"QuickPool(DeviceVmm(peers=1+x))", RAP_ERR_INVALID, 0, "'peers' is 'all' or device numbers"},
+      {"QuickPool(DeviceVmm(HOST))", RAP_ERR_INVALID, 0, "takes no parent ('HOST' was given)"},
+      {"Pinned(mapped=2)", RAP_ERR_INVALID, 0, "option 'mapped' is 0 or 1"},
+      {"ThreadCache(HOST, cache_blocks=0)", RAP_ERR_INVALID, 0, "'spec' (ThreadCache): cache_blocks"},
+  };
+  for (size_t i = 0; i < sizeof mistakes / sizeof mistakes[0]; i++) {
+    int st = rap_spec_check(mistakes[i].spec);
+    if (st != mistakes[i].status || !rap_test_contains(rap_last_error(), mistakes[i].why) ||
+        !rap_test_contains(rap_last_error(), "rap_spec_check: "))
+      rap_test_fail(__FILE__, __LINE__, "'%s' gave %s '%s', expected %s with '%s'", mistakes[i].spec,
+                    rap_status_name(st), st ? rap_last_error() : "", rap_status_name(mistakes[i].status),
+                    mistakes[i].why);
+  }
+  static const char *const goods[] = {
+      "QuickPool(DEVICE, initial_size=64GiB)",
+      "ThreadCache(QuickPool(UM, alignment=512), max_size=64KiB)",
+      "ResourceAwarePool(DEVICE::1, cross_resource=wait, wait_above=512MiB)",
+      "QuickPool(StreamOrdered(device=1, pool=new, release_threshold=max, allow_opportunistic=0))",
+      "QuickPool(DeviceVmm(device=0, reserve=1GiB, peers=1+2))",
+      "DynamicPoolList(Pinned(mapped=1, portable=1))",
+      "FixedPool(PINNED, object_size=64, objects_per_chunk=8)",
+      "ThreadSafe(SizeLimiter(HOST_VMM, limit=1GiB))",
+  };
+  for (size_t i = 0; i < sizeof goods / sizeof goods[0]; i++)
+    if (rap_spec_check(goods[i]) != RAP_OK)
+      rap_test_fail(__FILE__, __LINE__, "'%s' was refused: %s", goods[i], rap_last_error());
+}
+
+/* A misspelt option is named before the sentence about the option it was meant to be, at make
+ * and under any name. */
+RAP_TEST(Spec, MisspeltOptionComesFirst) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *a = NULL;
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "lim", "SizeLimiter", "HOST", "limt=1GiB", &a), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "'lim' (SizeLimiter): unknown option 'limt' \xe2\x80\x94 did you mean 'limit'?");
+  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "q", "QuickPool(HOST, initial_sise=1MiB)", &a), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "did you mean 'initial_size'?");
+  /* One prefix for every sentence of a make: a strategy's own sentence takes the option's form. */
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "lim", "SizeLimiter", "HOST", NULL, &a), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "'lim' (SizeLimiter): ");
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "tc", "ThreadCache", "HOST", "cache_blocks=0", &a), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "'tc' (ThreadCache): cache_blocks");
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* Out of memory on a pool's first chunk names the pool and the option that sized it; a parent
+ * with one child says so in the singular. */
+RAP_TEST(Spec, FirstChunkAndBusyParentSentences) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = spec(rm, "pool", "QuickPool(SizeLimiter(HOST, limit=1MiB), initial_size=64MiB)");
+  void *p = NULL;
+  RAP_CHECK_STATUS(rap_allocate(pool, &p, 100, NULL), RAP_ERR_NOMEM);
+  RAP_CHECK_STR(rap_last_error(), "pool: the pool's first chunk, 64 MiB from its option initial_size, "
+                "does not fit in 'pool/SizeLimiter'");
+  TU_EXPECT(pool, chunk_count, 0);   /* nothing changed */
+  TU_CHECK(pool);
+  RAP_CHECK_STATUS(rap_allocator_destroy(tu_get(rm, "pool/SizeLimiter")), RAP_ERR_BUSY);
+  RAP_CHECK_STR(rap_last_error(), "1 allocator still uses it");
+  RAP_CHECK_OK(rap_manager_destroy(rm));
 }

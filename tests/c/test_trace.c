@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef RAP_TRACE_TOOL
@@ -64,6 +65,33 @@ static bool find_line(const char *text, char *line, size_t cap, ...) {
     if (!find_line(text, line_, sizeof line_, __VA_ARGS__, (const char *)NULL))                    \
       rap_test_fail(__FILE__, __LINE__, "no trace line holds every one of: %s", #__VA_ARGS__);     \
   } while (0)
+
+/* A closed trace file, read back: NULL (and a failed check) unless it is one header and whole
+ * lines with no NUL byte. The caller frees it. */
+static char *read_whole_lines(const char *path, size_t *lines) {
+  FILE *f = fopen(path, "rb");
+  RAP_CHECK(f != NULL);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *text = malloc((size_t)n + 1);
+  RAP_CHECK(text != NULL);
+  size_t len = fread(text, 1, (size_t)n, f);
+  fclose(f);
+  text[len] = '\0';
+  if (strlen(text) != len) rap_test_fail(__FILE__, __LINE__, "%s holds a NUL byte at %zu of %zu", path, strlen(text), len);
+  if (strncmp(text, "{\"t\":0,\"ev\":\"trace\",", 20) != 0) rap_test_fail(__FILE__, __LINE__, "%s does not begin with its header", path);
+  *lines = 0;
+  for (const char *l = text; *l != '\0'; (*lines)++) {
+    const char *end = strchr(l, '\n');
+    if (end == NULL || strncmp(l, "{\"t\":", 5) != 0 || end[-1] != '}' || memchr(l + 1, '{', (size_t)(end - l - 1)) != NULL)
+      rap_test_fail(__FILE__, __LINE__, "%s holds a line that is not whole: %.*s", path, (int)(end ? end - l : 80), l);
+    if (l != text && strncmp(l, "{\"t\":0,\"ev\":\"trace\"", 19) == 0)
+      rap_test_fail(__FILE__, __LINE__, "%s holds a second header", path);
+    l = end + 1;
+  }
+  return text;
+}
 
 RAP_TEST(Trace, WritesEveryKindOfEvent) {
   char path[256];
@@ -166,6 +194,10 @@ RAP_TEST(Trace, StartAndStopAnswerWithSentences) {
   RAP_CHECK_OK(rap_deallocate(a, p, NULL));
   RAP_CHECK_OK(rap_trace_flush());
   RAP_CHECK_OK(rap_trace_stop());
+  RAP_CHECK_OK(rap_trace_start("/dev/null"));   /* not a regular file: nothing to truncate */
+  p = tu_alloc(a, 100);
+  RAP_CHECK_OK(rap_deallocate(a, p, NULL));
+  RAP_CHECK_OK(rap_trace_stop());
   p = tu_alloc(a, 100);   /* not traced */
   RAP_CHECK_OK(rap_deallocate(a, p, NULL));
   char *one = slurp(first), *two = slurp(second);
@@ -178,6 +210,178 @@ RAP_TEST(Trace, StartAndStopAnswerWithSentences) {
   free(two);
   remove(first);
   remove(second);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* rap_trace_start on the file already open begins it afresh: the earlier lines, flushed or still
+ * buffered (more than a stdio buffer holds, so both), are not written after the truncation. */
+RAP_TEST(Trace, StartOnTheOpenFileBeginsItAfresh) {
+  char path[256], pp[48];
+  temp_path(path, sizeof path, "restart.jsonl");
+  rap_manager *rm = tu_manager();
+  rap_allocator *a = tu_make(rm, "qp", "QuickPool", "HOST", NULL);
+  RAP_CHECK_OK(rap_trace_start(path));
+  for (int i = 0; i < 1000; i++) RAP_CHECK_OK(rap_deallocate(a, tu_alloc(a, 64), NULL));
+  RAP_CHECK_OK(rap_trace_start(path));
+  void *p = tu_alloc(a, 100);
+  RAP_CHECK_OK(rap_deallocate(a, p, NULL));
+  RAP_CHECK_OK(rap_trace_stop());
+  snprintf(pp, sizeof pp, "\"p\":\"%p\"", p);
+  size_t lines = 0;
+  char *text = read_whole_lines(path, &lines);
+  RAP_CHECK_EQ(lines, 3);   /* the header, the allocation, the deallocation */
+  RAP_CHECK_STR(text, "\"ev\":\"alloc\",\"a\":\"qp\"");
+  RAP_CHECK_STR(text, pp);
+  free(text);
+  remove(path);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* "%p" in the path is the process id, with "-rank<R>" where RANK is set; "%%" is "%". */
+RAP_TEST(Trace, PercentPIsTheProcessAndItsRank) {
+  char pattern[256], want[300];
+  temp_path(pattern, sizeof pattern, "pid-%p-100%%.jsonl");   /* rap-test-<pid>-pid-%p-100%%.jsonl */
+  const char *saved = getenv("RANK");
+  char *keep = saved ? strdup(saved) : NULL;
+  unsetenv("RANK");
+  RAP_CHECK_OK(rap_trace_start(pattern));
+  RAP_CHECK_OK(rap_trace_stop());
+  temp_path(want, 256, "");
+  snprintf(want + strlen(want), sizeof want - strlen(want), "pid-%ld-100%%.jsonl", (long)getpid());
+  FILE *f = fopen(want, "r");
+  RAP_CHECK(f != NULL);
+  fclose(f);
+  remove(want);
+  setenv("RANK", "3", 1);
+  RAP_CHECK_OK(rap_trace_start(pattern));
+  RAP_CHECK_OK(rap_trace_stop());
+  temp_path(want, 256, "");
+  snprintf(want + strlen(want), sizeof want - strlen(want), "pid-%ld-rank3-100%%.jsonl", (long)getpid());
+  f = fopen(want, "r");
+  if (keep) setenv("RANK", keep, 1);
+  else unsetenv("RANK");
+  free(keep);
+  RAP_CHECK(f != NULL);
+  fclose(f);
+  remove(want);
+}
+
+static int run_tool(const char *cmd, char *out, size_t cap);
+
+/* A traced process that aborts leaves whole lines, every event before the abort among them: more
+ * than the trace's buffer holds is written (some of it reached the file before), then abort(). */
+RAP_TEST(Trace, AbortLeavesWholeLinesAndEveryEvent) {
+  char path[256];
+  temp_path(path, sizeof path, "abort.jsonl");
+  enum { PAIRS = 3000 };   /* about 330 KB of lines */
+  pid_t child = fork();
+  RAP_CHECK(child >= 0);
+  if (child == 0) {
+    rap_manager *rm;
+    rap_allocator *a;
+    if (rap_manager_create(&rm) != RAP_OK ||
+        rap_allocator_make(rm, "qp", "QuickPool", "HOST", NULL, &a) != RAP_OK || rap_trace_start(path) != RAP_OK)
+      _exit(3);
+    for (int i = 0; i < PAIRS; i++) {
+      void *p;
+      if (rap_allocate(a, &p, 64 + (size_t)i, NULL) != RAP_OK || rap_deallocate(a, p, NULL) != RAP_OK) _exit(4);
+    }
+    abort();
+  }
+  int status = 0;
+  RAP_CHECK(waitpid(child, &status, 0) == child);
+  RAP_CHECK(!(WIFEXITED(status) && (WEXITSTATUS(status) == 3 || WEXITSTATUS(status) == 4)));
+  RAP_CHECK(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0));
+  size_t lines = 0;
+  char *text = read_whole_lines(path, &lines);
+  size_t allocs = 0, deallocs = 0;
+  for (const char *l = text; (l = strstr(l, "\"a\":\"qp\",\"d\":0")) != NULL; l++) {
+    const char *start = l;
+    while (start > text && start[-1] != '\n') start--;
+    allocs += strncmp(strstr(start, "\"ev\":\""), "\"ev\":\"alloc\"", 12) == 0;
+    deallocs += strncmp(strstr(start, "\"ev\":\""), "\"ev\":\"dealloc\"", 14) == 0;
+  }
+  free(text);
+  RAP_CHECK_EQ(allocs, PAIRS);
+  RAP_CHECK_EQ(deallocs, PAIRS);
+  RAP_CHECK(lines >= 1 + 2 * PAIRS);   /* the header, the calls, the pool's growth */
+  remove(path);
+}
+
+/* At teardown a pool's chunks go back as its release: a "release" line down to nothing held, and
+ * the parent's deallocation one level below the user's calls, so a clean program's trace ends
+ * with no user call on HOST. */
+RAP_TEST(Trace, TeardownIsThePoolsRelease) {
+  char path[256], cmd[600], out[4096];
+  temp_path(path, sizeof path, "teardown.jsonl");
+  RAP_CHECK_OK(rap_trace_start(path));
+  rap_manager *rm = tu_manager();
+  rap_allocator *a, *fixed;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", "QuickPool(HOST, initial_size=64KiB)", &a));
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "fixed", "FixedPool(HOST, object_size=64)", &fixed));
+  void *p = tu_alloc(a, 1000);
+  RAP_CHECK_OK(rap_deallocate(a, p, NULL));
+  p = tu_alloc(fixed, 64);
+  RAP_CHECK_OK(rap_deallocate(fixed, p, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));   /* the chunks are still held: they go back here */
+  RAP_CHECK_OK(rap_trace_stop());
+  char *text = slurp(path);
+  RAP_CHECK(text != NULL);
+  HAS_LINE(text, "\"ev\":\"release\"", "\"a\":\"pool\"", "\"held\":0");
+  HAS_LINE(text, "\"ev\":\"dealloc\"", "\"a\":\"HOST\"", "\"d\":1");
+  RAP_CHECK(strstr(text, "\"a\":\"HOST\",\"d\":0") == NULL);
+  free(text);
+  snprintf(cmd, sizeof cmd, "%s summary %s", RAP_TRACE_TOOL, path);
+  RAP_CHECK_EQ(run_tool(cmd, out, sizeof out), 0);
+  RAP_CHECK_STR(out, "'HOST': 0 user calls");
+  RAP_CHECK_STR(out, "'pool': 2 user calls");
+  remove(path);
+}
+
+/* RAP_TRACE_MAX_ENTRIES=N: the file holds the header and the last N lines, rewritten at a flush, at
+ * out of memory and at the stop, never more; a bad value is refused with a sentence. */
+RAP_TEST(Trace, RingOfTheLastEntries) {
+  char path[256], last[64];
+  temp_path(path, sizeof path, "ring.jsonl");
+  rap_manager *rm = tu_manager();
+  rap_allocator *a, *lim;
+  RAP_CHECK_OK(rap_allocator_make(rm, "qp", "QuickPool", "HOST", "initial_size=1MiB", &a));
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "lim", "SizeLimiter(HOST, limit=1KiB)", &lim));
+  setenv("RAP_TRACE_MAX_ENTRIES", "lots", 1);
+  RAP_CHECK_STATUS(rap_trace_start(path), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "RAP_TRACE_MAX_ENTRIES is a number of lines from 1 to 100000000, not 'lots'");
+  setenv("RAP_TRACE_MAX_ENTRIES", "100", 1);
+  int st = rap_trace_start(path);
+  unsetenv("RAP_TRACE_MAX_ENTRIES");
+  RAP_CHECK_OK(st);
+  void *p = NULL;
+  for (int i = 0; i < 5000; i++) {
+    p = tu_alloc(a, 64 + (size_t)i);
+    RAP_CHECK_OK(rap_deallocate(a, p, NULL));
+  }
+  size_t lines = 0;
+  char *text = read_whole_lines(path, &lines);   /* nothing written yet but the header */
+  free(text);
+  RAP_CHECK_EQ(lines, 0 + 1);
+  RAP_CHECK_OK(rap_trace_flush());
+  text = read_whole_lines(path, &lines);
+  RAP_CHECK_EQ(lines, 1 + 100);
+  snprintf(last, sizeof last, "\"ev\":\"dealloc\",\"a\":\"qp\",\"d\":0,\"r\":null,\"p\":\"%p\"", p);
+  const char *tail = strrchr(text, '{');   /* the last line */
+  RAP_CHECK(tail != NULL && strstr(tail, last) != NULL);
+  RAP_CHECK(strstr(text, "\"n\":5013}") == NULL && strstr(text, "\"n\":5014}") != NULL);   /* the first kept: i = 4950 */
+  free(text);
+  void *big;
+  RAP_CHECK_STATUS(rap_allocate(lim, &big, 4096, NULL), RAP_ERR_NOMEM);   /* out of memory: written */
+  text = read_whole_lines(path, &lines);
+  RAP_CHECK_EQ(lines, 1 + 100);
+  RAP_CHECK_STR(text, "\"ev\":\"oom\",\"a\":\"lim\"");
+  free(text);
+  RAP_CHECK_OK(rap_trace_stop());
+  text = read_whole_lines(path, &lines);
+  RAP_CHECK_EQ(lines, 1 + 100);
+  free(text);
+  remove(path);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
@@ -322,5 +526,119 @@ RAP_TEST(Trace, ReplayThroughTheSameSpecGivesTheSameHeldAndLive) {
   remove(svg);
   remove(html);
   for (int i = 1; i < 4; i++) RAP_CHECK_OK(rap_resource_destroy(res[i]));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* ---- start and stop while threads allocate ------------------------------------------------------
+ * Four threads allocate and free through a ThreadCache and a ThreadSafe over ResourceAwarePools on
+ * two host_async queues while a fifth cycles the trace between two files, A and B, and the test's
+ * own thread cycles it on a third, C, reading C back after each of its stops. Then, every thread
+ * joined, one last cycle on A. A file read back after a stop returned holds whole lines, no NUL
+ * byte and one header; A holds exactly its last cycle: the header, the user's allocation and
+ * deallocation and what the pools did for them, nothing of an earlier cycle. */
+typedef struct cyc_shared {
+  rap_allocator *pools[2];
+  rap_resource *qs[2];
+  const char *paths[2];
+  int stop;     /* atomic: the test's thread is done cycling */
+  int failed;   /* atomic: the status of a call that did not answer RAP_OK */
+} cyc_shared;
+
+typedef struct cyc_thread {
+  cyc_shared *sh;
+  int i;
+} cyc_thread;
+
+static void cyc_fail_with(cyc_shared *sh, int st) { __atomic_store_n(&sh->failed, st, __ATOMIC_RELAXED); }
+#define cyc_fail(sh) cyc_fail_with((sh), -1000 - __LINE__)
+
+static void *cyc_allocate(void *arg) {
+  cyc_thread *t = arg;
+  cyc_shared *sh = t->sh;
+  rap_allocator *a = sh->pools[t->i % 2];
+  rap_resource *q = sh->qs[(t->i / 2) % 2];
+  uint64_t seed = 11u + (uint64_t)t->i;
+  void *live[16] = {0};
+  for (int n = 0; n < 2000 || !__atomic_load_n(&sh->stop, __ATOMIC_ACQUIRE); n++) {
+    unsigned k = (unsigned)(tu_rand(&seed) % 16);
+    int st;
+    if (live[k] == NULL) {
+      st = rap_allocate(a, &live[k], 16 + (size_t)(tu_rand(&seed) % 4000), q);
+    } else {
+      st = rap_deallocate(a, live[k], (n & 1) ? q : NULL);
+      live[k] = NULL;
+    }
+    if (st != RAP_OK) cyc_fail_with(sh, st);
+  }
+  for (int k = 0; k < 16; k++)
+    if (live[k] != NULL && rap_deallocate(a, live[k], q) != RAP_OK) cyc_fail(sh);
+  return NULL;
+}
+
+static void *cyc_trace(void *arg) {
+  cyc_shared *sh = arg;
+  while (!__atomic_load_n(&sh->stop, __ATOMIC_ACQUIRE)) {
+    if (rap_trace_start(sh->paths[0]) != RAP_OK || rap_trace_stop() != RAP_OK ||
+        rap_trace_start(sh->paths[1]) != RAP_OK || rap_trace_stop() != RAP_OK)
+      cyc_fail(sh);
+  }
+  return NULL;
+}
+
+RAP_TEST(Trace, StartAndStopWhileThreadsAllocate) {
+  char a_path[256], b_path[256], c_path[256], ap[48];
+  temp_path(a_path, sizeof a_path, "cycle-a.jsonl");
+  temp_path(b_path, sizeof b_path, "cycle-b.jsonl");
+  temp_path(c_path, sizeof c_path, "cycle-c.jsonl");
+  rap_manager *rm = tu_manager();
+  cyc_shared sh = {.paths = {a_path, b_path}};
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "tc", "ThreadCache(ResourceAwarePool(HOST))", &sh.pools[0]));
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "ts", "ThreadSafe(ResourceAwarePool(HOST))", &sh.pools[1]));
+  for (int i = 0; i < 2; i++) RAP_CHECK_OK(rap_resource_create_host_async(rm, &sh.qs[i]));
+  pthread_t th[5];
+  cyc_thread ct[4];
+  for (int i = 0; i < 4; i++) {
+    ct[i] = (cyc_thread){&sh, i};
+    RAP_CHECK(pthread_create(&th[i], NULL, cyc_allocate, &ct[i]) == 0);
+  }
+  RAP_CHECK(pthread_create(&th[4], NULL, cyc_trace, &sh) == 0);
+  size_t lines = 0;
+  for (int i = 0; i < 100; i++) {
+    RAP_CHECK_OK(rap_trace_start(c_path));
+    for (int k = 0; k < 50; k++) RAP_CHECK_OK(rap_deallocate(sh.pools[1], tu_alloc(sh.pools[1], 64), NULL));
+    RAP_CHECK_OK(rap_trace_stop());
+    free(read_whole_lines(c_path, &lines));
+  }
+  __atomic_store_n(&sh.stop, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < 5; i++) RAP_CHECK(pthread_join(th[i], NULL) == 0);
+  int failed = __atomic_load_n(&sh.failed, __ATOMIC_RELAXED);
+  if (failed != 0)
+    rap_test_fail(__FILE__, __LINE__, "a thread's call failed: %s", failed <= -1000 ? "a trace start or stop" : rap_status_name(failed));
+  free(read_whole_lines(b_path, &lines));
+
+  /* The last cycle, on A. */
+  RAP_CHECK_OK(rap_trace_start(a_path));
+  void *p = tu_alloc(sh.pools[1], 100);
+  RAP_CHECK_OK(rap_deallocate(sh.pools[1], p, NULL));
+  RAP_CHECK_OK(rap_trace_stop());
+  snprintf(ap, sizeof ap, "\"p\":\"%p\"", p);
+  char *text = read_whole_lines(a_path, &lines);
+  size_t calls = 0;
+  for (char *l = strchr(text, '\n') + 1; *l != '\0';) {
+    char *end = strchr(l, '\n');
+    *end = '\0';
+    if (strstr(l, "\"a\":\"tc") != NULL) rap_test_fail(__FILE__, __LINE__, "a line of an earlier cycle: %s", l);
+    if (strstr(l, "\"d\":0") != NULL) {
+      calls++;
+      RAP_CHECK_STR(l, ap);
+    }
+    l = end + 1;
+  }
+  free(text);
+  RAP_CHECK_EQ(calls, 2);   /* the allocation and the deallocation */
+  remove(a_path);
+  remove(b_path);
+  remove(c_path);
+  for (int i = 0; i < 2; i++) RAP_CHECK_OK(rap_resource_destroy(sh.qs[i]));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }

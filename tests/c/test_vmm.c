@@ -89,6 +89,17 @@ RAP_TEST(HostVmm, BadOptionsSayWhich) {
   RAP_CHECK_STR(rap_last_error(), "'reserve'");
   RAP_CHECK_STATUS(rap_allocator_make(rm, "v", "HostVmm", NULL, "reserve=lots", &a), RAP_ERR_INVALID);
   RAP_CHECK_STR(rap_last_error(), "reserve");
+  /* The largest size is a size like any other, not "absent": refused, not the default. */
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "v", "HostVmm", NULL, "reserve=18446744073709551615", &a),
+                   RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "'reserve' must be between 1 byte and 64PiB, not 18446744073709551615");
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "v", "HostVmm", NULL, "granularity=18446744073709551615", &a),
+                   RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "'granularity' must be a power of two");
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "v", "HostVmm", NULL, "granularity=", &a), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "option 'granularity' needs a size");
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "v", "HostVmm", NULL, "reserve", &a), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "option 'reserve' needs a size");
   RAP_CHECK_STATUS(rap_allocator_make(rm, "v", "HostVmm", NULL, "peers=1", &a), RAP_ERR_UNSUPPORTED);
   RAP_CHECK_STR(rap_last_error(), "'peers'");
   RAP_CHECK_STATUS(rap_allocator_make(rm, "v", "HostVmm", NULL, "bogus=1", &a), RAP_ERR_INVALID);

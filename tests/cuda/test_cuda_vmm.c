@@ -200,6 +200,14 @@ RAP_TEST(CudaVmm, OptionsReserveAndNames) {
   snprintf(spec, sizeof spec, "DeviceVmm(granularity=%zu)", g + g / 2);
   RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "bad", spec, &bad), RAP_ERR_INVALID);
   RAP_CHECK_STR(rap_last_error(), "'granularity'");
+  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "bad", "DeviceVmm(reserve=18446744073709551615)", &bad),
+                   RAP_ERR_INVALID);   /* the largest size is used, and refused: not the default */
+  RAP_CHECK_STR(rap_last_error(), "'reserve' must be between 1 byte and 64PiB");
+  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "bad", "DeviceVmm(granularity=18446744073709551615)", &bad),
+                   RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "'granularity' must be a power of two");
+  RAP_CHECK_STATUS(rap_allocator_make(rm, "bad", "DeviceVmm", NULL, "granularity=", &bad), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "option 'granularity' needs a size");
   RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "bad", "DeviceVmm(peers=x)", &bad), RAP_ERR_INVALID);
   RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "bad", "DeviceVmm(peers=4000)", &bad), RAP_ERR_NOT_FOUND);
   snprintf(spec, sizeof spec, "DeviceVmm(granularity=%zu, reserve=64MiB)", 2 * g);

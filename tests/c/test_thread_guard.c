@@ -1,0 +1,202 @@
+/* test_thread_guard.c — a plain pool used by two threads at once answers the second RAP_ERR_BUSY
+ * with a sentence that says to wrap it in ThreadSafe or ThreadCache, and stays whole.
+ *
+ * The collision is made, not hoped for: the pool's parent is Stall, a pass-through strategy whose
+ * allocate, once armed, says it has arrived and waits on a gate, so that the first thread is
+ * inside the pool (growing it) for as long as the test wants. No sleeps.
+ */
+#include "gate.h"
+#include "test_util.h"
+
+#include <pthread.h>
+#include <rap/strategy.h>
+#include <string.h>
+
+typedef struct stall {
+  rap_allocator *parent;
+} stall;
+
+static gate stall_gate;          /* opened by the test */
+static gate stall_arrived;       /* opened by Stall when a thread is inside it */
+static int stall_armed;          /* atomic */
+
+static int stall_init(rap_allocator *self, void *state, rap_options *opts) {
+  (void)opts;
+  ((stall *)state)->parent = rap_allocator_parent(self);
+  rap_allocator_set_alignment(self, rap_allocator_alignment(rap_allocator_parent(self)));
+  return RAP_OK;
+}
+static void stall_fini(rap_allocator *self, void *state) {
+  (void)self;
+  (void)state;
+}
+static int stall_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+  if (__atomic_exchange_n(&stall_armed, 0, __ATOMIC_ACQ_REL)) {
+    gate_open(&stall_arrived);
+    gate_job(&stall_gate);
+  }
+  return rap_allocate(((stall *)state)->parent, out, bytes, r);
+}
+static int stall_deallocate(void *state, void *ptr, rap_resource *r) {
+  return rap_deallocate(((stall *)state)->parent, ptr, r);
+}
+static int stall_stats(void *state, rap_stats *out) {
+  (void)state;
+  memset(out, 0, sizeof *out);
+  return RAP_OK;
+}
+static int stall_owns(void *state, const void *ptr) {
+  (void)state;
+  (void)ptr;
+  return 0;
+}
+
+static const rap_strategy stall_strategy = {
+    .version = RAP_STRATEGY_VERSION,
+    .name = "Stall",
+    .flags = RAP_STRATEGY_NEEDS_PARENT,
+    .state_size = sizeof(stall),
+    .init = stall_init,
+    .fini = stall_fini,
+    .allocate = stall_allocate,
+    .deallocate = stall_deallocate,
+    .stats = stall_stats,
+    .owns = stall_owns,
+};
+
+typedef struct grower {
+  rap_allocator *pool;
+  void *p;
+  int st;
+} grower;
+
+static void *grow_in_pool(void *arg) {
+  grower *g = arg;
+  g->st = rap_allocate(g->pool, &g->p, 1 << 20, NULL);   /* more than the first chunk: it grows */
+  return NULL;
+}
+
+static void *one_pair(void *arg) {
+  grower *g = arg;
+  g->st = rap_allocate(g->pool, &g->p, 64, NULL);
+  if (g->st == RAP_OK) g->st = rap_deallocate(g->pool, g->p, NULL);
+  return NULL;
+}
+
+/* Thread A is inside spec's pool (growing it through Stall); the main thread calls each entry
+ * point meanwhile and gets the answer expected. Before that, the pool went from thread to thread
+ * `handovers` times, one at a time, as under a lock of the user's. */
+static void collide_after(const char *spec, int expected, int handovers) {
+  rap_manager *rm = tu_manager();
+  RAP_CHECK_OK(rap_strategy_register(rm, &stall_strategy));
+  rap_allocator *top = NULL, *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "top", spec, &top));
+  RAP_CHECK_OK(rap_allocator_get(rm, strcmp(spec, "QuickPool(Stall(HOST), initial_size=4KiB)") == 0 ? "top" : "top/QuickPool", &pool));
+  for (int i = 0; i < handovers; i++) {
+    grower h = {top, NULL, -100};
+    pthread_t t;
+    RAP_CHECK(pthread_create(&t, NULL, one_pair, &h) == 0);
+    RAP_CHECK(pthread_join(t, NULL) == 0);
+    RAP_CHECK_OK(h.st);
+    void *p = tu_alloc(top, 64);   /* and back to the main thread */
+    RAP_CHECK_OK(rap_deallocate(top, p, NULL));
+  }
+  void *mine = tu_alloc(top, 64);   /* the main thread used the pool first: it is its owner */
+  gate_init(&stall_gate);
+  gate_init(&stall_arrived);
+  __atomic_store_n(&stall_armed, 1, __ATOMIC_RELEASE);
+  grower g = {top, NULL, -100};
+  pthread_t t;
+  RAP_CHECK(pthread_create(&t, NULL, grow_in_pool, &g) == 0);
+  gate_job(&stall_arrived);   /* A is inside the pool now, waiting on its parent */
+  if (expected == RAP_ERR_BUSY) {
+    void *p = NULL;
+    RAP_CHECK_STATUS(rap_allocate(top, &p, 64, NULL), RAP_ERR_BUSY);
+    RAP_CHECK_STR(rap_last_error(), "rap_allocate('top'): another thread is inside this QuickPool");
+    RAP_CHECK_STR(rap_last_error(), "wrap it in ThreadSafe(...) or ThreadCache(...)");
+    RAP_CHECK(p == NULL);
+    RAP_CHECK_STATUS(rap_deallocate(top, mine, NULL), RAP_ERR_BUSY);
+    RAP_CHECK_STR(rap_last_error(), "rap_deallocate('top')");
+    RAP_CHECK_STATUS(rap_release(top), RAP_ERR_BUSY);
+  }
+  gate_open(&stall_gate);
+  RAP_CHECK(pthread_join(t, NULL) == 0);
+  RAP_CHECK_OK(g.st);
+  /* Nothing was touched by the refused calls: both blocks are live and the pool is whole. The
+   * main thread takes the pool back from A, as a pool handed from thread to thread is. */
+  TU_CHECK(pool);
+  TU_EXPECT(pool, allocation_count, 2);
+  RAP_CHECK_OK(rap_deallocate(top, mine, NULL));
+  RAP_CHECK_OK(rap_deallocate(top, g.p, NULL));
+  TU_CHECK(pool);
+  gate_destroy(&stall_gate);
+  gate_destroy(&stall_arrived);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+static void collide(const char *spec, int expected) { collide_after(spec, expected, 0); }
+
+RAP_TEST(ThreadGuard, SecondThreadInAPlainPoolIsRefused) { collide("QuickPool(Stall(HOST), initial_size=4KiB)", RAP_ERR_BUSY); }
+
+/* A pool handed between threads many times (a lock of the user's around it) stops being biased to
+ * one thread: every call takes the gate instead of a membarrier per change. Sharing keeps working
+ * and a second thread inside it at once is still refused. */
+RAP_TEST(ThreadGuard, PoolHandedAroundOftenStillRefusesASecondThread) {
+  collide_after("QuickPool(Stall(HOST), initial_size=4KiB)", RAP_ERR_BUSY, 100);
+}
+
+/* Under ThreadSafe the wrapper's lock orders the threads: the pool needs no guard, the second
+ * caller waits its turn (here: it is not even let in until A is done, so it only watches). */
+RAP_TEST(ThreadGuard, ThreadSafeLetsThreadsShare) { collide("ThreadSafe(QuickPool(Stall(HOST), initial_size=4KiB))", RAP_OK); }
+
+/* Four threads hammer one plain pool: every call is answered RAP_OK or RAP_ERR_BUSY with the
+ * sentence, never a crash, a hang or a wrong answer, and at the end every block went back and
+ * the pool is whole. */
+typedef struct hammer {
+  rap_allocator *pool;
+  int busy, wrong;
+} hammer;
+
+static void *hammer_pool(void *arg) {
+  hammer *h = arg;
+  void *live[16] = {0};
+  for (int i = 0; i < 20000; i++) {
+    int k = i % 16;
+    int st;
+    if (live[k] == NULL) {
+      st = rap_allocate(h->pool, &live[k], (size_t)(64 + 64 * k), NULL);
+    } else {
+      st = rap_deallocate(h->pool, live[k], NULL);
+      if (st == RAP_OK) live[k] = NULL;
+    }
+    if (st == RAP_ERR_BUSY && strstr(rap_last_error(), "ThreadSafe(...)") != NULL) h->busy++;
+    else if (st != RAP_OK) h->wrong++;
+    if (live[k] != NULL && st == RAP_OK) memset(live[k], k, 64);   /* the block is the thread's */
+  }
+  for (int k = 0; k < 16; k++)
+    while (live[k] != NULL) {
+      int st = rap_deallocate(h->pool, live[k], NULL);
+      if (st == RAP_OK) live[k] = NULL;
+      else if (st != RAP_ERR_BUSY) {
+        h->wrong++;
+        break;
+      }
+    }
+  return NULL;
+}
+
+RAP_TEST(ThreadGuard, FourThreadsOnAPlainPool) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = tu_make(rm, "shared", "QuickPool", "HOST", "initial_size=64KiB");
+  hammer h[4];
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) {
+    h[i] = (hammer){pool, 0, 0};
+    RAP_CHECK(pthread_create(&t[i], NULL, hammer_pool, &h[i]) == 0);
+  }
+  for (int i = 0; i < 4; i++) RAP_CHECK(pthread_join(t[i], NULL) == 0);
+  for (int i = 0; i < 4; i++) RAP_CHECK_EQ(h[i].wrong, 0);
+  TU_CHECK(pool);
+  TU_EXPECT(pool, allocation_count, 0);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}

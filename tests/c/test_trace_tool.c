@@ -1,0 +1,244 @@
+/* test_trace_tool.c — rap-trace on hostile and large traces.
+ *
+ * A trace tool reads what a year-long job writes, and whatever else it is given: its time must
+ * grow linearly with the lines (many allocator names, many refused deallocations), its memory with
+ * what the trace holds (not with the value of a resource id), the resources a replay makes are
+ * capped with a sentence, and nothing read from a file it refuses is leaked (the ASan build sees a
+ * leak as rap-trace's exit status). Each run's processor time and peak memory are its own child's
+ * (wait4).
+ */
+#define _GNU_SOURCE   /* wait4 */
+
+#include "test_util.h"
+#include "trace_read.h"   /* tools/: the reader itself, for what a refused file leaves */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef RAP_TRACE_TOOL
+#error "RAP_TRACE_TOOL: the path of rap-trace, from tests/CMakeLists.txt"
+#endif
+
+static void tt_path(char *buf, size_t cap, const char *what) {
+  const char *dir = getenv("TMPDIR");
+  snprintf(buf, cap, "%s/rap-tool-%ld-%s", dir && *dir ? dir : "/tmp", (long)getpid(), what);
+}
+
+typedef struct tool_run {
+  int status;        /* the exit status; -1 if it did not exit */
+  double seconds;    /* processor time, user and system: what load on the machine changes least */
+  long max_rss_kib;  /* the child's peak resident memory */
+  char out[4096];    /* what it wrote, both streams, the first 4 KiB */
+} tool_run;
+
+/* Runs rap-trace with the arguments (a shell fragment) in a child of its own. */
+static void run_tool_measured(tool_run *r, const char *args) {
+  char out_path[256], cmd[2048];
+  tt_path(out_path, sizeof out_path, "tool-out.txt");
+  snprintf(cmd, sizeof cmd, "exec %s %s > %s 2>&1", RAP_TRACE_TOOL, args, out_path);
+  pid_t pid = fork();
+  RAP_CHECK(pid >= 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  struct rusage ru;
+  memset(&ru, 0, sizeof ru);
+  RAP_CHECK(wait4(pid, &status, 0, &ru) == pid);
+  r->seconds = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+               (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+  r->status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r->max_rss_kib = ru.ru_maxrss;
+  FILE *f = fopen(out_path, "r");
+  RAP_CHECK(f != NULL);
+  r->out[fread(r->out, 1, sizeof r->out - 1, f)] = '\0';
+  fclose(f);
+  remove(out_path);
+}
+
+static FILE *trace_file(char *path, size_t cap, const char *what) {
+  tt_path(path, cap, what);
+  FILE *f = fopen(path, "w");
+  RAP_CHECK(f != NULL);
+  fputs("{\"t\":0,\"ev\":\"trace\",\"version\":\"0.1.0\",\"clock\":\"monotonic ns\"}\n", f);
+  return f;
+}
+
+static void line(FILE *f, unsigned long long t, const char *ev, const char *a, long long r,
+                 unsigned long long p, unsigned long long n, const char *extra) {
+  fprintf(f, "{\"t\":%llu,\"th\":1,\"ev\":\"%s\",\"a\":\"%s\",\"d\":0,", t, ev, a);
+  if (r < 0) fprintf(f, "\"r\":null");
+  else fprintf(f, "\"r\":%lld,\"rk\":\"host_async\"", r);
+  fprintf(f, ",\"p\":\"0x%llx\",\"n\":%llu%s}\n", p, n, extra ? extra : "");
+}
+
+/* A hostile trace must read about as fast as a plain one of as many lines: within four times its
+ * processor time and a second, generous for a sanitizer build (both runs slow down alike), and
+ * far below what the square of the lines took (here 18 s for the names and 11 s for
+ * the refused lines, against 0.03 s for plain traces of as many lines). */
+static void check_linear(const tool_run *hostile, const tool_run *plain, const char *what) {
+  if (hostile->seconds > 4 * plain->seconds + 1.0)
+    rap_test_fail(__FILE__, __LINE__, "%s took %.2f s, a plain trace of as many lines %.2f s", what,
+                  hostile->seconds, plain->seconds);
+}
+
+/* 65 535 allocator names (the most a trace can have), each allocating once and freeing: a 20 MB
+ * trace whose names were once looked up one by one for every line. */
+RAP_TEST(TraceTool, ManyAllocatorNamesInLinearTime) {
+  char path[256], plain_path[256], name[64], args[512];
+  FILE *f = trace_file(path, sizeof path, "names.jsonl");
+  FILE *plain = trace_file(plain_path, sizeof plain_path, "one-name.jsonl");
+  enum { NAMES = 65535 };
+  for (unsigned i = 0; i < NAMES; i++) line(plain, 2ull * i + 1, "alloc", "allocator-with-a-long-name-00000000", -1, 0x100000ull + 64ull * i, 64, NULL);
+  for (unsigned i = 0; i < NAMES; i++) line(plain, 2ull * NAMES + i, "dealloc", "allocator-with-a-long-name-00000000", -1, 0x100000ull + 64ull * i, 0, NULL);
+  RAP_CHECK(fclose(plain) == 0);
+  for (unsigned i = 0; i < NAMES; i++) {
+    snprintf(name, sizeof name, "allocator-with-a-long-name-%08u", i);
+    line(f, 2ull * i + 1, "alloc", name, -1, 0x100000ull + 64ull * i, 64, NULL);
+  }
+  for (unsigned i = 0; i < NAMES; i++) {
+    snprintf(name, sizeof name, "allocator-with-a-long-name-%08u", i);
+    line(f, 2ull * NAMES + i, "dealloc", name, -1, 0x100000ull + 64ull * i, 0, NULL);
+  }
+  RAP_CHECK(fclose(f) == 0);
+  tool_run r, base;
+  snprintf(args, sizeof args, "summary %s", plain_path);
+  run_tool_measured(&base, args);
+  RAP_CHECK_EQ(base.status, 0);
+  snprintf(args, sizeof args, "summary %s", path);
+  run_tool_measured(&r, args);
+  RAP_CHECK_EQ(r.status, 0);
+  RAP_CHECK_STR(r.out, "trace: 131070 events");
+  RAP_CHECK_STR(r.out, "'allocator-with-a-long-name-00000000': 2 user calls, peak live 0.00 MiB");
+  check_linear(&r, &base, "the summary of 65 535 names");
+  snprintf(args, sizeof args, "replay %s --spec 'QuickPool(HOST)' --allocator allocator-with-a-long-name-00065534 --json", path);
+  run_tool_measured(&r, args);
+  RAP_CHECK_EQ(r.status, 0);
+  RAP_CHECK_STR(r.out, "\"calls\":2,\"allocations\":1,\"failed\":0,\"skipped\":0,\"peak_live\":64");
+  check_linear(&r, &base, "a replay of one of 65 535 names");
+  remove(path);
+  remove(plain_path);
+}
+
+/* 200 000 refused deallocations of pointers never freed (each once made the reader look back
+ * through every line before it), and one refused after a real deallocation, which voids it. */
+RAP_TEST(TraceTool, ManyRefusedLinesInLinearTime) {
+  char path[256], plain_path[256], args[512];
+  FILE *f = trace_file(path, sizeof path, "refused.jsonl");
+  FILE *plain = trace_file(plain_path, sizeof plain_path, "no-refused.jsonl");
+  enum { REFUSED = 200000 };
+  for (unsigned i = 0; i < REFUSED + 4; i++)
+    line(plain, i + 1, "oom", "pool", -1, 0x900000ull + 16ull * i, 0, NULL);
+  RAP_CHECK(fclose(plain) == 0);
+  unsigned long long t = 1;
+  line(f, t++, "alloc", "pool", 1, 0x5000, 100, NULL);
+  line(f, t++, "dealloc", "pool", 2, 0x5000, 0, NULL);   /* the wrong resource: refused */
+  line(f, t++, "refused", "pool", 2, 0x5000, 0, ",\"status\":\"RAP_ERR_WRONG_RESOURCE\"");
+  for (unsigned i = 0; i < REFUSED; i++)
+    line(f, t++, "refused", "pool", -1, 0x900000ull + 16ull * i, 0, ",\"status\":\"RAP_ERR_UNKNOWN_POINTER\"");
+  line(f, t++, "dealloc", "pool", 1, 0x5000, 0, NULL);
+  RAP_CHECK(fclose(f) == 0);
+  tool_run r, base;
+  snprintf(args, sizeof args, "summary %s", plain_path);
+  run_tool_measured(&base, args);
+  RAP_CHECK_EQ(base.status, 0);
+  snprintf(args, sizeof args, "replay %s --spec 'QuickPool(HOST)' --json", path);
+  run_tool_measured(&r, args);
+  RAP_CHECK_EQ(r.status, 0);
+  /* The refused deallocation is no call: the alloc and the last dealloc are. */
+  RAP_CHECK_STR(r.out, "\"calls\":2,\"allocations\":1,\"failed\":0,\"skipped\":0,\"peak_live\":100");
+  check_linear(&r, &base, "a replay of 200 000 refused lines");
+  snprintf(args, sizeof args, "summary %s", path);
+  run_tool_measured(&r, args);
+  RAP_CHECK_EQ(r.status, 0);
+  RAP_CHECK_STR(r.out, "refused  200001");
+  RAP_CHECK_STR(r.out, "'pool': 2 user calls");
+  remove(path);
+  remove(plain_path);
+}
+
+/* A resource id of 2^24 (the largest a replay takes) costs what one resource costs; a trace with
+ * more resources than the replay may make is refused with a sentence, not given a thread each. */
+RAP_TEST(TraceTool, ResourcesAreMappedSparselyAndCapped) {
+  char path[256], small_path[256], args[512];
+  FILE *f = trace_file(path, sizeof path, "big-id.jsonl");
+  line(f, 1, "alloc", "pool", 1 << 24, 0x5000, 100, NULL);
+  line(f, 2, "dealloc", "pool", 1 << 24, 0x5000, 0, NULL);
+  RAP_CHECK(fclose(f) == 0);
+  f = trace_file(small_path, sizeof small_path, "small-id.jsonl");
+  line(f, 1, "alloc", "pool", 1, 0x5000, 100, NULL);
+  line(f, 2, "dealloc", "pool", 1, 0x5000, 0, NULL);
+  RAP_CHECK(fclose(f) == 0);
+  tool_run small, big;
+  snprintf(args, sizeof args, "replay %s --spec 'QuickPool(HOST)' --json", small_path);
+  run_tool_measured(&small, args);   /* the same replay on resource id 1 */
+  RAP_CHECK_EQ(small.status, 0);
+  snprintf(args, sizeof args, "replay %s --spec 'QuickPool(HOST)' --json", path);
+  run_tool_measured(&big, args);
+  RAP_CHECK_EQ(big.status, 0);
+  RAP_CHECK_STR(big.out, "\"calls\":2,");
+  /* A table indexed by the id would be 128 MiB at least. */
+  if (big.max_rss_kib > small.max_rss_kib + 64 * 1024)
+    rap_test_fail(__FILE__, __LINE__, "replaying one resource of id 2^24 took %ld KiB, of id 1 %ld KiB",
+                  big.max_rss_kib, small.max_rss_kib);
+  remove(small_path);
+
+  f = trace_file(path, sizeof path, "many-ids.jsonl");
+  enum { IDS = 2000 };
+  for (unsigned i = 0; i < IDS; i++) line(f, i + 1, "alloc", "pool", 1 + 7 * i, 0x5000 + 64ull * i, 64, NULL);
+  RAP_CHECK(fclose(f) == 0);
+  snprintf(args, sizeof args, "replay %s --spec 'QuickPool(HOST)'", path);
+  run_tool_measured(&big, args);
+  RAP_CHECK_EQ(big.status, 1);
+  RAP_CHECK_STR(big.out, "the trace uses more than 256 resources besides the host; the replay makes at most 256");
+  RAP_CHECK_STR(big.out, "--max-resources N raises it");
+  snprintf(args, sizeof args, "replay %s --spec 'QuickPool(HOST)' --max-resources 0", path);
+  run_tool_measured(&big, args);
+  RAP_CHECK_EQ(big.status, 2);
+  RAP_CHECK_STR(big.out, "--max-resources is a number from 1 to 65536, not '0'");
+  remove(path);
+}
+
+/* A file of lines that name allocators but hold no event is refused with a sentence, and what was
+ * read is freed: the reader leaves nothing behind (in the ASan build a leak fails this process). */
+RAP_TEST(TraceTool, NoEventsIsASentenceAndNoLeak) {
+  char path[256], args[512];
+  tt_path(path, sizeof path, "no-events.jsonl");
+  FILE *f = fopen(path, "w");
+  RAP_CHECK(f != NULL);
+  for (int i = 0; i < 100; i++) fprintf(f, "{\"a\":\"name-%d\",\"rk\":\"kind-%d\",\"t\":%d}\n", i, i % 20, i);
+  RAP_CHECK(fclose(f) == 0);
+  tool_run r;
+  snprintf(args, sizeof args, "summary %s", path);
+  run_tool_measured(&r, args);
+  RAP_CHECK_EQ(r.status, 1);
+  RAP_CHECK_STR(r.out, "holds no events (no line of it is a trace event)");
+  trace t;
+  char err[512];
+  RAP_CHECK_EQ(trace_load(path, &t, err, sizeof err), -1);
+  RAP_CHECK_STR(err, "holds no events");
+  RAP_CHECK(t.names == NULL && t.nnames == 0 && t.nkinds == 0 && t.name_index == NULL && t.ev == NULL);
+  remove(path);
+}
+
+/* --help and --version answer on standard output with status 0; a file that cannot be opened is
+ * named with the reason. */
+RAP_TEST(TraceTool, HelpVersionAndUnreadableFile) {
+  tool_run r;
+  run_tool_measured(&r, "--help");
+  RAP_CHECK_EQ(r.status, 0);
+  RAP_CHECK_STR(r.out, "usage: rap-trace summary TRACE");
+  run_tool_measured(&r, "--version");
+  RAP_CHECK_EQ(r.status, 0);
+  char want[64];
+  snprintf(want, sizeof want, "rap-trace %s\n", rap_version());
+  RAP_CHECK_STR(r.out, want);
+  run_tool_measured(&r, "summary /nonexistent-dir/trace.jsonl");
+  RAP_CHECK_EQ(r.status, 1);
+  RAP_CHECK_STR(r.out, "rap-trace: cannot open '/nonexistent-dir/trace.jsonl': No such file or directory");
+}
