@@ -186,6 +186,9 @@ void wl_e_x(void);
 void wl_e_x_host(void);
 void wl_v(void);        /* vmm.c; nothing without CUDA */
 void wl_s(void);        /* sleep.c; nothing without CUDA */
+void wl_x_host(void);   /* ipc.c */
+void wl_x(void);        /* ipc.c; nothing without CUDA */
+int  ipc_importer_main(const char *kind);   /* ipc.c: rap-bench --ipc-importer KIND */
 #endif
 
 #ifdef __cplusplus

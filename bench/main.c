@@ -1,7 +1,7 @@
 /* main.c — rap-bench: rap's strategies and their peers, side by side, in one process. This file
  * reads the options, finds the GPU and the PyTorch plugin, runs the workloads in order and prints;
  * measure.c measures, peers.c makes the allocators, report.c keeps and writes the results, and
- * pairs.c, trace.c, runahead.c, threads.c, vmm.c and sleep.c are the workloads.
+ * pairs.c, trace.c, runahead.c, threads.c, vmm.c, sleep.c and ipc.c are the workloads.
  *
  * Workloads (ids for --only):
  *   a  allocate+free pair, same size, same stream, device memory: 256 B, 64 KiB, 1 MiB, 64 MiB
@@ -17,6 +17,9 @@
  *   h  host: QuickPool over HOST with alignment 16 against glibc malloc and mimalloc, 64 B..64 KiB
  *   v  CUDA's virtual memory management: each driver call per 2 MiB and per 64 MiB (p50, p99),
  *      and a pool's misses over DEVICE_VMM against DEVICE and cudaMalloc, per GiB grown (vmm.c)
+ *   x  memory across processes (a second process: rap-bench --ipc-importer): export and import
+ *      per block against cudaIpc handles and CUDA's pool IPC, and opening a pool of 1..64 GiB;
+ *      x-host the same over HostVmm (ipc.c)
  * b, c, e and e-x also run over host memory (b-host, c-host, e-host, e-x-host); without a GPU only
  * those and h run, and the program says what it skipped and why. Every figure is the median of
  * several repetitions after a warm-up; the ratio column divides by the group's reference allocator.
@@ -79,6 +82,8 @@ static const struct workload {
     {"e-x-host", 0, wl_e_x_host, "threads freeing each other's blocks, host memory"},
     {"v", 1, wl_v, "virtual memory management: call costs and misses"},
     {"s", 1, wl_s, "sleep and wake over DEVICE_VMM: backup and restore against a plain copy"},
+    {"x-host", 0, wl_x_host, "memory across processes, host memory: per block, opening a pool"},
+    {"x", 1, wl_x, "memory across processes, device memory: per block, opening a pool, CUDA IPC"},
 };
 
 static void load_torch_plugin(void) {
@@ -215,6 +220,8 @@ static int parse_threads(const char *s) {
 }
 
 int main(int argc, char **argv) {
+  /* The other process of workloads (x) and (x-host), started by them (ipc.c). */
+  if (argc == 3 && !strcmp(argv[1], "--ipc-importer")) return ipc_importer_main(argv[2]);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--out") && i + 1 < argc) opt.out = argv[++i];
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) opt.only = argv[++i];

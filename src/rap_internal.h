@@ -391,6 +391,13 @@ typedef struct rapi_resource_ops {
   /* Makes r's later work wait for e without blocking the host: RAP_OK when queued, RAPI_HOST_WAIT
    * where the kinds allow no such wait (the caller then waits on the host: rapi_host_wait). */
   int  (*wait)(rap_resource *r, rapi_event *e);
+  /* Uses fenced per block, not per batch (the ipc resource: resources/ipc.c); NULL for every other
+   * kind. A pool that records a block on such a resource gets a token for that block from bind
+   * (ptr, its bytes), asks passed(token) (1 passed, 0 not yet) where it would query a batch's
+   * event, never waits for it, and calls drop(token) when the use record goes. */
+  int  (*use_bind)(rap_resource *r, void *ptr, size_t bytes, uint64_t *token);
+  int  (*use_passed)(rap_resource *r, uint64_t token);
+  void (*use_drop)(rap_resource *r, uint64_t token);
 } rapi_resource_ops;
 #define RAPI_HOST_WAIT 1
 
@@ -490,6 +497,7 @@ struct rap_manager {
   rap_resource host;               /* the one synchronous host resource */
   rap_resource *resources;         /* created resources */
   uint64_t next_seq, next_resource_id;
+  struct rapi_ipc_importer *ipc;   /* pools of other processes opened here (resources/ipc.c) */
 };
 
 /* ---- peer access (resources/cuda_platform.c; a stub where there is no GPU backend) ----------
@@ -503,6 +511,10 @@ static inline uint64_t rapi_device_bit(int device) {
 int  rapi_gpu_peer_access(rap_allocator *root, int device, int enable, int *owner);
 /* peers= of a device platform: "all" or device numbers joined by '+' ("1+3"); grants each. */
 int  rapi_gpu_peers_option(rap_allocator *self, int owner, rap_options *opts);
+
+/* ---- resources/ipc.c: what the manager's destroy calls, after its resources are synchronized:
+ * closes every block and pool this manager imported from other processes. */
+void rapi_ipc_manager_fini(rap_manager *rm);
 
 /* ---- resources/resource.c: the manager's list of created resources ------------------------- */
 void rapi_resource_link(rap_manager *rm, rap_resource *r);

@@ -905,3 +905,41 @@ int glue_reset_accumulated(int device) {
   pthread_mutex_unlock(&lock);
   return st;
 }
+
+/* ---- memory across processes: a tensor's block exported, imported, closed ---------------------
+ * The device's pool must be over an exporting platform (DeviceVmm(export=posix), see
+ * docs/integrations.md); otherwise rap_ipc_export says so. An import is the manager's, closed on
+ * the stream given (the importer's work on it has passed before the exporter may reuse it). */
+int glue_ipc_export(void *ptr, int device, void *desc) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK && d->pool == NULL)
+    st = rap_error_set(RAP_ERR_INVALID, "%s: device %d has no pool yet: nothing to share",
+                       glue_cfg.prefix, device);
+  if (st == RAP_OK) st = rap_ipc_export(d->pool, ptr, (rap_ipc_desc *)desc);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_ipc_import(const void *desc, int device, cudaStream_t s, void **out) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  stream_ent *e = NULL;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK) st = stream_resource(d, device, s, &e);
+  if (st == RAP_OK) st = rap_ipc_import(rm, (const rap_ipc_desc *)desc, e->r, out);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_ipc_close(void *ptr, int device, cudaStream_t s) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  stream_ent *e = NULL;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK) st = stream_resource(d, device, s, &e);
+  if (st == RAP_OK) st = rap_ipc_close(rm, ptr, e->r);
+  pthread_mutex_unlock(&lock);
+  return st;
+}

@@ -56,6 +56,10 @@ int  glue_reset_peaks(int device);        /* high-water marks of the device's po
 int  glue_reset_accumulated(int device);  /* running totals start again (see GLUE_ALLOCS_TOTAL) */
 int  glue_sleep(int device, int mode);    /* the device's pool sleeps (rap_sleep_mode) */
 int  glue_wake(int device);
+/* Memory across processes: desc is a rap_ipc_desc (64 bytes); see rap_ipc_export/import/close. */
+int  glue_ipc_export(void *ptr, int device, void *desc);
+int  glue_ipc_import(const void *desc, int device, cudaStream_t s, void **out);
+int  glue_ipc_close(void *ptr, int device, cudaStream_t s);
 
 /* A framework's own graph-pool protocol (PyTorch's begin/end_allocate_to_pool and release_pool).
  * Once glue_use_pool_hooks(1) is called, captures are no longer detected per allocation: between

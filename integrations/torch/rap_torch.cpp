@@ -162,6 +162,16 @@ RAP_EXPORT int rap_torch_sleep(int device, int mode) { return glue_sleep(device,
 
 RAP_EXPORT int rap_torch_wake(int device) { return glue_wake(device); }
 
+RAP_EXPORT int rap_torch_ipc_export(void *ptr, int device, void *desc) {
+  return glue_ipc_export(ptr, device, desc);
+}
+RAP_EXPORT int rap_torch_ipc_import(const void *desc, int device, cudaStream_t s, void **out) {
+  return glue_ipc_import(desc, device, s, out);
+}
+RAP_EXPORT int rap_torch_ipc_close(void *ptr, int device, cudaStream_t s) {
+  return glue_ipc_close(ptr, device, s);
+}
+
 RAP_EXPORT int rap_torch_spec(int device, char *buf, size_t cap) { return glue_spec(device, buf, cap); }
 
 RAP_EXPORT const char *rap_torch_last_error(void) { return rap_last_error(); }

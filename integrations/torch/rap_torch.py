@@ -50,7 +50,7 @@ __all__ = [
     "memory_stats_as_nested_dict", "rap_stats", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "memory_summary", "empty_cache", "release_graph_pools",
     "graph_memory_reserved", "record_stream", "spec", "hooks", "snapshot_from_trace", "sleep", "wake",
-    "prepare_sleep",
+    "prepare_sleep", "share", "open", "IpcHandle",
 ]
 
 
@@ -112,6 +112,13 @@ def _load(path):
     for fn in ("rap_torch_reset_peaks", "rap_torch_reset_accumulated", "rap_torch_wake"):
         getattr(lib, fn).argtypes = [ctypes.c_int]
         getattr(lib, fn).restype = ctypes.c_int
+    lib.rap_torch_ipc_export.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    lib.rap_torch_ipc_export.restype = ctypes.c_int
+    lib.rap_torch_ipc_import.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                         ctypes.POINTER(ctypes.c_void_p)]
+    lib.rap_torch_ipc_import.restype = ctypes.c_int
+    lib.rap_torch_ipc_close.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    lib.rap_torch_ipc_close.restype = ctypes.c_int
     return lib
 
 
@@ -192,6 +199,8 @@ def enable(spec=None):
     if "empty_cache" not in _hooks:
         _wrap_empty_cache()
         _hooks["empty_cache"] = "python"
+    _install_reductions()
+    _hooks["multiprocessing"] = "rap.share/open"
 
 
 def _no_cudagraph_trees():
@@ -451,3 +460,147 @@ def wake(device=None):
 
 def spec(device=None):
     return _loader.spec(_library(), "torch", _device(device) if device is not None else 0)
+
+
+# ---- memory across processes -------------------------------------------------------------------
+# PyTorch refuses CUDA IPC for every pluggable allocator (shareIpcHandle), so torch.multiprocessing
+# cannot send a CUDA tensor of rap's pool by itself. share() exports the tensor's block of rap's
+# pool (which must be over an exporting platform: DeviceVmm(device={device}, export=posix)) and
+# open() imports it in another process; enable() makes torch.multiprocessing use them.
+
+import collections as _collections
+
+IpcHandle = _collections.namedtuple(
+    "IpcHandle", "desc nbytes dtype shape stride offset device uuid event requires_grad")
+
+_SHARE_HINT = ('the device\'s pool must be over DeviceVmm(export=posix), e.g. rap_torch.enable('
+               '"ResourceAwarePool(DeviceVmm(device={device}, export=posix), initial_size=64MiB)")')
+
+
+def share(tensor):
+    """A picklable handle to a CUDA tensor of rap's pool that another process turns into a tensor
+    over the same memory with open(handle). The memory returns to this process's pool only after
+    the other process dropped its tensor and its stream passed that point, however soon this
+    process frees its own. Each handle is opened once (share again for each receiver). Work queued
+    on the current stream before share() is waited for by the receiver's stream."""
+    _need()
+    if not tensor.is_cuda:
+        raise ValueError("rap_torch.share: the tensor is not a CUDA tensor")
+    storage = tensor.untyped_storage()
+    device = tensor.device.index
+    desc = (ctypes.c_ubyte * 64)()
+    if _lib.rap_torch_ipc_export(storage.data_ptr(), device, desc) != 0:
+        raise RuntimeError("rap_torch.share: %s (%s)" % (_loader.last_error(_lib, "torch"), _SHARE_HINT))
+    event = torch.cuda.Event(interprocess=True)
+    event.record(torch.cuda.current_stream(device))
+    return IpcHandle(bytes(desc), storage.nbytes(), str(tensor.dtype).replace("torch.", ""),
+                     tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset(), device,
+                     str(torch.cuda.get_device_properties(device).uuid), bytes(event.ipc_handle()),
+                     tensor.requires_grad)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DL_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                             ("deleter", _DL_DELETER)]
+_opened = {}   # id -> what a DLPack tensor handed to PyTorch keeps alive until its deleter runs
+
+
+def _close_opened(managed):
+    key = managed.contents.manager_ctx
+    entry = _opened.pop(key, None)
+    if entry is None:
+        return
+    ptr, device, stream = entry[0], entry[1], entry[2]
+    if _library().rap_torch_ipc_close(ptr, device, stream) != 0:
+        import warnings
+        warnings.warn("rap_torch: closing a shared tensor: " + _loader.last_error(_library(), "torch"))
+
+
+_close_cb = _DL_DELETER(_close_opened)
+
+
+def _local_device(handle):
+    for i in range(torch.cuda.device_count()):
+        if str(torch.cuda.get_device_properties(i).uuid) == handle.uuid:
+            return i
+    return handle.device
+
+
+def open(handle, stream=None):
+    """The tensor share() described, in this process: the same memory, dtype, shape and strides.
+    Its work runs on stream (default: the current stream), which first waits for the sender's
+    work before share(); when the tensor is dropped, its memory goes back to the sender once this
+    stream has passed that point. RuntimeError with rap's sentence if the handle cannot be opened
+    (opened already, its pool or process gone, no permission: docs/integrations.md)."""
+    lib = _library()
+    device = _local_device(handle)
+    stream = stream if stream is not None else torch.cuda.current_stream(device)
+    stream.wait_event(torch.cuda.Event.from_ipc_handle(device, handle.event))
+    desc = (ctypes.c_ubyte * 64).from_buffer_copy(handle.desc)
+    ptr = ctypes.c_void_p()
+    if lib.rap_torch_ipc_import(desc, device, stream.cuda_stream, ctypes.byref(ptr)) != 0:
+        raise RuntimeError("rap_torch.open: " + _loader.last_error(lib, "torch"))
+    shape = (ctypes.c_int64 * 1)(handle.nbytes)
+    managed = _DLManagedTensor()
+    managed.dl_tensor = _DLTensor(ptr.value, _DLDevice(2, device), 1, _DLDataType(1, 8, 1),
+                                  ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None, 0)
+    # kDLCUDA, one dimension of uint8: the block's bytes, viewed below as what was shared
+    key = id(managed)
+    managed.manager_ctx = key
+    managed.deleter = _close_cb
+    _opened[key] = (ptr.value, device, stream.cuda_stream, managed, shape)
+    ctypes.pythonapi.PyCapsule_New.restype = ctypes.py_object
+    ctypes.pythonapi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    capsule = ctypes.pythonapi.PyCapsule_New(ctypes.addressof(managed), b"dltensor", None)
+    flat = torch.utils.dlpack.from_dlpack(capsule)
+    t = flat.view(getattr(torch, handle.dtype)).as_strided(handle.shape, handle.stride, handle.offset)
+    return t.requires_grad_(handle.requires_grad) if handle.requires_grad else t
+
+
+def _rebuild_shared(handle):
+    return open(handle)
+
+
+def _install_reductions():
+    """torch.multiprocessing sends CUDA tensors through share() and open(); a CUDA storage sent
+    alone gets a sentence naming them instead of PyTorch's shareIpcHandle error."""
+    try:
+        from multiprocessing.reduction import ForkingPickler
+        import torch.multiprocessing.reductions as reductions
+    except ImportError:
+        return
+    original = reductions.reduce_tensor
+
+    def reduce_tensor(tensor):
+        if tensor.is_cuda:
+            return (_rebuild_shared, (share(tensor),))
+        return original(tensor)
+
+    def reduce_storage(storage):
+        if storage.device.type == "cuda":
+            raise RuntimeError("rap_torch: a CUDA storage cannot be sent alone with rap as the "
+                               "allocator (PyTorch's pluggable allocator refuses CUDA IPC); send "
+                               "the tensor, or use rap_torch.share(tensor) and rap_torch.open(handle)")
+        return reductions.reduce_storage(storage)
+
+    ForkingPickler.register(torch.Tensor, reduce_tensor)
+    ForkingPickler.register(torch.nn.parameter.Parameter, reduce_tensor)
+    ForkingPickler.register(torch.UntypedStorage, reduce_storage)

@@ -41,4 +41,7 @@ RAP_TORCH_SPEC="ResourceAwarePool(DEVICE_VMM::{device}, initial_size=64MiB, next
 # Sleep and wake of the pool over the growable platform, with its memory lent to another process.
 RAP_TORCH_SPEC="ResourceAwarePool(DEVICE_VMM::{device}, initial_size=64MiB, next_size=2MiB, heuristic=never, cross_resource=wait, wait_above=512MiB)" \
   run sleep
+# CUDA tensors across processes: torch.multiprocessing and share/open over an exporting platform.
+RAP_TORCH_SPEC="ResourceAwarePool(DeviceVmm(device={device}, export=posix), initial_size=64MiB, next_size=2MiB, heuristic=never)" \
+  run ipc
 finish

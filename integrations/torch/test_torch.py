@@ -6,6 +6,7 @@
   graph              CUDA graph capture and replay of an allocating step
   oom                a failed allocation (RAP_TORCH_OOM=null: see what PyTorch does with NULL)
   sleep              rap_torch.sleep/wake over DEVICE_VMM: training goes on bit-equal after it
+  ipc                torch.multiprocessing and rap_torch.share/open over DeviceVmm(export=posix)
   summarize          compares the results and prints the table; exit status 1 on a failure
 and test_torch_users.py's: stats, compile, handoff, mempool, model (see there).
 Each command writes <out>/<name>.json.
@@ -409,6 +410,69 @@ def cmd_sleep(args):
 load, mib = test_torch_users._load, test_torch_users._mib
 
 
+def _ipc_child(q_in, q_out):
+    """The receiver: tensors arrive through torch.multiprocessing (rap's share/open underneath) and
+    through rap_torch.open; each is checked, written on this process's stream, and dropped."""
+    import torch
+    import rap_torch
+    x = q_in.get()                            # a CUDA tensor sent as torch.multiprocessing does
+    ok1 = bool(torch.equal(x.cpu(), torch.arange(1 << 20, dtype=torch.float32)))
+    x.mul_(2)                                 # the sender sees it (the same memory)
+    torch.cuda.current_stream().synchronize()
+    q_out.put(("received", ok1))
+    handle = q_in.get()                       # rap_torch.share's handle
+    y = rap_torch.open(handle)
+    ok2 = bool((y == 7).all().item())
+    second = None
+    try:
+        rap_torch.open(handle)
+    except RuntimeError as e:                 # a handle opens once
+        second = str(e)
+    del x, y
+    torch.cuda.synchronize()
+    q_out.put(("dropped", ok2, second))
+
+
+def cmd_ipc(args):
+    """torch.multiprocessing with rap enabled over DeviceVmm(export=posix) (RAP_TORCH_SPEC): a CUDA
+    tensor sent to a spawned process arrives with its values, the receiver's writes are seen here,
+    and its memory returns to this pool only after the receiver dropped it; rap_torch.share/open
+    the same; a handle opened twice is refused; the default pool (not exporting) refuses share with
+    the sentence naming the spec to use."""
+    import torch
+    if not torch.cuda.is_available():
+        dump(args, "ipc", {"skipped": "no CUDA device"})
+        return 0
+    import rap_torch
+    import torch.multiprocessing as mp
+    rap_torch.enable()
+    ctx = mp.get_context("spawn")
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=_ipc_child, args=(q_in, q_out))
+    child.start()
+    r = {}
+    x = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+    q_in.put(x)
+    tag, r["values_arrived"] = q_out.get(timeout=120)
+    torch.cuda.synchronize()
+    r["receiver_write_seen"] = bool(torch.equal(x.cpu(), 2 * torch.arange(1 << 20, dtype=torch.float32)))
+    y = torch.full((1 << 18,), 7.0, device="cuda")
+    q_in.put(rap_torch.share(y))
+    del x, y                                   # freed here while the receiver still holds both
+    rap_torch.empty_cache()
+    r["pending_while_held_MiB"] = rap_torch.pending_bytes() / 2**20
+    tag, r["open_values"], r["second_open_error"] = q_out.get(timeout=120)
+    child.join(120)
+    r["child_exit"] = child.exitcode
+    rap_torch.empty_cache()
+    r["pending_after_drop_MiB"] = rap_torch.pending_bytes() / 2**20
+    r["ok"] = (r["values_arrived"] and r["receiver_write_seen"] and r["open_values"] and
+               r["second_open_error"] is not None and r["pending_while_held_MiB"] >= 4 and
+               r["pending_after_drop_MiB"] == 0 and r["child_exit"] == 0)
+    dump(args, "ipc", r)
+    return 0 if r["ok"] else 1
+
+
 def cmd_summarize(args):
     ok = True
     lines = []
@@ -498,6 +562,17 @@ def cmd_summarize(args):
         else:
             lines.append("out of memory with RAP_TORCH_OOM=null: exception %s, data_ptr %s"
                          % (o["exception"], o.get("data_ptr")))
+    ip = load(args.out, "ipc")
+    if ip and "skipped" not in ip:
+        ok &= bool(ip.get("ok"))
+        lines.append("across processes (torch.multiprocessing and share/open over DeviceVmm(export=posix)): "
+                     "values arrived %s, receiver's write seen %s, open %s, held while the receiver "
+                     "kept it %.1f MiB pending, after it dropped it %.1f MiB; second open refused: %s"
+                     % (ip["values_arrived"], ip["receiver_write_seen"], ip["open_values"],
+                        ip["pending_while_held_MiB"], ip["pending_after_drop_MiB"],
+                        (ip["second_open_error"] or "no")[:120]))
+    elif ip is not None:
+        lines.append("across processes: skipped: " + ip["skipped"])
     sl = load(args.out, "sleep")
     if sl and "skipped" not in sl:
         good = all(sl.get(k) for k in ("losses_equal", "state_bit_equal", "pointers_kept",

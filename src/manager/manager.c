@@ -70,6 +70,7 @@ int rap_manager_destroy(rap_manager *rm) {
     if (r->ops->synchronize(r) != RAP_OK)
       rap_log(RAP_LOG_WARN, "rap_manager_destroy: synchronizing a %s resource failed: %s",
               r->ops->kind, rap_last_error());
+  rapi_ipc_manager_fini(rm);   /* blocks of other processes: their queued work has passed */
   bool leaked = false;
   while (rm->allocators != NULL) {
     rap_allocator *a = rm->allocators;   /* newest first: children before parents */

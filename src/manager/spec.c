@@ -11,6 +11,7 @@
  * so that names, options and values are checked as a make would check them, without a device.
  */
 #include "rap_internal.h"
+#include "resources/vmm.h"   /* the values of export= */
 
 #include <ctype.h>
 #include <stdio.h>
@@ -230,7 +231,7 @@ static int make_from_spec(rap_manager *rm, const char *name, const char *spec, r
  * (the same getters and sentences as their inits) and stand in as HOST for what is made over them.
  * Everything else is made for real in a private manager: pools take their first chunk lazily, so
  * a check allocates no pool memory. */
-typedef enum { OPT_UINT, OPT_BIT, OPT_SIZE, OPT_POOL, OPT_THRESHOLD, OPT_PEERS } opt_kind;
+typedef enum { OPT_UINT, OPT_BIT, OPT_SIZE, OPT_POOL, OPT_THRESHOLD, OPT_PEERS, OPT_EXPORT } opt_kind;
 
 static const struct {
   const char *strategy, *key;
@@ -251,6 +252,7 @@ static const struct {
     {"DeviceVmm", "reserve", OPT_SIZE},
     {"DeviceVmm", "granularity", OPT_SIZE},
     {"DeviceVmm", "peers", OPT_PEERS},
+    {"DeviceVmm", "export", OPT_EXPORT},
 };
 
 static bool device_strategy(const rap_strategy *s) {
@@ -277,6 +279,10 @@ static int check_one_option(rap_options *opts, const char *key, opt_kind kind) {
   }
   int st = rap_options_get_string(opts, key, &v);
   if (st != RAP_OK || v == NULL) return st;
+  if (kind == OPT_EXPORT) {
+    int mode = 0;
+    return rapi_ipc_export_mode(who, v, true, &mode);
+  }
   if (kind == OPT_POOL && strcmp(v, "default") != 0 && strcmp(v, "new") != 0)
     return rapi_fail(RAP_ERR_INVALID, "%s: option 'pool' is 'default' (the device's) or 'new', not "
                      "'%s'", who, v);

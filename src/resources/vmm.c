@@ -55,22 +55,22 @@ void rapi_vmm_fail_map_at(long nth) { map_countdown = nth; }
 void rapi_vmm_fail_unmap_at(long nth) { unmap_countdown = nth; }
 
 /* A sleep's unmaps go through here, for the test seam. */
-static int sleep_unmap(rapi_vmm *v, char *addr, size_t size) {
+static int sleep_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
   if (RAPI_UNLIKELY(unmap_countdown > 0) && --unmap_countdown == 0)
     return rapi_fail(RAP_ERR_BACKEND, "%s: unmapping %p failed (injected)",
                      rap_allocator_name(v->self), (void *)addr);
-  return v->ops->unmap(v, addr, size);
+  return v->ops->unmap(v, addr, size, share);
 }
 
 /* Every map goes through here, so that the test seam covers growth and wake alike. */
-static int backend_map(rapi_vmm *v, char *addr, size_t size) {
+static int backend_map(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
   if (RAPI_UNLIKELY(map_countdown > 0) && --map_countdown == 0) {
     char sz[32];
     rapi_format_size(sz, sizeof sz, size);
     return rapi_fail(RAP_ERR_NOMEM, "%s: mapping %s at %p failed: out of memory (injected)",
                      rap_allocator_name(v->self), sz, (void *)addr);
   }
-  return v->ops->map(v, addr, size);
+  return v->ops->map(v, addr, size, share);
 }
 
 /* Maps [addr, addr+size) as one extent linked after `after` (NULL: first). */
@@ -79,7 +79,10 @@ static int map_extent(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *aft
   if (e == NULL)
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a mapping record",
                      rap_allocator_name(v->self));
-  int st = backend_map(v, addr, size);
+  memset(&e->share, 0, sizeof e->share);
+  e->share.fd = -1;
+  e->share.slot = UINT32_MAX;
+  int st = backend_map(v, addr, size, &e->share);
   if (st != RAP_OK) {
     free(e);
     return st;
@@ -88,6 +91,12 @@ static int map_extent(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *aft
   e->size = size;
   e->asleep = false;
   e->fresh = false;
+  /* An exporting platform publishes the mapping, so that importers can open it (ipc.c). */
+  if (v->ipc != NULL && (st = rapi_ipc_extent_add(v, e)) != RAP_OK) {
+    (void)v->ops->unmap(v, addr, size, &e->share);
+    free(e);
+    return st;
+  }
   e->prev = after;
   e->next = after ? after->next : v->first;
   if (e->next) e->next->prev = e;
@@ -102,7 +111,8 @@ static int map_extent(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *aft
 
 /* Unmaps e and forgets it; on failure e stays, still mapped, and the status is returned. */
 static int unmap_extent(rapi_vmm *v, rapi_vmm_extent *e) {
-  int st = e->asleep ? RAP_OK : v->ops->unmap(v, e->addr, e->size);
+  if (v->ipc != NULL) rapi_ipc_extent_remove(v, e);   /* importers stop opening it first */
+  int st = e->asleep ? RAP_OK : v->ops->unmap(v, e->addr, e->size, &e->share);
   if (st != RAP_OK) return st;
   if (!e->asleep) v->mapped -= e->size;
   if (e->prev) e->prev->next = e->next;
@@ -129,6 +139,24 @@ static int unmap_range(rapi_vmm *v, char *from, char *to) {
     int st = unmap_extent(v, e);
     if (st != RAP_OK) return st;
     e = prev;
+  }
+  return RAP_OK;
+}
+
+/* Maps [addr, addr+size) after `after`: one extent, or on an exporting platform pieces of at most
+ * RAPI_IPC_PIECE, so that an importer maps only the pieces a block lies in and opening a pool
+ * costs the same whatever its size (ipc.c). On failure the pieces this call made go back. */
+static int map_run(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *after) {
+  size_t piece = v->ipc != NULL ? rapi_align_up(RAPI_IPC_PIECE, v->granularity) : size;
+  for (size_t done = 0; done < size;) {
+    size_t n = size - done < piece ? size - done : piece;
+    int st = map_extent(v, addr + done, n, after);
+    if (st != RAP_OK) {
+      (void)unmap_range(v, addr, addr + done);
+      return st;
+    }
+    after = after != NULL ? after->next : v->first;   /* the extent just made */
+    done += n;
   }
   return RAP_OK;
 }
@@ -171,7 +199,7 @@ static int vmm_raw_alloc(rapi_tracked *p, void **out, size_t bytes, rap_resource
   rapi_vmm_extent *after = NULL;
   char *addr = place(v, size, &after);
   if (addr == NULL) return no_room(v, size);
-  int st = map_extent(v, addr, size, after);
+  int st = map_run(v, addr, size, after);
   if (st != RAP_OK) return st;
   *out = addr;
   return RAP_OK;
@@ -190,7 +218,7 @@ static int grow_in_place(rapi_vmm *v, char *ptr, size_t have, size_t want) {
   rapi_vmm_extent *below = extent_below(v, end);
   char *limit = below && below->next ? below->next->addr : range_end(v);
   if ((size_t)(limit - end) < want - have) return no_room(v, want - have);
-  return map_extent(v, end, want - have, below);
+  return map_run(v, end, want - have, below);
 }
 
 /* Gives back the whole extents above ptr + want; the new size is where the rest ends. */
@@ -258,9 +286,14 @@ int rapi_vmm_suspend(rap_allocator *a, void *ptr) {
   rapi_lock(&p->lock, &held);
   char *end = NULL;
   int st = sleep_target(a, p, ptr, &end, "suspend");
+  /* Importers map this memory in their own processes: unmapped here it would live on there, and
+   * what wakes would be other memory. */
+  if (st == RAP_OK && v->ipc != NULL)
+    st = rapi_fail(RAP_ERR_UNSUPPORTED, "%s: a platform made with export= cannot sleep: other "
+                   "processes may map its memory", rap_allocator_name(a));
   for (rapi_vmm_extent *e = v->first; st == RAP_OK && e != NULL && e->addr < end; e = e->next) {
     if (e->addr < (char *)ptr || e->asleep) continue;
-    if ((st = sleep_unmap(v, e->addr, e->size)) != RAP_OK) break;
+    if ((st = sleep_unmap(v, e->addr, e->size, &e->share)) != RAP_OK) break;
     e->asleep = true;
     v->mapped -= e->size;
   }
@@ -289,7 +322,7 @@ int rapi_vmm_resume(rap_allocator *a, void *ptr) {
       last = last->next;
       run += last->size;
     }
-    if ((st = backend_map(v, e->addr, run)) != RAP_OK) break;
+    if ((st = backend_map(v, e->addr, run, &e->share)) != RAP_OK) break;
     rapi_vmm_extent *stop = last->next;
     while (e->next != stop) {   /* the run's records become e's */
       rapi_vmm_extent *n = e->next;
@@ -308,7 +341,7 @@ int rapi_vmm_resume(rap_allocator *a, void *ptr) {
   for (rapi_vmm_extent *u = v->first; u != NULL; u = u->next) {
     if (!u->fresh) continue;
     u->fresh = false;
-    if (st == RAP_OK || v->ops->unmap(v, u->addr, u->size) != RAP_OK) continue;   /* kept: valid */
+    if (st == RAP_OK || v->ops->unmap(v, u->addr, u->size, &u->share) != RAP_OK) continue;   /* kept: valid */
     u->asleep = true;
     v->mapped -= u->size;
   }
@@ -386,6 +419,7 @@ void rapi_vmm_fini(rap_allocator *self, void *state) {
   rapi_vmm *v = p->impl;
   const rapi_vmm_backend *ops = v->ops;
   self->resizable = NULL;
+  if (v->ipc != NULL) rapi_ipc_export_stop(v);
   /* Live allocations are unmapped by the tracked body's fini, which frees v: the range goes after,
    * from a copy. An extent that failed to unmap is left to the process's end. */
   while (v->first != NULL && unmap_extent(v, v->first) == RAP_OK) continue;
@@ -425,7 +459,8 @@ static int host_fail(rapi_vmm *v, const char *call, char *addr, size_t size, int
                    rap_allocator_name(v->self), call, (void *)addr, sz, strerror(err));
 }
 
-static int host_map(rapi_vmm *v, char *addr, size_t size) {
+static int host_map(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
+  (void)share;
   if (mprotect(addr, size, PROT_READ | PROT_WRITE) != 0)
     return host_fail(v, "mprotect(read|write)", addr, size, errno);
   return RAP_OK;
@@ -433,7 +468,8 @@ static int host_map(rapi_vmm *v, char *addr, size_t size) {
 
 /* The pages go back to the kernel (MADV_DONTNEED: a later map reads zeros) and the addresses
  * become inaccessible again, as an unmapped device range is. */
-static int host_unmap(rapi_vmm *v, char *addr, size_t size) {
+static int host_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
+  (void)share;
   if (madvise(addr, size, MADV_DONTNEED) != 0) return host_fail(v, "madvise(dontneed)", addr, size, errno);
   if (mprotect(addr, size, PROT_NONE) != 0) return host_fail(v, "mprotect(none)", addr, size, errno);
   return RAP_OK;
@@ -447,6 +483,38 @@ static void host_unreserve(rapi_vmm *v) {
 
 static const rapi_vmm_backend host_backend = {host_map, host_unmap, host_unreserve};
 
+/* HostVmm(export=posix): each mapping is its own memfd mapped shared at its place in the range, so
+ * that another process can map the same pages (ipc.c); giving it back puts the reservation
+ * (PROT_NONE, no pages) over the addresses again and closes the memfd. Pages a second process
+ * still maps stay alive there, as device memory an importer holds does. */
+static int host_share_map(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
+  int fd = memfd_create("rap-HostVmm", MFD_CLOEXEC);
+  if (fd < 0) return host_fail(v, "memfd_create", addr, size, errno);
+  if (ftruncate(fd, (off_t)size) != 0) {
+    int err = errno;
+    close(fd);
+    return host_fail(v, "ftruncate(memfd)", addr, size, err);
+  }
+  if (mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    int err = errno;
+    close(fd);
+    return host_fail(v, "mmap(memfd, shared, fixed)", addr, size, err);
+  }
+  share->fd = fd;
+  return RAP_OK;
+}
+
+static int host_share_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
+  if (mmap(addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) ==
+      MAP_FAILED)
+    return host_fail(v, "mmap(PROT_NONE, fixed)", addr, size, errno);
+  if (share->fd >= 0) close(share->fd);
+  share->fd = -1;
+  return RAP_OK;
+}
+
+static const rapi_vmm_backend host_share_backend = {host_share_map, host_share_unmap, host_unreserve};
+
 /* HostVmm(reserve=SIZE, granularity=SIZE): reserve defaults to twice the host's memory (address
  * space is cheap, and the slack keeps holes left by freed allocations from filling the range), the
  * granularity to 2 MiB, the device's usual granule, so that host runs see the device's arithmetic. */
@@ -459,9 +527,11 @@ int rapi_vmm_no_parent(rap_allocator *self) {
 static int host_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
   rapi_vmm_sizes asked;
   const char *peers = NULL;
+  int mode = 0;
   if (rapi_vmm_no_parent(self) != RAP_OK) return RAP_ERR_INVALID;
   int st = rapi_vmm_options(self, opts, &asked);
   if (st == RAP_OK) st = rap_options_get_string(opts, "peers", &peers);
+  if (st == RAP_OK) st = rapi_ipc_export_option(self, opts, false, &mode);
   if (st != RAP_OK) return st;
   if (peers != NULL)
     return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: option 'peers' (access from other devices) is for "
@@ -477,7 +547,8 @@ static int host_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
     return st;
   rapi_vmm *v = rapi_calloc(1, sizeof *v);
   if (v == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
-  v->ops = &host_backend;
+  v->ops = mode != 0 ? &host_share_backend : &host_backend;
+  v->handle_types = mode != 0 ? RAPI_IPC_POSIX : 0;
   v->self = self;
   v->raw_size = reserve + gran;   /* slack to align the range to the granularity */
   v->raw = mmap(NULL, v->raw_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -493,7 +564,9 @@ static int host_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
   v->base = (char *)rapi_align_up((uintptr_t)v->raw, gran);
   v->reserve = reserve;
   v->granularity = gran;
-  return rapi_vmm_start(self, state, v);
+  if ((st = rapi_vmm_start(self, state, v)) != RAP_OK || mode == 0) return st;
+  if ((st = rapi_ipc_export_start(v, RAPI_IPC_HOST)) != RAP_OK) rapi_vmm_fini(self, state);
+  return st;
 }
 
 const rap_strategy rapi_host_vmm_strategy = {

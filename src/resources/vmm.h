@@ -12,13 +12,26 @@
 #include "rap_internal.h"
 
 typedef struct rapi_vmm rapi_vmm;
+typedef struct rapi_ipc_export rapi_ipc_export;   /* ipc.c: an exporting platform's shared state */
+
+/* What an exporting platform keeps per mapping so that other processes can open it (ipc.c): the
+ * file descriptor of its memory (a memfd on the host, CUDA's POSIX handle on the device), the
+ * driver's handle (kept, not released after mapping), the fabric handle where one was asked for,
+ * and its place in the shared table of mappings. Unused (fd -1) on a platform without export=. */
+typedef struct rapi_vmm_share {
+  int fd;
+  unsigned slot;                   /* ipc.c: the mapping's row in the shared table */
+  uint64_t handle;                 /* device: the CUmemGenericAllocationHandle */
+  unsigned char fabric[64];        /* device, export=fabric: the CUmemFabricHandle */
+} rapi_vmm_share;
 
 /* Each call fails with a status and a sentence naming the allocator. map makes [addr, addr+size)
- * readable and writable (size is a multiple of the granularity); unmap gives back exactly a
- * range that one map call made; unreserve gives the whole range back (nothing mapped any more). */
+ * readable and writable (size is a multiple of the granularity) and, on an exporting platform,
+ * fills share; unmap gives back exactly a range that one map call made (with its share);
+ * unreserve gives the whole range back (nothing mapped any more). */
 typedef struct rapi_vmm_backend {
-  int  (*map)(rapi_vmm *v, char *addr, size_t size);
-  int  (*unmap)(rapi_vmm *v, char *addr, size_t size);
+  int  (*map)(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share);
+  int  (*unmap)(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share);
   void (*unreserve)(rapi_vmm *v);
 } rapi_vmm_backend;
 
@@ -27,6 +40,7 @@ typedef struct rapi_vmm_extent {
   size_t size;
   bool asleep;                     /* unmapped by a sleeping pool: its addresses stay taken */
   bool fresh;                      /* mapped again by the resume under way (vmm.c) */
+  rapi_vmm_share share;            /* an exporting platform's handles for this mapping */
   struct rapi_vmm_extent *prev, *next;   /* address order */
 } rapi_vmm_extent;
 
@@ -43,6 +57,9 @@ struct rapi_vmm {
   rapi_vmm_extent *first, *last;
   size_t extents, mapped, mapped_hwm;   /* mapped: what is mapped now (asleep extents are not) */
   void *copy;                      /* device backend: the streams backup and restore copy on */
+  unsigned handle_types;           /* export=: RAPI_IPC_POSIX | RAPI_IPC_FABRIC, 0 for none */
+  bool rdma;                       /* device, export=: gpuDirectRDMACapable asked of cuMemCreate */
+  rapi_ipc_export *ipc;            /* export=: the shared table importers read (ipc.c) */
   rapi_resizable resizable;        /* what pools over this allocator see (rap_internal.h) */
 };
 
@@ -88,5 +105,40 @@ void rapi_vmm_fail_unmap_at(long nth);
 /* ---- vmm_device.c: DeviceVmm, or its stub in a build without CUDA ------------------------- */
 extern const rap_strategy rapi_device_vmm_strategy;
 int rapi_device_vmm_device(rap_allocator *a);   /* the device a DeviceVmm maps memory on */
+
+/* ---- ipc.c: memory across processes (docs/DESIGN.md, "Memory across processes") ------------- */
+#define RAPI_IPC_POSIX 1u                /* handle types an exporting platform makes */
+#define RAPI_IPC_FABRIC 2u
+#define RAPI_IPC_PIECE ((size_t)1 << 30) /* an exporting platform maps in pieces of at most this */
+#define RAPI_IPC_HOST 1                  /* the kinds of exporting platform */
+#define RAPI_IPC_DEVICE 2
+/* Reads export=posix|fabric|auto|none into *mode (0 none, 1 posix, 2 fabric, 3 auto); HostVmm
+ * takes posix and none only. */
+int  rapi_ipc_export_option(rap_allocator *self, rap_options *opts, bool device, int *mode);
+/* The same for a value already read, with who naming the platform in the sentence (spec checks). */
+int  rapi_ipc_export_mode(const char *who, const char *text, bool device, int *mode);
+/* Starts an exporting platform's shared state (after rapi_vmm_start); on failure nothing stays. */
+int  rapi_ipc_export_start(rapi_vmm *v, int kind);
+void rapi_ipc_export_stop(rapi_vmm *v);   /* the platform goes: importers are refused from now */
+/* Every mapping made or given back by an exporting platform (vmm.c, under the platform's lock). */
+int  rapi_ipc_extent_add(rapi_vmm *v, rapi_vmm_extent *e);
+void rapi_ipc_extent_remove(rapi_vmm *v, rapi_vmm_extent *e);
+/* The importer's side of a backend: reserve a range, map what an exporter's descriptor of one
+ * mapping names at addr (fd: a descriptor this process owns, which the call does not close;
+ * fabric: a device's fabric handle), give back. The host's is in ipc.c, the device's here. */
+int  rapi_ipc_device_reserve(int device, size_t size, size_t granularity, char **base);
+void rapi_ipc_device_unreserve(char *base, size_t size);
+int  rapi_ipc_device_map(int device, char *addr, size_t size, int fd, const unsigned char *fabric);
+int  rapi_ipc_device_unmap(char *addr, size_t size);
+/* The device of a PCI bus id ("0000:3b:00.0") in this process, and of a device ordinal. */
+int  rapi_ipc_device_by_bus_id(const char *bus_id, int *device);
+int  rapi_ipc_device_bus_id(int device, char *bus_id, size_t cap);
+/* Interprocess events: the importer records one on a CUDA resource and hands its handle (64 bytes)
+ * over; the exporter opens it once (*opened) and queries it (1 passed, 0 not yet, < 0 status). */
+int  rapi_ipc_event_record(rap_resource *r, unsigned char handle[64], void **event);
+int  rapi_ipc_event_synchronize(void *event);
+void rapi_ipc_event_destroy(void *event);
+int  rapi_ipc_event_query(const unsigned char handle[64], void **opened);
+void rapi_ipc_event_close(void *opened);
 
 #endif /* RAP_VMM_H */

@@ -12,11 +12,13 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #if RAP_HAVE_CUDA && !RAP_HAVE_HIP
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
+#include <rap/cuda.h>
 
 /* The driver's functions, looked up once per process. */
 static struct {
@@ -29,6 +31,10 @@ static struct {
   PFN_cuMemUnmap_v10020 unmap;
   PFN_cuMemGetAllocationGranularity_v10020 granularity;
   PFN_cuGetErrorString_v6000 error_string;
+  PFN_cuMemExportToShareableHandle_v10020 export_handle;
+  PFN_cuMemImportFromShareableHandle_v10020 import_handle;
+  PFN_cuDeviceGet_v2000 device_get;
+  PFN_cuDeviceGetAttribute_v2000 attribute;
   const char *missing;             /* the first symbol the driver did not give, or NULL */
   cudaError_t error;
 } drv;
@@ -45,6 +51,10 @@ static void drv_load(void) {
       {"cuMemUnmap", (void **)&drv.unmap},
       {"cuMemGetAllocationGranularity", (void **)&drv.granularity},
       {"cuGetErrorString", (void **)&drv.error_string},
+      {"cuMemExportToShareableHandle", (void **)&drv.export_handle},
+      {"cuMemImportFromShareableHandle", (void **)&drv.import_handle},
+      {"cuDeviceGet", (void **)&drv.device_get},
+      {"cuDeviceGetAttribute", (void **)&drv.attribute},
   };
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
     enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
@@ -107,10 +117,47 @@ static CUmemAllocationProp device_prop(int device) {
   return prop;
 }
 
+/* The properties of an exporting platform's memory: the handle types asked for (export=), and
+ * gpuDirectRDMACapable where the device supports it with VMM memory, as NCCL's own allocations
+ * ask (a request: CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE says what was granted). */
+static CUmemAllocationProp export_prop(const rapi_vmm *v) {
+  CUmemAllocationProp prop = device_prop(v->device);
+  unsigned types = 0;
+  if (v->handle_types & RAPI_IPC_POSIX) types |= CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  if (v->handle_types & RAPI_IPC_FABRIC) types |= CU_MEM_HANDLE_TYPE_FABRIC;
+  prop.requestedHandleTypes = (CUmemAllocationHandleType)types;
+  prop.allocFlags.gpuDirectRDMACapable = v->rdma ? 1 : 0;
+  return prop;
+}
+
 /* create, map, set access, then release the handle (the mapping keeps the memory); each step
  * undone if a later one fails. */
-static int device_map_here(rapi_vmm *v, char *addr, size_t size) {
-  CUmemAllocationProp prop = device_prop(v->device);
+/* An exporting platform keeps the handle (released when the mapping goes) and the descriptor of
+ * its POSIX handle, and its fabric handle where asked for (ipc.c publishes them). */
+static int device_share(rapi_vmm *v, CUmemGenericAllocationHandle h, size_t size,
+                        rapi_vmm_share *share) {
+  CUresult r = CUDA_SUCCESS;
+  int fd = -1;
+  if (v->handle_types & RAPI_IPC_POSIX) {
+    r = drv.export_handle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r != CUDA_SUCCESS) return cu_fail(v, "cuMemExportToShareableHandle(posix fd)", r, size);
+  }
+  if (v->handle_types & RAPI_IPC_FABRIC) {
+    CUmemFabricHandle fab;
+    r = drv.export_handle(&fab, h, CU_MEM_HANDLE_TYPE_FABRIC, 0);
+    if (r != CUDA_SUCCESS) {
+      if (fd >= 0) close(fd);
+      return cu_fail(v, "cuMemExportToShareableHandle(fabric)", r, size);
+    }
+    memcpy(share->fabric, &fab, sizeof share->fabric);
+  }
+  share->fd = fd;
+  share->handle = (uint64_t)h;
+  return RAP_OK;
+}
+
+static int device_map_here(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
+  CUmemAllocationProp prop = v->handle_types ? export_prop(v) : device_prop(v->device);
   CUmemGenericAllocationHandle h;
   CUdeviceptr d = (CUdeviceptr)(uintptr_t)addr;
   CUresult r = drv.create(&h, size, &prop, 0);
@@ -137,6 +184,14 @@ static int device_map_here(rapi_vmm *v, char *addr, size_t size) {
     (void)drv.release(h);
     return cu_fail(v, "cuMemSetAccess", r, size);
   }
+  if (v->handle_types) {
+    int st = device_share(v, h, size, share);
+    if (st != RAP_OK) {
+      (void)drv.unmap(d, size);
+      (void)drv.release(h);
+    }
+    return st;
+  }
   r = drv.release(h);
   if (r != CUDA_SUCCESS) {
     (void)drv.unmap(d, size);
@@ -145,20 +200,28 @@ static int device_map_here(rapi_vmm *v, char *addr, size_t size) {
   return RAP_OK;
 }
 
-static int device_map(rapi_vmm *v, char *addr, size_t size) {
+static int device_map(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
   int saved = 0;
   int st = enter_device(v, &saved);
   if (st != RAP_OK) return st;
-  st = device_map_here(v, addr, size);
+  st = device_map_here(v, addr, size, share);
   leave_device(v, saved);
   return st;
 }
 
-static int device_unmap(rapi_vmm *v, char *addr, size_t size) {
+static int device_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
   int saved = 0;
   int st = enter_device(v, &saved);
   if (st != RAP_OK) return st;
   CUresult r = drv.unmap((CUdeviceptr)(uintptr_t)addr, size);
+  if (r == CUDA_SUCCESS && v->handle_types && share->handle != 0) {   /* the kept handle goes too */
+    if (share->fd >= 0) close(share->fd);
+    share->fd = -1;
+    r = drv.release((CUmemGenericAllocationHandle)share->handle);
+    share->handle = 0;
+    leave_device(v, saved);
+    return r == CUDA_SUCCESS ? RAP_OK : cu_fail(v, "cuMemRelease", r, size);
+  }
   leave_device(v, saved);
   return r == CUDA_SUCCESS ? RAP_OK : cu_fail(v, "cuMemUnmap", r, size);
 }
@@ -299,7 +362,7 @@ static const rapi_vmm_backend device_backend = {device_map, device_unmap, device
 
 /* The device's granularities and total memory, with the device current. */
 static int device_sizes(rapi_vmm *v, size_t *least, size_t *recommended, size_t *total) {
-  CUmemAllocationProp prop = device_prop(v->device);
+  CUmemAllocationProp prop = v->handle_types ? export_prop(v) : device_prop(v->device);
   CUresult r = drv.granularity(least, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
   if (r == CUDA_SUCCESS) r = drv.granularity(recommended, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
   if (r != CUDA_SUCCESS) return cu_fail(v, "cuMemGetAllocationGranularity", r, 0);
@@ -319,6 +382,9 @@ static int device_reserve(rapi_vmm *v, const rapi_vmm_sizes *sz) {
   int st = device_sizes(v, &least, &recommended, &total);
   if (st != RAP_OK) return st;
   size_t gran = sz->has_granularity ? sz->granularity : recommended;
+  /* Memory NCCL registers is made in the recommended granularity (ncclMemAlloc): an exporting
+   * platform never maps in less. */
+  if (v->handle_types && gran < recommended) gran = recommended;
   size_t reserve = sz->has_reserve ? sz->reserve : total * 2;   /* slack for holes, as HostVmm (vmm.c) */
   if ((st = rapi_vmm_check_sizes(v->self, least, &reserve, gran)) != RAP_OK) return st;
   CUdeviceptr base = 0;
@@ -346,14 +412,46 @@ static void device_settle(rap_allocator *a) {
   leave_device(v, saved);
 }
 
+/* export=posix|fabric|auto: the handle types, POSIX always (what NCCL registers and what
+ * importers on this machine open), fabric where asked; auto asks for fabric only where creating
+ * such memory works (the attribute may say yes and cuMemCreate still refuse without an IMEX
+ * channel), probed with one real allocation. Device current. */
+static int export_types(rapi_vmm *v, int mode) {
+  int rdma = 0;
+  CUdevice dev;
+  if (drv.device_get(&dev, v->device) != CUDA_SUCCESS ||
+      drv.attribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, dev) !=
+          CUDA_SUCCESS)
+    rdma = 0;
+  v->rdma = rdma != 0;
+  v->handle_types = RAPI_IPC_POSIX | (mode >= 2 ? RAPI_IPC_FABRIC : 0);
+  if (mode == 1) return RAP_OK;
+  CUmemAllocationProp prop = export_prop(v);
+  size_t gran = 0;
+  CUresult r = drv.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  CUmemGenericAllocationHandle h;
+  if (r == CUDA_SUCCESS) r = drv.create(&h, gran, &prop, 0);
+  if (r == CUDA_SUCCESS) {
+    (void)drv.release(h);
+    return RAP_OK;
+  }
+  if (mode == 2) return cu_fail(v, "cuMemCreate (export=fabric, probed)", r, gran);
+  rap_log(RAP_LOG_INFO, "%s: export=auto: fabric handles are refused here (%d); POSIX file "
+          "descriptors only", rap_allocator_name(v->self), (int)r);
+  v->handle_types = RAPI_IPC_POSIX;
+  return RAP_OK;
+}
+
 /* DeviceVmm(device=N, reserve=SIZE, granularity=SIZE): reserve defaults to twice the device's
  * memory, granularity to the driver's recommended one (2 MiB on current GPUs). */
 static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
   rapi_vmm_sizes sz;
   uint64_t device = 0;
+  int mode = 0;
   int st = rapi_vmm_no_parent(self);
   if (st == RAP_OK) st = rap_options_get_uint(opts, "device", &device);
   if (st == RAP_OK) st = rapi_vmm_options(self, opts, &sz);
+  if (st == RAP_OK) st = rapi_ipc_export_option(self, opts, true, &mode);
   if (st != RAP_OK) return st;
   if ((st = rapi_gpu_device_exists(self, device)) != RAP_OK || (st = drv_ready(self)) != RAP_OK)
     return st;
@@ -364,7 +462,8 @@ static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) 
   v->device = (int)device;
   int saved = 0;
   if ((st = enter_device(v, &saved)) == RAP_OK) {
-    st = device_reserve(v, &sz);
+    if (mode != 0) st = export_types(v, mode);
+    if (st == RAP_OK) st = device_reserve(v, &sz);
     leave_device(v, saved);
   }
   if (st != RAP_OK) {
@@ -379,6 +478,7 @@ static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) 
   v->resizable.copy_finish = device_copy_finish;
   self->devices_ok = rapi_device_bit(v->device);
   st = rapi_gpu_peers_option(self, v->device, opts);
+  if (st == RAP_OK && mode != 0) st = rapi_ipc_export_start(v, RAPI_IPC_DEVICE);
   if (st != RAP_OK) rapi_vmm_fini(self, state);   /* the manager calls no fini when init fails */
   return st;
 }
@@ -418,6 +518,158 @@ int rapi_device_vmm_peer(rap_allocator *a, int device, int enable) {
 /* The device DEVICE_VMM's allocations live on, for memory_info.c and rap_device_pointer. */
 int rapi_device_vmm_device(rap_allocator *a) { return ((rapi_vmm *)((rapi_tracked *)a->state)->impl)->device; }
 
+
+/* ---- the importer's side (ipc.c) and interprocess events -------------------------------------- */
+
+static int ipc_drv(const char *who) {
+  pthread_once(&drv_once, drv_load);
+  if (drv.missing == NULL) return RAP_OK;
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: the CUDA driver does not provide %s", who, drv.missing);
+}
+
+static int ipc_cu_fail(const char *call, CUresult r, size_t size) {
+  const char *text = NULL;
+  if (drv.error_string == NULL || drv.error_string(r, &text) != CUDA_SUCCESS || text == NULL)
+    text = "unknown error";
+  char sz[32];
+  rapi_format_size(sz, sizeof sz, size);
+  return rapi_fail(r == CUDA_ERROR_OUT_OF_MEMORY ? RAP_ERR_NOMEM : RAP_ERR_BACKEND,
+                   "rap_ipc_import: %s(%s): %s", call, sz, text);
+}
+
+static int ipc_rt_fail(const char *call, cudaError_t e) {
+  (void)cudaGetLastError();
+  return rapi_fail(e == cudaErrorMemoryAllocation ? RAP_ERR_NOMEM : RAP_ERR_BACKEND, "rap_ipc: %s: %s",
+                   call, cudaGetErrorString(e));
+}
+
+/* Runs with device current (put back after): the driver calls need its primary context. */
+static int ipc_enter(int device, int *saved) {
+  cudaError_t e = cudaGetDevice(saved);
+  if (e == cudaSuccess) e = cudaSetDevice(device);
+  return e == cudaSuccess ? RAP_OK : ipc_rt_fail("cudaSetDevice", e);
+}
+
+int rapi_ipc_device_reserve(int device, size_t size, size_t granularity, char **base) {
+  int saved = 0, st = ipc_drv("rap_ipc_import");
+  if (st != RAP_OK || (st = ipc_enter(device, &saved)) != RAP_OK) return st;
+  CUdeviceptr d = 0;
+  CUresult r = drv.reserve(&d, size, granularity, 0, 0);
+  (void)cudaSetDevice(saved);
+  if (r != CUDA_SUCCESS) return ipc_cu_fail("cuMemAddressReserve", r, size);
+  *base = (char *)(uintptr_t)d;
+  return RAP_OK;
+}
+
+void rapi_ipc_device_unreserve(char *base, size_t size) {
+  if (drv.address_free != NULL) (void)drv.address_free((CUdeviceptr)(uintptr_t)base, size);
+}
+
+/* Imports the exporter's memory (a POSIX descriptor, else a fabric handle), maps it at addr and
+ * gives this process's device access; the mapping holds the memory, so the handle goes at once. */
+int rapi_ipc_device_map(int device, char *addr, size_t size, int fd, const unsigned char *fabric) {
+  int saved = 0, st = ipc_drv("rap_ipc_import");
+  if (st != RAP_OK || (st = ipc_enter(device, &saved)) != RAP_OK) return st;
+  CUmemGenericAllocationHandle h;
+  CUdeviceptr d = (CUdeviceptr)(uintptr_t)addr;
+  CUresult r = fd >= 0 ? drv.import_handle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+                       : drv.import_handle(&h, (void *)fabric, CU_MEM_HANDLE_TYPE_FABRIC);
+  if (r != CUDA_SUCCESS) {
+    st = ipc_cu_fail("cuMemImportFromShareableHandle", r, size);
+  } else if ((r = drv.map(d, size, 0, h, 0)) != CUDA_SUCCESS) {
+    st = ipc_cu_fail("cuMemMap", r, size);
+    (void)drv.release(h);
+  } else {
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if ((r = drv.set_access(d, size, &access, 1)) != CUDA_SUCCESS) {
+      st = ipc_cu_fail("cuMemSetAccess", r, size);
+      (void)drv.unmap(d, size);
+    }
+    (void)drv.release(h);
+  }
+  (void)cudaSetDevice(saved);
+  return st;
+}
+
+int rapi_ipc_device_unmap(char *addr, size_t size) {
+  if (drv.unmap == NULL) return RAP_OK;
+  CUresult r = drv.unmap((CUdeviceptr)(uintptr_t)addr, size);
+  return r == CUDA_SUCCESS ? RAP_OK : ipc_cu_fail("cuMemUnmap", r, size);
+}
+
+int rapi_ipc_device_by_bus_id(const char *bus_id, int *device) {
+  cudaError_t e = cudaDeviceGetByPCIBusId(device, bus_id);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the exporter's GPU (PCI bus %s) is not "
+                     "visible to this process (CUDA_VISIBLE_DEVICES?): %s", bus_id,
+                     cudaGetErrorString(e));
+  }
+  return RAP_OK;
+}
+
+int rapi_ipc_device_bus_id(int device, char *bus_id, size_t cap) {
+  cudaError_t e = cudaDeviceGetPCIBusId(bus_id, (int)cap, device);
+  return e == cudaSuccess ? RAP_OK : ipc_rt_fail("cudaDeviceGetPCIBusId", e);
+}
+
+/* An interprocess event (made once, recorded again for later closes) recorded on r's stream,
+ * with its stream's device current. */
+int rapi_ipc_event_record(rap_resource *r, unsigned char handle[64], void **event) {
+  cudaStream_t s = rap_resource_cuda_stream(r);
+  int dev = 0, saved = 0;
+  cudaError_t e = cudaStreamGetDevice(s, &dev);
+  if (e != cudaSuccess) return ipc_rt_fail("cudaStreamGetDevice", e);
+  int st = ipc_enter(dev, &saved);
+  if (st != RAP_OK) return st;
+  if (*event == NULL) {
+    cudaEvent_t ev;
+    cudaIpcEventHandle_t h;
+    e = cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming);
+    if (e == cudaSuccess && (e = cudaIpcGetEventHandle(&h, ev)) != cudaSuccess) (void)cudaEventDestroy(ev);
+    if (e == cudaSuccess) {
+      memcpy(handle, &h, 64);
+      *event = ev;
+    }
+  }
+  if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)*event, s);
+  (void)cudaSetDevice(saved);
+  return e == cudaSuccess ? RAP_OK : ipc_rt_fail("an interprocess event for rap_ipc_close", e);
+}
+
+int rapi_ipc_event_synchronize(void *event) {
+  cudaError_t e = cudaEventSynchronize((cudaEvent_t)event);
+  return e == cudaSuccess ? RAP_OK : ipc_rt_fail("cudaEventSynchronize", e);
+}
+
+void rapi_ipc_event_destroy(void *event) {
+  if (event != NULL && cudaEventDestroy((cudaEvent_t)event) != cudaSuccess) (void)cudaGetLastError();
+}
+
+int rapi_ipc_event_query(const unsigned char handle[64], void **opened) {
+  cudaError_t e = cudaSuccess;
+  if (*opened == NULL) {
+    cudaIpcEventHandle_t h;
+    cudaEvent_t ev;
+    memcpy(&h, handle, 64);
+    if ((e = cudaIpcOpenEventHandle(&ev, h)) != cudaSuccess) return ipc_rt_fail("cudaIpcOpenEventHandle", e);
+    *opened = ev;
+  }
+  e = cudaEventQuery((cudaEvent_t)*opened);
+  if (e == cudaSuccess) return 1;
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return ipc_rt_fail("cudaEventQuery (an importer's event)", e);
+}
+
+void rapi_ipc_event_close(void *opened) { rapi_ipc_event_destroy(opened); }
+
 #else /* no CUDA, or HIP: a clear refusal */
 
 static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
@@ -443,6 +695,45 @@ int rapi_device_vmm_peer(rap_allocator *a, int device, int enable) {
   return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: the growable device platform is CUDA only",
                    rap_allocator_name(a));
 }
+static int no_device_ipc(void) {
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc: device memory across processes needs a CUDA "
+                   "build (DeviceVmm); HostVmm(export=posix) is the host's");
+}
+int rapi_ipc_device_reserve(int device, size_t size, size_t granularity, char **base) {
+  (void)device, (void)size, (void)granularity, (void)base;
+  return no_device_ipc();
+}
+void rapi_ipc_device_unreserve(char *base, size_t size) { (void)base, (void)size; }
+int rapi_ipc_device_map(int device, char *addr, size_t size, int fd, const unsigned char *fabric) {
+  (void)device, (void)addr, (void)size, (void)fd, (void)fabric;
+  return no_device_ipc();
+}
+int rapi_ipc_device_unmap(char *addr, size_t size) {
+  (void)addr, (void)size;
+  return RAP_OK;
+}
+int rapi_ipc_device_by_bus_id(const char *bus_id, int *device) {
+  (void)bus_id, (void)device;
+  return no_device_ipc();
+}
+int rapi_ipc_device_bus_id(int device, char *bus_id, size_t cap) {
+  (void)device, (void)bus_id, (void)cap;
+  return no_device_ipc();
+}
+int rapi_ipc_event_record(rap_resource *r, unsigned char handle[64], void **event) {
+  (void)r, (void)handle, (void)event;
+  return no_device_ipc();
+}
+int rapi_ipc_event_synchronize(void *event) {
+  (void)event;
+  return RAP_OK;
+}
+void rapi_ipc_event_destroy(void *event) { (void)event; }
+int rapi_ipc_event_query(const unsigned char handle[64], void **opened) {
+  (void)handle, (void)opened;
+  return no_device_ipc();
+}
+void rapi_ipc_event_close(void *opened) { (void)opened; }
 #endif
 
 const rap_strategy rapi_device_vmm_strategy = {

@@ -121,6 +121,17 @@ static inline rstate *lookup(ra_pool *p, rap_resource *r) {
 
 static inline bool passed(const rstate *rs, uint64_t tag) { return rs->sync || tag <= rs->done; }
 
+/* A resource whose uses are fenced per block, not per batch (the ipc resource of an exporting
+ * platform: resources/ipc.c): a use of it carries its token in tag, is asked whether it passed,
+ * and is never waited for. */
+static inline bool per_block(const rstate *rs) { return rs->r->ops->use_passed != NULL; }
+
+static bool has_per_block_use(const rapi_block *b) {
+  for (const rapi_use *u = RA(b)->uses; u != NULL; u = u->next)
+    if (per_block(u->rs)) return true;
+  return false;
+}
+
 static inline bool capturing(const rstate *rs) {
   return __atomic_load_n(&rs->r->capturing, __ATOMIC_RELAXED) != 0;
 }
@@ -235,6 +246,7 @@ static rapi_block *drop_pending(ra_pool *p, rstate *rs, rapi_block *b) {
 static void free_uses(ra_pool *p, rapi_block *b) {
   for (rapi_use *u = RA(b)->uses, *next; u != NULL; u = next) {
     next = u->next;
+    if (per_block(u->rs)) u->rs->r->ops->use_drop(u->rs->r, u->tag);
     u->rs->uses_out--;
     rapi_slab_free(&p->use_recs, u);
   }
@@ -243,7 +255,8 @@ static void free_uses(ra_pool *p, rapi_block *b) {
 
 static bool uses_passed(const rapi_block *b) {
   for (const rapi_use *u = RA(b)->uses; u != NULL; u = u->next)
-    if (!passed(u->rs, u->tag)) return false;
+    if (per_block(u->rs) ? u->rs->r->ops->use_passed(u->rs->r, u->tag) != 1 : !passed(u->rs, u->tag))
+      return false;
   return true;
 }
 
@@ -414,14 +427,15 @@ static int wait_for_block(ra_pool *p, rstate *rs, rstate *owner, rapi_block *b, 
   int st = RAP_OK;
   if (owner != rs && !passed(owner, RA(b)->tag) && capturing(owner)) return RAP_ERR_BUSY;
   for (rapi_use *u = RA(b)->uses; u != NULL; u = u->next)
-    if (u->rs != rs && !passed(u->rs, u->tag) && capturing(u->rs)) return RAP_ERR_BUSY;
+    if (!per_block(u->rs) && u->rs != rs && !passed(u->rs, u->tag) && capturing(u->rs))
+      return RAP_ERR_BUSY;
   if (owner != rs && !passed(owner, RA(b)->tag)) {
     if (RA(b)->tag == owner->open) st = fence_open(p, owner);
     rapi_event *ev = st == RAP_OK ? fence_event(owner, RA(b)->tag) : NULL;
     if (ev) st = wait_event(p, rs, ev, host_waited);
   }
   for (rapi_use *u = RA(b)->uses; u != NULL && st == RAP_OK && !*host_waited; u = u->next) {
-    if (u->rs == rs || passed(u->rs, u->tag)) continue;
+    if (per_block(u->rs) || u->rs == rs || passed(u->rs, u->tag)) continue;
     if (u->tag == u->rs->open) st = fence_open(p, u->rs);
     rapi_event *ev = st == RAP_OK ? fence_event(u->rs, u->tag) : NULL;
     if (ev) st = wait_event(p, rs, ev, host_waited);
@@ -437,7 +451,7 @@ static rapi_block *find_waitable(ra_pool *p, rstate *rs, size_t size, rstate **o
   for (rstate *o = p->by_key; o != NULL; o = o->hh.next) {
     unsigned n = 0;
     for (rapi_block *f = o->fifo_head; f != NULL && n < 64; f = RA(f)->fifo_next, n++) {
-      if (f->size < size || (o == rs && RA(f)->uses == NULL)) continue;
+      if (f->size < size || (o == rs && RA(f)->uses == NULL) || has_per_block_use(f)) continue;
       if (best == NULL || RA(f)->seq < RA(best)->seq) {
         best = f;
         *owner = o;
@@ -636,6 +650,7 @@ static RAPI_INLINE int ra_deallocate_body(void *state, void *ptr, rap_resource *
   RA(b)->tag = owner->open;
   owner->open_dirty = !owner->sync;
   for (rapi_use *u = RA(b)->uses; u != NULL; u = u->next) {
+    if (per_block(u->rs)) continue;   /* its tag is its token */
     u->tag = u->rs->open;
     u->rs->open_dirty = true;
   }
@@ -651,12 +666,32 @@ static int ra_deallocate(void *state, void *ptr, rap_resource *r) {
   return st;
 }
 
+/* Each record on a per-block resource is a use of its own (an export per descriptor), with the
+ * token the resource gives for this block. */
+static int record_per_block(ra_pool *p, rapi_block *b, rstate *rs) {
+  rapi_use *u = rapi_slab_alloc(&p->use_recs);
+  if (u == NULL)
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a use record",
+                     rap_allocator_name(p->bp.self));
+  int st = rs->r->ops->use_bind(rs->r, b->ptr, b->requested, &u->tag);
+  if (st != RAP_OK) {
+    rapi_slab_free(&p->use_recs, u);
+    return st;
+  }
+  u->rs = rs;
+  u->next = RA(b)->uses;
+  RA(b)->uses = u;
+  rs->uses_out++;
+  return RAP_OK;
+}
+
 static RAPI_INLINE int ra_record_body(void *state, void *ptr, rap_resource *r) {
   ra_pool *p = state;
   rapi_block *b = rapi_bp_find_used(&p->bp, ptr);
   if (b == NULL) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_record_resource");
   rstate *rs = lookup(p, r);
   if (rs == NULL) return no_rstate(p, "rap_record_resource");
+  if (per_block(rs)) return record_per_block(p, b, rs);
   if (rs->sync || rs == RA(b)->owner) return RAP_OK;   /* already in order */
   for (rapi_use *u = RA(b)->uses; u != NULL; u = u->next)
     if (u->rs == rs) return RAP_OK;
@@ -859,13 +894,22 @@ static void rehome(ra_pool *p, rstate *from, rapi_block *b) {
   RAPI_ASSERT(RA(b)->uses != NULL && !uses_passed(b));
   drop_pending(p, from, b);
   rapi_use **pu = &RA(b)->uses;
-  while (passed((*pu)->rs, (*pu)->tag)) pu = &(*pu)->next;
-  rapi_use *u = *pu;
-  *pu = u->next;
-  rstate *to = u->rs;
-  RA(b)->tag = u->tag;
-  to->uses_out--;
-  rapi_slab_free(&p->use_recs, u);
+  while (*pu != NULL && (per_block((*pu)->rs) || passed((*pu)->rs, (*pu)->tag))) pu = &(*pu)->next;
+  rstate *to = NULL;
+  if (*pu == NULL) {
+    /* Only per-block uses are left: the block waits on that resource (synchronous, so its own
+     * batch has passed), its uses kept, until they pass. */
+    for (rapi_use *u = RA(b)->uses; u != NULL; u = u->next)
+      if (per_block(u->rs)) to = u->rs;
+    RA(b)->tag = 0;
+  } else {
+    rapi_use *u = *pu;
+    *pu = u->next;
+    to = u->rs;
+    RA(b)->tag = u->tag;
+    to->uses_out--;
+    rapi_slab_free(&p->use_recs, u);
+  }
   rapi_block *after = to->fifo_tail;
   while (after != NULL && RA(after)->tag > RA(b)->tag) after = RA(after)->fifo_prev;
   add_pending(p, to, b, after, false);

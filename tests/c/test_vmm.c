@@ -447,11 +447,13 @@ RAP_TEST_VMM(VmmPool, PoolsOnThreadsShareOneRange) {
 static const rapi_vmm_backend *real_backend;
 static size_t device_cap;   /* map answers NOMEM past this many mapped bytes, as a full device */
 
-static int capped_map(rapi_vmm *v, char *addr, size_t size) {
+static int capped_map(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
   if (v->mapped + size > device_cap) return rapi_fail(RAP_ERR_NOMEM, "stand-in device: full");
-  return real_backend->map(v, addr, size);
+  return real_backend->map(v, addr, size, share);
 }
-static int capped_unmap(rapi_vmm *v, char *addr, size_t size) { return real_backend->unmap(v, addr, size); }
+static int capped_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
+  return real_backend->unmap(v, addr, size, share);
+}
 static void capped_unreserve(rapi_vmm *v) { real_backend->unreserve(v); }
 static const rapi_vmm_backend capped = {capped_map, capped_unmap, capped_unreserve};
 
@@ -510,9 +512,9 @@ RAP_TEST(VmmPool, HwmCoalesceKeepsThePeak) {
 }
 
 static char *fail_unmap_at;   /* the stand-in's unmap of the extent at this address fails */
-static int failing_unmap(rapi_vmm *v, char *addr, size_t size) {
+static int failing_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
   if (addr == fail_unmap_at) return rapi_fail(RAP_ERR_BACKEND, "stand-in device: unmap failed");
-  return real_backend->unmap(v, addr, size);
+  return real_backend->unmap(v, addr, size, share);
 }
 static const rapi_vmm_backend failing = {capped_map, failing_unmap, capped_unreserve};
 

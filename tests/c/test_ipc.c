@@ -1,0 +1,541 @@
+/* test_ipc.c — memory across processes on the host: blocks of a ResourceAwarePool over
+ * HostVmm(export=posix) exported here and imported by another process (ipc_peer.c, driven through
+ * pipes), the exporter's free held until the importer closed and its queued work passed or the
+ * importer ended, and every bad input refused with the exporter's pool unchanged. The importer's
+ * queue is gated by a pipe this process writes to: no sleeps.
+ */
+#define _GNU_SOURCE   /* pipe2, fdopen */
+#include "test_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define POOL "ResourceAwarePool(HostVmm(export=posix, reserve=1GiB))"
+#define MIB ((size_t)1 << 20)
+
+typedef struct peer {
+  pid_t pid;
+  FILE *in, *out;
+  int gate;
+} peer;
+
+/* The peer program: beside this test binary (a build carried to another machine keeps them
+ * together), else where CMake built it. */
+static void peer_path(char *buf, size_t cap, const char *name, const char *built) {
+  ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+  if (n > 0) {
+    buf[n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (slash != NULL && (size_t)(slash + 1 - buf) + strlen(name) < cap) {
+      strcpy(slash + 1, name);
+      if (access(buf, X_OK) == 0) return;
+    }
+  }
+  snprintf(buf, cap, "%s", built);
+}
+
+static void peer_start(peer *p) {
+  int in[2], out[2], gate[2];
+  RAP_CHECK(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0 && pipe2(gate, O_CLOEXEC) == 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, gate[0], 3);
+  char path[4096];
+  peer_path(path, sizeof path, "rap_ipc_peer", RAP_IPC_PEER);
+  char *argv[] = {path, NULL};
+  int err = posix_spawn(&p->pid, path, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(in[0]);
+  close(out[1]);
+  close(gate[0]);
+  RAP_CHECK(err == 0);
+  p->in = fdopen(in[1], "w");
+  p->out = fdopen(out[0], "r");
+  p->gate = gate[1];
+  RAP_CHECK(p->in != NULL && p->out != NULL);
+}
+
+/* Sends one command and returns the answer line (without its newline). */
+static const char *peer_say(peer *p, char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static const char *peer_say(peer *p, char *buf, size_t cap, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(p->in, fmt, ap);
+  va_end(ap);
+  fputc('\n', p->in);
+  fflush(p->in);
+  if (fgets(buf, (int)cap, p->out) == NULL) rap_test_fail(__FILE__, __LINE__, "the peer did not answer");
+  buf[strcspn(buf, "\n")] = '\0';
+  return buf;
+}
+
+#define PEER_OK(p, ...)                                                                            \
+  ({                                                                                               \
+    char b_[1024];                                                                                 \
+    const char *a_ = peer_say((p), b_, sizeof b_, __VA_ARGS__);                                    \
+    if (strncmp(a_, "ok ", 3) != 0) rap_test_fail(__FILE__, __LINE__, "peer: %s", a_);             \
+    strtoull(a_ + 3, NULL, 10);                                                                    \
+  })
+#define PEER_ERR(p, status, words, ...)                                                            \
+  do {                                                                                             \
+    char b_[1024];                                                                                 \
+    const char *a_ = peer_say((p), b_, sizeof b_, __VA_ARGS__);                                    \
+    if (strncmp(a_, "err " status " ", strlen("err " status " ")) != 0)                            \
+      rap_test_fail(__FILE__, __LINE__, "peer answered '%s', expected %s", a_, status);            \
+    RAP_CHECK_STR(a_, words);                                                                      \
+  } while (0)
+
+/* quit: the peer closes what is left and ends cleanly; else it ends at once, closing nothing. */
+static void peer_end(peer *p, bool quit) {
+  fputs(quit ? "quit\n" : "exit\n", p->in);
+  fclose(p->in);
+  fclose(p->out);
+  close(p->gate);
+  int status = 0;
+  RAP_CHECK(waitpid(p->pid, &status, 0) == p->pid);
+  RAP_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static void hex(const rap_ipc_desc *d, char *out) {
+  for (size_t i = 0; i < sizeof d->bytes; i++) sprintf(out + 2 * i, "%02x", d->bytes[i]);
+}
+
+static unsigned long long import(peer *p, const rap_ipc_desc *d, const char *how) {
+  char h[2 * sizeof d->bytes + 1];
+  hex(d, h);
+  return PEER_OK(p, "import %s %s", h, how);
+}
+
+static rap_stats stats(rap_allocator *a) {
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(a, &s));
+  return s;
+}
+
+/* The pool polls its pending blocks (a release, as a miss would) and answers what is pending. */
+static size_t pending_after_poll(rap_allocator *a) {
+  RAP_CHECK_OK(rap_release(a));
+  RAP_CHECK_OK(rap_allocator_check(a));
+  return stats(a).pending_bytes;
+}
+
+RAP_TEST(Ipc, ABlockCrossesAndComesBackOnlyAfterTheImporterClosedIt) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", POOL, &pool));
+  uint64_t *a = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&a, MIB, NULL));
+  a[0] = 0xA11CE;
+  rap_ipc_desc d;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+  peer p;
+  peer_start(&p);
+  unsigned long long i = import(&p, &d, "host");
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu 0", i), 0xA11CE);
+  PEER_OK(&p, "write %llu 8 %d", i, 0xB0B);   /* the same pages: the exporter sees it */
+  RAP_CHECK_EQ(a[1], 0xB0B);
+  /* The exporter frees it: pending on the import, however often the pool polls. */
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK(pending_after_poll(pool) >= MIB);
+  void *b = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &b, MIB, NULL));
+  RAP_CHECK(b != (void *)a);   /* never handed out again meanwhile */
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu 8", i), 0xB0B);
+  PEER_OK(&p, "close %llu host", i);
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  peer_end(&p, true);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(Ipc, AQueuedCloseHoldsTheBlockUntilTheImportersWorkPassed) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", POOL, &pool));
+  void *a = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &a, 3 * MIB, NULL));
+  rap_ipc_desc d;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));   /* freed before the importer even opened it */
+  peer p;
+  peer_start(&p);
+  unsigned long long i = import(&p, &d, "async");
+  PEER_OK(&p, "close %llu gated", i);   /* returns at once; the close waits on the queue */
+  RAP_CHECK(pending_after_poll(pool) >= 3 * MIB);
+  RAP_CHECK(write(p.gate, "g", 1) == 1);   /* the importer's work passes */
+  PEER_OK(&p, "sync");
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  peer_end(&p, true);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(Ipc, AnImporterThatEndsWithoutClosingGivesItsBlocksBack) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", POOL, &pool));
+  void *a = NULL, *b = NULL, *c = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &a, MIB, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, &b, MIB, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, &c, MIB, NULL));
+  rap_ipc_desc da, db, dc;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &da));
+  RAP_CHECK_OK(rap_ipc_export(pool, b, &db));
+  RAP_CHECK_OK(rap_ipc_export(pool, c, &dc));   /* never imported */
+  peer p;
+  peer_start(&p);
+  import(&p, &da, "host");
+  unsigned long long ib = import(&p, &db, "async");
+  PEER_OK(&p, "close %llu gated", ib);   /* its queue never passes the gate */
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+  RAP_CHECK(pending_after_poll(pool) >= 3 * MIB);
+  peer_end(&p, false);   /* ends: closes nothing, its queue never ran the close */
+  /* Both of its blocks come back at the next poll; the descriptor nobody imported holds its own. */
+  size_t left = pending_after_poll(pool);
+  RAP_CHECK(left >= MIB && left < 2 * MIB);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(Ipc, TwoImportersOfOneBlockBothHoldIt) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", POOL, &pool));
+  uint64_t *a = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&a, MIB, NULL));
+  a[5] = 55;
+  rap_ipc_desc d1, d2;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &d1));
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &d2));
+  peer p, q;
+  peer_start(&p);
+  peer_start(&q);
+  unsigned long long ip = import(&p, &d1, "host"), iq = import(&q, &d2, "host");
+  RAP_CHECK_EQ(PEER_OK(&q, "read %llu 40", iq), 55);
+  PEER_ERR(&q, "RAP_ERR_BUSY", "imported already", "import %s host", ({
+             static char h[129];
+             hex(&d1, h);
+             h;
+           }));
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  PEER_OK(&p, "close %llu host", ip);
+  RAP_CHECK(pending_after_poll(pool) >= MIB);
+  PEER_OK(&q, "close %llu host", iq);
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  peer_end(&p, true);
+  peer_end(&q, true);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(Ipc, ManyBlocksOfOnePoolShareItsMappings) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", "ResourceAwarePool(HostVmm(export=posix, "
+                                       "reserve=1GiB), initial_size=64MiB)", &pool));
+  enum { N = 200 };
+  uint64_t *blk[N];
+  rap_ipc_desc d[N];
+  for (int k = 0; k < N; k++) {
+    RAP_CHECK_OK(rap_allocate(pool, (void **)&blk[k], 4096 + 64 * (size_t)k, NULL));
+    blk[k][0] = (uint64_t)k * 7 + 1;
+    RAP_CHECK_OK(rap_ipc_export(pool, blk[k], &d[k]));
+  }
+  peer p;
+  peer_start(&p);
+  for (int k = 0; k < N; k++) {
+    unsigned long long i = import(&p, &d[k], "host");
+    RAP_CHECK_EQ(PEER_OK(&p, "read %llu 0", i), (uint64_t)k * 7 + 1);
+  }
+  for (int k = 0; k < N; k++) RAP_CHECK_OK(rap_deallocate(pool, blk[k], NULL));
+  RAP_CHECK(pending_after_poll(pool) > 0);
+  for (int k = 0; k < N; k++) PEER_OK(&p, "close %d host", k);
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  peer_end(&p, true);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* The exporter's block was freed on its own queue, and the queue is destroyed while the importer
+ * still holds the block: it stays pending (now on the export alone) until the close. */
+RAP_TEST(Ipc, TheOwnersQueueGoesWhileTheImporterHoldsTheBlock) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", POOL, &pool));
+  rap_resource *q = NULL;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &q));
+  void *a = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &a, 2 * MIB, q));
+  rap_ipc_desc d;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+  peer p;
+  peer_start(&p);
+  unsigned long long i = import(&p, &d, "host");
+  RAP_CHECK_OK(rap_deallocate(pool, a, q));
+  RAP_CHECK_OK(rap_resource_destroy(q));   /* q's work has passed; the import has not */
+  RAP_CHECK(pending_after_poll(pool) >= 2 * MIB);
+  void *b = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &b, 2 * MIB, NULL));
+  RAP_CHECK(b != a);
+  PEER_OK(&p, "close %llu host", i);
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  peer_end(&p, true);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* Wrappers above the pool pass the export down: ThreadSafe, and ThreadCache, which sends an
+ * exported block back to the pool instead of caching it for its thread. */
+RAP_TEST(Ipc, ThroughThreadSafeAndThreadCache) {
+  rap_manager *rm = tu_manager();
+  const char *specs[] = {"ThreadSafe(" POOL ")", "ThreadCache(" POOL ")"};
+  for (int k = 0; k < 2; k++) {
+    char name[8];
+    snprintf(name, sizeof name, "w%d", k);
+    rap_allocator *a = NULL;
+    RAP_CHECK_OK(rap_allocator_make_spec(rm, name, specs[k], &a));
+    void *x = NULL;
+    RAP_CHECK_OK(rap_allocate(a, &x, 4096, NULL));
+    rap_ipc_desc d;
+    RAP_CHECK_OK(rap_ipc_export(a, x, &d));
+    peer p;
+    peer_start(&p);
+    unsigned long long i = import(&p, &d, "host");
+    RAP_CHECK_OK(rap_deallocate(a, x, NULL));
+    void *y = NULL;
+    RAP_CHECK_OK(rap_allocate(a, &y, 4096, NULL));
+    RAP_CHECK(y != x);   /* neither the thread's cache nor the pool hands it out */
+    PEER_OK(&p, "close %llu host", i);
+    RAP_CHECK_OK(rap_deallocate(a, y, NULL));
+    peer_end(&p, true);
+    RAP_CHECK_OK(rap_release(a));
+    RAP_CHECK_OK(rap_allocator_check(a));
+  }
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* An exporting platform maps in pieces of at most 1 GiB (the importer maps only those a block lies
+ * in), and a block across two pieces arrives whole. Memfd pages are made only when touched. */
+RAP_TEST(Ipc, ALargeChunkIsMappedInPiecesAndABlockAcrossThemArrives) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", "ResourceAwarePool(HostVmm(export=posix, "
+                                       "reserve=8GiB), initial_size=3GiB)", &pool));
+  char *a = NULL, *b = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&a, ((size_t)1 << 30) - MIB, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&b, 2 * MIB, NULL));   /* across the first boundary */
+  RAP_CHECK(b == a + ((size_t)1 << 30) - MIB);
+  RAP_CHECK_EQ(stats(rap_allocator_parent(pool)).chunk_count, 3);
+  ((uint64_t *)b)[0] = 11;
+  ((uint64_t *)(b + 2 * MIB))[-1] = 22;
+  rap_ipc_desc d;
+  RAP_CHECK_OK(rap_ipc_export(pool, b, &d));
+  peer p;
+  peer_start(&p);
+  unsigned long long i = import(&p, &d, "host");
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu 0", i), 11);
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu %zu", i, 2 * MIB - 8), 22);
+  PEER_OK(&p, "close %llu host", i);
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  peer_end(&p, true);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* ---- bad input: a status, a sentence, and the exporter's pool as it was ---------------------- */
+
+static uint64_t fnv(const unsigned char *p, size_t n) {
+  uint64_t h = UINT64_C(14695981039346656037);
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * UINT64_C(1099511628211);
+  return h;
+}
+
+static void same_stats(rap_stats a, rap_stats b) {
+  RAP_CHECK(memcmp(&a, &b, sizeof a) == 0);
+}
+
+RAP_TEST(IpcBadInput, DescriptorsThatAreForgedTruncatedOrStaleAreRefused) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", POOL, &pool));
+  void *a = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &a, MIB, NULL));
+  rap_ipc_desc d;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+  rap_stats before = stats(pool);
+  char h[129];
+  peer p;
+  peer_start(&p);
+  /* Truncated: the last bytes lost. */
+  rap_ipc_desc t = d;
+  memset(t.bytes + 40, 0, 24);
+  hex(&t, h);
+  PEER_ERR(&p, "RAP_ERR_INVALID", "check does not match", "import %s host", h);
+  /* Forged: another offset, with the check made to match (the layout: offset at byte 32, the check
+   * over the 48 bytes before it). */
+  rap_ipc_desc f = d;
+  uint64_t off, check;
+  memcpy(&off, f.bytes + 32, 8);
+  off += 4096;
+  memcpy(f.bytes + 32, &off, 8);
+  check = fnv(f.bytes, 48);
+  memcpy(f.bytes + 48, &check, 8);
+  hex(&f, h);
+  PEER_ERR(&p, "RAP_ERR_INVALID", "forged", "import %s host", h);
+  /* A stale serial: the ticket's generation is another. */
+  rap_ipc_desc s = d;
+  s.bytes[28] ^= 0x5a;
+  check = fnv(s.bytes, 48);
+  memcpy(s.bytes + 48, &check, 8);
+  hex(&s, h);
+  PEER_ERR(&p, "RAP_ERR_NOT_FOUND", "no longer exported", "import %s host", h);
+  /* Import in the exporting process. */
+  void *q = NULL;
+  RAP_CHECK_STATUS(rap_ipc_import(rm, &d, NULL, &q), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "exported by this process");
+  RAP_CHECK(q == NULL);
+  same_stats(before, stats(pool));
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  /* The real one still works after all that, once; a second import is refused, and so is a double
+   * close. */
+  unsigned long long i = import(&p, &d, "host");
+  hex(&d, h);
+  PEER_ERR(&p, "RAP_ERR_BUSY", "imported already", "import %s host", h);
+  PEER_OK(&p, "close %llu host", i);
+  PEER_ERR(&p, "RAP_ERR_UNKNOWN_POINTER", "closed already", "close %llu host", i);
+  same_stats(before, stats(pool));
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  peer_end(&p, true);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(IpcBadInput, ADestroyedPoolIsRefused) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "gone", POOL, &pool));
+  void *a = NULL, *b = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &a, MIB, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, &b, MIB, NULL));
+  rap_ipc_desc da, db, dc;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &da));
+  RAP_CHECK_OK(rap_ipc_export(pool, b, &db));
+  peer p;
+  peer_start(&p);
+  unsigned long long i = import(&p, &da, "host");   /* the peer has the pool open */
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  rap_allocator *platform = rap_allocator_parent(pool);
+  RAP_CHECK_OK(rap_allocator_destroy(pool));
+  RAP_CHECK_OK(rap_allocator_destroy(platform));
+  char h[129];
+  hex(&db, h);
+  PEER_ERR(&p, "RAP_ERR_NOT_FOUND", "destroyed", "import %s host", h);
+  /* What the peer had open stays readable there until it closes it. */
+  PEER_OK(&p, "read %llu 0", i);
+  PEER_OK(&p, "close %llu host", i);
+  /* A process that never opened it. */
+  peer q;
+  peer_start(&q);
+  PEER_ERR(&q, "RAP_ERR_NOT_FOUND", "", "import %s host", h);
+  peer_end(&q, true);
+  peer_end(&p, true);
+  (void)dc;
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(IpcBadInput, ExportingWhatNoOtherProcessCanOpenIsRefused) {
+  rap_manager *rm = tu_manager();
+  struct {
+    const char *spec, *words;
+  } cases[] = {
+      {"ResourceAwarePool(HOST)", "no other process can open"},
+      {"ResourceAwarePool(HostVmm(reserve=1GiB))", "without export="},
+      {"QuickPool(HostVmm(export=posix, reserve=1GiB))", "ResourceAwarePool"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    char name[16];
+    snprintf(name, sizeof name, "p%zu", k);
+    rap_allocator *a = NULL;
+    RAP_CHECK_OK(rap_allocator_make_spec(rm, name, cases[k].spec, &a));
+    void *x = NULL;
+    RAP_CHECK_OK(rap_allocate(a, &x, 4096, NULL));
+    rap_stats before = stats(a);
+    rap_ipc_desc d;
+    RAP_CHECK_STATUS(rap_ipc_export(a, x, &d), RAP_ERR_UNSUPPORTED);
+    RAP_CHECK_STR(rap_last_error(), cases[k].words);
+    same_stats(before, stats(a));
+    RAP_CHECK_OK(rap_allocator_check(a));
+    RAP_CHECK_OK(rap_deallocate(a, x, NULL));
+  }
+  /* The platform's own allocation, an interior pointer, a pointer not live. */
+  rap_allocator *pool = NULL, *platform = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "ok", POOL, &pool));
+  platform = rap_allocator_parent(pool);
+  void *x = NULL, *y = NULL;
+  RAP_CHECK_OK(rap_allocate(platform, &x, 4096, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, &y, 4096, NULL));
+  rap_stats before = stats(pool);
+  rap_ipc_desc d;
+  RAP_CHECK_STATUS(rap_ipc_export(platform, x, &d), RAP_ERR_UNSUPPORTED);
+  RAP_CHECK_STR(rap_last_error(), "ResourceAwarePool over it");
+  RAP_CHECK_STATUS(rap_ipc_export(pool, (char *)y + 64, &d), RAP_ERR_UNKNOWN_POINTER);
+  RAP_CHECK_STATUS(rap_ipc_export(pool, NULL, &d), RAP_ERR_UNKNOWN_POINTER);
+  RAP_CHECK_STATUS(rap_ipc_export(pool, y, NULL), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_ipc_close(rm, y, NULL), RAP_ERR_UNKNOWN_POINTER);
+  same_stats(before, stats(pool));
+  /* An exporting pool cannot sleep, and stays awake and whole. */
+  RAP_CHECK_OK(rap_ipc_export(pool, y, &d));
+  RAP_CHECK_STATUS(rap_allocator_sleep(pool, RAP_SLEEP_BACKUP), RAP_ERR_UNSUPPORTED);
+  RAP_CHECK_STR(rap_last_error(), "export=");
+  RAP_CHECK_EQ(rap_allocator_is_asleep(pool), 0);
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  /* Options. */
+  rap_allocator *bad = NULL;
+  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "bad", "HostVmm(export=fabric)", &bad), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "posix or none");
+  RAP_CHECK_OK(rap_deallocate(platform, x, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, y, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* rap_spec_check knows export= as make does: DeviceVmm's (checked without a device) and HostVmm's
+ * values pass, anything else is refused with make's sentence. */
+RAP_TEST(IpcBadInput, SpecCheckKnowsTheExportOption) {
+  static const char *const goods[] = {
+      "ResourceAwarePool(DeviceVmm(device=0, export=posix))",
+      "ResourceAwarePool(DeviceVmm(device=0, export=fabric))",
+      "ThreadSafe(ResourceAwarePool(DeviceVmm(export=auto)))",
+      "ResourceAwarePool(DeviceVmm(export=none))",
+      "ResourceAwarePool(HostVmm(export=posix, reserve=1GiB))",
+  };
+  for (size_t i = 0; i < sizeof goods / sizeof goods[0]; i++)
+    if (rap_spec_check(goods[i]) != RAP_OK)
+      rap_test_fail(__FILE__, __LINE__, "'%s' was refused: %s", goods[i], rap_last_error());
+  static const struct {
+    const char *spec, *why;
+  } bads[] = {
+      {"ResourceAwarePool(DeviceVmm(device=0, export=bogus))",
+       "option 'export' must be posix, fabric, auto or none, not 'bogus'"},
+      {"ResourceAwarePool(HostVmm(export=fabric, reserve=1GiB))",
+       "option 'export' must be posix or none, not 'fabric'"},
+      {"ResourceAwarePool(DeviceVmm(exprot=posix))", "did you mean 'export'?"},
+  };
+  for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
+    int st = rap_spec_check(bads[i].spec);
+    if (st != RAP_ERR_INVALID || !rap_test_contains(rap_last_error(), bads[i].why) ||
+        !rap_test_contains(rap_last_error(), "rap_spec_check: "))
+      rap_test_fail(__FILE__, __LINE__, "'%s' gave %s '%s', expected RAP_ERR_INVALID with '%s'",
+                    bads[i].spec, rap_status_name(st), st ? rap_last_error() : "", bads[i].why);
+  }
+}
