@@ -103,11 +103,11 @@ static void race(const char *spec, int steps, size_t size) {
 }
 
 RAP_TEST(CudaIpc, TwoProcessesOneGpuNoBlockReusedBeforeTheImporterPassed) {
-  race("ResourceAwarePool(DeviceVmm(export=posix, reserve=8GiB))", 24, (size_t)4 << 20);
+  race("ResourceAwarePool(DeviceVmm(export=posix, reserve=8GiB), initial_size=4MiB, next_size=2MiB)", 24, (size_t)4 << 20);
 }
 
 RAP_TEST(CudaIpc, AutoExportFallsBackToPosixWhereFabricIsRefused) {
-  race("ResourceAwarePool(DeviceVmm(export=auto, reserve=8GiB))", 12, (size_t)1 << 20);
+  race("ResourceAwarePool(DeviceVmm(export=auto, reserve=8GiB), initial_size=4MiB, next_size=2MiB)", 12, (size_t)1 << 20);
 }
 
 /* Two GPUs: the exporter's memory on device 1, read by the importer through its own mapping. */
@@ -117,7 +117,7 @@ RAP_TEST(CudaIpc, TwoProcessesOnTheSecondGpu) {
     (void)cudaGetLastError();
     RAP_SKIP("needs two GPUs");
   }
-  race("ResourceAwarePool(DeviceVmm(device=1, export=posix, reserve=8GiB))", 16, (size_t)2 << 20);
+  race("ResourceAwarePool(DeviceVmm(device=1, export=posix, reserve=8GiB), initial_size=4MiB, next_size=2MiB)", 16, (size_t)2 << 20);
 }
 
 RAP_TEST(CudaIpc, ExportedMemoryIsWhatNcclRegisters) {
