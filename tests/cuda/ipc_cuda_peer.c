@@ -56,6 +56,11 @@ static int fail(int st) {
 
 int main(int argc, char **argv) {
   size_t size = argc > 1 ? strtoull(argv[1], NULL, 10) : (size_t)1 << 20;
+  /* The device of the exporter's memory: this process's stream and kernels are that device's. */
+  if (argc > 2 && cudaSetDevice(atoi(argv[2])) != cudaSuccess) {
+    printf("err cudaSetDevice(%s) failed\n", argv[2]);
+    return 1;
+  }
   rap_manager *rm = NULL;
   rap_resource *q = NULL;
   int st = rap_manager_create(&rm);

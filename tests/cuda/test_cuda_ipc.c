@@ -60,11 +60,14 @@ static void race(const char *spec, int steps, size_t size) {
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   posix_spawn_file_actions_addclose(&fa, in[1]);
   posix_spawn_file_actions_addclose(&fa, out[0]);
-  char arg[32];
+  char arg[32], dev[16];
   snprintf(arg, sizeof arg, "%zu", size);
+  int device = 0;
+  RAP_CHECK(cudaGetDevice(&device) == cudaSuccess);
+  snprintf(dev, sizeof dev, "%d", device);
   char path[4096];
   peer_path(path, sizeof path, "rap_ipc_cuda_peer", RAP_IPC_CUDA_PEER);
-  char *argv[] = {path, arg, NULL};
+  char *argv[] = {path, arg, dev, NULL};
   pid_t pid;
   RAP_CHECK(posix_spawn(&pid, path, &fa, NULL, argv, environ) == 0);
   posix_spawn_file_actions_destroy(&fa);
@@ -117,7 +120,10 @@ RAP_TEST(CudaIpc, TwoProcessesOnTheSecondGpu) {
     (void)cudaGetLastError();
     RAP_SKIP("needs two GPUs");
   }
+  /* The exporter's stream and kernels are device 1's, as its memory. */
+  RAP_CHECK(cudaSetDevice(1) == cudaSuccess);
   race("ResourceAwarePool(DeviceVmm(device=1, export=posix, reserve=8GiB), initial_size=4MiB, next_size=2MiB)", 16, (size_t)2 << 20);
+  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
 }
 
 RAP_TEST(CudaIpc, ExportedMemoryIsWhatNcclRegisters) {
