@@ -340,32 +340,60 @@ static RAPI_INLINE uintptr_t rapi_self_thread(void) {
   return (uintptr_t)pthread_self();
 #endif
 }
+/* The owner's way in: true when this thread is the owner and is now inside (busy stored, still
+ * the owner after it); false, with nothing left stored, for everyone else. */
+static RAPI_INLINE bool rapi_guard_owner_in(rap_allocator *a, uintptr_t me) {
+  if (RAPI_UNLIKELY(__atomic_load_n(&a->owner, __ATOMIC_RELAXED) != me)) return false;
+  __atomic_store_n(&a->busy, 1, __ATOMIC_RELAXED);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);   /* the other half of the barrier is membarrier's */
+  if (RAPI_LIKELY(__atomic_load_n(&a->owner, __ATOMIC_ACQUIRE) == me)) return true;
+  __atomic_store_n(&a->busy, 0, __ATOMIC_RELEASE);   /* taken over while coming in */
+  return false;
+}
 /* The mode to leave with (rapi_guard_leave), or RAP_ERR_BUSY. */
 static RAPI_INLINE int rapi_guard_enter(rap_allocator *a, const char *fn) {
   uintptr_t me = rapi_self_thread();
-  if (RAPI_LIKELY(__atomic_load_n(&a->owner, __ATOMIC_RELAXED) == me)) {
-    __atomic_store_n(&a->busy, 1, __ATOMIC_RELAXED);
-    __atomic_signal_fence(__ATOMIC_SEQ_CST);   /* the other half of the barrier is membarrier's */
-    if (RAPI_LIKELY(__atomic_load_n(&a->owner, __ATOMIC_ACQUIRE) == me)) return RAPI_GUARD_OWNER;
-    __atomic_store_n(&a->busy, 0, __ATOMIC_RELEASE);   /* taken over while coming in */
-  }
+  if (RAPI_LIKELY(rapi_guard_owner_in(a, me))) return RAPI_GUARD_OWNER;
   return rapi_guard_slow(a, me, fn);
 }
 static RAPI_INLINE void rapi_guard_leave(rap_allocator *a, int mode) {
   if (RAPI_LIKELY(mode == RAPI_GUARD_OWNER)) __atomic_store_n(&a->busy, 0, __ATOMIC_RELEASE);
   else if (mode == RAPI_GUARD_GATE) __atomic_store_n(&a->gate, 0, __ATOMIC_RELEASE);
 }
-/* st = call, inside a's guard. */
+/* st = call, inside a's guard (the calls off the hot path). */
 #define RAPI_GUARDED(st, a, fn, call)                                                              \
   do {                                                                                             \
-    int m_ = rapi_guard_enter((a), (fn));                                                          \
+    rap_allocator *g_ = (a);                                                                       \
+    int m_ = rapi_guard_enter(g_, (fn));                                                           \
     if (RAPI_UNLIKELY(m_ < 0)) {                                                                   \
       (st) = m_;                                                                                   \
       break;                                                                                       \
     }                                                                                              \
     (st) = (call);                                                                                 \
-    rapi_guard_leave((a), m_);                                                                     \
+    rapi_guard_leave(g_, m_);                                                                      \
   } while (0)
+/* The hot entry points (allocate, deallocate): defines `decl name params` that runs body args
+ * inside the guard of the allocator self (an expression of the parameters, read again after the
+ * body rather than kept in a register across it). The owner's way is the body between two stores
+ * and a check, with no mode carried across the call; everyone else goes to name_guarded, out of
+ * line, so that its registers and its copy of the body cost the owner's way nothing. */
+#define RAPI_GUARDED_ENTRY(decl, name, fn, self, body, params, args)                               \
+  static RAPI_NOINLINE int name##_guarded params {                                                 \
+    rap_allocator *g_ = (self);                                                                    \
+    int m_ = rapi_guard_slow(g_, rapi_self_thread(), (fn));                                        \
+    if (RAPI_UNLIKELY(m_ < 0)) return m_;                                                          \
+    int st_ = body args;                                                                           \
+    rapi_guard_leave(g_, m_);                                                                      \
+    return st_;                                                                                    \
+  }                                                                                                \
+  decl name params {                                                                               \
+    if (RAPI_LIKELY(rapi_guard_owner_in((self), rapi_self_thread()))) {                            \
+      int st_ = body args;                                                                         \
+      __atomic_store_n(&(self)->busy, 0, __ATOMIC_RELEASE);                                        \
+      return st_;                                                                                  \
+    }                                                                                              \
+    return name##_guarded args;                                                                    \
+  }
 
 /* An event marks a point in a resource's queue; query says whether everything before it ran.
  * Events come from the resource's own free list: the hot path never creates or destroys one. */

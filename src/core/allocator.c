@@ -107,8 +107,15 @@ static RAPI_NOINLINE int two_threads(const char *fn, const rap_allocator *a) {
 
 /* Everyone but the owner: the mode to leave with, or RAP_ERR_BUSY. */
 int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn) {
-  if (__atomic_load_n(&a->guard_lock, __ATOMIC_RELAXED) != NULL)
-    return RAPI_GUARD_NONE;   /* a wrapper above orders the threads */
+  if (__atomic_load_n(&a->guard_lock, __ATOMIC_RELAXED) != NULL) {
+    /* A wrapper above orders the threads: every call in is under its lock, which is the barrier a
+     * change of owner needs. The pool is biased to this thread with a plain store, so that the
+     * next calls from it take the owner's way (a wrapped pool used by one thread at a time pays
+     * the slow way once per change of thread, not at every call). */
+    uintptr_t old = __atomic_load_n(&a->owner, __ATOMIC_RELAXED);
+    if (old != me && old != RAPI_GUARD_UNBIASED) __atomic_store_n(&a->owner, me, __ATOMIC_RELAXED);
+    return RAPI_GUARD_NONE;
+  }
   int open = 0;
   if (!__atomic_compare_exchange_n(&a->gate, &open, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
     return two_threads(fn, a);

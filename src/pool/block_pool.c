@@ -616,10 +616,8 @@ static RAPI_NOINLINE void coalesce(rapi_bp *bp) {
   if (want > 0 && rapi_bp_grow_exact(bp, want, &b) == RAP_OK) index_free(bp, b);
 }
 
-/* The O(1) part of coalesce's test: with one wholly free chunk, and nothing smaller to shrink to
- * (no _hwm, or no more held than initial_size), firing could change nothing. */
 static bool nothing_to_coalesce(const rapi_bp *bp, size_t free_chunks) {
-  return free_chunks == 1 && (!bp->heuristic.hwm || bp->usable <= bp->initial_size);
+  return rapi_bp_nothing_to_coalesce(bp, free_chunks);
 }
 
 void rapi_bp_flush(rapi_bp *bp, bool heuristic) {
@@ -628,17 +626,6 @@ void rapi_bp_flush(rapi_bp *bp, bool heuristic) {
   bp->deferred = NULL;
   rapi_block *merged = rapi_bp_make_free(bp, d);
   if (heuristic) rapi_bp_after_free(bp, merged);
-}
-
-/* Whether freeing b could make a heuristic fire: it would leave its whole chunk free, and the
- * quick test of rapi_bp_after_free would not rule firing out. Such a block is merged at once, so
- * heuristics run inside rap_deallocate only, never later inside an allocation. */
-bool rapi_bp_free_may_coalesce(const rapi_bp *bp, const rapi_block *b) {
-  if (bp->heuristic.kind == RAPI_H_NEVER) return false;
-  const rapi_block *p = b->prev, *n = b->next;
-  bool whole = (p == NULL || (p->state == RAPI_FREE && p->prev == NULL)) &&
-               (n == NULL || (n->state == RAPI_FREE && n->next == NULL));
-  return whole && !nothing_to_coalesce(bp, bp->releasable_chunks + 1);
 }
 
 /* A resizable pool's heuristic on a free block at a chunk's end: percent_releasable counts the

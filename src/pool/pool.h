@@ -131,7 +131,22 @@ void  rapi_bp_unfree(rapi_bp *bp, rapi_block *b);             /* a free block ou
 size_t rapi_bp_release(rapi_bp *bp);                          /* wholly free chunks; bytes returned */
 void  rapi_bp_after_free(rapi_bp *bp, rapi_block *merged);   /* runs the coalesce heuristic */
 void  rapi_bp_flush(rapi_bp *bp, bool heuristic);   /* merges the deferred block */
-bool  rapi_bp_free_may_coalesce(const rapi_bp *bp, const rapi_block *b);
+/* The O(1) part of coalesce's test: with one wholly free chunk, and nothing smaller to shrink to
+ * (no _hwm, or no more held than initial_size), firing could change nothing. */
+static inline bool rapi_bp_nothing_to_coalesce(const rapi_bp *bp, size_t free_chunks) {
+  return free_chunks == 1 && (!bp->heuristic.hwm || bp->usable <= bp->initial_size);
+}
+/* Whether freeing b could make a heuristic fire: it would leave its whole chunk free, and the
+ * quick test of rapi_bp_after_free would not rule firing out. Such a block is merged at once, so
+ * heuristics run inside rap_deallocate only, never later inside an allocation. Here, inline: it is
+ * on QuickPool's deallocation path. */
+static inline bool rapi_bp_free_may_coalesce(const rapi_bp *bp, const rapi_block *b) {
+  if (bp->heuristic.kind == RAPI_H_NEVER) return false;
+  const rapi_block *p = b->prev, *n = b->next;
+  bool whole = (p == NULL || (p->state == RAPI_FREE && p->prev == NULL)) &&
+               (n == NULL || (n->state == RAPI_FREE && n->next == NULL));
+  return whole && !rapi_bp_nothing_to_coalesce(bp, bp->releasable_chunks + 1);
+}
 void  rapi_bp_stats(rapi_bp *bp, rap_stats *out);
 void  rapi_bp_reset_peaks(rapi_bp *bp);   /* the statistics' marks; used_hwm (heuristics) stays */
 int   rapi_bp_check(rapi_bp *bp);

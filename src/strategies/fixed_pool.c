@@ -167,11 +167,9 @@ static RAPI_INLINE int fp_allocate_body(void *state, void **out, size_t bytes, r
 }
 
 /* The table's entry points: the bodies inside the thread guard. */
-static int fp_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
-  int st;
-  RAPI_GUARDED(st, ((fixed_pool *)state)->self, "rap_allocate", fp_allocate_body(state, out, bytes, r));
-  return st;
-}
+RAPI_GUARDED_ENTRY(static int, fp_allocate, "rap_allocate", ((fixed_pool *)state)->self,
+                   fp_allocate_body, (void *state, void **out, size_t bytes, rap_resource *r),
+                   (state, out, bytes, r))
 
 static RAPI_INLINE int fp_deallocate_body(void *state, void *ptr, rap_resource *r) {
   fixed_pool *fp = state;
@@ -189,11 +187,8 @@ static RAPI_INLINE int fp_deallocate_body(void *state, void *ptr, rap_resource *
   return RAP_OK;
 }
 
-static int fp_deallocate(void *state, void *ptr, rap_resource *r) {
-  int st;
-  RAPI_GUARDED(st, ((fixed_pool *)state)->self, "rap_deallocate", fp_deallocate_body(state, ptr, r));
-  return st;
-}
+RAPI_GUARDED_ENTRY(static int, fp_deallocate, "rap_deallocate", ((fixed_pool *)state)->self,
+                   fp_deallocate_body, (void *state, void *ptr, rap_resource *r), (state, ptr, r))
 
 static RAPI_INLINE int fp_release_body(void *state) {
   fixed_pool *fp = state;

@@ -52,11 +52,9 @@ static RAPI_INLINE int quick_allocate_body(void *state, void **out, size_t bytes
 }
 
 /* The table's allocate: the body inside the thread guard (also DynamicPoolList's). */
-int rapi_quick_pool_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
-  int st;
-  RAPI_GUARDED(st, ((rapi_bp *)state)->self, "rap_allocate", quick_allocate_body(state, out, bytes, r));
-  return st;
-}
+RAPI_GUARDED_ENTRY(int, rapi_quick_pool_allocate, "rap_allocate", ((rapi_bp *)state)->self,
+                   quick_allocate_body, (void *state, void **out, size_t bytes, rap_resource *r),
+                   (state, out, bytes, r))
 
 static RAPI_INLINE int quick_deallocate_body(void *state, void *ptr, rap_resource *r) {
   rapi_bp *bp = state;
@@ -74,11 +72,8 @@ static RAPI_INLINE int quick_deallocate_body(void *state, void *ptr, rap_resourc
   return RAP_OK;
 }
 
-int rapi_quick_pool_deallocate(void *state, void *ptr, rap_resource *r) {
-  int st;
-  RAPI_GUARDED(st, ((rapi_bp *)state)->self, "rap_deallocate", quick_deallocate_body(state, ptr, r));
-  return st;
-}
+RAPI_GUARDED_ENTRY(int, rapi_quick_pool_deallocate, "rap_deallocate", ((rapi_bp *)state)->self,
+                   quick_deallocate_body, (void *state, void *ptr, rap_resource *r), (state, ptr, r))
 
 static RAPI_INLINE int quick_release_body(void *state) {
   rapi_bp_release(state);

@@ -243,7 +243,7 @@ static rapi_block *drop_pending(ra_pool *p, rstate *rs, rapi_block *b) {
   return at;
 }
 
-static void free_uses(ra_pool *p, rapi_block *b) {
+static RAPI_NOINLINE void free_uses_slow(ra_pool *p, rapi_block *b) {
   for (rapi_use *u = RA(b)->uses, *next; u != NULL; u = next) {
     next = u->next;
     if (per_block(u->rs)) u->rs->r->ops->use_drop(u->rs->r, u->tag);
@@ -251,6 +251,11 @@ static void free_uses(ra_pool *p, rapi_block *b) {
     rapi_slab_free(&p->use_recs, u);
   }
   RA(b)->uses = NULL;
+}
+
+/* Most blocks have no uses: the test inline, the walk (and an export's drop) out of line. */
+static inline void free_uses(ra_pool *p, rapi_block *b) {
+  if (RAPI_UNLIKELY(RA(b)->uses != NULL)) free_uses_slow(p, b);
 }
 
 static bool uses_passed(const rapi_block *b) {
@@ -362,7 +367,7 @@ static void take_in(ra_pool *p, rstate *owner, rapi_block *nb) {
   else rapi_bp_unfree(&p->bp, nb);
 }
 
-static rapi_block *merge_pending(ra_pool *p, rstate *owner, rapi_block *b) {
+static RAPI_INLINE rapi_block *merge_pending(ra_pool *p, rstate *owner, rapi_block *b) {
   size_t freed = b->size;
   rapi_block *prev = b->prev;
   if (prev != NULL && joins(p, owner, prev, freed)) {
@@ -389,7 +394,7 @@ static rapi_block *merge_pending(ra_pool *p, rstate *owner, rapi_block *b) {
  * fences: what has passed goes back to the free index and merges, so other resources find whole
  * blocks before they miss. A resource reusing one block over and over has no fence and never 16
  * pending blocks, so it still makes no driver call. A failure only delays reuse: it is logged. */
-static void fence_or_poll(ra_pool *p, rstate *rs) {
+static RAPI_INLINE void fence_or_poll(ra_pool *p, rstate *rs) {
   int st = RAP_OK;
   if (rs->open_count >= RAPI_EAGER_FENCE) {
     st = fence_open(p, rs);
@@ -618,11 +623,9 @@ static RAPI_INLINE int ra_allocate_body(void *state, void **out, size_t bytes, r
 }
 
 /* The table's entry points: the bodies inside the thread guard. */
-static int ra_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
-  int st;
-  RAPI_GUARDED(st, ((ra_pool *)state)->bp.self, "rap_allocate", ra_allocate_body(state, out, bytes, r));
-  return st;
-}
+RAPI_GUARDED_ENTRY(static int, ra_allocate, "rap_allocate", ((ra_pool *)state)->bp.self,
+                   ra_allocate_body, (void *state, void **out, size_t bytes, rap_resource *r),
+                   (state, out, bytes, r))
 
 static RAPI_INLINE int ra_deallocate_body(void *state, void *ptr, rap_resource *r) {
   ra_pool *p = state;
@@ -660,11 +663,8 @@ static RAPI_INLINE int ra_deallocate_body(void *state, void *ptr, rap_resource *
   return RAP_OK;
 }
 
-static int ra_deallocate(void *state, void *ptr, rap_resource *r) {
-  int st;
-  RAPI_GUARDED(st, ((ra_pool *)state)->bp.self, "rap_deallocate", ra_deallocate_body(state, ptr, r));
-  return st;
-}
+RAPI_GUARDED_ENTRY(static int, ra_deallocate, "rap_deallocate", ((ra_pool *)state)->bp.self,
+                   ra_deallocate_body, (void *state, void *ptr, rap_resource *r), (state, ptr, r))
 
 /* Each record on a per-block resource is a use of its own (an export per descriptor), with the
  * token the resource gives for this block. */

@@ -149,6 +149,51 @@ RAP_TEST(ThreadGuard, PoolHandedAroundOftenStillRefusesASecondThread) {
  * caller waits its turn (here: it is not even let in until A is done, so it only watches). */
 RAP_TEST(ThreadGuard, ThreadSafeLetsThreadsShare) { collide("ThreadSafe(QuickPool(Stall(HOST), initial_size=4KiB))", RAP_OK); }
 
+/* Under a wrapper the pool is biased to whichever thread calls it (a plain store: the wrapper's
+ * lock orders the threads), so that a wrapped pool used by one thread at a time takes the guard's
+ * fast way. Once the wrapper is gone the pool is plain again and the bias a wrapper left does not
+ * let a second thread in: the thread that called last through the wrapper is inside (growing it)
+ * when another thread comes, which is refused, and the pool stays whole. */
+RAP_TEST(ThreadGuard, BiasLeftByAWrapperStillRefusesASecondThread) {
+  rap_manager *rm = tu_manager();
+  RAP_CHECK_OK(rap_strategy_register(rm, &stall_strategy));
+  rap_allocator *pool = NULL, *ts = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "p", "QuickPool(Stall(HOST), initial_size=4KiB)", &pool));
+  RAP_CHECK_OK(rap_allocator_make(rm, "ts", "ThreadSafe", "p", "", &ts));
+  grower h = {ts, NULL, -100};   /* another thread through the wrapper, then this one */
+  pthread_t t;
+  RAP_CHECK(pthread_create(&t, NULL, one_pair, &h) == 0);
+  RAP_CHECK(pthread_join(t, NULL) == 0);
+  RAP_CHECK_OK(h.st);
+  void *mine = tu_alloc(ts, 64);
+  RAP_CHECK_OK(rap_deallocate(ts, mine, NULL));
+  RAP_CHECK_OK(rap_allocator_destroy(ts));
+  /* Plain again: thread A comes in and stays inside; this thread, the last owner, is refused. */
+  mine = tu_alloc(pool, 64);
+  gate_init(&stall_gate);
+  gate_init(&stall_arrived);
+  __atomic_store_n(&stall_armed, 1, __ATOMIC_RELEASE);
+  grower g = {pool, NULL, -100};
+  RAP_CHECK(pthread_create(&t, NULL, grow_in_pool, &g) == 0);
+  gate_job(&stall_arrived);
+  void *p = NULL;
+  RAP_CHECK_STATUS(rap_allocate(pool, &p, 64, NULL), RAP_ERR_BUSY);
+  RAP_CHECK_STR(rap_last_error(), "rap_allocate('p'): another thread is inside this QuickPool");
+  RAP_CHECK(p == NULL);
+  RAP_CHECK_STATUS(rap_deallocate(pool, mine, NULL), RAP_ERR_BUSY);
+  gate_open(&stall_gate);
+  RAP_CHECK(pthread_join(t, NULL) == 0);
+  RAP_CHECK_OK(g.st);
+  TU_CHECK(pool);
+  TU_EXPECT(pool, allocation_count, 2);
+  RAP_CHECK_OK(rap_deallocate(pool, mine, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, g.p, NULL));
+  TU_CHECK(pool);
+  gate_destroy(&stall_gate);
+  gate_destroy(&stall_arrived);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 /* Four threads hammer one plain pool: every call is answered RAP_OK or RAP_ERR_BUSY with the
  * sentence, never a crash, a hang or a wrong answer, and at the end every block went back and
  * the pool is whole. */
