@@ -38,6 +38,10 @@ cupy.cuda.set_pinned_memory_allocator: page-locked host memory from a rap pool o
 (RAP_CUPY_PINNED_SPEC; default "QuickPool(PINNED, initial_size=16MiB, next_size=2MiB,
 heuristic=never)").
 
+Across processes: with the pool over DeviceVmm(export=posix), share(array) gives a picklable
+handle and open(handle) in another process an array over the same memory, which returns to the
+sender's pool only after the receiver's array is gone (see share and open).
+
 The library is found from RAP_CUPY_LIB, next to this file (also inside the installed rap
 package, as rap.cupy), or under <repo>/device-build or <repo>/build. Finding and loading it is
 integrations/common/rap_loader.py, shared with rap_torch; a build copies it next to this file.
