@@ -191,6 +191,21 @@ RAP_EXPORT intptr_t rap_cupy_pointer_stream(void *ptr, int device) {
   return glue_pointer_stream(ptr, device, &s) == RAP_OK ? (intptr_t)s : -1;
 }
 
+/* Memory across processes (rap_cupy.share/open): desc is a rap_ipc_desc (64 bytes). The device's
+ * pool must be over an exporting platform (DeviceVmm(export=posix)); an import is used on stream
+ * and closed on the stream it was used on. */
+RAP_EXPORT int rap_cupy_ipc_export(void *ptr, int device, void *desc) {
+  return glue_ipc_export(ptr, device, desc);
+}
+
+RAP_EXPORT int rap_cupy_ipc_import(const void *desc, int device, intptr_t stream, void **out) {
+  return glue_ipc_import(desc, device, (cudaStream_t)stream, out);
+}
+
+RAP_EXPORT int rap_cupy_ipc_close(void *ptr, int device, intptr_t stream) {
+  return glue_ipc_close(ptr, device, (cudaStream_t)stream);
+}
+
 /* A stream's owner is about to destroy it. Returns 1 when rap has a resource on it: rap then owns
  * the stream and destroys it once no block needs it; 0 when the caller should destroy it. */
 RAP_EXPORT int rap_cupy_stream_retire(intptr_t stream) {

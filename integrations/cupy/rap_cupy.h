@@ -20,6 +20,10 @@ intptr_t rap_cupy_current_stream(int device);
 int      rap_cupy_record_stream(void *ptr, intptr_t stream);
 intptr_t rap_cupy_pointer_stream(void *ptr, int device);
 int      rap_cupy_stream_retire(intptr_t stream);
+/* Memory across processes: desc is a rap_ipc_desc (64 bytes); see rap_ipc_export/import/close. */
+int      rap_cupy_ipc_export(void *ptr, int device, void *desc);
+int      rap_cupy_ipc_import(const void *desc, int device, intptr_t stream, void **out);
+int      rap_cupy_ipc_close(void *ptr, int device, intptr_t stream);
 int      rap_cupy_empty_cache(void);
 int      rap_cupy_sleep(int device, int mode);   /* rap_allocator_sleep of the device's pool */
 int      rap_cupy_wake(int device);

@@ -38,6 +38,10 @@ cupy.cuda.set_pinned_memory_allocator: page-locked host memory from a rap pool o
 (RAP_CUPY_PINNED_SPEC; default "QuickPool(PINNED, initial_size=16MiB, next_size=2MiB,
 heuristic=never)").
 
+Across processes: with the pool over DeviceVmm(export=posix), share(array) gives a picklable
+handle and open(handle) in another process an array over the same memory, which returns to the
+sender's pool only after the receiver's array is gone (see share and open).
+
 The library is found from RAP_CUPY_LIB, next to this file (also inside the installed rap
 package, as rap.cupy), or under <repo>/device-build or <repo>/build. Finding and loading it is
 integrations/common/rap_loader.py, shared with rap_torch; a build copies it next to this file.
@@ -60,6 +64,7 @@ __all__ = [
     "memory_stats", "used_bytes", "reserved_bytes", "pending_bytes", "empty_cache",
     "release_graph_pools", "spec", "MemoryPool", "get_default_memory_pool", "PinnedMemoryPool",
     "get_default_pinned_memory_pool", "enable_pinned", "sleep", "wake", "prepare_sleep",
+    "share", "open", "IpcHandle",
 ]
 
 
@@ -134,6 +139,12 @@ def _load(path):
     lib.rap_cupy_pinned_spec.restype = ctypes.c_char_p
     lib.rap_cupy_sleep.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.rap_cupy_wake.argtypes = [ctypes.c_int]
+    lib.rap_cupy_ipc_export.argtypes = [vp, ctypes.c_int, vp]
+    lib.rap_cupy_ipc_export.restype = ctypes.c_int
+    lib.rap_cupy_ipc_import.argtypes = [vp, ctypes.c_int, ip, ctypes.POINTER(vp)]
+    lib.rap_cupy_ipc_import.restype = ctypes.c_int
+    lib.rap_cupy_ipc_close.argtypes = [vp, ctypes.c_int, ip]
+    lib.rap_cupy_ipc_close.restype = ctypes.c_int
     return lib
 
 
@@ -227,6 +238,7 @@ def _setup(spec=None, stream_source=None):
     _c_allocator = c_allocator
     _malloc = malloc
     _wrap_stream_del()
+    _wrap_ipc_get_mem_handle()
 
 
 def enable(spec=None, stream_source=None):
@@ -360,6 +372,162 @@ def wake(device=None):
 
 def spec(device=0):
     return _loader.spec(_library(), "cupy", int(device))
+
+
+# ---- memory across processes ------------------------------------------------------------------
+# CuPy's own IPC (cupy.cuda.runtime.ipcGetMemHandle / ipcOpenMemHandle) works on memory from
+# cudaMalloc, a whole allocation at a time; rap's exporting memory is made with CUDA's virtual memory
+# calls (DeviceVmm(export=posix)), which cudaIpcGetMemHandle refuses. share() exports an array's
+# block of rap's pool, open() imports it in another process, and the block returns to the sender's
+# pool only after the receiver's array is gone and its stream passed that point.
+
+import collections as _collections
+
+IpcHandle = _collections.namedtuple(
+    "IpcHandle", "desc nbytes dtype shape strides offset device bus_id event")
+IpcHandle.__doc__ = """What share() returns and open() takes: rap's 64-byte descriptor of the block
+(desc) and its size (nbytes), the array's dtype (a string), shape, strides (bytes) and offset (bytes
+from the block's start), the sender's device number and PCI bus id (to find the same GPU in the
+receiver), and the IPC handle of an event recorded on the sender's current stream."""
+
+_SHARE_HINT = ('the device\'s pool must be over DeviceVmm(export=posix), e.g. rap_cupy.enable('
+               '"ResourceAwarePool(DeviceVmm(device={device}, export=posix), initial_size=64MiB)")')
+
+
+def share(array):
+    """A picklable handle (IpcHandle) to a cupy.ndarray of rap's pool that another process turns
+    into an array over the same memory with open(handle). The memory returns to this process's
+    pool only after the other process's array is gone and its stream passed that point, however
+    soon this process frees its own. A handle opens once (share again for each receiver). Work
+    queued on the current stream before share() is waited for by the receiver's stream.
+    ValueError for an array of no memory; RuntimeError with rap's sentence when the array's memory
+    is not rap's or the pool cannot export."""
+    _need()
+    memptr = array.data
+    mem = memptr.mem
+    if mem is None or not mem.ptr:
+        raise ValueError("rap_cupy.share: the array has no device memory to share (size 0?)")
+    device = memptr.device_id
+    desc = (ctypes.c_ubyte * 64)()
+    if _lib.rap_cupy_ipc_export(mem.ptr, device, desc) != 0:
+        raise RuntimeError("rap_cupy.share: %s (%s)" % (_loader.last_error(_lib, "cupy"), _SHARE_HINT))
+    with cupy.cuda.Device(device):
+        event = cupy.cuda.Event(block=False, disable_timing=True, interprocess=True)
+        event.record(cupy.cuda.get_current_stream())
+        event_handle = bytes(cupy.cuda.runtime.ipcGetEventHandle(event.ptr))
+        bus_id = cupy.cuda.Device(device).pci_bus_id
+    return IpcHandle(bytes(desc), int(mem.size), array.dtype.str, tuple(array.shape),
+                     tuple(array.strides), int(memptr.ptr - mem.ptr), device, bus_id, event_handle)
+
+
+class _Imported:
+    """The owner of an imported block, kept by the cupy.cuda.UnownedMemory under the array (and
+    every view of it): when CuPy drops that memory, this object goes and closes the import on the
+    stream it was used on, with that stream kept alive until then."""
+
+    __slots__ = ("ptr", "device", "stream", "__weakref__")
+
+    def __init__(self, ptr, device, stream):
+        self.ptr = ptr
+        self.device = device
+        self.stream = stream     # the cupy.cuda.Stream (or its handle) the array was opened on
+
+    def close(self):
+        ptr, self.ptr = self.ptr, 0
+        if not ptr or _lib is None:
+            return
+        handle = getattr(self.stream, "ptr", self.stream)
+        if _lib.rap_cupy_ipc_close(ptr, self.device, handle) != 0:
+            import warnings
+            warnings.warn("rap_cupy: closing a shared array: " + _loader.last_error(_lib, "cupy"))
+
+    def __del__(self):
+        if not sys.is_finalizing():   # at exit the sender notices this process ended
+            self.close()
+
+
+def _local_device(handle):
+    for i in range(cupy.cuda.runtime.getDeviceCount()):
+        try:
+            if cupy.cuda.Device(i).pci_bus_id == handle.bus_id:
+                return i
+        except Exception:   # a device that cannot be asked is not the one
+            continue
+    return handle.device
+
+
+def open(handle, stream=None):
+    """The array share() described, in this process: a cupy.ndarray over the same memory, with its
+    dtype, shape and strides. Its work runs on stream (default: CuPy's current stream), which first
+    waits for the sender's work before share(); when CuPy releases the array's memory (the array
+    and every view of it are gone), the import is closed on that stream, and the memory goes back
+    to the sender once the stream has passed that point. RuntimeError with rap's sentence if the
+    handle cannot be opened (opened already, its pool or process gone, no permission:
+    docs/integrations.md). rap need not be this process's allocator."""
+    if not isinstance(handle, IpcHandle):
+        handle = IpcHandle(*handle)
+    lib = _library()
+    device = _local_device(handle)
+    with cupy.cuda.Device(device):
+        if stream is None:
+            stream = cupy.cuda.get_current_stream()
+        event = cupy.cuda.runtime.ipcOpenEventHandle(handle.event)
+        try:
+            cupy.cuda.runtime.streamWaitEvent(stream.ptr, event)
+        finally:
+            cupy.cuda.runtime.eventDestroy(event)
+        if len(handle.desc) != 64:
+            raise ValueError("rap_cupy.open: the handle's descriptor has %d bytes, not 64"
+                             % len(handle.desc))
+        desc = (ctypes.c_ubyte * 64).from_buffer_copy(handle.desc)
+        ptr = ctypes.c_void_p()
+        if lib.rap_cupy_ipc_import(desc, device, stream.ptr, ctypes.byref(ptr)) != 0:
+            raise RuntimeError("rap_cupy.open: " + _loader.last_error(lib, "cupy"))
+        owner = _Imported(ptr.value, device, stream)
+        try:
+            mem = cupy.cuda.UnownedMemory(ptr.value, handle.nbytes, owner, device)
+            memptr = cupy.cuda.MemoryPointer(mem, handle.offset)
+            return cupy.ndarray(handle.shape, cupy.dtype(handle.dtype), memptr, handle.strides)
+        except BaseException:
+            owner.close()
+            raise
+
+
+def _wrap_ipc_get_mem_handle():
+    """cupy.cuda.runtime.ipcGetMemHandle on memory of rap's pool: where CUDA refuses it (rap's
+    exporting memory is VMM), the error says to use rap_cupy.share/open. CuPy's own callers
+    (cupy.cuda.runtime.ipcGetMemHandle looked up at the call) see the wrapper; Cython code that
+    cimports it does not (CuPy itself does not call it)."""
+    runtime = cupy.cuda.runtime
+    original = getattr(runtime, "ipcGetMemHandle", None)
+    if original is None or getattr(original, "_rap_wrapped", False):
+        return
+
+    def ipcGetMemHandle(devPtr):
+        try:
+            return original(devPtr)
+        except runtime.CUDARuntimeError as e:
+            if _lib is None or not _is_rap_pointer(int(devPtr)):
+                raise
+            raise RuntimeError(
+                "rap_cupy: cupy.cuda.runtime.ipcGetMemHandle cannot share memory of rap's pool "
+                "(%s): use rap_cupy.share(array) in this process and rap_cupy.open(handle) in the "
+                "other (the pool over DeviceVmm(export=posix))" % (e,)) from e
+
+    ipcGetMemHandle._rap_wrapped = True
+    ipcGetMemHandle.__doc__ = original.__doc__
+    try:
+        runtime.ipcGetMemHandle = ipcGetMemHandle
+    except (AttributeError, TypeError):   # a module that refuses: the docs say it instead
+        pass
+
+
+def _is_rap_pointer(ptr):
+    try:
+        device = cupy.cuda.runtime.pointerGetAttributes(ptr).device
+    except Exception:
+        device = cupy.cuda.runtime.getDevice()
+    return _lib.rap_cupy_pointer_stream(ptr, device) != -1
 
 
 # ---- CuPy's names: MemoryPool ------------------------------------------------------------------

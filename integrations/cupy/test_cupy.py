@@ -6,6 +6,10 @@
   pool   CuPy's names: the MemoryPool surface against what it should report, set_limit (size,
          fraction, refusal with OutOfMemoryError and recovery), free_all_blocks, the pinned host
          pool, and CUPY_GPU_MEMORY_LIMIT (bytes and "N%") in child processes (envlimit)
+  ipc    rap_cupy.share/open over DeviceVmm(export=posix) (RAP_CUPY_SPEC) with a spawned child:
+         values arrive, the child's write is seen here, a strided view keeps its layout, a handle
+         opens once, the freed block stays pending while the child holds it and returns after,
+         and cupy.cuda.runtime.ipcGetMemHandle on rap's memory names share/open
   summarize
 
 With RAP_TEST_FROM_WHEEL=1 the module is the installed package's rap.cupy, not rap_cupy from
@@ -443,6 +447,103 @@ def cmd_pool(args):
     dump(args.out, "cupy_pool", r)
 
 
+def _ipc_child(q_in, q_out):
+    """The receiver (a spawned process): opens what the parent shared, checks it, writes into it,
+    holds it until told, then drops it (which closes the import on the stream it was used on)."""
+    try:
+        import cupy as cp
+        rap = import_rap_cupy()
+        rap.enable()                              # its own pool, as a receiver's would be
+        x = rap.open(q_in.get())                  # a flat array of 1 << 20 floats
+        ok_values = bool((x == cp.arange(1 << 20, dtype=cp.float32)).all())
+        x *= 2                                    # the parent sees it: the same memory
+        v = rap.open(q_in.get())                  # a strided view of a (256, 64) float64 array
+        expect = cp.arange(256 * 64, dtype=cp.float64).reshape(256, 64)[3:, 1::2]
+        ok_view = (v.shape == expect.shape and v.strides == expect.strides and
+                   bool((v == expect).all()))
+        second = None
+        try:
+            rap.open(q_in.get())                  # the first handle again
+        except RuntimeError as e:                 # a handle opens once
+            second = str(e)
+        cp.cuda.get_current_stream().synchronize()
+        q_out.put(("holding", ok_values, ok_view, second))
+        q_in.get()                                # "drop"
+        del x, v
+        cp.cuda.get_current_stream().synchronize()
+        q_out.put(("dropped", True))
+    except BaseException as e:
+        q_out.put(("error", "%s: %s" % (type(e).__name__, e), traceback.format_exc()))
+
+
+def cmd_ipc(args):
+    """rap_cupy.share/open with the pool over DeviceVmm(export=posix) (run_tests.sh sets
+    RAP_CUPY_SPEC): a child spawned with multiprocessing opens a shared array and sees its
+    values; its write is seen here; a strided view arrives with its shape, strides and offset; a
+    second open of a handle is refused; this process frees both arrays at once, and their bytes
+    stay pending while the child holds them and return after it dropped them; CuPy's
+    ipcGetMemHandle on rap's memory raises a sentence naming share/open."""
+    import multiprocessing as mp
+    import pickle
+    cp, rap = setup()
+    r = {"spec": rap.spec(0), "origin": origin(rap)}
+    ctx = mp.get_context("spawn")
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=_ipc_child, args=(q_in, q_out))
+    child.start()
+    try:
+        x = cp.arange(1 << 20, dtype=cp.float32)                        # 4 MiB
+        base = cp.arange(256 * 64, dtype=cp.float64).reshape(256, 64)   # 128 KiB
+        view = base[3:, 1::2]
+        h = rap.share(x)
+        r["handle_pickled_bytes"] = len(pickle.dumps(h))
+        q_in.put(h)
+        hv = rap.share(view)
+        r["view_offset"] = hv.offset
+        q_in.put(hv)
+        q_in.put(h)
+        msg = q_out.get(timeout=120)
+        if msg[0] == "error":
+            raise RuntimeError("child: " + msg[1] + "\n" + msg[2])
+        _, r["values_arrived"], r["view_arrived"], r["second_open_error"] = msg
+        cp.cuda.Device().synchronize()
+        r["child_write_seen"] = bool((x == 2 * cp.arange(1 << 20, dtype=cp.float32)).all())
+        try:
+            cp.cuda.runtime.ipcGetMemHandle(x.data.ptr)
+            r["cupy_ipc_error"] = None
+        except RuntimeError as e:
+            r["cupy_ipc_error"] = str(e)
+        except Exception as e:        # CUDA's own error: the hook did not apply
+            r["cupy_ipc_error"] = "not rap's sentence: %s: %s" % (type(e).__name__, e)
+        del x, view, base               # freed here while the child holds them
+        cp.cuda.Device().synchronize()
+        rap.empty_cache()
+        r["pending_while_held_MiB"] = rap.pending_bytes() / 2**20
+        q_in.put("drop")
+        msg = q_out.get(timeout=120)
+        if msg[0] == "error":
+            raise RuntimeError("child: " + msg[1] + "\n" + msg[2])
+        child.join(120)
+        r["child_exit"] = child.exitcode
+        cp.cuda.Device().synchronize()
+        rap.empty_cache()
+        r["pending_after_drop_MiB"] = rap.pending_bytes() / 2**20
+    except Exception as e:
+        r["error"] = "%s: %s" % (type(e).__name__, e)
+        traceback.print_exc()
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join(10)
+    err = r.get("cupy_ipc_error") or ""
+    r["ok"] = ("error" not in r and bool(r.get("values_arrived")) and bool(r.get("view_arrived")) and
+               bool(r.get("child_write_seen")) and r.get("second_open_error") is not None and
+               "rap_cupy.share" in err and r.get("pending_while_held_MiB", 0) >= 4 and
+               r.get("pending_after_drop_MiB") == 0 and r.get("child_exit") == 0)
+    dump(args.out, "cupy_ipc", r)
+    return 0 if r["ok"] else 1
+
+
 # pytest: the same checks (one process; rap stays CuPy's allocator after the first).
 
 def _pytest_out():
@@ -539,6 +640,20 @@ def cmd_summarize(args):
     else:
         ok = False
         lines.append("pool test: results missing")
+    ip = load(args.out, "cupy_ipc")
+    if ip:
+        ok &= bool(ip["ok"])
+        lines.append("across processes (share/open over %s): %s; values arrived %s, child's write "
+                     "seen %s, strided view %s, second open refused: %s; pending while the child "
+                     "held them %.1f MiB, after it dropped them %.1f MiB; CuPy's ipcGetMemHandle: %s"
+                     % (ip.get("spec"), "ok" if ip["ok"] else "FAILED " + ip.get("error", ""),
+                        ip.get("values_arrived"), ip.get("child_write_seen"), ip.get("view_arrived"),
+                        (ip.get("second_open_error") or "no")[:120],
+                        ip.get("pending_while_held_MiB", -1), ip.get("pending_after_drop_MiB", -1),
+                        (ip.get("cupy_ipc_error") or "no error")[:160]))
+    else:
+        ok = False
+        lines.append("ipc test: results missing")
     lines.append("RESULT: " + ("PASS" if ok else "FAIL"))
     print("\n".join(lines))
     return 0 if ok else 1
