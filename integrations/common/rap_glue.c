@@ -829,8 +829,11 @@ int glue_set_memory_fraction(int device, double fraction) {
     /* 1: the whole device, which the pool cannot pass anyway: no cap, no cost per allocation. */
     double l = fraction * (double)total;
     d->limit = fraction == 1.0 ? 0 : l < 1.0 ? 1 : (size_t)l;
-    rap_log(RAP_LOG_INFO, "%s: device %d's pool may reserve at most %zu bytes (%g of %zu)",
-            glue_cfg.prefix, device, d->limit, fraction, total);
+    if (d->limit != 0)
+      rap_log(RAP_LOG_INFO, "%s: device %d's pool may reserve at most %zu bytes (%g of %zu)",
+              glue_cfg.prefix, device, d->limit, fraction, total);
+    else
+      rap_log(RAP_LOG_INFO, "%s: device %d's pool has no cap (fraction 1)", glue_cfg.prefix, device);
   }
   pthread_mutex_unlock(&lock);
   return st;
