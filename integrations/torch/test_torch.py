@@ -362,7 +362,8 @@ def cmd_fraction(args):
     lib = rap_torch._library()
     r["c_path_refuses_0"] = (lib.rap_torch_memory_fraction(0, 0.0) != 0 and
                              "(0, 1]" in rap_torch._loader.last_error(lib, "torch"))
-    if r["hooks"].get("memory_fraction") == "allocator":   # PyTorch's own call lets 0 through to rap
+    if (r["hooks"].get("memory_fraction") == "allocator" and
+            hasattr(torch._C, "_cuda_setMemoryFraction")):   # PyTorch's own call lets 0 through to rap
         try:
             torch._C._cuda_setMemoryFraction(0.0, 0)
             r["hook_refuses_0"] = False
