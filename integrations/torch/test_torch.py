@@ -317,13 +317,13 @@ def cmd_oom(args):
 
 def cmd_fraction(args):
     """torch.cuda.set_per_process_memory_fraction and empty_cache with rap enabled: at 0.1 an
-    allocation of 12 % of the device is refused with out of memory and the process goes on; 5 %
-    is served; 1.5, 0, -0.1 and NaN are refused with a sentence (the limit stays); freeing tensors
+    allocation of 12 % of the device is refused with out of memory and the process goes on; 7 %
+    is served while the pool holds a free 6 % (given back first), 5 % is served; 1.5, 0, -0.1 and NaN are refused with a sentence (the limit stays); freeing tensors
     and empty_cache lower memory_reserved."""
     torch = use("rap")
     import rap_torch
     r = {"hooks": rap_torch.hooks()}
-    free, total = torch.cuda.mem_get_info(0)
+    total = torch.cuda.mem_get_info(0)[1]
     r["total"] = total
     x = torch.ones(1 << 20, device="cuda")   # the pool exists
     torch.cuda.set_per_process_memory_fraction(0.1, 0)
@@ -339,6 +339,20 @@ def cmd_fraction(args):
         r["above_message"] = str(e)[:400]
     r["reserved_after_refusal"] = torch.cuda.memory_reserved(0)
     r["reserved_within_limit_after_refusal"] = r["reserved_after_refusal"] <= r["limit"]
+    # Live bytes that fit, but a pool that would grow past the cap: 6 % held free after a free,
+    # then 7 % (which the free 6 % cannot serve) is served once the pool gives the 6 % back.
+    a = torch.empty(int(total * 0.06), dtype=torch.uint8, device="cuda")
+    del a
+    r["reserved_holding_free_6pc"] = torch.cuda.memory_reserved(0)
+    try:
+        b = torch.empty(int(total * 0.07), dtype=torch.uint8, device="cuda")
+        b.fill_(3)
+        r["served_after_giving_back"] = int(b[0].item()) == 3
+        r["reserved_with_7pc"] = torch.cuda.memory_reserved(0)
+        r["served_after_giving_back"] &= r["reserved_with_7pc"] <= r["limit"]
+        del b
+    except Exception as e:  # noqa: BLE001
+        r["served_after_giving_back"] = "%s: %s" % (type(e).__name__, str(e)[:200])
     below = torch.empty(int(total * 0.05), dtype=torch.uint8, device="cuda")
     below.fill_(7)
     r["below_served"] = int(below[-1].item()) == 7 and float(x.sum().item()) == float(1 << 20)
@@ -392,6 +406,7 @@ def cmd_fraction(args):
     r["ok"] = bool(r["limit_is_a_tenth"] and r["above"] is not None and
                    "out of memory" in r.get("above_message", "").lower() and
                    r["reserved_within_limit_after_refusal"] and r["below_served"] and
+                   r["served_after_giving_back"] is True and
                    r["all_refused_with_a_sentence"] and r["limit_kept_after_refusals"] and
                    r["rap_path_refuses_0"] and r["c_path_refuses_0"] and
                    r.get("hook_refuses_0", True) and r["above_served_at_1"] is True and
@@ -652,12 +667,13 @@ def cmd_summarize(args):
     if fr:
         ok &= bool(fr.get("ok"))
         lines.append("memory fraction 0.1 (fraction hook via %s): 12 %% of the device refused: %s "
-                     "(torch.OutOfMemoryError: %s; %s); reserved within the limit after: %s; 5 %% "
-                     "served: %s; 1.5, 0, -0.1, NaN refused with a sentence: %s; rap's path refuses "
-                     "0: %s; at 1.0 the 12 %% served: %s; empty_cache: reserved %s -> %s"
+                     "(torch.OutOfMemoryError: %s; %s); reserved within the limit after: %s; 7 %% "
+                     "served after the pool gave a free 6 %% back: %s; 5 %% served: %s; 1.5, 0, "
+                     "-0.1, NaN refused with a sentence: %s; rap's path refuses 0: %s; at 1.0 the 12 %% served: %s; empty_cache: reserved %s -> %s"
                      % (fr["hooks"].get("memory_fraction"), fr["above"],
                         fr.get("above_is_OutOfMemoryError"), (fr.get("above_message") or "")[:160],
-                        fr["reserved_within_limit_after_refusal"], fr["below_served"],
+                        fr["reserved_within_limit_after_refusal"],
+                        fr["served_after_giving_back"], fr["below_served"],
                         fr["all_refused_with_a_sentence"], fr["rap_path_refuses_0"],
                         fr["above_served_at_1"], mib(fr["reserved_before_empty_cache"]),
                         mib(fr["reserved_after_empty_cache"])))
