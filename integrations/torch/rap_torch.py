@@ -288,8 +288,8 @@ def _wrap_memory_fraction(hooked):
 
 def set_memory_fraction(fraction, device=None):
     """The device's pool may reserve at most fraction x the device's total memory; an allocation
-    that would take it past that raises torch.OutOfMemoryError (the pool first gives back its
-    wholly free chunks and tries once more). fraction must be in (0, 1]; 1 removes the cap. What
+    that would take it past that fails as out of memory (the pool first gives back its wholly
+    free chunks and tries once more; PyTorch raises what it raises for any failed allocation). fraction must be in (0, 1]; 1 removes the cap. What
     torch.cuda.set_per_process_memory_fraction does once enabled."""
     f = _check_fraction(fraction)
     _need()
