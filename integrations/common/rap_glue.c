@@ -102,6 +102,8 @@ typedef struct dev {
   /* Since the last glue_reset_accumulated: allocations served and their bytes (as requested), out
    * of memory answers, and what was live at the reset (frees are what went since). */
   size_t allocs, alloc_bytes, ooms, base_count, base_bytes;
+  /* glue_set_memory_fraction's cap on the main pool's reserved bytes (0: none). */
+  size_t limit;
 } dev;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -434,6 +436,39 @@ static int process_deferred(dev *d) {
 
 static int admit_locked(int device, size_t size, size_t limit);
 
+/* An allocation from the main pool under the device's limit (glue_set_memory_fraction): refused
+ * at once when the live bytes could not fit; otherwise it is made, and if it grew the pool's
+ * reserved bytes past the limit it is undone (the block freed on its own stream, the stream
+ * synchronized so that it is free at once, wholly free chunks given back) and tried once more
+ * against the smaller pool, then refused. An allocation the pool serves without growing is never
+ * refused, even when what it holds is above a limit set later. Out of memory: RAP_ERR_NOMEM. */
+static int capped_alloc(int device, dev *d, void **out, size_t size, stream_ent *e) {
+  int st = admit_locked(device, size, d->limit);
+  for (int attempt = 0; st == RAP_OK; attempt++) {
+    rap_stats before, after;
+    void *p = NULL;
+    st = rap_allocator_stats(d->pool, &before);
+    if (st == RAP_OK) st = rap_allocate(d->pool, &p, size, e->r);
+    if (st == RAP_OK) st = rap_allocator_stats(d->pool, &after);
+    if (st != RAP_OK) {
+      if (p != NULL) (void)rap_deallocate(d->pool, p, e->r);
+      return st;
+    }
+    if (after.actual_bytes <= d->limit || after.actual_bytes <= before.actual_bytes) {
+      *out = p;
+      return RAP_OK;
+    }
+    st = rap_deallocate(d->pool, p, e->r);
+    if (st == RAP_OK) st = rap_resource_synchronize(e->r);
+    if (st == RAP_OK) st = rap_release(d->pool);
+    if (st == RAP_OK && attempt > 0)
+      st = rap_error_set(RAP_ERR_NOMEM, "%s: %zu bytes would take device %d's pool to %zu "
+                         "reserved bytes, past its limit of %zu (the memory fraction)",
+                         glue_cfg.prefix, size, device, after.actual_bytes, d->limit);
+  }
+  return st;
+}
+
 /* glue_malloc's body, with the lock held. */
 static int malloc_locked(void **out, size_t size, int device, cudaStream_t s) {
   dev *d = NULL;
@@ -453,7 +488,8 @@ static int malloc_locked(void **out, size_t size, int device, cudaStream_t s) {
     stream_ent *e = NULL;
     st = ensure_pool(device, d);
     if (st == RAP_OK) st = stream_resource(d, device, s, &e);
-    if (st == RAP_OK) st = rap_allocate(d->pool, out, size, e->r);
+    if (st == RAP_OK && d->limit != 0) st = capped_alloc(device, d, out, size, e);
+    else if (st == RAP_OK) st = rap_allocate(d->pool, out, size, e->r);
   }
   if (d != NULL && st == RAP_OK) {
     d->allocs++;
@@ -766,6 +802,49 @@ static int admit_locked(int device, size_t size, size_t limit) {
   if (st == RAP_OK && (size > limit || s.used_bytes > limit - size))
     st = rap_error_set(RAP_ERR_NOMEM, "%s: %zu bytes more would pass the limit of %zu bytes on "
                        "device %d (%zu in use)", glue_cfg.prefix, size, limit, device, s.used_bytes);
+  return st;
+}
+
+int glue_set_memory_fraction(int device, double fraction) {
+  if (!(fraction > 0.0 && fraction <= 1.0))   /* NaN too */
+    return rap_error_set(RAP_ERR_INVALID, "%s: a memory fraction must be in (0, 1] (above 0, at "
+                         "most 1); %g is not", glue_cfg.prefix, fraction);
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  size_t free_b = 0, total = 0;
+  if (st == RAP_OK) {
+    int cur = device;
+    cudaError_t e = cudaGetDevice(&cur);
+    if (e == cudaSuccess && cur != device) e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaMemGetInfo(&free_b, &total);
+    if (cur != device) (void)cudaSetDevice(cur);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      st = rap_error_set(RAP_ERR_BACKEND, "%s: the memory of device %d cannot be read: %s",
+                         glue_cfg.prefix, device, cudaGetErrorString(e));
+    }
+  }
+  if (st == RAP_OK) {
+    /* 1: the whole device, which the pool cannot pass anyway: no cap, no cost per allocation. */
+    double l = fraction * (double)total;
+    d->limit = fraction == 1.0 ? 0 : l < 1.0 ? 1 : (size_t)l;
+    if (d->limit != 0)
+      rap_log(RAP_LOG_INFO, "%s: device %d's pool may reserve at most %zu bytes (%g of %zu)",
+              glue_cfg.prefix, device, d->limit, fraction, total);
+    else
+      rap_log(RAP_LOG_INFO, "%s: device %d's pool has no cap (fraction 1)", glue_cfg.prefix, device);
+  }
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+int glue_memory_limit(int device, size_t *limit) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK && limit != NULL) *limit = d->limit;
+  pthread_mutex_unlock(&lock);
   return st;
 }
 

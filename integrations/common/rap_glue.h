@@ -83,6 +83,14 @@ int  glue_malloc_limited(void **out, size_t size, int device, cudaStream_t s, si
 int  glue_release_device(int device);
 int  glue_memory_info(int device, size_t *free_bytes, size_t *total_bytes);
 
+/* PyTorch's set_per_process_memory_fraction: the device's pool may reserve at most fraction x
+ * the device's total memory (cudaMemGetInfo); an allocation that would grow it past that is
+ * undone, the pool's free chunks are given back, it is tried once more, then RAP_ERR_NOMEM with a
+ * sentence. 1 removes the cap. A fraction outside (0, 1] is RAP_ERR_INVALID (nothing changes).
+ * glue_memory_limit: the limit in bytes (0: none). Graph pools are not counted. */
+int  glue_set_memory_fraction(int device, double fraction);
+int  glue_memory_limit(int device, size_t *limit);
+
 /* Page-locked host memory from one pool, made from spec (over PINNED) at the first allocation;
  * its statistics in glue_stat_values' order. */
 int  glue_pinned_malloc(void **out, size_t size, const char *spec);

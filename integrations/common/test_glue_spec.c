@@ -1,8 +1,11 @@
 /* test_glue_spec.c — the spec each device's pool is made from (rap_glue.c's build_spec): one
  * RAP_*_SPEC serves every device, so device platforms and device options get the device's number
- * unless the spec names one. No GPU needed: nothing here calls CUDA. Prints "N passed, N failed". */
+ * unless the spec names one. Also: a memory fraction outside (0, 1] is refused with a sentence
+ * before anything else is looked at. No GPU needed: nothing here calls CUDA. Prints "N passed, N
+ * failed". */
 #include "rap_glue.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +38,17 @@ int main(void) {
     } else {
       failed++;
       printf("'%s' gave '%s' (status %d), expected '%s'\n", cases[i][0], buf, st, cases[i][1]);
+    }
+  }
+  static const double bad_fractions[] = {0.0, -0.5, 1.5, 1.0000001, NAN, INFINITY};
+  for (size_t i = 0; i < sizeof bad_fractions / sizeof *bad_fractions; i++) {
+    int st = glue_set_memory_fraction(0, bad_fractions[i]);
+    if (st == RAP_ERR_INVALID && strstr(rap_last_error(), "(0, 1]") != NULL) {
+      passed++;
+    } else {
+      failed++;
+      printf("memory fraction %g gave status %d ('%s'), expected RAP_ERR_INVALID with a sentence\n",
+             bad_fractions[i], st, rap_last_error());
     }
   }
   printf("%d passed, %d failed\n", passed, failed);

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <functional>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -135,6 +136,26 @@ RAP_EXPORT void rap_torch_empty_cache(void) {
   if (st != RAP_OK)
     rap_log(RAP_LOG_WARN, "rap_torch: empty_cache: %s: %s", rap_status_name(st), rap_last_error());
 }
+
+/* torch.cuda.set_per_process_memory_fraction, through set_memory_fraction_fn: the device's pool
+ * may reserve at most fraction x the device's total memory; an allocation past it is out of
+ * memory (torch.OutOfMemoryError). PyTorch's hook returns nothing, so a refused fraction (outside
+ * (0, 1]) or a failure throws, with rap's sentence, which PyTorch raises in Python. */
+RAP_EXPORT int rap_torch_memory_fraction(int device, double fraction) {
+  return glue_set_memory_fraction(device, fraction);
+}
+
+RAP_EXPORT void rap_torch_set_memory_fraction(double fraction, int device) {
+  int st = glue_set_memory_fraction(device, fraction);
+  if (st == RAP_OK) return;
+  std::string msg = std::string("rap_torch: set_per_process_memory_fraction: ") + rap_last_error();
+  rap_log(RAP_LOG_ERROR, "%s", msg.c_str());
+  if (st == RAP_ERR_INVALID) throw std::invalid_argument(msg);
+  throw std::runtime_error(msg);
+}
+
+/* The device's limit in bytes (0: none). */
+RAP_EXPORT int rap_torch_memory_limit(int device, size_t *limit) { return glue_memory_limit(device, limit); }
 
 /* Gives back the pools of finished CUDA graph captures that hold no live block. Call it only once
  * the graphs captured with rap are destroyed: a graph's replays use that memory. */

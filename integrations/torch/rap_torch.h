@@ -14,6 +14,9 @@ void  *rap_torch_malloc(size_t size, int device, cudaStream_t stream);
 void   rap_torch_free(void *ptr, size_t size, int device, cudaStream_t stream);
 void   rap_torch_record_stream(void *ptr, cudaStream_t stream);   /* set_record_stream_fn */
 void   rap_torch_empty_cache(void);                               /* set_reset_fn */
+void   rap_torch_set_memory_fraction(double fraction, int device);   /* set_memory_fraction_fn; throws */
+int    rap_torch_memory_fraction(int device, double fraction);      /* the same, as a status */
+int    rap_torch_memory_limit(int device, size_t *limit);           /* bytes; 0: none */
 size_t rap_torch_release_graph_pools(void);
 int    rap_torch_stat_values(int device, int graph, size_t *out, size_t n);
 int    rap_torch_stat_count(void);

@@ -22,8 +22,9 @@ CUDA graph per compiled function, whose memory comes from rap's graph pools.
 allocator() is rap as a PyTorch allocator object, for torch.cuda.MemPool(rap_torch.allocator()):
 a scoped pool whose memory comes from rap while PyTorch's own allocator serves the rest.
 
-enable() also hands PyTorch rap's record_stream, empty_cache and CUDA-graph pool functions
-(set_record_stream_fn, set_reset_fn, set_begin_allocate_to_pool, set_end_allocate_to_pool_fn,
+enable() also hands PyTorch rap's record_stream, empty_cache, memory-fraction and CUDA-graph pool
+functions (set_record_stream_fn, set_reset_fn, set_memory_fraction_fn,
+set_begin_allocate_to_pool, set_end_allocate_to_pool_fn,
 set_release_pool on the allocator object; PyTorch 2.11 has them). Where a PyTorch lacks them it
 wraps torch.Tensor.record_stream and torch.cuda.empty_cache instead, and finds graph captures by
 asking CUDA at each allocation; hooks() says which. RAP_TORCH_POOL_HOOKS=0 forces the latter for
@@ -50,7 +51,7 @@ __all__ = [
     "memory_stats_as_nested_dict", "rap_stats", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "memory_summary", "empty_cache", "release_graph_pools",
     "graph_memory_reserved", "record_stream", "spec", "hooks", "snapshot_from_trace", "sleep", "wake",
-    "prepare_sleep", "share", "open", "IpcHandle",
+    "prepare_sleep", "share", "open", "IpcHandle", "set_memory_fraction", "memory_limit",
 ]
 
 
@@ -105,6 +106,10 @@ def _load(path):
     lib.rap_torch_record_stream.restype = None
     lib.rap_torch_empty_cache.argtypes = []
     lib.rap_torch_empty_cache.restype = None
+    lib.rap_torch_memory_fraction.argtypes = [ctypes.c_int, ctypes.c_double]
+    lib.rap_torch_memory_fraction.restype = ctypes.c_int
+    lib.rap_torch_memory_limit.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]
+    lib.rap_torch_memory_limit.restype = ctypes.c_int
     lib.rap_torch_use_pool_hooks.argtypes = [ctypes.c_int]
     lib.rap_torch_use_pool_hooks.restype = None
     lib.rap_torch_sleep.argtypes = [ctypes.c_int, ctypes.c_int]
@@ -169,7 +174,9 @@ def enable(spec=None):
     native = allocator()
     lib = _library()
     for setter, fn, key in (("set_record_stream_fn", "rap_torch_record_stream", "record_stream"),
-                            ("set_reset_fn", "rap_torch_empty_cache", "empty_cache")):
+                            ("set_reset_fn", "rap_torch_empty_cache", "empty_cache"),
+                            ("set_memory_fraction_fn", "rap_torch_set_memory_fraction",
+                             "memory_fraction")):
         f = getattr(native, setter, None)
         if callable(f):
             try:
@@ -199,6 +206,10 @@ def enable(spec=None):
     if "empty_cache" not in _hooks:
         _wrap_empty_cache()
         _hooks["empty_cache"] = "python"
+    # Always wrapped: rap's check of the fraction comes first (PyTorch lets 0 through), and
+    # without PyTorch's hook the wrapper is what reaches rap.
+    _wrap_memory_fraction(_hooks.get("memory_fraction") == "allocator")
+    _hooks.setdefault("memory_fraction", "python")
     _install_reductions()
     _hooks["multiprocessing"] = "rap.share/open"
 
@@ -247,6 +258,54 @@ def _wrap_empty_cache():
     empty_cache.__doc__ = original.__doc__
     torch.cuda.empty_cache = empty_cache
     torch.cuda.memory.empty_cache = empty_cache
+
+
+def _check_fraction(fraction):
+    try:
+        f = float(fraction)
+    except (TypeError, ValueError):
+        raise TypeError("a memory fraction is a number in (0, 1], not %r" % (fraction,)) from None
+    if not 0.0 < f <= 1.0:  # NaN too
+        raise ValueError("a memory fraction must be in (0, 1] (above 0, at most 1); %r is not"
+                         % (fraction,))
+    return f
+
+
+def _wrap_memory_fraction(hooked):
+    original = torch.cuda.set_per_process_memory_fraction
+
+    def set_per_process_memory_fraction(fraction, device=None):
+        f = _check_fraction(fraction)
+        if hooked:  # PyTorch calls rap_torch_set_memory_fraction
+            original(f, device)
+        else:
+            set_memory_fraction(f, device)
+
+    set_per_process_memory_fraction.__doc__ = original.__doc__
+    torch.cuda.set_per_process_memory_fraction = set_per_process_memory_fraction
+    torch.cuda.memory.set_per_process_memory_fraction = set_per_process_memory_fraction
+
+
+def set_memory_fraction(fraction, device=None):
+    """The device's pool may reserve at most fraction x the device's total memory; an allocation
+    that would take it past that fails as out of memory (the pool first gives back its wholly
+    free chunks and tries once more; PyTorch raises what it raises for any failed allocation). fraction must be in (0, 1]; 1 removes the cap. What
+    torch.cuda.set_per_process_memory_fraction does once enabled."""
+    f = _check_fraction(fraction)
+    _need()
+    d = _device(device)
+    if _lib.rap_torch_memory_fraction(d, f) != 0:
+        raise RuntimeError("rap_torch: " + _loader.last_error(_lib, "torch"))
+
+
+def memory_limit(device=None):
+    """The bytes the device's pool may reserve (set_memory_fraction), or 0 for no limit."""
+    _need()
+    d = _device(device)
+    out = ctypes.c_size_t(0)
+    if _lib.rap_torch_memory_limit(d, ctypes.byref(out)) != 0:
+        raise RuntimeError("rap_torch: " + _loader.last_error(_lib, "torch"))
+    return out.value
 
 
 def record_stream(tensor, stream):

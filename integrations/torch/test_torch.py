@@ -5,6 +5,7 @@
   streams            producer/consumer on two streams with record_stream and early frees; threads
   graph              CUDA graph capture and replay of an allocating step
   oom                a failed allocation (RAP_TORCH_OOM=null: see what PyTorch does with NULL)
+  fraction           set_per_process_memory_fraction (limit, refusals) and empty_cache
   sleep              rap_torch.sleep/wake over DEVICE_VMM: training goes on bit-equal after it
   ipc                torch.multiprocessing and rap_torch.share/open over DeviceVmm(export=posix)
   summarize          compares the results and prints the table; exit status 1 on a failure
@@ -314,6 +315,106 @@ def cmd_oom(args):
     dump(args, "oom_" + mode, r)
 
 
+def cmd_fraction(args):
+    """torch.cuda.set_per_process_memory_fraction and empty_cache with rap enabled: at 0.1 an
+    allocation of 12 % of the device is refused with out of memory and the process goes on; 7 %
+    is served while the pool holds a free 6 % (given back first), 5 % is served; 1.5, 0, -0.1 and NaN are refused with a sentence (the limit stays); freeing tensors
+    and empty_cache lower memory_reserved."""
+    torch = use("rap")
+    import rap_torch
+    r = {"hooks": rap_torch.hooks()}
+    total = torch.cuda.mem_get_info(0)[1]
+    r["total"] = total
+    x = torch.ones(1 << 20, device="cuda")   # the pool exists
+    torch.cuda.set_per_process_memory_fraction(0.1, 0)
+    r["limit"] = rap_torch.memory_limit(0)
+    r["limit_is_a_tenth"] = abs(r["limit"] - total // 10) <= 1
+    try:
+        big = torch.empty(int(total * 0.12), dtype=torch.uint8, device="cuda")
+        r["above"] = None
+        del big
+    except Exception as e:  # noqa: BLE001
+        r["above"] = type(e).__name__
+        r["above_is_OutOfMemoryError"] = isinstance(e, getattr(torch, "OutOfMemoryError", ()))
+        r["above_message"] = str(e)[:400]
+    r["reserved_after_refusal"] = torch.cuda.memory_reserved(0)
+    r["reserved_within_limit_after_refusal"] = r["reserved_after_refusal"] <= r["limit"]
+    # Live bytes that fit, but a pool that would grow past the cap: 6 % held free after a free,
+    # then 7 % (which the free 6 % cannot serve) is served once the pool gives the 6 % back.
+    a = torch.empty(int(total * 0.06), dtype=torch.uint8, device="cuda")
+    del a
+    r["reserved_holding_free_6pc"] = torch.cuda.memory_reserved(0)
+    try:
+        b = torch.empty(int(total * 0.07), dtype=torch.uint8, device="cuda")
+        b.fill_(3)
+        r["served_after_giving_back"] = int(b[0].item()) == 3
+        r["reserved_with_7pc"] = torch.cuda.memory_reserved(0)
+        r["served_after_giving_back"] &= r["reserved_with_7pc"] <= r["limit"]
+        del b
+    except Exception as e:  # noqa: BLE001
+        r["served_after_giving_back"] = "%s: %s" % (type(e).__name__, str(e)[:200])
+    below = torch.empty(int(total * 0.05), dtype=torch.uint8, device="cuda")
+    below.fill_(7)
+    r["below_served"] = int(below[-1].item()) == 7 and float(x.sum().item()) == float(1 << 20)
+    r["reserved_with_below"] = torch.cuda.memory_reserved(0)
+    refusals = {}
+    for bad in (1.5, 0.0, -0.1, float("nan")):
+        try:
+            torch.cuda.set_per_process_memory_fraction(bad, 0)
+            refusals[repr(bad)] = None
+        except Exception as e:  # noqa: BLE001
+            refusals[repr(bad)] = "%s: %s" % (type(e).__name__, str(e)[:200])
+    r["refusals"] = refusals
+    r["all_refused_with_a_sentence"] = all(v is not None and "fraction" in v for v in refusals.values())
+    r["limit_kept_after_refusals"] = rap_torch.memory_limit(0) == r["limit"]
+    # The rap path checks too (PyTorch itself lets 0 through to the allocator).
+    try:
+        rap_torch.set_memory_fraction(0.0, 0)
+        r["rap_path_refuses_0"] = False
+    except ValueError as e:
+        r["rap_path_refuses_0"] = "(0, 1]" in str(e)
+    lib = rap_torch._library()
+    r["c_path_refuses_0"] = (lib.rap_torch_memory_fraction(0, 0.0) != 0 and
+                             "(0, 1]" in rap_torch._loader.last_error(lib, "torch"))
+    if (r["hooks"].get("memory_fraction") == "allocator" and
+            hasattr(torch._C, "_cuda_setMemoryFraction")):   # PyTorch's own call lets 0 through to rap
+        try:
+            torch._C._cuda_setMemoryFraction(0.0, 0)
+            r["hook_refuses_0"] = False
+        except Exception as e:  # noqa: BLE001
+            r["hook_refuses_0"] = "(0, 1]" in str(e)
+            r["hook_refusal"] = "%s: %s" % (type(e).__name__, str(e)[:200])
+    r["limit_kept_after_refusals"] = rap_torch.memory_limit(0) == r["limit"]
+    # Raised to 1: the 12 % allocation is served.
+    torch.cuda.set_per_process_memory_fraction(1.0, 0)
+    try:
+        big = torch.empty(int(total * 0.12), dtype=torch.uint8, device="cuda")
+        big.fill_(1)
+        r["above_served_at_1"] = rap_torch.memory_limit(0) == 0   # 1: no cap at all
+    except Exception as e:  # noqa: BLE001
+        r["above_served_at_1"] = "%s: %s" % (type(e).__name__, str(e)[:200])
+        big = None
+    torch.cuda.synchronize()
+    r["reserved_before_empty_cache"] = torch.cuda.memory_reserved(0)
+    del big, below
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    r["reserved_after_empty_cache"] = torch.cuda.memory_reserved(0)
+    r["allocated_after_empty_cache"] = torch.cuda.memory_allocated(0)
+    r["empty_cache_lowered_reserved"] = (r["reserved_after_empty_cache"] <
+                                         r["reserved_before_empty_cache"] - int(total * 0.1))
+    r["ok"] = bool(r["limit_is_a_tenth"] and r["above"] is not None and
+                   "out of memory" in r.get("above_message", "").lower() and
+                   r["reserved_within_limit_after_refusal"] and r["below_served"] and
+                   r["served_after_giving_back"] is True and
+                   r["all_refused_with_a_sentence"] and r["limit_kept_after_refusals"] and
+                   r["rap_path_refuses_0"] and r["c_path_refuses_0"] and
+                   r.get("hook_refuses_0", True) and r["above_served_at_1"] is True and
+                   r["empty_cache_lowered_reserved"])
+    dump(args, "fraction", r)
+    return 0 if r["ok"] else 1
+
+
 def cmd_sleep(args):
     """rap.torch.sleep/wake over DEVICE_VMM (RAP_TORCH_SPEC names it): a model trained 10 steps,
     put to sleep with its optimizer state, woken and trained 10 more gives the losses of 20 steps
@@ -562,6 +663,23 @@ def cmd_summarize(args):
         else:
             lines.append("out of memory with RAP_TORCH_OOM=null: exception %s, data_ptr %s"
                          % (o["exception"], o.get("data_ptr")))
+    fr = load(args.out, "fraction")
+    if fr:
+        ok &= bool(fr.get("ok"))
+        lines.append("memory fraction 0.1 (fraction hook via %s): 12 %% of the device refused: %s "
+                     "(torch.OutOfMemoryError: %s; %s); reserved within the limit after: %s; 7 %% "
+                     "served after the pool gave a free 6 %% back: %s; 5 %% served: %s; 1.5, 0, "
+                     "-0.1, NaN refused with a sentence: %s; rap's path refuses 0: %s; at 1.0 the 12 %% served: %s; empty_cache: reserved %s -> %s"
+                     % (fr["hooks"].get("memory_fraction"), fr["above"],
+                        fr.get("above_is_OutOfMemoryError"), (fr.get("above_message") or "")[:160],
+                        fr["reserved_within_limit_after_refusal"],
+                        fr["served_after_giving_back"], fr["below_served"],
+                        fr["all_refused_with_a_sentence"], fr["rap_path_refuses_0"],
+                        fr["above_served_at_1"], mib(fr["reserved_before_empty_cache"]),
+                        mib(fr["reserved_after_empty_cache"])))
+    elif os.environ.get("RAP_TEST_ONLY") is None:
+        ok = False
+        lines.append("memory fraction: results missing")
     ip = load(args.out, "ipc")
     if ip and "skipped" not in ip:
         ok &= bool(ip.get("ok"))
