@@ -5,6 +5,7 @@
  * queue is gated by a pipe this process writes to: no sleeps.
  */
 #define _GNU_SOURCE   /* pipe2, fdopen */
+#include "shared_helpers.h"
 #include "test_util.h"
 
 #include <errno.h>
@@ -27,21 +28,6 @@ typedef struct peer {
   FILE *in, *out;
   int gate;
 } peer;
-
-/* The peer program: beside this test binary (a build carried to another machine keeps them
- * together), else where CMake built it. */
-static void peer_path(char *buf, size_t cap, const char *name, const char *built) {
-  ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
-  if (n > 0) {
-    buf[n] = '\0';
-    char *slash = strrchr(buf, '/');
-    if (slash != NULL && (size_t)(slash + 1 - buf) + strlen(name) < cap) {
-      strcpy(slash + 1, name);
-      if (access(buf, X_OK) == 0) return;
-    }
-  }
-  snprintf(buf, cap, "%s", built);
-}
 
 static void peer_start(peer *p) {
   int in[2], out[2], gate[2];

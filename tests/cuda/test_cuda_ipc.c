@@ -7,6 +7,7 @@
  * The protocol's host side is tested in CI by test_ipc.c (HostVmm).
  */
 #include "../c/rap_test.h"
+#include "../c/shared_helpers.h"
 #include "kernels.h"
 
 #include <cuda_runtime_api.h>
@@ -22,33 +23,10 @@
 
 extern char **environ;
 
-/* The peer program: beside this test binary (a build carried to another machine keeps them
- * together), else where CMake built it. */
-static void peer_path(char *buf, size_t cap, const char *name, const char *built) {
-  ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
-  if (n > 0) {
-    buf[n] = '\0';
-    char *slash = strrchr(buf, '/');
-    if (slash != NULL && (size_t)(slash + 1 - buf) + strlen(name) < cap) {
-      strcpy(slash + 1, name);
-      if (access(buf, X_OK) == 0) return;
-    }
-  }
-  snprintf(buf, cap, "%s", built);
-}
-
 static void race(const char *spec, int steps, size_t size) {
   rap_manager *rm = NULL;
   RAP_CHECK_OK(rap_manager_create(&rm));
-  rap_allocator *pool = NULL;
-  int st = rap_allocator_make_spec(rm, "exporter", spec, &pool);
-  if (st == RAP_ERR_UNSUPPORTED) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", rap_last_error());
-    RAP_CHECK_OK(rap_manager_destroy(rm));
-    RAP_SKIP("no CUDA device: %s", why);
-  }
-  RAP_CHECK_OK(st);
+  rap_allocator *pool = make_or_skip(rm, "exporter", spec);
   rap_resource *r = NULL;
   RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r));
   cudaStream_t s = rap_resource_cuda_stream(r);
@@ -129,14 +107,8 @@ RAP_TEST(CudaIpc, TwoProcessesOnTheSecondGpu) {
 RAP_TEST(CudaIpc, ExportedMemoryIsWhatNcclRegisters) {
   rap_manager *rm = NULL;
   RAP_CHECK_OK(rap_manager_create(&rm));
-  rap_allocator *pool = NULL;
-  int st = rap_allocator_make_spec(rm, "nccl", "ResourceAwarePool(DeviceVmm(export=posix, "
-                                   "granularity=64KiB, reserve=4GiB))", &pool);
-  if (st == RAP_ERR_UNSUPPORTED) {
-    RAP_CHECK_OK(rap_manager_destroy(rm));
-    RAP_SKIP("no CUDA device");
-  }
-  RAP_CHECK_OK(st);
+  rap_allocator *pool = make_or_skip(rm, "nccl", "ResourceAwarePool(DeviceVmm(export=posix, "
+                                     "granularity=64KiB, reserve=4GiB))");
   /* granularity= below the recommended one is raised to it. */
   RAP_CHECK(rap_allocator_alignment(rap_allocator_parent(pool)) >= ((size_t)2 << 20));
   void *p = NULL;

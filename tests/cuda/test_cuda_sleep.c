@@ -6,6 +6,7 @@
  * skips, saying why, where no device is usable; tests/c/test_sleep.c runs the logic over HOST_VMM.
  */
 #include "../c/rap_test.h"
+#include "../c/shared_helpers.h"
 #include "kernels.h"
 
 #include <cuda_runtime_api.h>
@@ -18,19 +19,6 @@
 void rapi_vmm_fail_map_at(long nth);   /* resources/vmm.c: a map refused, as by another process */
 
 #define MiB ((size_t)1 << 20)
-
-static rap_allocator *make_or_skip(rap_manager *rm, const char *name, const char *spec) {
-  rap_allocator *a = NULL;
-  int st = rap_allocator_make_spec(rm, name, spec, &a);
-  if (st == RAP_ERR_UNSUPPORTED) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", rap_last_error());
-    RAP_CHECK_OK(rap_manager_destroy(rm));
-    RAP_SKIP("no CUDA device: %s", why);
-  }
-  RAP_CHECK_OK(st);
-  return a;
-}
 
 static size_t device_free(void) {
   size_t f = 0, t = 0;

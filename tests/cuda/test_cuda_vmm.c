@@ -5,6 +5,7 @@
  * the host too (tests/c/test_vmm.c, HOST_VMM).
  */
 #include "../c/rap_test.h"
+#include "../c/shared_helpers.h"
 #include "kernels.h"
 
 #include <cuda_runtime_api.h>
@@ -20,20 +21,6 @@ static rap_manager *manager(void) {
   rap_manager *rm = NULL;
   RAP_CHECK_OK(rap_manager_create(&rm));
   return rm;
-}
-
-/* Makes spec, or skips if no device is usable. */
-static rap_allocator *make_or_skip(rap_manager *rm, const char *name, const char *spec) {
-  rap_allocator *a = NULL;
-  int st = rap_allocator_make_spec(rm, name, spec, &a);
-  if (st == RAP_ERR_UNSUPPORTED) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", rap_last_error());
-    RAP_CHECK_OK(rap_manager_destroy(rm));
-    RAP_SKIP("no CUDA device: %s", why);
-  }
-  RAP_CHECK_OK(st);
-  return a;
 }
 
 static rap_stats stats(rap_allocator *a) {
