@@ -60,6 +60,11 @@ int peer_cuda_async_default(bench_peer *p, const bench_env *env, char *why);
 int peer_cuda_async_fresh(bench_peer *p, const bench_env *env, char *why);
 /* peer_cub.cpp */
 int peer_cub(bench_peer *p, const bench_env *env, char *why);
+/* peer_rmm.cpp, where RMM's sources were there to build it (RAP_BENCH_RMM): one of RMM's device
+ * memory resources; peer_rmm_error is the text of the first exception a call of one threw. */
+enum { BENCH_RMM_POOL, BENCH_RMM_ARENA, BENCH_RMM_BINNING, BENCH_RMM_ASYNC, BENCH_RMM_CUDA };
+int peer_rmm(bench_peer *p, const bench_env *env, int kind, char *why);
+const char *peer_rmm_error(void);
 /* The PyTorch peer is a plugin, librap_bench_torch.so (peer_torch.cpp), built on the GPU machine
  * against the installed torch by bench/build-torch-peer.sh and loaded with --torch-plugin PATH (or
  * RAP_BENCH_TORCH_PLUGIN): rap-bench itself stays the same binary everywhere. The plugin exports
@@ -125,9 +130,22 @@ void sample_stats(const double *v, int n, double *med, double *lo, double *hi);
 /* ---- peers.c: peers by description ------------------------------------------------------------ */
 
 enum { P_MALLOC, P_MIMALLOC, P_RAP, P_CUDA_MALLOC, P_ASYNC_DEFAULT, P_ASYNC_FRESH, P_CUB, P_TORCH,
-       P_TORCH_REC };
+       P_TORCH_REC, P_RMM_POOL, P_RMM_ARENA, P_RMM_BINNING, P_RMM_ASYNC, P_RMM_CUDA, P_TCMALLOC };
 
-/* mimalloc is loaded at run time, so that rap-bench builds and runs without it: from the file
+/* RMM's resources are compiled in only where scripts/fetch-peers.sh placed RMM's sources before the
+ * build; rmm_note says which RMM, or why there is none (said once, in main). */
+extern const int have_rmm;
+extern const char rmm_note[];
+
+/* tcmalloc (gperftools' libtcmalloc_minimal.so.4, tc_malloc/tc_free) is loaded at run time like the
+ * Debian mimalloc; jemalloc cannot be (its thread-local storage is initial-exec: dlopen refuses it). */
+extern int have_tcmalloc;
+extern char tcmalloc_note[320];
+int tcmalloc_load(void);
+
+/* mimalloc is linked in as libmimalloc.a (v2.4.1, built by its own CMake from third_party/src/mimalloc,
+ * RAP_BENCH_MIMALLOC_LINKED) where scripts/fetch-peers.sh placed its source before the build; else
+ * it is loaded at run time, so that rap-bench builds and runs without it: from the file
  * $RAP_BENCH_MIMALLOC names (or libmimalloc.so.2 in the folder it names) when set, else
  * libmimalloc.so.2 next to the rap-bench executable (make device-build puts one there), else the
  * system's. Returns 0 with have_mimalloc set and "VERSION (PATH)" in mimalloc_note, or -1 with
@@ -185,6 +203,9 @@ void wl_e_host(void);
 void wl_e_x(void);
 void wl_e_x_host(void);
 void wl_v(void);        /* vmm.c; nothing without CUDA */
+void wl_larson(void);   /* hostmt.c */
+void wl_xmalloc(void);
+void wl_mstress(void);
 void wl_s(void);        /* sleep.c; nothing without CUDA */
 void wl_x_host(void);   /* ipc.c */
 void wl_x(void);        /* ipc.c; nothing without CUDA */

@@ -17,6 +17,7 @@
  *   h  host: QuickPool over HOST with alignment 16 against glibc malloc and mimalloc, 64 B..64 KiB
  *   v  CUDA's virtual memory management: each driver call per 2 MiB and per 64 MiB (p50, p99),
  *      and a pool's misses over DEVICE_VMM against DEVICE and cudaMalloc, per GiB grown (vmm.c)
+ *   larson, xmalloc, mstress  the multi-thread tests the field runs on CPU allocators (hostmt.c)
  *   x  memory across processes (a second process: rap-bench --ipc-importer): export and import
  *      per block against cudaIpc handles and CUDA's pool IPC, and opening a pool of 1..64 GiB;
  *      x-host the same over HostVmm (ipc.c)
@@ -80,6 +81,9 @@ static const struct workload {
     {"c-host", 0, wl_c_host, "scaling with live blocks, host memory"},
     {"e-host", 0, wl_e_host, "threads, host memory"},
     {"e-x-host", 0, wl_e_x_host, "threads freeing each other's blocks, host memory"},
+    {"larson", 0, wl_larson, "larson: chains of threads taking each other's blocks over, host memory"},
+    {"xmalloc", 0, wl_xmalloc, "xmalloc: producer threads allocate, consumer threads free, host memory"},
+    {"mstress", 0, wl_mstress, "mstress: long- and short-lived blocks shared among threads, host memory"},
     {"v", 1, wl_v, "virtual memory management: call costs and misses"},
     {"s", 1, wl_s, "sleep and wake over DEVICE_VMM: backup and restore against a plain copy"},
     {"x-host", 0, wl_x_host, "memory across processes, host memory: per block, opening a pool"},
@@ -171,11 +175,14 @@ static void usage(FILE *f) {
           "               f       a recorded trace (a GPT-2 training step from PyTorch's memory\n"
           "                       history; RAP_BENCH_TRACE_F names another), device memory\n"
           "               b-host, c-host, e-host, e-x-host, f-host: b, c, e, e-x, f over host memory\n"
+          "               larson, xmalloc, mstress: the multi-thread tests of CPU allocators\n"
+          "                       (blocks handed between threads), host memory, at --threads\n"
           "  --quick      a smoke run: fewer repetitions, smaller traces, no 10^5+ live blocks\n"
           "  --reps N     timed repetitions per figure (default 7)\n"
           "  --rep-ms MS  length of one timed repetition (default 20)\n"
           "  --max-s S    start no workload after S seconds (the rest are reported skipped)\n"
-          "  --threads LIST  thread counts of e, e-x, e-host, e-x-host, comma-separated, each\n"
+          "  --threads LIST  thread counts of e, e-x, e-host, e-x-host, larson, xmalloc, mstress,\n"
+          "               comma-separated, each\n"
           "               1..%d (default 1,4,16; bench/plot_threads.py draws them)\n"
           "  --torch-plugin PATH  librap_bench_torch.so (bench/build-torch-peer.sh): adds PyTorch's\n"
           "               caching allocator as a peer; also RAP_BENCH_TORCH_PLUGIN\n"
@@ -253,15 +260,19 @@ int main(int argc, char **argv) {
   env_init();
   if (run_env.have_gpu) load_torch_plugin();
   mimalloc_load();
-  printf("rap-bench %d.%d.%d, %s; %s%s%s%s%s\n", RAP_VERSION_MAJOR, RAP_VERSION_MINOR,
+  tcmalloc_load();
+  printf("rap-bench %d.%d.%d, %s; %s%s%s%s%s%s%s%s%s\n", RAP_VERSION_MAJOR, RAP_VERSION_MINOR,
          RAP_VERSION_PATCH, started, run_env.have_gpu ? "GPU: " : "",
          run_env.have_gpu ? run_env.gpu_name : run_env.no_gpu_reason,
          bench_torch_factory ? "; with the PyTorch peer" : "", have_mimalloc ? "; mimalloc " : "",
-         have_mimalloc ? mimalloc_note : "");
+         have_mimalloc ? mimalloc_note : "", have_tcmalloc ? "; tcmalloc " : "",
+         have_tcmalloc ? tcmalloc_note : "", have_rmm ? "; " : "", have_rmm ? rmm_note : "");
   fflush(stdout);
   if (!run_env.have_gpu) SKIP("(a) (b) (c) (d) (e) (e-x) (v): device memory", "%s", run_env.no_gpu_reason);
   else if (bench_torch_factory == NULL) SKIP("PyTorch caching allocator", "%s", torch_note);
+  if (!have_rmm) SKIP("RMM's memory resources", "%s", rmm_note);
   if (!have_mimalloc) SKIP("mimalloc", "%s", mimalloc_note);
+  if (!have_tcmalloc) SKIP("tcmalloc", "%s", tcmalloc_note);
 
   for (size_t i = 0; i < sizeof workloads / sizeof *workloads; i++) {
     const struct workload *w = &workloads[i];

@@ -150,6 +150,7 @@ void wl_b(void) {
       {P_RAP, "rap QuickPool DEVICE_VMM", "QuickPool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB)", 0},
       {P_RAP, "rap DynamicPoolList DEVICE_VMM", "DynamicPoolList(DEVICE_VMM, initial_size=2MiB, next_size=2MiB)", 0},
       {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0}, {P_TORCH, 0, 0, 0},
+      {P_RMM_POOL, 0, 0, 0}, {P_RMM_ARENA, 0, 0, 0}, {P_RMM_BINNING, 0, 0, 0}, {P_RMM_ASYNC, 0, 0, 0},
   };
   random_trace("b", peers, sizeof peers / sizeof *peers);
 }
@@ -162,7 +163,7 @@ void wl_b_host(void) {
       {P_RAP, "rap ResourceAwarePool HOST_VMM", "ResourceAwarePool(HOST_VMM, initial_size=2MiB, next_size=2MiB)", 1},
       {P_RAP, "rap QuickPool HOST_VMM", "QuickPool(HOST_VMM, initial_size=2MiB, next_size=2MiB)", 1},
       {P_RAP, "rap DynamicPoolList HOST_VMM", "DynamicPoolList(HOST_VMM, initial_size=2MiB, next_size=2MiB)", 1},
-      {P_MALLOC, 0, 0, 0}, {P_MIMALLOC, 0, 0, 0},
+      {P_MALLOC, 0, 0, 0}, {P_MIMALLOC, 0, 0, 0}, {P_TCMALLOC, 0, 0, 0},
   };
   random_trace("b-host", peers, sizeof peers / sizeof *peers);
 }
@@ -355,6 +356,7 @@ void wl_f(void) {
       {P_RAP, "rap QuickPool DEVICE_VMM", "QuickPool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
       {P_RAP, "rap DynamicPoolList DEVICE_VMM", "DynamicPoolList(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
       {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0}, {P_TORCH, 0, 0, 0},
+      {P_RMM_POOL, 0, 0, 0}, {P_RMM_ARENA, 0, 0, 0}, {P_RMM_BINNING, 0, 0, 0}, {P_RMM_ASYNC, 0, 0, 0},
   };
   recorded_trace("f", peers, sizeof peers / sizeof *peers);
 }
