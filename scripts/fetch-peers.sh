@@ -12,7 +12,7 @@
 #   rmm           github.com/rapidsai/rmm          8718418 (v26.06.00)   cpp/include, cpp/src: librmm's sources
 #   rapids-logger github.com/rapidsai/rapids-logger 4c72b59 (v0.2.3)     RMM 26.06's logger (as rapids-cmake 26.06 pins it)
 #   spdlog        github.com/gabime/spdlog         6230201 (1.13.0+)    headers only, bundled fmt: what rapids-logger wraps
-#   cccl          github.com/NVIDIA/cccl           207502e (3.4.0)      the headers RMM 26.06 needs (it refuses CCCL < 3.3;
+#   cccl          github.com/NVIDIA/cccl           207502e (3.4.0, v3.4.0-rc0) the headers RMM 26.06 needs (it refuses CCCL < 3.3;
 #                                                                       CUDA 13.0 ships 3.0.1), as rapids-cmake 26.06 pins them
 #   mimalloc      github.com/microsoft/mimalloc    30ac9d5 (v2.4.1)     the whole source, built with its own CMake
 set -euo pipefail
