@@ -41,6 +41,8 @@ typedef struct mt_arg {
   uint64_t seed;
   void **blocks;                   /* larson: the chain's blocks */
   size_t nblocks;
+  pthread_t prev, last;            /* larson: the thread before this one; the chain's last thread */
+  int has_prev;
 } mt_arg;
 
 static int halted(mt_run *r) { return atomic_load_explicit(&r->halt, memory_order_relaxed); }
@@ -67,10 +69,13 @@ static void put(mt_run *r, void *p) {
 
 static size_t larson_size(uint64_t *s) { return 16 + splitmix(s) % (1000 - 16 + 1); }
 
+/* Each thread of a chain joins the one before it, and the main thread joins the last: every thread
+ * has ended (its thread-exit work in the allocator done) before the peer is destroyed. */
 static void *larson_thread(void *arg) {
   mt_arg *a = arg;
   mt_run *r = a->run;
   long long ops = 0;
+  if (a->has_prev) pthread_join(a->prev, NULL);
   for (long i = 0; i < LARSON_ROUND && !atomic_load_explicit(&r->failed, memory_order_relaxed); i++) {
     if ((i & 255) == 0 && halted(r)) break;
     size_t k = splitmix(&a->seed) % a->nblocks;
@@ -82,12 +87,12 @@ static void *larson_thread(void *arg) {
   /* The next thread of the chain takes the blocks over; the last one leaves them for the main
    * thread to free. */
   pthread_t next;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (halted(r) || atomic_load(&r->failed) || pthread_create(&next, &attr, larson_thread, a) != 0)
-    atomic_fetch_sub(&r->live, 1);
-  pthread_attr_destroy(&attr);
+  a->prev = pthread_self();
+  a->has_prev = 1;
+  if (halted(r) || atomic_load(&r->failed) || pthread_create(&next, NULL, larson_thread, a) != 0) {
+    a->last = pthread_self();
+    atomic_fetch_sub(&r->live, 1);   /* seq_cst: main reads last after it sees live fall */
+  }
   return NULL;
 }
 
@@ -252,7 +257,7 @@ static double run_test(bench_peer *p, int t, int n) {
     if (ms == NULL) return free(args), free(tid), -1;
     r.state = ms;
   }
-  for (int i = 0; i < n; i++) args[i] = (mt_arg){&r, i, 0x1a2b3c4d + (uint64_t)i * 7919, NULL, 0};
+  for (int i = 0; i < n; i++) args[i] = (mt_arg){.run = &r, .id = i, .seed = 0x1a2b3c4d + (uint64_t)i * 7919};
   double t0, t1;
   struct timespec nap = {(time_t)(opt.rep_ms / 1e3), (long)(opt.rep_ms * 1e6) % 1000000000L};
   if (t == T_LARSON) {
@@ -265,18 +270,20 @@ static double run_test(bench_peer *p, int t, int n) {
         args[i].blocks[k] = get(&r, larson_size(&args[i].seed));
     }
     t0 = now_ns();
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    for (int i = 0; i < n && !atomic_load(&r.failed); i++) {
+    int started = 0;
+    for (int i = 0; i < n && !atomic_load(&r.failed); i++, started++) {
       atomic_fetch_add(&r.live, 1);
-      if (pthread_create(&tid[i], &attr, larson_thread, &args[i]) != 0) atomic_fetch_sub(&r.live, 1);
+      if (pthread_create(&tid[i], NULL, larson_thread, &args[i]) != 0) {
+        atomic_fetch_sub(&r.live, 1);
+        atomic_store(&r.failed, 1);
+        break;
+      }
     }
-    pthread_attr_destroy(&attr);
     nanosleep(&nap, NULL);
     atomic_store(&r.halt, 1);
     while (atomic_load(&r.live) > 0) sched_yield();
     t1 = now_ns();
+    for (int i = 0; i < started; i++) pthread_join(args[i].last, NULL);
     for (int i = 0; i < n; i++) {
       for (size_t k = 0; args[i].blocks && k < args[i].nblocks; k++) put(&r, args[i].blocks[k]);
       free(args[i].blocks);
