@@ -76,8 +76,9 @@ bench: build
 
 # A build for the GPU machine: made here, where the toolkit is, and carried there. rap-bench's
 # optional peers come from sources that `bash scripts/fetch-peers.sh` placed under third_party/src
-# (RMM 26.06 with its CCCL, rapids-logger and spdlog; mimalloc 2.4.1), compiled into rap-bench here:
-# nothing of them needs carrying. That machine has no package manager, so this one's
+# (RMM 26.06 with its CCCL, rapids-logger and spdlog; mimalloc 2.4.1; Umpire, built first by
+# scripts/build-umpire.sh into third_party/umpire-install), compiled into rap-bench here: nothing of
+# them needs carrying. That machine has no package manager, so this one's
 # libmimalloc.so.2 (libmimalloc-dev; used only where mimalloc was not built from source) and
 # libtcmalloc_minimal.so.4 (libgoogle-perftools-dev) are copied beside rap-bench, where it looks first.
 MIMALLOC_SO = $(shell $(CC) -print-file-name=libmimalloc.so.2 2>/dev/null)
@@ -85,6 +86,7 @@ TCMALLOC_SO = $(shell $(CC) -print-file-name=libtcmalloc_minimal.so.4 2>/dev/nul
 
 device-build: deps
 	@[ -d third_party/src/rmm ] || echo "device-build: no third_party/src/rmm: rap-bench leaves RMM's peers out (bash scripts/fetch-peers.sh places them)"
+	JOBS=$(JOBS) bash scripts/build-umpire.sh
 	cmake --preset device
 	cmake --build --preset device -j $(JOBS)
 	@for so in "$(MIMALLOC_SO)" "$(TCMALLOC_SO)"; do \

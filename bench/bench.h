@@ -65,6 +65,9 @@ int peer_cub(bench_peer *p, const bench_env *env, char *why);
 enum { BENCH_RMM_POOL, BENCH_RMM_ARENA, BENCH_RMM_BINNING, BENCH_RMM_ASYNC, BENCH_RMM_CUDA };
 int peer_rmm(bench_peer *p, const bench_env *env, int kind, char *why);
 const char *peer_rmm_error(void);
+/* peer_umpire.cpp, where scripts/build-umpire.sh installed Umpire (RAP_BENCH_UMPIRE): Umpire's
+ * QuickPool over DEVICE, behind Umpire's ThreadSafeAllocator when thread_safe is set. */
+int peer_umpire(bench_peer *p, const bench_env *env, int thread_safe, char *why);
 /* The PyTorch peer is a plugin, librap_bench_torch.so (peer_torch.cpp), built on the GPU machine
  * against the installed torch by bench/build-torch-peer.sh and loaded with --torch-plugin PATH (or
  * RAP_BENCH_TORCH_PLUGIN): rap-bench itself stays the same binary everywhere. The plugin exports
@@ -130,12 +133,16 @@ void sample_stats(const double *v, int n, double *med, double *lo, double *hi);
 /* ---- peers.c: peers by description ------------------------------------------------------------ */
 
 enum { P_MALLOC, P_MIMALLOC, P_RAP, P_CUDA_MALLOC, P_ASYNC_DEFAULT, P_ASYNC_FRESH, P_CUB, P_TORCH,
-       P_TORCH_REC, P_RMM_POOL, P_RMM_ARENA, P_RMM_BINNING, P_RMM_ASYNC, P_RMM_CUDA, P_TCMALLOC };
+       P_TORCH_REC, P_RMM_POOL, P_RMM_ARENA, P_RMM_BINNING, P_RMM_ASYNC, P_RMM_CUDA, P_TCMALLOC,
+       P_UMPIRE_QP, P_UMPIRE_TS };
 
 /* RMM's resources are compiled in only where scripts/fetch-peers.sh placed RMM's sources before the
  * build; rmm_note says which RMM, or why there is none (said once, in main). */
 extern const int have_rmm;
 extern const char rmm_note[];
+/* Umpire likewise, where scripts/build-umpire.sh installed it before the build. */
+extern const int have_umpire;
+extern const char umpire_note[];
 
 /* tcmalloc (gperftools' libtcmalloc_minimal.so.4, tc_malloc/tc_free) is loaded at run time like the
  * Debian mimalloc; jemalloc cannot be (its thread-local storage is initial-exec: dlopen refuses it). */

@@ -261,16 +261,18 @@ int main(int argc, char **argv) {
   if (run_env.have_gpu) load_torch_plugin();
   mimalloc_load();
   tcmalloc_load();
-  printf("rap-bench %d.%d.%d, %s; %s%s%s%s%s%s%s%s%s\n", RAP_VERSION_MAJOR, RAP_VERSION_MINOR,
+  printf("rap-bench %d.%d.%d, %s; %s%s%s%s%s%s%s%s%s%s%s\n", RAP_VERSION_MAJOR, RAP_VERSION_MINOR,
          RAP_VERSION_PATCH, started, run_env.have_gpu ? "GPU: " : "",
          run_env.have_gpu ? run_env.gpu_name : run_env.no_gpu_reason,
          bench_torch_factory ? "; with the PyTorch peer" : "", have_mimalloc ? "; mimalloc " : "",
          have_mimalloc ? mimalloc_note : "", have_tcmalloc ? "; tcmalloc " : "",
-         have_tcmalloc ? tcmalloc_note : "", have_rmm ? "; " : "", have_rmm ? rmm_note : "");
+         have_tcmalloc ? tcmalloc_note : "", have_rmm ? "; " : "", have_rmm ? rmm_note : "",
+         have_umpire ? "; " : "", have_umpire ? umpire_note : "");
   fflush(stdout);
   if (!run_env.have_gpu) SKIP("(a) (b) (c) (d) (e) (e-x) (v): device memory", "%s", run_env.no_gpu_reason);
   else if (bench_torch_factory == NULL) SKIP("PyTorch caching allocator", "%s", torch_note);
   if (!have_rmm) SKIP("RMM's memory resources", "%s", rmm_note);
+  if (!have_umpire) SKIP("Umpire's QuickPool", "%s", umpire_note);
   if (!have_mimalloc) SKIP("mimalloc", "%s", mimalloc_note);
   if (!have_tcmalloc) SKIP("tcmalloc", "%s", tcmalloc_note);
 

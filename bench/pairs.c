@@ -146,7 +146,7 @@ void wl_a(void) {
       {P_RAP, "rap StreamOrdered", "StreamOrdered(pool=new, release_threshold=max)", 0},
       {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0},
       {P_TORCH, 0, 0, 0}, {P_RMM_POOL, 0, 0, 0}, {P_RMM_ARENA, 0, 0, 0}, {P_RMM_BINNING, 0, 0, 0},
-      {P_RMM_ASYNC, 0, 0, 0}, {P_RMM_CUDA, 0, 0, 0}, {P_CUDA_MALLOC, 0, 0, 0},
+      {P_RMM_ASYNC, 0, 0, 0}, {P_RMM_CUDA, 0, 0, 0}, {P_UMPIRE_QP, 0, 0, 0}, {P_CUDA_MALLOC, 0, 0, 0},
   };
   static const size_t sizes[] = {256, 64 << 10, 1 << 20, 64 << 20};
   pairs("a", peers, sizeof peers / sizeof *peers, sizes, 4, 0, 0);

@@ -272,6 +272,20 @@ int peer_rmm(bench_peer *p, const bench_env *env, int kind, char *why) {
 const char *peer_rmm_error(void) { return ""; }
 #endif
 
+#ifdef RAP_BENCH_UMPIRE
+const int have_umpire = 1;
+const char umpire_note[] = RAP_BENCH_UMPIRE;
+#else
+const int have_umpire = 0;
+const char umpire_note[] = "this rap-bench was built without Umpire (bash scripts/fetch-peers.sh umpire, then "
+                           "make device-build)";
+int peer_umpire(bench_peer *p, const bench_env *env, int thread_safe, char *why) {
+  (void)env, (void)thread_safe;
+  memset(p, 0, sizeof *p);
+  return snprintf(why, 160, "%s", umpire_note), -1;
+}
+#endif
+
 /* ---- rap -------------------------------------------------------------------------------------- */
 
 typedef struct rap_ctx {
@@ -530,6 +544,8 @@ static const char *pdesc_name(const pdesc *d) {
   case P_RMM_ASYNC: return "RMM cuda_async_memory_resource";
   case P_RMM_CUDA: return "RMM cuda_memory_resource";
   case P_TCMALLOC: return "tcmalloc";
+  case P_UMPIRE_QP: return "Umpire QuickPool";
+  case P_UMPIRE_TS: return "Umpire ThreadSafe(QuickPool)";
   default: return "PyTorch caching allocator";
   }
 }
@@ -549,6 +565,8 @@ static int make_peer(const pdesc *d, bench_peer *p, char *why) {
   case P_RMM_ASYNC: return peer_rmm(p, &run_env, BENCH_RMM_ASYNC, why);
   case P_RMM_CUDA: return peer_rmm(p, &run_env, BENCH_RMM_CUDA, why);
   case P_TCMALLOC: return peer_tcmalloc(p, why);
+  case P_UMPIRE_QP: return peer_umpire(p, &run_env, 0, why);
+  case P_UMPIRE_TS: return peer_umpire(p, &run_env, 1, why);
   default:
     if (!run_env.have_gpu) return snprintf(why, 160, "%s", run_env.no_gpu_reason), -1;
     if (bench_torch_factory == NULL) return snprintf(why, 160, "not in this binary"), -1;
@@ -568,6 +586,8 @@ int open_peer(const char *wl, const pdesc *d, bench_peer *p) {
     return -1;   /* the only way it fails: no library, said once in main */
   } else if (d->kind >= P_RMM_POOL && d->kind <= P_RMM_CUDA && (!have_rmm || !run_env.have_gpu)) {
     return -1;   /* no RMM in this build, or no GPU: said once in main */
+  } else if ((d->kind == P_UMPIRE_QP || d->kind == P_UMPIRE_TS) && (!have_umpire || !run_env.have_gpu)) {
+    return -1;   /* likewise for Umpire */
   } else if (d->kind != P_MALLOC && d->kind != P_RAP && !run_env.have_gpu) {
     return -1;   /* the device workloads as a whole are reported skipped */
   }

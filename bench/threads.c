@@ -342,6 +342,7 @@ static const pdesc device_peers[] = {
     {P_RAP, "rap ThreadSafe(QuickPool)", "ThreadSafe(QuickPool(DEVICE))", 0},
     {P_ASYNC_DEFAULT, 0, 0, 0}, {P_CUB, 0, 0, 0}, {P_TORCH, 0, 0, 0},
     {P_RMM_POOL, 0, 0, 0}, {P_RMM_ARENA, 0, 0, 0}, {P_RMM_BINNING, 0, 0, 0}, {P_RMM_ASYNC, 0, 0, 0},
+    {P_UMPIRE_TS, 0, 0, 0},
 };
 
 static const pdesc host_peers[] = {

@@ -151,6 +151,7 @@ void wl_b(void) {
       {P_RAP, "rap DynamicPoolList DEVICE_VMM", "DynamicPoolList(DEVICE_VMM, initial_size=2MiB, next_size=2MiB)", 0},
       {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0}, {P_TORCH, 0, 0, 0},
       {P_RMM_POOL, 0, 0, 0}, {P_RMM_ARENA, 0, 0, 0}, {P_RMM_BINNING, 0, 0, 0}, {P_RMM_ASYNC, 0, 0, 0},
+      {P_UMPIRE_QP, 0, 0, 0},
   };
   random_trace("b", peers, sizeof peers / sizeof *peers);
 }
@@ -357,6 +358,7 @@ void wl_f(void) {
       {P_RAP, "rap DynamicPoolList DEVICE_VMM", "DynamicPoolList(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
       {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0}, {P_TORCH, 0, 0, 0},
       {P_RMM_POOL, 0, 0, 0}, {P_RMM_ARENA, 0, 0, 0}, {P_RMM_BINNING, 0, 0, 0}, {P_RMM_ASYNC, 0, 0, 0},
+      {P_UMPIRE_QP, 0, 0, 0},
   };
   recorded_trace("f", peers, sizeof peers / sizeof *peers);
 }

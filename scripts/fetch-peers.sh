@@ -15,21 +15,31 @@
 #   cccl          github.com/NVIDIA/cccl           207502e (3.4.0, v3.4.0-rc0) the headers RMM 26.06 needs (it refuses CCCL < 3.3;
 #                                                                       CUDA 13.0 ships 3.0.1), as rapids-cmake 26.06 pins them
 #   mimalloc      github.com/microsoft/mimalloc    30ac9d5 (v2.4.1)     the whole source, built with its own CMake
+#   umpire        github.com/LLNL/Umpire           5bf5bc1 (after v2024.07.0) with its submodules at the commits it
+#                 pins (LLNL/blt 9ff7734, LLNL/camp 0f07de4, fmtlib/fmt e69e5f9) and scripts/patches/umpire-cuda13.patch
+#                 (cudaMemAdvise and cudaMemPrefetchAsync take a cudaMemLocation since CUDA 13); built by
+#                 scripts/build-umpire.sh, which make device-build calls where the source is
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=third_party/src
 mirror=${RAP_PEERS_MIRROR:-/work/.mirror}
 
-# name, owner/repo, full commit, paths inside the repository
+# name (the folder under third_party/src), owner/repo, full commit, paths inside the repository
+# (. for all); a submodule's folder follows the repository that holds it.
 sources=(
   "rmm rapidsai/rmm 871841839b94c67a61c8ed0d31feecfd92a07156 cpp/include cpp/src LICENSE VERSION"
   "rapids-logger rapidsai/rapids-logger 4c72b598f99c8aa06af49468b3fc82f3931c6bf6 include src cmake LICENSE"
   "spdlog gabime/spdlog 62302019babd8fdf63c1c6dc4c9faa48d441a7f0 include LICENSE"
   "cccl NVIDIA/cccl 207502e57019cefacf6f21d3bb6045aeebef2a3e libcudacxx/include cub/cub thrust/thrust LICENSE"
   "mimalloc microsoft/mimalloc 30ac9d56b8b9ea57ae84bc8ef17ef39000da08fe CMakeLists.txt LICENSE cmake include src mimalloc.pc.in"
+  "umpire LLNL/Umpire 5bf5bc182f1e6ee3f6be1d953b68451d3ddc35f5 ."
+  "umpire/blt LLNL/blt 9ff77344f0b2a6ee345e452bddd6bfd46cbbfa35 ."
+  "umpire/src/tpl/umpire/camp LLNL/camp 0f07de4240c42e0b38a8d872a20440cb4b33d9f5 ."
+  "umpire/src/tpl/umpire/fmt fmtlib/fmt e69e5f977d458f2650bb346dadf2ad30c5320281 ."
 )
 
-wanted() { [ $# -eq 0 ] && return 0; local n=$1; shift; for w in "${want[@]}"; do [ "$w" = "$n" ] && return 0; done; return 1; }
+# A name is wanted when asked for, or when it lies in a wanted folder (umpire brings its submodules).
+wanted() { local n=$1; shift; for w in "$@"; do [ "$w" = "$n" ] || [ "$w" = "${n%%/*}" ] && return 0; done; return 1; }
 want=("$@")
 mkdir -p "$dest"
 tmp=$(mktemp -d)
@@ -55,6 +65,9 @@ for line in "${sources[@]}"; do
   git --git-dir="$git_dir" archive "$commit" $paths | tar -x -C "$dest/$name"
   echo "$name github.com/$repo $commit $(git --git-dir="$git_dir" describe --tags "$commit" 2>/dev/null || echo -)" > "$dest/$name/.source"
   echo "fetch-peers: $name at $commit: $(du -sh "$dest/$name" | cut -f1)"
+  if [ "$name" = umpire/src/tpl/umpire/fmt ]; then   # the last of Umpire's parts
+    patch -s -d "$dest/umpire" -p1 < scripts/patches/umpire-cuda13.patch && echo "fetch-peers: umpire patched (scripts/patches/umpire-cuda13.patch)"
+  fi
 done
-cat "$dest"/*/.source > "$dest/SOURCES.txt" 2>/dev/null || true
+find "$dest" -name .source -exec cat {} + > "$dest/SOURCES.txt" 2>/dev/null || true
 exit $status
