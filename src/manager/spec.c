@@ -11,7 +11,7 @@
  * so that names, options and values are checked as a make would check them, without a device.
  */
 #include "rap_internal.h"
-#include "resources/vmm.h"   /* the values of export= */
+#include "platforms/vmm.h"   /* the values of export= */
 
 #include <ctype.h>
 #include <stdio.h>

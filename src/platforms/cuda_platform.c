@@ -8,7 +8,7 @@
  */
 #include "rap_internal.h"
 #include "resources/gpu_runtime.h"
-#include "resources/vmm.h"
+#include "platforms/vmm.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

@@ -11,7 +11,7 @@
  * resource, fenced per block (rapi_resource_ops.use_*): its free keeps the block pending until the
  * ticket says closed and passed, or the importer is gone.
  */
-#include "resources/vmm.h"
+#include "platforms/vmm.h"
 
 #include <errno.h>
 #include <poll.h>

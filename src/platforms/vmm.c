@@ -10,7 +10,7 @@
  * Invariant: extents are in address order, disjoint, inside the range; a live allocation is a run
  * of touching extents that starts at its pointer and spans its recorded bytes.
  */
-#include "resources/vmm.h"
+#include "platforms/vmm.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
  * it back. Every call is checked and becomes a status with a sentence. HIP builds and builds
  * without CUDA answer RAP_ERR_UNSUPPORTED with a sentence (the engine is vmm.c).
  */
-#include "resources/vmm.h"
+#include "platforms/vmm.h"
 
 #include <stdio.h>
 #include <string.h>
