@@ -440,9 +440,7 @@ void rapi_ipc_extent_remove(rapi_vmm *v, rapi_vmm_extent *e) {
 /* ---- export --------------------------------------------------------------------------------- */
 
 static rapi_vmm *exporting_vmm(rap_allocator *root) {
-  if (root->strategy != &rapi_host_vmm_strategy && root->strategy != &rapi_device_vmm_strategy)
-    return NULL;
-  return ((rapi_tracked *)root->state)->impl;
+  return root->platform != NULL ? root->platform->vmm : NULL;
 }
 
 int rap_ipc_export(rap_allocator *a, void *ptr, rap_ipc_desc *out) {
