@@ -92,7 +92,7 @@ void rapi_format_size(char *buf, size_t cap, size_t bytes);   /* "256 MiB", "1.5
 void rapi_log_read_env(void);   /* RAP_LOG_LEVEL again (tests); warns about a value that is no level */
 static inline bool rapi_log_on(int level) { return level >= rap_log_get_level(); }
 
-/* ---- core/allocator.c: debug levels ----------------------------------------------------------
+/* ---- core/trace.c (the level), core/allocator.c (the checks): debug levels -------------------
  * RAP_DEBUG in the environment, read when the first manager is made: 1 checks the preconditions
  * the code states with RAPI_ASSERT (a broken one is logged as an error and the public call it
  * happened in answers RAP_ERR_CORRUPT naming it); 2 also runs the allocator's invariant walker

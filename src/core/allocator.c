@@ -13,15 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-int rapi_debug;
 static _Thread_local char assert_failed[256];   /* the first broken precondition of this call */
-
-void rapi_debug_read_env(void) {
-  const char *v = getenv("RAP_DEBUG");
-  int level = v != NULL && v[0] >= '0' && v[0] <= '9' ? atoi(v) : 0;
-  if (level != rapi_debug_level()) __atomic_store_n(&rapi_debug, level, __ATOMIC_RELAXED);
-  rapi_slow_update();
-}
 
 void rapi_assert_failed(const char *file, int line, const char *cond) {
   const char *base = strrchr(file, '/');
