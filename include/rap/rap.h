@@ -211,16 +211,6 @@ int  rap_resource_synchronize(rap_resource *r);   /* wait until r's queued work 
 int  rap_resource_destroy(rap_resource *r);   /* synchronizes r first; not the host resource */
 const char *rap_resource_kind(const rap_resource *r);   /* "host", "host_async", "cuda", ... */
 
-/* ---------------------------------------------------------------------------------------------
- * Testing: the Fault strategy passes requests to its parent and fails them on demand with
- * RAP_ERR_NOMEM. Options (also at make time): fail_next=N fails the next N requests,
- * fail_after=N lets N more requests through and then fails every one, fail_at=N fails only the
- * N-th request from now, budget=SIZE fails any request that would take the live bytes above SIZE;
- * "reset" clears them all.
- * ------------------------------------------------------------------------------------------- */
-int  rap_fault_configure(rap_allocator *fault, const char *options);
-int  rap_fault_requests(rap_allocator *fault, size_t *out);   /* allocation requests seen so far */
-
 RAP_API_END
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
  * would give. Every live pointer is tracked, so the allocator also catches double and foreign frees.
  */
 #include "rap_internal.h"
+#include "rap_testing.h"
 
 #include <stdlib.h>
 #include <string.h>
