@@ -135,6 +135,11 @@ int  rap_allocator_set_oom_handler(rap_allocator *a, rap_oom_handler fn, void *u
 /* ---------------------------------------------------------------------------------------------
  * Statistics. Bytes are as requested unless named aligned or actual.
  * ------------------------------------------------------------------------------------------- */
+/* rap_stats grows at its end and never changes what is already there. Every call says how many
+ * bytes its caller's rap_stats has: rap_allocator_stats and rap_allocator_resource_stats are macros
+ * that pass sizeof *(out) to the _sized calls, so a program built against an older header gets the
+ * fields its struct has and nothing is written past it, and one built against a newer header than
+ * the library it runs with finds the fields that library does not know zeroed. */
 typedef struct rap_stats {
   size_t current_bytes, high_watermark;        /* live user bytes now / at peak */
   size_t actual_bytes, actual_high_watermark;  /* bytes held from the parent */
@@ -143,7 +148,17 @@ typedef struct rap_stats {
   size_t used_bytes;                           /* aligned bytes of live blocks */
   size_t cached_bytes, cached_count;           /* free blocks held by per-thread caches (ThreadCache) */
 } rap_stats;
-int  rap_allocator_stats(rap_allocator *a, rap_stats *out);
+/* size: the caller's sizeof(rap_stats), at least one field; RAP_ERR_INVALID below that. */
+int  rap_allocator_stats_sized(rap_allocator *a, rap_stats *out, size_t size);
+int  rap_allocator_resource_stats_sized(rap_allocator *a, rap_resource *r, rap_stats *out,
+                                        size_t size);
+/* Called as functions (no macro: a binary built before the sizes were), these fill the fields up to
+ * cached_count, the layout they had then. */
+int  (rap_allocator_stats)(rap_allocator *a, rap_stats *out);
+int  (rap_allocator_resource_stats)(rap_allocator *a, rap_resource *r, rap_stats *out);
+#define rap_allocator_stats(a, out) rap_allocator_stats_sized((a), (out), sizeof *(out))
+#define rap_allocator_resource_stats(a, r, out)                                                    \
+  rap_allocator_resource_stats_sized((a), (r), (out), sizeof *(out))
 /* The high-water marks of a's statistics (high_watermark, actual_high_watermark, and per resource)
  * start again from the current values, as torch.cuda.reset_peak_memory_stats does. Counters that
  * steer a pool's own heuristics are not touched. RAP_ERR_UNSUPPORTED for a strategy without it. */
@@ -164,7 +179,6 @@ int  rap_allocator_set_peer_access(rap_allocator *a, int device, int enable);
  * device's mapping of it for PINNED and Pinned(mapped=1) memory; RAP_ERR_INVALID for memory a
  * device cannot address (HOST). */
 int  rap_device_pointer(rap_allocator *a, const void *ptr, void **out);
-int  rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Sleep and wake: a ResourceAwarePool over a growable platform (DEVICE_VMM, HOST_VMM), alone or
@@ -210,16 +224,6 @@ int  rap_resource_submit(rap_resource *r, void (*fn)(void *), void *arg);  /* en
 int  rap_resource_synchronize(rap_resource *r);   /* wait until r's queued work has finished */
 int  rap_resource_destroy(rap_resource *r);   /* synchronizes r first; not the host resource */
 const char *rap_resource_kind(const rap_resource *r);   /* "host", "host_async", "cuda", ... */
-
-/* ---------------------------------------------------------------------------------------------
- * Testing: the Fault strategy passes requests to its parent and fails them on demand with
- * RAP_ERR_NOMEM. Options (also at make time): fail_next=N fails the next N requests,
- * fail_after=N lets N more requests through and then fails every one, fail_at=N fails only the
- * N-th request from now, budget=SIZE fails any request that would take the live bytes above SIZE;
- * "reset" clears them all.
- * ------------------------------------------------------------------------------------------- */
-int  rap_fault_configure(rap_allocator *fault, const char *options);
-int  rap_fault_requests(rap_allocator *fault, size_t *out);   /* allocation requests seen so far */
 
 RAP_API_END
 #ifdef __cplusplus

@@ -13,15 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-int rapi_debug;
 static _Thread_local char assert_failed[256];   /* the first broken precondition of this call */
-
-void rapi_debug_read_env(void) {
-  const char *v = getenv("RAP_DEBUG");
-  int level = v != NULL && v[0] >= '0' && v[0] <= '9' ? atoi(v) : 0;
-  if (level != rapi_debug_level()) __atomic_store_n(&rapi_debug, level, __ATOMIC_RELAXED);
-  rapi_slow_update();
-}
 
 void rapi_assert_failed(const char *file, int line, const char *cond) {
   const char *base = strrchr(file, '/');
@@ -293,14 +285,39 @@ int rap_pointer_resource(rap_allocator *a, const void *ptr, rap_resource **out) 
   return RAP_OK;
 }
 
-int rap_allocator_stats(rap_allocator *a, rap_stats *out) {
+/* ---- statistics: the caller's rap_stats may be older (smaller) or newer (larger) than ours ---- */
+
+/* The layout rap_allocator_stats had before callers said their size: fields up to cached_count. */
+#define STATS_FIRST_LAYOUT (offsetof(rap_stats, cached_count) + sizeof(size_t))
+_Static_assert(STATS_FIRST_LAYOUT == 15 * sizeof(size_t), "rap_stats changed before cached_count");
+
+/* Copies the whole fields of s that fit in size bytes, zeroes what is beyond ours. */
+static void stats_out(rap_stats *out, size_t size, const rap_stats *s) {
+  size_t n = size < sizeof *s ? size / sizeof(size_t) * sizeof(size_t) : sizeof *s;
+  memcpy(out, s, n);
+  if (size > sizeof *s) memset((char *)out + sizeof *s, 0, size - sizeof *s);
+}
+
+static int stats_size_ok(const char *fn, size_t size) {
+  if (size >= sizeof(size_t)) return RAP_OK;
+  return rapi_fail(RAP_ERR_INVALID, "%s: size %zu holds no field of rap_stats (sizeof(rap_stats) "
+                   "is what to pass)", fn, size);
+}
+
+int rap_allocator_stats_sized(rap_allocator *a, rap_stats *out, size_t size) {
   if (a == NULL || out == NULL)
     return rapi_fail(RAP_ERR_INVALID, "rap_allocator_stats: allocator or out is NULL");
+  int st = stats_size_ok("rap_allocator_stats", size);
+  if (st != RAP_OK) return st;
   rap_stats s;
   memset(&s, 0, sizeof s);
-  int st = a->strategy->stats(a->state, &s);
-  if (st == RAP_OK) *out = s;
+  st = a->strategy->stats(a->state, &s);
+  if (st == RAP_OK) stats_out(out, size, &s);
   return st;
+}
+
+int (rap_allocator_stats)(rap_allocator *a, rap_stats *out) {
+  return rap_allocator_stats_sized(a, out, STATS_FIRST_LAYOUT);
 }
 
 int rap_allocator_reset_peaks(rap_allocator *a) {
@@ -311,22 +328,28 @@ int rap_allocator_reset_peaks(rap_allocator *a) {
   return a->strategy->reset_peaks(a->state);
 }
 
-int rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *out) {
+int rap_allocator_resource_stats_sized(rap_allocator *a, rap_resource *r, rap_stats *out,
+                                       size_t size) {
   if (a == NULL || r == NULL || out == NULL)
     return rapi_fail(RAP_ERR_INVALID,
                      "rap_allocator_resource_stats: allocator, resource or out is NULL");
+  int st = stats_size_ok("rap_allocator_resource_stats", size);
+  if (st != RAP_OK) return st;
   if (r->rm != a->rm) return bad_call("rap_allocator_resource_stats", a, out, r);
   rap_stats s;
   memset(&s, 0, sizeof s);
-  int st;
   if (a->strategy->resource_stats != NULL) {
     st = a->strategy->resource_stats(a->state, r, &s);
   } else {
     /* Without resource tracking every block belongs to the host resource. */
     st = r == &a->rm->host ? a->strategy->stats(a->state, &s) : RAP_OK;
   }
-  if (st == RAP_OK) *out = s;
+  if (st == RAP_OK) stats_out(out, size, &s);
   return st;
+}
+
+int (rap_allocator_resource_stats)(rap_allocator *a, rap_resource *r, rap_stats *out) {
+  return rap_allocator_resource_stats_sized(a, r, out, STATS_FIRST_LAYOUT);
 }
 
 /* ---- sleep and wake: to the strategy's table; the flag on the chain is what destroy reads ----- */

@@ -3,6 +3,7 @@
  */
 #include "gate.h"
 #include "rap_test.h"
+#include "rap_testing.h"   /* the Fault calls */
 
 #include <rap/rap.h>
 #include <stdint.h>

@@ -10,7 +10,7 @@
  * Invariant: extents are in address order, disjoint, inside the range; a live allocation is a run
  * of touching extents that starts at its pointer and spans its recorded bytes.
  */
-#include "resources/vmm.h"
+#include "platforms/vmm.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -403,6 +403,10 @@ int rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v) {
     return st;
   }
   self->resizable = &v->resizable;
+  /* Host memory until the device backend says otherwise (vmm_device.c). */
+  v->platform = (rapi_platform){.root = self, .memory = RAPI_MEMORY_HOST, .source = RAPI_SOURCE_VMM,
+                                .device = -1, .vmm = v};
+  self->platform = &v->platform;
   if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG))) {
     char range[32], gran[32];
     rapi_format_size(range, sizeof range, v->reserve);
