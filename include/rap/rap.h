@@ -142,6 +142,9 @@ typedef struct rap_stats {
   size_t allocation_count, block_count, pending_count, chunk_count;
   size_t used_bytes;                           /* aligned bytes of live blocks */
   size_t cached_bytes, cached_count;           /* free blocks held by per-thread caches (ThreadCache) */
+  size_t waits, host_waits;                    /* cross_resource=wait: waits for another resource's
+                                                  block (queued on the asker), and of them those
+                                                  made on the host (ResourceAwarePool) */
 } rap_stats;
 int  rap_allocator_stats(rap_allocator *a, rap_stats *out);
 /* The high-water marks of a's statistics (high_watermark, actual_high_watermark, and per resource)

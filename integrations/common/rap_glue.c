@@ -641,6 +641,8 @@ static void add_stats(size_t *out, const rap_stats *s) {
   out[GLUE_BLOCKS] += s->block_count;
   out[GLUE_CHUNKS] += s->chunk_count;
   out[GLUE_USED] += s->used_bytes;
+  out[GLUE_WAITS] += s->waits;
+  out[GLUE_HOST_WAITS] += s->host_waits;
 }
 
 int glue_stat_values(int device, int graph, size_t *out, size_t n) {

@@ -40,6 +40,9 @@ enum {
   /* Since the last glue_reset_accumulated (per device, graph pools included): allocations and
    * their bytes, out-of-memory answers, and the live count and bytes at that reset. */
   GLUE_ALLOCS_TOTAL, GLUE_ALLOC_BYTES_TOTAL, GLUE_OOMS, GLUE_BASE_COUNT, GLUE_BASE_BYTES,
+  /* cross_resource=wait: waits a stream was made to do for another's block, and those on the
+   * host (rap_stats' waits, host_waits). */
+  GLUE_WAITS, GLUE_HOST_WAITS,
   GLUE_NSTATS
 };
 
