@@ -53,6 +53,7 @@ static void unlink_and_free(rap_allocator *a) {
       break;
     }
   a->strategy->fini(a, a->state);
+  rapi_observers_free(a);   /* after fini: its chunks' unmaps were told */
   if (a->parent) a->parent->children--;
   free(a->state);
   free(a->name);

@@ -61,6 +61,7 @@ struct rapi_vmm {
   bool rdma;                       /* device, export=: gpuDirectRDMACapable asked of cuMemCreate */
   rapi_ipc_export *ipc;            /* export=: the shared table importers read (ipc.c) */
   rapi_resizable resizable;        /* what pools over this allocator see (rap_internal.h) */
+  rapi_segments segments;          /* its mappings, for segment observers (core/observe.c) */
 };
 
 /* ---- vmm.c ------------------------------------------------------------------------------------

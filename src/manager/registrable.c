@@ -1,0 +1,34 @@
+/* registrable.c — rap_pointer_registrable: whether NCCL can register a pointer's memory.
+ *
+ * NCCL's user-buffer and window registration take memory made as ncclMemAlloc makes it: CUDA
+ * virtual memory with shareable (POSIX file descriptor, or fabric) handles. In rap that is a
+ * DeviceVmm made with export= at the bottom of the pointer's chain (docs/DESIGN.md, "Memory across
+ * processes"); anything else gets a sentence naming what the memory is and the spec to use.
+ */
+#include "rap_internal.h"
+#include "resources/vmm.h"
+
+int rap_pointer_registrable(rap_manager *rm, const void *ptr) {
+  if (rm == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_pointer_registrable: manager is NULL");
+  rap_allocator *a = NULL;
+  if (rap_allocator_find(rm, ptr, &a) != RAP_OK)
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_pointer_registrable: no allocator of this "
+                     "manager handed out %p", ptr);
+  rap_allocator *root = a;
+  while (root->parent != NULL) root = root->parent;
+  static const char hint[] = "NCCL registers memory made as ncclMemAlloc makes it: make the pool "
+                             "over DeviceVmm(export=posix) (or fabric, auto)";
+  if (root->strategy == &rapi_device_vmm_strategy) {
+    const rapi_vmm *v = ((rapi_tracked *)root->state)->impl;
+    if (v != NULL && (v->handle_types & (RAPI_IPC_POSIX | RAPI_IPC_FABRIC)) != 0) return RAP_OK;
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_pointer_registrable: %p is memory of '%s' over '%s', "
+                     "a DeviceVmm made without export=, whose mappings have no shareable handle; %s",
+                     ptr, a->name, root->name, hint);
+  }
+  if (root->strategy == &rapi_host_vmm_strategy)
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_pointer_registrable: %p is host memory of '%s' "
+                     "(over '%s'); %s", ptr, a->name, root->name, hint);
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_pointer_registrable: %p is memory of '%s' over '%s' "
+                   "(%s), not of a DeviceVmm made with export=; %s", ptr, a->name, root->name,
+                   root->strategy->name, hint);
+}
