@@ -241,6 +241,7 @@ int  rap_allocator_unobserve(rap_allocator *a, rap_segment_fn fn, void *user);
  * says what the memory is and which spec makes registrable memory; RAP_ERR_UNKNOWN_POINTER for a
  * pointer no allocator of rm handed out. */
 int  rap_pointer_registrable(rap_manager *rm, const void *ptr);
+int  rap_allocator_registrable(rap_allocator *a);   /* the same for the memory a hands out */
 
 /* ---------------------------------------------------------------------------------------------
  * Resources (streams of execution). The host resource is borrowed from the manager.

@@ -194,6 +194,9 @@ RAP_EXPORT int rap_torch_ipc_close(void *ptr, int device, cudaStream_t s) {
   return glue_ipc_close(ptr, device, s);
 }
 
+/* rap.torch.register_mem_pool: whether NCCL can register ptr's memory (NULL: the device pool's). */
+RAP_EXPORT int rap_torch_registrable(const void *ptr, int device) { return glue_registrable(ptr, device); }
+
 RAP_EXPORT int rap_torch_spec(int device, char *buf, size_t cap) { return glue_spec(device, buf, cap); }
 
 RAP_EXPORT const char *rap_torch_last_error(void) { return rap_last_error(); }
