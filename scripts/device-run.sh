@@ -4,6 +4,8 @@
 #   RAP_DEVICE_RUN=bench bash scripts/device-run.sh      only the benchmarks (and machine.txt)
 #   RAP_DEVICE_RUN=tests bash scripts/device-run.sh      everything but the benchmarks
 #   RAP_DEVICE_RUN=sanitizer bash scripts/device-run.sh  only the compute-sanitizer runs
+#   RAP_DEVICE_RUN=distributed bash scripts/device-run.sh  torch.distributed on two GPUs: DDP and
+#     FSDP2 native vs rap, NCCL's registration of rap memory (integrations/torch/run_distributed.sh)
 # The CUDA tests also run under compute-sanitizer (memcheck with leak check, racecheck, synccheck),
 # with RAP_TEST_SMALL=1: the long test loops run a tenth of their rounds there (tests/cuda/
 # gpu_test.h), since every launch and API call costs far more under a tool. Each tool's log is
@@ -30,7 +32,8 @@ b=device-build
 what=${RAP_DEVICE_RUN:-all}
 case "$what" in
   all|tests|bench|sanitizer) ;;
-  *) echo "RAP_DEVICE_RUN is all, tests, bench or sanitizer, not '$what'"; exit 2 ;;
+  distributed) OUT=$out exec bash integrations/torch/run_distributed.sh ;;
+  *) echo "RAP_DEVICE_RUN is all, tests, bench, sanitizer or distributed, not '$what'"; exit 2 ;;
 esac
 tools=${RAP_SANITIZER:-memcheck racecheck synccheck}
 [ "$tools" = none ] && tools=
