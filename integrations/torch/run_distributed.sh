@@ -43,7 +43,7 @@ for i in $(seq 1 "$runs"); do
   done
   echo "round $i of $runs done after $((SECONDS - t0)) s" | tee -a "$log"
 done
-NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,REG NCCL_DEBUG_FILE="$out/nccl-reg.%h.%p.log" trun nccl
+NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,REG,NVLS NCCL_DEBUG_FILE="$out/nccl-reg.%h.%p.log" trun nccl
 "$py" "$here/bench_distributed.py" bad --out "$out" >>"$log" 2>&1
 for a in native rap; do
   timeout 120 "$py" "$here/test_torch.py" handoff --allocator "$a" --iters 100 --out "$out" >>"$log" 2>&1
