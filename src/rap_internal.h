@@ -361,8 +361,32 @@ struct rap_allocator {
   const rapi_platform *platform;  /* the chain's platform record, inherited (above); or NULL */
   int asleep;                     /* atomic: rap_allocator_sleep was called on it, or on an
                                      allocator above it, and no wake since (destroy refuses) */
+  struct rapi_observers *observers;   /* atomic: rap_allocator_observe's list, made at the first */
+  const struct rapi_segments *segments;   /* set by an owner of segments (pools, growable
+                                             platforms) at init: how observers replay them */
+  void *segments_ctx;
   UT_hash_handle hh;              /* manager's name map */
 };
+
+/* ---- core/observe.c: segment observers (rap_allocator_observe) --------------------------------
+ * An owner of segments sets a->segments at init; walk takes the lock its notifications run under,
+ * calls locked(arg) (which subscribes), visits every segment there is, and lets the lock go.
+ * rapi_segment_notify tells a's observers (one atomic load when there are none). */
+typedef struct rapi_segments {
+  void (*walk)(rap_allocator *a, void *ctx, void (*locked)(void *arg),
+               void (*visit)(void *arg, void *base, size_t size), void *arg);
+  int device;                     /* the device the segments are on, -1 for the host; or
+                                     RAPI_SEGMENT_DEVICE_OF_PARENT: the chain's root decides */
+} rapi_segments;
+#define RAPI_SEGMENT_DEVICE_OF_PARENT (-2)
+void rapi_segment_notify_slow(rap_allocator *a, int kind, void *base, size_t size, void *addr,
+                              size_t bytes);
+static inline void rapi_segment_notify(rap_allocator *a, int kind, void *base, size_t size,
+                                       void *addr, size_t bytes) {
+  if (RAPI_UNLIKELY(__atomic_load_n(&a->observers, __ATOMIC_ACQUIRE) != NULL))
+    rapi_segment_notify_slow(a, kind, base, size, addr, bytes);
+}
+void rapi_observers_free(rap_allocator *a);   /* the allocator goes (after its fini) */
 
 /* ---- core/allocator.c: the thread guard of plain pools ---------------------------------------
  * A plain pool's allocate, deallocate, release and record_resource run inside RAPI_GUARDED: the
@@ -575,6 +599,9 @@ static inline uint64_t rapi_device_bit(int device) {
  * nothing done where every device reaches it already (pinned, managed). Sets *owner to the device
  * the memory is on, or -1 for memory every device reaches. */
 int  rapi_platform_peer_access(rap_allocator *a, int device, int enable, int *owner);
+/* registrable.c: OK where NCCL can register a's memory (a DeviceVmm made with export=), else a
+ * status and a sentence that starts with who. */
+int  rapi_platform_registrable(rap_allocator *a, const char *who);
 /* peers= of a device platform: "all" or device numbers joined by '+' ("1+3"); grants each. The
  * platform's record must be set. */
 int  rapi_gpu_peers_option(rap_allocator *self, int owner, rap_options *opts);

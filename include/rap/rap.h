@@ -147,6 +147,9 @@ typedef struct rap_stats {
   size_t allocation_count, block_count, pending_count, chunk_count;
   size_t used_bytes;                           /* aligned bytes of live blocks */
   size_t cached_bytes, cached_count;           /* free blocks held by per-thread caches (ThreadCache) */
+  size_t waits, host_waits;                    /* cross_resource=wait: waits for another resource's
+                                                  block (queued on the asker), and of them those
+                                                  made on the host (ResourceAwarePool) */
 } rap_stats;
 /* size: the caller's sizeof(rap_stats), at least one field; RAP_ERR_INVALID below that. */
 int  rap_allocator_stats_sized(rap_allocator *a, rap_stats *out, size_t size);
@@ -214,6 +217,45 @@ typedef struct rap_ipc_desc { unsigned char bytes[64]; } rap_ipc_desc;
 int  rap_ipc_export(rap_allocator *a, void *ptr, rap_ipc_desc *out);
 int  rap_ipc_import(rap_manager *rm, const rap_ipc_desc *desc, rap_resource *r, void **out);
 int  rap_ipc_close(rap_manager *rm, void *ptr, rap_resource *r);   /* r NULL: the import's */
+
+/* ---------------------------------------------------------------------------------------------
+ * Segment observers: whoever registered a pool's memory elsewhere (NCCL's ncclCommRegister, an
+ * RDMA registration) follows it. fn(ev, user) is called for each chunk of a pool (QuickPool,
+ * DynamicPoolList, ResourceAwarePool) or each mapping of a growable platform (DEVICE_VMM,
+ * HOST_VMM) when it is mapped or grows (after) and before it shrinks or is unmapped (a sleep, a
+ * release, the allocator's destroy), so that a registrant can deregister first; rap never unmaps
+ * memory without telling its observers. observe replays a MAP (replay 1) for every segment there
+ * is. fn runs under the allocator's lock, on the thread that mapped or unmapped: it must not call
+ * into the allocator's chain (observe and unobserve from fn are RAP_ERR_BUSY). After unobserve
+ * returns fn is not called again. RAP_ERR_UNSUPPORTED for an allocator without segments of its
+ * own (wrappers, DEVICE: observe the pool or the platform), RAP_ERR_EXISTS for (fn, user) twice.
+ * ------------------------------------------------------------------------------------------- */
+typedef enum rap_segment_kind {
+  RAP_SEGMENT_MAP = 1,      /* a new segment [base, base + size) */
+  RAP_SEGMENT_GROW = 2,     /* the segment grew at its end by [addr, addr + bytes): size is the new size */
+  RAP_SEGMENT_SHRINK = 3,   /* [addr, addr + bytes) at the segment's end is about to go; size is still
+                               the old size (if less went, a GROW of what stayed follows) */
+  RAP_SEGMENT_UNMAP = 4     /* the whole segment is about to go */
+} rap_segment_kind;
+typedef struct rap_segment_event {
+  int kind;                 /* rap_segment_kind */
+  void *base;               /* the segment's first byte */
+  size_t size;              /* its size: after MAP and GROW, before SHRINK and UNMAP */
+  void *addr;               /* the bytes this event is about (MAP, UNMAP: the whole segment) */
+  size_t bytes;
+  int device;               /* the device the memory is on, -1 for host memory */
+  int replay;               /* 1: a MAP replayed by rap_allocator_observe */
+} rap_segment_event;
+typedef void (*rap_segment_fn)(const rap_segment_event *ev, void *user);
+int  rap_allocator_observe(rap_allocator *a, rap_segment_fn fn, void *user);
+int  rap_allocator_unobserve(rap_allocator *a, rap_segment_fn fn, void *user);
+/* RAP_OK when ptr's memory is made as NCCL's ncclMemAlloc makes it, so that NCCL can register it
+ * (ncclCommRegister, ncclCommWindowRegister): device memory of a DeviceVmm(export=posix|fabric|
+ * auto) at the bottom of its allocator's chain. Otherwise RAP_ERR_UNSUPPORTED with a sentence that
+ * says what the memory is and which spec makes registrable memory; RAP_ERR_UNKNOWN_POINTER for a
+ * pointer no allocator of rm handed out. */
+int  rap_pointer_registrable(rap_manager *rm, const void *ptr);
+int  rap_allocator_registrable(rap_allocator *a);   /* the same for the memory a hands out */
 
 /* ---------------------------------------------------------------------------------------------
  * Resources (streams of execution). The host resource is borrowed from the manager.

@@ -53,6 +53,7 @@ static void unlink_and_free(rap_allocator *a) {
       break;
     }
   a->strategy->fini(a, a->state);
+  rapi_observers_free(a);   /* after fini: its chunks' unmaps were told */
   if (a->parent) a->parent->children--;
   free(a->state);
   free(a->name);
@@ -474,4 +475,17 @@ int rap_allocator_set_peer_access(rap_allocator *a, int device, int enable) {
     if (root_of(x) == root) __atomic_store_n(&x->devices_ok, mask, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&a->rm->lock);
   return RAP_OK;
+}
+
+/* Whether NCCL can register ptr's memory: its allocator's platform record answers
+ * (platforms/registrable.c). */
+int rap_pointer_registrable(rap_manager *rm, const void *ptr) {
+  if (rm == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_pointer_registrable: manager is NULL");
+  rap_allocator *a = NULL;
+  if (rap_allocator_find(rm, ptr, &a) != RAP_OK)
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_pointer_registrable: no allocator of this "
+                     "manager handed out %p", ptr);
+  char who[64];
+  snprintf(who, sizeof who, "rap_pointer_registrable: %p", ptr);
+  return rapi_platform_registrable(a, who);
 }

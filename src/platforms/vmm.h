@@ -62,6 +62,7 @@ struct rapi_vmm {
   rapi_ipc_export *ipc;            /* export=: the shared table importers read (ipc.c) */
   rapi_resizable resizable;        /* what pools over this allocator see (rap_internal.h) */
   rapi_platform platform;          /* what the chain above inherits (rap_internal.h) */
+  rapi_segments segments;          /* its mappings, for segment observers (core/observe.c) */
 };
 
 /* ---- vmm.c ------------------------------------------------------------------------------------

@@ -58,6 +58,26 @@ static int parse_heuristic(rapi_bp *bp, const char *text) {
                    "not '%s'", who, text);
 }
 
+/* Segment observers (core/observe.c): a pool's segments are its chunks, walked under the lock its
+ * calls run under (a wrapper's above it; a plain pool is its caller's). A sleeping pool has none
+ * mapped: it replays nothing, and tells observers when it sleeps and wakes. */
+static void bp_walk(rap_allocator *a, void *ctx, void (*locked)(void *arg),
+                    void (*visit)(void *arg, void *base, size_t size), void *arg) {
+  rapi_bp *bp = ctx;
+  rapi_held held = {0};
+  if (a->guard_lock != NULL) rapi_lock(a->guard_lock, &held);
+  locked(arg);
+  for (rapi_chunk *c = bp->chunks; c != NULL && !bp->asleep; c = c->next) visit(arg, c->base, c->size);
+  if (a->guard_lock != NULL) rapi_unlock(&held);
+}
+
+static const rapi_segments bp_segments = {bp_walk, RAPI_SEGMENT_DEVICE_OF_PARENT};
+
+void rapi_bp_notify_chunks(rapi_bp *bp, int kind) {
+  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next)
+    rapi_segment_notify(bp->self, kind, c->base, c->size, c->base, c->size);
+}
+
 int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list, size_t record_size) {
   bp->self = self;
   bp->list = list;
@@ -93,6 +113,8 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list,
   rapi_slab_init(&bp->block_recs, record_size, RAPI_BLOCKS_PER_SLAB);
   rapi_slab_init(&bp->chunk_recs, sizeof(rapi_chunk), 64);
   rap_allocator_set_alignment(self, bp->alignment);
+  self->segments = &bp_segments;
+  self->segments_ctx = bp;
   return RAP_OK;
 }
 
@@ -101,6 +123,7 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list,
 void rapi_bp_fini(rapi_bp *bp) {
   rapi_trace_depth++;
   for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
+    if (!bp->asleep) rapi_segment_notify(bp->self, RAP_SEGMENT_UNMAP, c->base, c->size, c->base, c->size);
     if (rap_deallocate(bp->parent, c->base, NULL) != RAP_OK)
       rap_log(RAP_LOG_WARN, "%s: returning a chunk of %zu bytes to '%s' failed: %s",
               rap_allocator_name(bp->self), c->size, rap_allocator_name(bp->parent),
@@ -335,6 +358,7 @@ int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
   if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
   bp->chunk_count++;
   RAPI_TRACE("grow", bp->self, NULL, base, request, ",\"held\":%zu", bp->actual);
+  rapi_segment_notify(bp->self, RAP_SEGMENT_MAP, base, request, base, request);
   if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG))) {
     char sz[32], held[32];
     rapi_format_size(sz, sizeof sz, request);
@@ -435,6 +459,7 @@ static int grow_in_place(rapi_bp *bp, size_t size, rapi_block **out) {
     bp->block_count++;
   }
   note_resize(bp, c, bytes, "grow");
+  rapi_segment_notify(bp->self, RAP_SEGMENT_GROW, c->base, c->size, c->base + c->size - added, added);
   b->state = RAPI_FREE;
   rapi_block *rem = rapi_bp_split(bp, b, size);
   if (rem) index_free(bp, rem);
@@ -449,6 +474,20 @@ static void settle(rapi_bp *bp) {
     bp->resizable->settle(bp->parent);
 }
 
+/* Observers hear of a shrink before the parent unmaps: the bytes past keep (rounded up as the
+ * parent rounds) may go. Where the parent kept more (whole mappings only), what stayed is told
+ * as a GROW after. */
+static void shrink_told(rapi_bp *bp, rapi_chunk *c, size_t keep) {
+  size_t k = rapi_align_up(keep, bp->resizable->granularity);
+  if (k < c->size) rapi_segment_notify(bp->self, RAP_SEGMENT_SHRINK, c->base, c->size, c->base + k, c->size - k);
+}
+
+static void stayed_told(rapi_bp *bp, rapi_chunk *c, size_t keep, size_t now) {
+  size_t k = rapi_align_up(keep, bp->resizable->granularity);
+  if (k < c->size && now > k)
+    rapi_segment_notify(bp->self, RAP_SEGMENT_GROW, c->base, now, c->base + k, now - k);
+}
+
 /* Gives back what c maps past keep bytes (rounded up to the granularity, and never the start of
  * its last block): only the free pages at its end. Returns the bytes given back. */
 static size_t trim_tail(rapi_bp *bp, rapi_chunk *c, size_t keep) {
@@ -459,9 +498,11 @@ static size_t trim_tail(rapi_bp *bp, rapi_chunk *c, size_t keep) {
   if (keep >= c->size) return 0;
   size_t bytes = c->size;
   settle(bp);
+  shrink_told(bp, c, keep);
   if (bp->resizable->resize(bp->parent, c->base, &bytes, keep) != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: giving back the end of a chunk to '%s' failed: %s",
             rap_allocator_name(bp->self), rap_allocator_name(bp->parent), rap_last_error());
+  stayed_told(bp, c, keep, bytes);
   if (bytes >= c->size) return 0;
   size_t cut = c->size - bytes;
   unindex_free(bp, last);   /* not a whole chunk: the counters of releasable chunks stay */
@@ -529,9 +570,12 @@ static size_t release_whole_chunks(rapi_bp *bp) {
     next = c->next;
     rapi_block *b = c->first;
     if (b->state != RAPI_FREE || !rapi_bp_whole_chunk(b)) continue;
+    rapi_segment_notify(bp->self, RAP_SEGMENT_UNMAP, c->base, c->size, c->base, c->size);
     if (rap_deallocate(bp->parent, c->base, NULL) != RAP_OK) {
       rap_log(RAP_LOG_WARN, "%s: the parent '%s' refused a chunk back: %s",
               rap_allocator_name(bp->self), rap_allocator_name(bp->parent), rap_last_error());
+      if (bp->resizable == NULL)   /* kept, whole: its observers hear of it again */
+        rapi_segment_notify(bp->self, RAP_SEGMENT_MAP, c->base, c->size, c->base, c->size);
       /* A growable parent may have unmapped part of it before it failed: the pool lets the chunk
        * go rather than hand out pages that may be gone (the platform unmaps the rest at its end). */
       if (bp->resizable == NULL) continue;
@@ -589,9 +633,11 @@ static bool shrink_free_chunk(rapi_bp *bp, size_t want) {
   if (c == NULL) return false;
   size_t bytes = c->size;
   settle(bp);
+  shrink_told(bp, c, want);
   if (bp->resizable->resize(bp->parent, c->base, &bytes, want) != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: shrinking a free chunk in '%s' failed: %s", rap_allocator_name(bp->self),
             rap_allocator_name(bp->parent), rap_last_error());
+  stayed_told(bp, c, want, bytes);
   if (bytes >= c->size) return false;
   rapi_block *b = c->first;
   unindex_free(bp, b);

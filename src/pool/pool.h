@@ -99,6 +99,8 @@ typedef struct rapi_bp {
 /* record_size: sizeof(rapi_block), or of a strategy's record that embeds it first. */
 int   rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list, size_t record_size);
 void  rapi_bp_fini(rapi_bp *bp);
+/* Tells the pool's segment observers kind (MAP, UNMAP) for every chunk (a sleep and a wake). */
+void  rapi_bp_notify_chunks(rapi_bp *bp, int kind);
 /* Rounds a request to the pool's block size; RAP_ERR_NOMEM for sizes no pool can hold. */
 int   rapi_bp_round(rapi_bp *bp, size_t bytes, size_t *out);
 rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size);     /* from the free index, split */

@@ -64,6 +64,7 @@ struct rstate {
   const rapi_block *split_rem;    /* split off it: compared, never read (they may be stale) */
   rapi_index pending;             /* owned pending blocks without uses */
   size_t current, hwm, used_bytes, used_count, pending_bytes, pending_count, uses_out;
+  size_t pending_uses_bytes;      /* of pending_bytes, the blocks with uses (others' to wait for) */
   UT_hash_handle hh;
 };
 
@@ -71,6 +72,8 @@ typedef struct ra_pool {
   rapi_bp bp;
   bool cross_wait;
   size_t wait_above;              /* cross_resource=wait waits only once the pool holds this */
+  size_t wait_pending_above;      /* ... and only while what the asker cannot take is above this */
+  size_t waits, host_waits;       /* cross-resource waits made (queued or on the host), host ones */
   uint64_t free_seq;              /* deallocations so far: orders pending blocks across owners */
   rstate *last;                   /* the resource of the last call: the hot path's lookup */
   rstate *by_key;                 /* uthash on key */
@@ -223,6 +226,7 @@ static void add_pending(ra_pool *p, rstate *rs, rapi_block *b, rapi_block *after
     rapi_index_insert(&rs->pending, b);
   }
   rs->pending_bytes += b->size;
+  if (RA(b)->uses != NULL) rs->pending_uses_bytes += b->size;
   rs->pending_count++;
   rs->open_count += RA(b)->tag == rs->open;
   p->bp.pending_bytes += b->size;
@@ -236,6 +240,7 @@ static rapi_block *drop_pending(ra_pool *p, rstate *rs, rapi_block *b) {
   if (b == rs->hot) rs->hot = NULL;
   else if (RA(b)->uses == NULL) rapi_index_remove(&rs->pending, b);
   rs->pending_bytes -= b->size;
+  if (RA(b)->uses != NULL) rs->pending_uses_bytes -= b->size;
   rs->pending_count--;
   rs->open_count -= RA(b)->tag == rs->open;
   p->bp.pending_bytes -= b->size;
@@ -420,7 +425,9 @@ static int wait_event(ra_pool *p, rstate *rs, rapi_event *ev, bool *host_waited)
     rap_log(RAP_LOG_DEBUG, "cross_resource=wait: %s resource #%llu waits for %s resource #%llu %s",
             rs->r->ops->kind, (unsigned long long)rs->r->id, ev->r->ops->kind,
             (unsigned long long)ev->r->id, st == RAPI_HOST_WAIT ? "on the host" : "(queued)");
+  if (st >= 0) p->waits++;
   if (st != RAPI_HOST_WAIT) return st;
+  p->host_waits++;
   *host_waited = true;
   return rapi_host_wait(ev);
 }
@@ -465,6 +472,12 @@ static rapi_block *find_waitable(ra_pool *p, rstate *rs, size_t size, rstate **o
     }
   }
   return best;
+}
+
+/* What rs cannot take without waiting: other resources' pending blocks, and its own that were
+ * used elsewhere (record_resource). */
+static inline size_t blocked_for(const ra_pool *p, const rstate *rs) {
+  return p->bp.pending_bytes - rs->pending_bytes + rs->pending_uses_bytes;
 }
 
 /* ---- allocate and deallocate ---------------------------------------------------------------- */
@@ -577,8 +590,12 @@ static RAPI_NOINLINE int ra_allocate_slow(ra_pool *p, rstate *rs, void **out, si
     rapi_block *b = take_own_or_free(p, rs, size);
     if (b == NULL && rs->pending_count > 0) b = take_own_joined(p, rs, size);
     /* Waiting serializes the waiter behind the owner; below wait_above the pool grows instead, so
-     * as many streams as that memory allows run side by side. */
-    if (b == NULL && p->cross_wait && p->bp.actual + size > p->wait_above && round < 8) {
+     * as many streams as that memory allows run side by side. Nor does it wait while what rs
+     * cannot take is at most wait_pending_above: a stream that runs ahead of the others (a
+     * collective's, FSDP's prefetch) keeps running ahead rather than queue behind work they
+     * enqueued after their frees, and the pool grows by at most that much for them. */
+    if (b == NULL && p->cross_wait && p->bp.actual + size > p->wait_above &&
+        blocked_for(p, rs) > p->wait_pending_above && round < 8) {
       rstate *owner = NULL;
       rapi_block *w = find_waitable(p, rs, size, &owner);
       bool host_waited = false;
@@ -745,6 +762,8 @@ static int ra_reset_peaks(void *state) {
 
 static int ra_stats(void *state, rap_stats *out) {
   rapi_bp_stats(&((ra_pool *)state)->bp, out);
+  out->waits = ((ra_pool *)state)->waits;
+  out->host_waits = ((ra_pool *)state)->host_waits;
   return RAP_OK;
 }
 
@@ -772,7 +791,7 @@ static int ra_resource_stats(void *state, rap_resource *r, rap_stats *out) {
 
 static int check_rstate(ra_pool *p, rstate *rs, size_t *pending, size_t *used, size_t *uses) {
   const char *who = rap_allocator_name(p->bp.self);
-  size_t n = 0, bytes = 0, indexed = 0;
+  size_t n = 0, bytes = 0, indexed = 0, with_uses = 0;
   uint64_t last = 0;
   for (rapi_block *b = rs->fifo_head; b != NULL; b = RA(b)->fifo_next) {
     if (b->state != RAPI_PENDING || RA(b)->owner != rs)
@@ -785,7 +804,11 @@ static int check_rstate(ra_pool *p, rstate *rs, size_t *pending, size_t *used, s
     n++;
     bytes += b->size;
     indexed += RA(b)->uses == NULL && b != rs->hot;
+    if (RA(b)->uses != NULL) with_uses += b->size;
   }
+  if (with_uses != rs->pending_uses_bytes)
+    return CORRUPT("%s: a resource's pending blocks with uses hold %zu bytes, it counts %zu", who,
+                   with_uses, rs->pending_uses_bytes);
   if (n != rs->pending_count || bytes != rs->pending_bytes || indexed != rs->pending.count)
     return CORRUPT("%s: a resource lists %zu pending blocks (%zu indexed), counts %zu (%zu)", who, n,
                    indexed, rs->pending_count, rs->pending.count);
@@ -835,6 +858,7 @@ static int ra_init(rap_allocator *self, void *state, rap_options *opts) {
   p->cross_wait = cross[0] == 'w';
   bool has_wait_above = rapi_options_given(opts, "wait_above");
   st = rap_options_get_size(opts, "wait_above", &p->wait_above);
+  if (st == RAP_OK) st = rap_options_get_size(opts, "wait_pending_above", &p->wait_pending_above);
   if (st != RAP_OK) return st;
   rapi_slab_init(&p->use_recs, sizeof(rapi_use), 64);
   st = rapi_bp_init(&p->bp, self, opts, false, sizeof(ra_block));
@@ -937,8 +961,10 @@ static void forget_resource(ra_pool *p, rap_resource *r) {
           rs->uses_out--;
           rapi_slab_free(&p->use_recs, u);
           /* A pending block without uses any more belongs in its owner's index. */
-          if (RA(b)->uses == NULL && b->state == RAPI_PENDING && b != (RA(b)->owner)->hot)
-            rapi_index_insert(&(RA(b)->owner)->pending, b);
+          if (RA(b)->uses == NULL && b->state == RAPI_PENDING) {
+            (RA(b)->owner)->pending_uses_bytes -= b->size;
+            if (b != (RA(b)->owner)->hot) rapi_index_insert(&(RA(b)->owner)->pending, b);
+          }
         }
   while (rs->fifo_head != NULL) {
     rapi_block *b = rs->fifo_head;
