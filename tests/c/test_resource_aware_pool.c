@@ -10,6 +10,7 @@
 #include <string.h>
 
 #define KiB ((size_t)1024)
+#define MiB (KiB * KiB)
 
 typedef struct fixture {
   rap_manager *rm;
@@ -171,6 +172,25 @@ RAP_TEST(ResourceAwarePool, FinishedPendingMemoryComesBackWithoutGrowing) {
   rap_stats s = stats_of(f.pool);
   RAP_CHECK_EQ(s.chunk_count, 1);
   RAP_CHECK_EQ(s.pending_count, 0);
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
+  teardown(&f);
+}
+
+/* A request that only a much larger free block fits now, while another resource holds a pending
+ * block of its size whose work is done: the pool polls before cutting the large block, takes the
+ * passed block (merged with its free neighbour), and the large request that follows fits without
+ * growing. Cutting it would leave no 14 MiB run in the chunk. */
+RAP_TEST(ResourceAwarePool, PollsBeforeCuttingALargeFreeBlock) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=16MiB next_size=16MiB heuristic=never");
+  void *a, *q, *big;
+  RAP_CHECK_OK(rap_allocate(f.pool, &a, 2 * MiB, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));   /* pending on r1, which has nothing queued */
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 2 * MiB, f.r2));
+  RAP_CHECK(q == a);
+  RAP_CHECK_OK(rap_allocate(f.pool, &big, 14 * MiB, f.r2));
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 1);
+  RAP_CHECK_OK(rap_deallocate(f.pool, big, f.r2));
   RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
   teardown(&f);
 }
