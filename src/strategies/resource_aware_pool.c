@@ -318,10 +318,11 @@ static int poll_all(ra_pool *p, bool record) {
   return first;
 }
 
-/* A poor fit: the best block rs can take now is over twice the request and a MiB larger, while
- * other resources hold pending memory that could serve it once their batches have passed. Cutting
- * the request out of the large block would break up memory that a large request needs later (the
- * pool then grows for it), so the pool first fences and polls, as on a miss, and the caller looks
+/* A poor fit: the best block the caller can take now is over twice the request and a MiB larger,
+ * while the pool holds enough pending memory to serve it once its batches have passed (another
+ * resource's, or the caller's own, which merges with its free neighbours only then). Cutting the
+ * request out of the large block would break up memory that a large request needs later (the pool
+ * then grows for it), so the pool first fences and polls, as on a miss, and the caller looks
  * again. At most once per RAPI_EAGER_FENCE deallocations anywhere in the pool: each poll records
  * an event on every resource with an open batch. */
 static RAPI_NOINLINE bool poll_first_slow(ra_pool *p) {
@@ -330,8 +331,8 @@ static RAPI_NOINLINE bool poll_first_slow(ra_pool *p) {
   return true;
 }
 
-static inline bool poll_first(ra_pool *p, const rstate *rs, size_t size, size_t fit) {
-  if (RAPI_LIKELY(p->bp.pending_bytes - rs->pending_bytes < size) || fit - size < ((size_t)1 << 20) ||
+static inline bool poll_first(ra_pool *p, size_t size, size_t fit) {
+  if (RAPI_LIKELY(p->bp.pending_bytes < size) || fit - size < ((size_t)1 << 20) ||
       fit / 2 < size || p->free_seq - p->poor_polled < RAPI_EAGER_FENCE)
     return false;
   return poll_first_slow(p);
@@ -506,7 +507,7 @@ static int finish_allocate(ra_pool *p, rstate *rs, rapi_block *b, size_t bytes, 
  * block while a free one fits better would chop up blocks that are about to merge back into whole
  * chunks, and the pool would grow for the next large request; preferring free memory over an
  * equally good pending block would let pending memory pile up on a stream the CPU runs ahead of. */
-static bool poll_first(ra_pool *p, const rstate *rs, size_t size, size_t fit);
+static bool poll_first(ra_pool *p, size_t size, size_t fit);
 
 static rapi_block *take_own_or_free(ra_pool *p, rstate *rs, size_t size) {
   rapi_block *b = rs->hot;
@@ -521,11 +522,11 @@ again:
   if (b == NULL || b->size > size) {
     rapi_block *f = rapi_bp_find_free(&p->bp, size);
     if (f != NULL && (b == NULL || f->size < b->size)) {
-      if (RAPI_UNLIKELY(poll_first(p, rs, size, f->size))) goto again;
+      if (RAPI_UNLIKELY(poll_first(p, size, f->size))) goto again;
       return rapi_bp_take_this(&p->bp, f, size);
     }
   }
-  if (b != NULL && RAPI_UNLIKELY(poll_first(p, rs, size, b->size))) goto again;
+  if (b != NULL && RAPI_UNLIKELY(poll_first(p, size, b->size))) goto again;
   if (b != NULL) {
     bool hot = b == rs->hot;
     rapi_block *rem = take_pending(p, rs, b, size);
