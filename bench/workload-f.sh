@@ -5,7 +5,9 @@
 # with expandable segments, and with its cudaMallocAsync backend (bench/replay_torch_peer.py; one
 # process each, since PyTorch reads its configuration once). rap-bench --only f replays the same
 # trace through rap's pools, cudaMallocAsync and CUB in its own process.
-#   bash bench/workload-f.sh [TRACE]          (also writes $OUT/workload-f.jsonl when OUT is set)
+#   bash bench/workload-f.sh [TRACE...]       (also writes $OUT/workload-f.jsonl when OUT is set)
+# Several traces (bench/traces/*.jsonl.gz: the f family) are replayed in turn, each row named by its
+# file.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -gt 0 ] || set -- "$root/bench/traces/gpt2_small_step.jsonl.gz"
