@@ -204,6 +204,24 @@ void wl_b_host(void);
 void wl_f(void);        /* trace.c: a recorded trace (RAP_BENCH_TRACE_F) */
 void wl_g(void);        /* multi.c: two GPUs */
 void wl_f_host(void);
+/* trace.c: the harder recorded traces, f1..f6 (bench/record-traces.sh), device and host memory */
+enum { BENCH_RECORDED = 6 };
+typedef struct bench_recorded {
+  const char *id, *file, *what;
+} bench_recorded;
+extern const bench_recorded bench_recorded_traces[BENCH_RECORDED];
+void wl_f1(void);
+void wl_f2(void);
+void wl_f3(void);
+void wl_f4(void);
+void wl_f5(void);
+void wl_f6(void);
+void wl_f1_host(void);
+void wl_f2_host(void);
+void wl_f3_host(void);
+void wl_f4_host(void);
+void wl_f5_host(void);
+void wl_f6_host(void);
 void wl_d(void);        /* runahead.c; nothing without CUDA */
 void wl_e(void);        /* threads.c */
 void wl_e_host(void);

@@ -78,6 +78,18 @@ static const struct workload {
     {"f", 1, wl_f, "a recorded transformer training step, device memory"},
     {"g", 1, wl_g, "two GPUs: a pool of device 0 serving device 1's stream, and a hand-off"},
     {"f-host", 0, wl_f_host, "a recorded transformer training step, host memory"},
+    {"f1", 1, wl_f1, "recorded: GPT-2 medium training with activation checkpointing, device memory"},
+    {"f2", 1, wl_f2, "recorded: a 1F1B pipeline on two streams, device memory"},
+    {"f3", 1, wl_f3, "recorded: a top-2 mixture of experts, device memory"},
+    {"f4", 1, wl_f4, "recorded: GPT-2 generate serving, device memory"},
+    {"f5", 1, wl_f5, "recorded: rank 0 of FSDP2 on two GPUs, device memory"},
+    {"f6", 1, wl_f6, "recorded: rank 0 of DDP on two GPUs, device memory"},
+    {"f1-host", 0, wl_f1_host, "recorded: activation checkpointing, host memory"},
+    {"f2-host", 0, wl_f2_host, "recorded: 1F1B pipeline, host memory"},
+    {"f3-host", 0, wl_f3_host, "recorded: mixture of experts, host memory"},
+    {"f4-host", 0, wl_f4_host, "recorded: generate serving, host memory"},
+    {"f5-host", 0, wl_f5_host, "recorded: FSDP2 rank 0, host memory"},
+    {"f6-host", 0, wl_f6_host, "recorded: DDP rank 0, host memory"},
     {"c-host", 0, wl_c_host, "scaling with live blocks, host memory"},
     {"e-host", 0, wl_e_host, "threads, host memory"},
     {"e-x-host", 0, wl_e_x_host, "threads freeing each other's blocks, host memory"},
@@ -174,7 +186,12 @@ static void usage(FILE *f) {
           "               g       two GPUs: device 0's memory from device 1's stream, a hand-off\n"
           "               f       a recorded trace (a GPT-2 training step from PyTorch's memory\n"
           "                       history; RAP_BENCH_TRACE_F names another), device memory\n"
-          "               b-host, c-host, e-host, e-x-host, f-host: b, c, e, e-x, f over host memory\n"
+          "               f1..f6  the harder recorded traces in bench/traces/ (bench/record-traces.sh;\n"
+          "                       RAP_BENCH_TRACES names another folder): activation checkpointing,\n"
+          "                       a 1F1B pipeline on two streams, a mixture of experts, generate\n"
+          "                       serving, rank 0 of FSDP2, rank 0 of DDP; device memory\n"
+          "               b-host, c-host, e-host, e-x-host, f-host, f1-host..f6-host: the same over\n"
+          "                       host memory\n"
           "               larson, xmalloc, mstress: the multi-thread tests of CPU allocators\n"
           "                       (blocks handed between threads), host memory, at --threads\n"
           "  --quick      a smoke run: fewer repetitions, smaller traces, no 10^5+ live blocks\n"

@@ -75,6 +75,7 @@ typedef struct ra_pool {
   size_t wait_pending_above;      /* ... and only while what the asker cannot take is above this */
   size_t waits, host_waits;       /* cross-resource waits made (queued or on the host), host ones */
   uint64_t free_seq;              /* deallocations so far: orders pending blocks across owners */
+  uint64_t poor_polled;           /* free_seq at the last poll before a poor fit */
   rstate *last;                   /* the resource of the last call: the hot path's lookup */
   rstate *by_key;                 /* uthash on key */
   rapi_slab use_recs;
@@ -322,6 +323,26 @@ static int poll_all(ra_pool *p, bool record) {
   return first;
 }
 
+/* A poor fit: the best block the caller can take now is over twice the request and a MiB larger,
+ * while the pool holds enough pending memory to serve it once its batches have passed (another
+ * resource's, or the caller's own, which merges with its free neighbours only then). Cutting the
+ * request out of the large block would break up memory that a large request needs later (the pool
+ * then grows for it), so the pool first fences and polls, as on a miss, and the caller looks
+ * again. At most once per RAPI_EAGER_FENCE deallocations anywhere in the pool: each poll records
+ * an event on every resource with an open batch. */
+static RAPI_NOINLINE bool poll_first_slow(ra_pool *p) {
+  p->poor_polled = p->free_seq;
+  (void)poll_all(p, true);
+  return true;
+}
+
+static inline bool poll_first(ra_pool *p, size_t size, size_t fit) {
+  if (RAPI_LIKELY(p->bp.pending_bytes < size) || fit - size < ((size_t)1 << 20) ||
+      fit / 2 < size || p->free_seq - p->poor_polled < RAPI_EAGER_FENCE)
+    return false;
+  return poll_first_slow(p);
+}
+
 /* Host-side wait for every fence: before out of memory and at teardown. The locks this thread
  * holds are let go while it waits (rapi_host_wait), so the pool may change meanwhile: each round
  * polls afresh, waits for one resource's newest fence, and callers start over after it. A queue's
@@ -499,18 +520,26 @@ static int finish_allocate(ra_pool *p, rstate *rs, rapi_block *b, size_t bytes, 
  * block while a free one fits better would chop up blocks that are about to merge back into whole
  * chunks, and the pool would grow for the next large request; preferring free memory over an
  * equally good pending block would let pending memory pile up on a stream the CPU runs ahead of. */
+static bool poll_first(ra_pool *p, size_t size, size_t fit);
+
 static rapi_block *take_own_or_free(ra_pool *p, rstate *rs, size_t size) {
   rapi_block *b = rs->hot;
   if (b != NULL && b->size == size) {
     take_pending(p, rs, b, size);
     return b;
   }
+again:
+  b = rs->hot;
   rapi_block *ix = rapi_index_find(&rs->pending, size);
   if (b == NULL || b->size < size || (ix != NULL && ix->size < b->size)) b = ix;
   if (b == NULL || b->size > size) {
     rapi_block *f = rapi_bp_find_free(&p->bp, size);
-    if (f != NULL && (b == NULL || f->size < b->size)) return rapi_bp_take_this(&p->bp, f, size);
+    if (f != NULL && (b == NULL || f->size < b->size)) {
+      if (RAPI_UNLIKELY(poll_first(p, size, f->size))) goto again;
+      return rapi_bp_take_this(&p->bp, f, size);
+    }
   }
+  if (b != NULL && RAPI_UNLIKELY(poll_first(p, size, b->size))) goto again;
   if (b != NULL) {
     bool hot = b == rs->hot;
     rapi_block *rem = take_pending(p, rs, b, size);
@@ -856,6 +885,7 @@ static int ra_init(rap_allocator *self, void *state, rap_options *opts) {
     return rapi_fail(RAP_ERR_INVALID, "%s: option 'cross_resource' is grow or wait, not '%s'",
                      rap_allocator_name(self), cross);
   p->cross_wait = cross[0] == 'w';
+  p->poor_polled = (uint64_t)0 - RAPI_EAGER_FENCE;   /* the first poor fit may poll */
   bool has_wait_above = rapi_options_given(opts, "wait_above");
   st = rap_options_get_size(opts, "wait_above", &p->wait_above);
   if (st == RAP_OK) st = rap_options_get_size(opts, "wait_pending_above", &p->wait_pending_above);
