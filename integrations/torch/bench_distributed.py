@@ -2,7 +2,7 @@
 NCCL's registration of rap memory. Run on a machine with two GPUs by run_distributed.sh, which
 launches each run with torchrun and then prints one table.
 
-  torchrun --standalone --nproc_per_node 2 bench_distributed.py train --allocator native|rap|registered --out DIR --run N
+  torchrun --standalone --nproc_per_node 2 bench_distributed.py train --allocator native|rap|registered --out DIR --trial N
       DDP then FSDP2 (registered: DDP only) training of a 6-layer GPT-2 (transformers' config,
       random weights), batch 8 x 512, bf16, AdamW, 30 steps: median step ms of steps 5-29, peak
       reserved, losses, and rap's cross-stream waits. native: PyTorch's allocator; rap:
@@ -314,6 +314,8 @@ def cmd_report(args):
     for mode in ("ddp", "fsdp"):
         n, a = by.get((mode, "native")), by.get((mode, "rap"))
         if not n or not a or not n["run_medians_ms"] or not a["run_medians_ms"]:
+            print("%s: no training run of native and rap both finished: nothing to compare" % mode.upper())
+            summary["ok"] = False
             continue
         fast = a["median_ms"] <= max(n["run_medians_ms"])
         small = all(a["peak_reserved_mib"].get(k, 0) <= v for k, v in n["peak_reserved_mib"].items())
@@ -367,7 +369,8 @@ def main():
     ap.add_argument("command", choices=("train", "nccl", "bad", "report"))
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--allocator", default="native", choices=("native", "rap", "registered"))
-    ap.add_argument("--run", type=int, default=0)
+    ap.add_argument("--trial", dest="run", type=int, default=0,
+                    help="which run of the benchmark (not --run: torchrun would take it for its --run-path)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     return {"train": cmd_train, "nccl": cmd_nccl, "bad": cmd_bad, "report": cmd_report}[args.command](args) or 0

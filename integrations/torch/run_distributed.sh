@@ -39,7 +39,7 @@ t0=$SECONDS
   "$py" -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'; } >>"$log" 2>&1
 for i in $(seq 1 "$runs"); do
   for a in native rap registered; do
-    trun train --allocator "$a" --run "$i"
+    trun train --allocator "$a" --trial "$i"
   done
   echo "round $i of $runs done after $((SECONDS - t0)) s" | tee -a "$log"
 done
