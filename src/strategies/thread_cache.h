@@ -1,0 +1,153 @@
+/* thread_cache.h — what ThreadCache's two files share: the records, a thread's cache and its
+ * slots and bins, the calling thread's ways to its caches, and the inline steps of the hot path.
+ *
+ * thread_cache.c is the strategy (allocate, deallocate, the cold calls, init and fini);
+ * thread_cache_caches.c keeps the caches (finding or making a thread's cache, taking a slot, trims,
+ * blocks on their way back to the parent, a thread's end). The second calls nothing in the first.
+ * Locking rules are at the top of thread_cache.c.
+ */
+#ifndef RAP_THREAD_CACHE_H
+#define RAP_THREAD_CACHE_H
+
+#include "rap_internal.h"
+
+#include <sched.h>
+
+#define TC_SLOTS 8         /* resources one thread's cache keeps bins for at once */
+#define TC_WAYS 4          /* instances a thread finds without any lock */
+#define TC_MAX_CLASSES 96
+
+enum { TC_LIVE = 1, TC_CACHED, TC_XFREED, TC_GOING };
+
+typedef struct tc_cache tc_cache;
+typedef struct tc_rec {   /* one cache line each (the slab aligns them): no two threads share one */
+  void *ptr;
+  struct tc_rec *next;       /* in a bin, an xfree list or a batch being flushed */
+  rap_resource *r;           /* allocated on; a cached block is pending on it */
+  tc_cache *owner;           /* the cache it returns to */
+  unsigned cls;
+  int state;                 /* atomic: TC_LIVE, ... */
+  int recorded;              /* atomic: used on another resource too (rap_record_resource) */
+} tc_rec;
+
+typedef struct tc_bin {
+  tc_rec *head;
+  size_t n;
+} tc_bin;
+
+typedef struct tc_slot {
+  rap_resource *r;           /* NULL: unused */
+  uint64_t used;             /* the cache's tick at its last use: the least recent goes first */
+  tc_bin *bins;              /* one per class */
+} tc_slot;
+
+typedef struct thread_cache thread_cache;
+typedef struct tc_thread tc_thread;
+struct tc_cache {
+  /* Its own thread's, on every call: kept off the lines other threads write. */
+  int spin;                  /* atomic */
+  size_t bytes, blocks;      /* cached in the bins */
+  uint64_t tick;
+  size_t misses, trims;      /* its thread's visits to the lock, for the debug log at the end */
+  tc_slot slots[TC_SLOTS];
+  char gap1[64];
+  /* Other threads': each free of a block this cache handed out reads abandoned and pushes. */
+  tc_rec *xfree;             /* atomic: blocks freed by other threads */
+  int abandoned;             /* atomic: its thread ended */
+  char gap2[64];
+  thread_cache *tc;
+  tc_thread *thread;         /* the thread it belongs to, under registry; NULL when abandoned */
+  tc_cache *inst_next;       /* the instance's list, under list_lock */
+  tc_cache *thread_next;     /* the thread's list, under registry */
+};
+
+struct thread_cache {
+  pthread_mutex_t lock;      /* the parent, the slab, the map's writes, the watch list */
+  pthread_mutex_t list_lock; /* the list of caches */
+  rap_allocator *self, *inner;
+  uint64_t id;               /* never reused: a thread's ways hold ids, not pointers alone */
+  rapi_ptr_map map;
+  rapi_slab recs;
+  tc_cache *caches;
+  rapi_watch_set watched;   /* resources whose destroy must flush the caches first */
+  size_t align;
+  unsigned shift;            /* log2(align) */
+  unsigned ncls;
+  size_t max_size;           /* largest request cached: bigger ones go to the parent under the lock */
+  size_t cap_bytes;          /* per thread */
+  size_t cap_blocks;         /* per bin */
+  size_t cls_size[TC_MAX_CLASSES];
+};
+
+/* ---- threads --------------------------------------------------------------------------------- */
+
+struct tc_thread {
+  uint64_t id[TC_WAYS];
+  tc_cache *c[TC_WAYS];
+  unsigned next;
+  tc_cache *caches;          /* every cache of this thread, under registry */
+  bool keyed;
+};
+extern _Thread_local tc_thread rapi_tc_tls;   /* the calling thread's ways to its caches */
+extern void (*rapi_tc_transit_hook)(void);    /* tests only: runs while a batch is on its way to the parent */
+extern void (*rapi_tc_settle_hook)(void);     /* tests only: runs when a resource's end waits for such a batch */
+
+static inline void spin_lock(tc_cache *c) {
+  for (unsigned n = 0; __atomic_exchange_n(&c->spin, 1, __ATOMIC_ACQUIRE); n++) {
+    while (__atomic_load_n(&c->spin, __ATOMIC_RELAXED))
+      if (++n > 64) sched_yield();
+  }
+}
+static inline void spin_unlock(tc_cache *c) { __atomic_store_n(&c->spin, 0, __ATOMIC_RELEASE); }
+
+static inline tc_cache *my_cache(const thread_cache *t) {
+  for (int i = 0; i < TC_WAYS; i++)
+    if (rapi_tc_tls.id[i] == t->id) return rapi_tc_tls.c[i];
+  return NULL;
+}
+
+/* ---- slots and bins, under the cache's spin ---------------------------------------------------- */
+
+static inline tc_slot *slot_find(tc_cache *c, rap_resource *r) {
+  for (int i = 0; i < TC_SLOTS; i++)
+    if (c->slots[i].r == r) {
+      c->slots[i].used = ++c->tick;
+      return &c->slots[i];
+    }
+  return NULL;
+}
+
+/* The newest block of a bin that has one, out of the cache's counts. */
+static inline tc_rec *bin_pop(thread_cache *t, tc_cache *c, tc_bin *b, unsigned cls) {
+  tc_rec *rec = b->head;
+  b->head = rec->next;
+  b->n--;
+  c->bytes -= t->cls_size[cls];
+  c->blocks--;
+  return rec;
+}
+
+static inline void bin_push(thread_cache *t, tc_cache *c, tc_slot *s, tc_rec *rec) {
+  tc_bin *b = &s->bins[rec->cls];
+  rec->next = b->head;
+  b->head = rec;
+  b->n++;
+  c->bytes += t->cls_size[rec->cls];
+  c->blocks++;
+}
+
+/* ---- thread_cache_caches.c ---------------------------------------------------------------------- */
+
+/* Under c's spin: a slot for r (the least recently used one's blocks go to *out). */
+tc_slot  *rapi_tc_slot_assign(thread_cache *t, tc_cache *c, rap_resource *r, tc_rec **out);
+/* Under c's spin: other threads' frees into c's bins (or *out). */
+void      rapi_tc_drain_xfree(thread_cache *t, tc_cache *c, tc_rec **out);
+/* Under c's spin: c back within its bounds, the surplus to *out. */
+void      rapi_tc_trim(thread_cache *t, tc_cache *c, tc_slot *s, unsigned cls, tc_rec **out);
+void      rapi_tc_flush_batch(thread_cache *t, tc_rec **batch);   /* to the parent, under lock */
+void      rapi_tc_flush_all(thread_cache *t, rap_resource *r);    /* every cache's blocks (of r) */
+tc_cache *rapi_tc_cache_get(thread_cache *t);   /* the calling thread's cache, found or made */
+/* Every cache of t back to the parent, unlinked from its thread and freed; their counts summed. */
+void      rapi_tc_caches_free(thread_cache *t, size_t *caches, size_t *misses, size_t *trims);
+
+#endif
