@@ -196,6 +196,12 @@ typedef struct rapi_map_slot {
   void *value;
 } rapi_map_slot;
 typedef struct rapi_map_table rapi_map_table;   /* the allocation behind slots, with its size */
+struct rapi_map_table {
+  size_t mask;
+  unsigned shift;
+  rapi_map_table *retired;           /* the table this one replaced */
+  rapi_map_slot slots[];
+};
 typedef struct rapi_ptr_map {
   rapi_map_slot *slots;
   size_t mask, count;
@@ -208,7 +214,23 @@ void rapi_map_fini(rapi_ptr_map *m);
 int  rapi_map_grow(rapi_ptr_map *m);
 void rapi_map_remove_at(rapi_ptr_map *m, size_t i);
 bool rapi_map_contains_shared(const rapi_ptr_map *m, const void *ptr);   /* from any thread */
-void *rapi_map_get_shared(const rapi_ptr_map *m, const void *ptr);      /* from any thread */
+void *rapi_map_get_shared_slow(const rapi_ptr_map *m, const void *ptr); /* the whole seqlock read */
+/* The record of ptr, or NULL, from any thread: inline when no change is under way and ptr sits in
+ * its home slot (almost always: the map is at most half full), else the whole read. */
+static inline void *rapi_map_get_shared(const rapi_ptr_map *m, const void *ptr) {
+  uintptr_t key = (uintptr_t)ptr;
+  unsigned s1 = __atomic_load_n(&m->seq, __ATOMIC_ACQUIRE);
+  const rapi_map_table *t = __atomic_load_n(&m->table, __ATOMIC_ACQUIRE);
+  if (RAPI_LIKELY(t != NULL && key != 0 && (s1 & 1) == 0)) {
+    const rapi_map_slot *slot = &t->slots[(size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> t->shift) & t->mask];
+    if (RAPI_LIKELY(__atomic_load_n(&slot->key, __ATOMIC_RELAXED) == key)) {
+      void *found = __atomic_load_n(&slot->value, __ATOMIC_RELAXED);
+      __atomic_thread_fence(__ATOMIC_ACQUIRE);
+      if (RAPI_LIKELY(__atomic_load_n(&m->seq, __ATOMIC_RELAXED) == s1)) return found;
+    }
+  }
+  return rapi_map_get_shared_slow(m, ptr);
+}
 static inline void rapi_map_write_begin(rapi_ptr_map *m) {
   __atomic_store_n(&m->seq, m->seq + 1, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_RELEASE);

@@ -166,8 +166,8 @@ static RAPI_NOINLINE int oom_retry(rap_allocator *a, void **out, size_t bytes, r
   return st;
 }
 
-/* The two hot entry points: one unlikely branch covers bad input and the debug levels alike, then
- * the strategy; a handler for out of memory costs a branch on the answer. */
+/* The two hot entry points: one unlikely branch covers bad input, the debug levels and a handler
+ * for out of memory alike, then the strategy. */
 /* A pool asked to serve a resource that is capturing a graph (rap_resource_cuda_begin_capture). */
 static RAPI_NOINLINE int capturing(const char *fn, const rap_allocator *a, const rap_resource *r) {
   return rapi_fail(RAP_ERR_BUSY, "%s('%s'): %s resource #%llu is capturing a graph, and a pool's "
@@ -215,16 +215,15 @@ static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t b
   return debugged(a, "rap_allocate", st);
 }
 
+/* An allocator with a handler for out of memory takes the checked path, which runs it: the
+ * strategy's call is then the last thing here (a jump, with nothing kept across it). */
 int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
   if (RAPI_UNLIKELY(a == NULL || out == NULL ||
                     (r != NULL && (r->rm != a->rm) | __atomic_load_n(&r->capturing, __ATOMIC_RELAXED) |
                                       (foreign_device(a, r) != 0)) |
-                        rapi_slow_calls()))
+                        rapi_slow_calls() | (__atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)))
     return allocate_checked(a, out, bytes, r);
-  int st = a->strategy->allocate(a->state, out, bytes, r);
-  if (RAPI_UNLIKELY(st == RAP_ERR_NOMEM) && __atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)
-    return oom_retry(a, out, bytes, r);
-  return st;
+  return a->strategy->allocate(a->state, out, bytes, r);
 }
 
 int rap_allocator_set_oom_handler(rap_allocator *a, rap_oom_handler fn, void *user) {
