@@ -355,6 +355,11 @@ struct rap_allocator {
  * sentence; nothing at all under a ThreadSafe or ThreadCache). docs/DESIGN.md says why. */
 enum { RAPI_GUARD_OWNER = 1, RAPI_GUARD_GATE = 2, RAPI_GUARD_NONE = 3 };   /* how a call came in */
 int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn);   /* a mode, or a status */
+/* membarrier(2): registered once (false where the kernel has none), then every running thread of
+ * the process passes a full memory barrier before rapi_membarrier returns. ThreadCache's caches
+ * use it the same way. */
+bool rapi_membarrier_ready(void);
+void rapi_membarrier(void);
 static RAPI_INLINE uintptr_t rapi_self_thread(void) {
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && (defined(__x86_64__) || defined(__aarch64__))
   return (uintptr_t)__builtin_thread_pointer();

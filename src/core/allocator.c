@@ -83,7 +83,7 @@ size_t rap_allocator_alignment(const rap_allocator *a) { return a ? a->alignment
 
 static int membarrier_ok;   /* atomic: 0 unknown, 1 registered, -1 not available */
 
-static bool membarrier_ready(void) {
+bool rapi_membarrier_ready(void) {
   int ok = __atomic_load_n(&membarrier_ok, __ATOMIC_ACQUIRE);
   if (ok == 0) {
     ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 ? 1 : -1;
@@ -91,6 +91,8 @@ static bool membarrier_ready(void) {
   }
   return ok > 0;
 }
+
+void rapi_membarrier(void) { (void)syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0); }
 
 static RAPI_NOINLINE int two_threads(const char *fn, const rap_allocator *a) {
   return rapi_fail(RAP_ERR_BUSY, "%s('%s'): another thread is inside this %s at the same time; a "
@@ -120,10 +122,10 @@ int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn) {
   if (!__atomic_compare_exchange_n(&a->gate, &open, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
     return two_threads(fn, a);
   uintptr_t old = __atomic_load_n(&a->owner, __ATOMIC_RELAXED);
-  if (old != me && old != RAPI_GUARD_UNBIASED && membarrier_ready()) {
+  if (old != me && old != RAPI_GUARD_UNBIASED && rapi_membarrier_ready()) {
     uintptr_t next = ++a->handovers >= RAPI_GUARD_HANDOVERS ? RAPI_GUARD_UNBIASED : me;
     __atomic_store_n(&a->owner, next, __ATOMIC_RELAXED);   /* only the gate's holder writes it */
-    if (old != 0) (void)syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+    if (old != 0) rapi_membarrier();
     if (__atomic_load_n(&a->busy, __ATOMIC_ACQUIRE) != 0) {
       __atomic_store_n(&a->owner, old, __ATOMIC_RELAXED);
       __atomic_store_n(&a->gate, 0, __ATOMIC_RELEASE);

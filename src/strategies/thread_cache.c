@@ -54,7 +54,7 @@ static size_t class_units(unsigned cls) {
 
 /* ---- the parent, under the lock ---------------------------------------------------------------- */
 
-static int locked_allocate(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
+static RAPI_NOINLINE int locked_allocate(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
   int st;
   RAPI_LOCKED(st, &t->lock, rap_allocate(t->inner, out, bytes, r));
   if (st == RAP_ERR_NOMEM) {   /* what the caches hold may be what is missing */
@@ -162,23 +162,24 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
   return RAP_OK;
 }
 
+/* The hit: the calling thread's own cache, entered without the spin (cache_enter), and the
+ * newest block of its bin for (r, class). Everything else goes to allocate_miss. */
 static int tc_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   thread_cache *t = state;
-  if (r == NULL) r = &rap_allocator_manager(t->self)->host;
+  if (r == NULL) r = t->host;
   if (RAPI_UNLIKELY(bytes - 1 >= t->max_size)) return locked_allocate(t, out, bytes, r);
   tc_cache *c = my_cache(t);
-  if (RAPI_LIKELY(c != NULL)) {
+  if (RAPI_LIKELY(c != NULL) && RAPI_LIKELY(cache_enter(c))) {
     unsigned cls = class_of(t, bytes);
-    spin_lock(c);
     tc_slot *s = c->slots[0].r == r ? &c->slots[0] : slot_find(c, r);
     if (RAPI_LIKELY(s != NULL && s->bins[cls].head != NULL)) {
       tc_rec *rec = bin_pop(t, c, &s->bins[cls], cls);
-      spin_unlock(c);
       __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELAXED);
       *out = rec->ptr;
+      cache_leave(c);
       return RAP_OK;
     }
-    spin_unlock(c);
+    cache_leave(c);
   }
   return allocate_miss(t, out, bytes, r);
 }
@@ -250,6 +251,42 @@ static RAPI_NOINLINE int deallocate_foreign(thread_cache *t, tc_rec *rec, void *
   return RAP_OK;
 }
 
+/* A block of c freed by c's thread, c entered: into its bin, unless it is not live or its slot
+ * went to other resources. spun: c is held by its spin (a walker was there), not by cache_enter. */
+static RAPI_INLINE int free_into(thread_cache *t, tc_cache *c, tc_rec *rec, void *ptr, bool spun) {
+  if (RAPI_UNLIKELY(__atomic_load_n(&rec->state, __ATOMIC_RELAXED) != TC_LIVE)) {
+    if (spun) spin_unlock(c);
+    else cache_leave(c);
+    return not_live(t, "rap_deallocate", ptr);
+  }
+  tc_slot *s = c->slots[0].r == rec->r ? &c->slots[0] : slot_find(c, rec->r);
+  if (RAPI_UNLIKELY(s == NULL)) {
+    if (spun) spin_unlock(c);
+    else cache_leave(c);
+    return deallocate_uncached(t, rec, ptr, rec->r);   /* its slot went to other resources */
+  }
+  __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);
+  bin_push(t, c, s, rec);
+  if (RAPI_UNLIKELY(s->bins[rec->cls].n > t->cap_blocks || c->bytes > t->cap_bytes)) {
+    tc_rec *surplus = NULL;
+    rapi_tc_trim(t, c, s, rec->cls, &surplus);
+    c->trims++;
+    if (spun) spin_unlock(c);
+    else cache_leave(c);
+    rapi_tc_flush_batch(t, &surplus);
+    return RAP_OK;
+  }
+  if (spun) spin_unlock(c);
+  else cache_leave(c);
+  return RAP_OK;
+}
+
+/* A walker holds c: wait for it under the spin. */
+static RAPI_NOINLINE int free_into_spun(thread_cache *t, tc_cache *c, tc_rec *rec, void *ptr) {
+  spin_lock(c);
+  return free_into(t, c, rec, ptr, true);
+}
+
 static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
   thread_cache *t = state;
   tc_rec *rec = rapi_map_get_shared(&t->map, ptr);
@@ -262,28 +299,8 @@ static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
     return deallocate_uncached(t, rec, ptr, r);
   tc_cache *c = my_cache(t);
   if (RAPI_UNLIKELY(rec->owner != c)) return deallocate_foreign(t, rec, ptr);
-  spin_lock(c);
-  if (RAPI_UNLIKELY(__atomic_load_n(&rec->state, __ATOMIC_RELAXED) != TC_LIVE)) {
-    spin_unlock(c);
-    return not_live(t, "rap_deallocate", ptr);
-  }
-  tc_slot *s = c->slots[0].r == rec->r ? &c->slots[0] : slot_find(c, rec->r);
-  if (RAPI_UNLIKELY(s == NULL)) {
-    spin_unlock(c);
-    return deallocate_uncached(t, rec, ptr, rec->r);   /* its slot went to other resources */
-  }
-  __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);
-  bin_push(t, c, s, rec);
-  if (RAPI_UNLIKELY(s->bins[rec->cls].n > t->cap_blocks || c->bytes > t->cap_bytes)) {
-    tc_rec *surplus = NULL;
-    rapi_tc_trim(t, c, s, rec->cls, &surplus);
-    c->trims++;
-    spin_unlock(c);
-    rapi_tc_flush_batch(t, &surplus);
-    return RAP_OK;
-  }
-  spin_unlock(c);
-  return RAP_OK;
+  if (RAPI_UNLIKELY(!cache_enter(c))) return free_into_spun(t, c, rec, ptr);
+  return free_into(t, c, rec, ptr, false);
 }
 
 /* ---- the cold calls ---------------------------------------------------------------------------- */
@@ -366,8 +383,8 @@ static int tc_check(void *state) {
   const char *name = rap_allocator_name(t->self);
   int st = RAP_OK;
   pthread_mutex_lock(&t->list_lock);
+  rapi_tc_walk_begin(t);
   for (tc_cache *c = t->caches; c != NULL && st == RAP_OK; c = c->inst_next) {
-    spin_lock(c);
     size_t bytes = 0, blocks = 0;
     for (int i = 0; i < TC_SLOTS && st == RAP_OK; i++) {
       tc_slot *s = &c->slots[i];
@@ -393,8 +410,8 @@ static int tc_check(void *state) {
     if (st == RAP_OK && (bytes != c->bytes || blocks != c->blocks))
       st = rapi_fail(RAP_ERR_CORRUPT, "%s: a thread's cache counts %zu bytes in %zu blocks and holds "
                      "%zu in %zu", name, c->bytes, c->blocks, bytes, blocks);
-    spin_unlock(c);
   }
+  rapi_tc_walk_end(t);
   pthread_mutex_unlock(&t->list_lock);
   if (st == RAP_OK) RAPI_LOCKED(st, &t->lock, rap_allocator_check(t->inner));
   return st;
@@ -485,6 +502,7 @@ static int tc_init(rap_allocator *self, void *state, rap_options *opts) {
   const char *name = rap_allocator_name(self);
   t->self = self;
   t->inner = rap_allocator_parent(self);
+  t->host = &rap_allocator_manager(self)->host;
   t->align = rap_allocator_alignment(t->inner);
   if (t->align == 0) t->align = 1;
   t->max_size = 1 << 20;

@@ -45,7 +45,10 @@ typedef struct thread_cache thread_cache;
 typedef struct tc_thread tc_thread;
 struct tc_cache {
   /* Its own thread's, on every call: kept off the lines other threads write. */
-  int spin;                  /* atomic */
+  int busy;                  /* atomic: its thread is inside, on its way without the spin */
+  int walking;               /* atomic: another thread holds the spin and walks it (or slow_only) */
+  int spin;                  /* atomic: the walkers' lock, and its thread's when walking is set */
+  int slow_only;             /* no membarrier here: its thread always takes the spin */
   size_t bytes, blocks;      /* cached in the bins */
   uint64_t tick;
   size_t misses, trims;      /* its thread's visits to the lock, for the debug log at the end */
@@ -65,6 +68,7 @@ struct thread_cache {
   pthread_mutex_t lock;      /* the parent, the slab, the map's writes, the watch list */
   pthread_mutex_t list_lock; /* the list of caches */
   rap_allocator *self, *inner;
+  rap_resource *host;        /* the manager's host resource: what a NULL resource means */
   uint64_t id;               /* never reused: a thread's ways hold ids, not pointers alone */
   rapi_ptr_map map;
   rapi_slab recs;
@@ -91,18 +95,37 @@ struct tc_thread {
 extern _Thread_local tc_thread rapi_tc_tls;   /* the calling thread's ways to its caches */
 extern void (*rapi_tc_transit_hook)(void);    /* tests only: runs while a batch is on its way to the parent */
 extern void (*rapi_tc_settle_hook)(void);     /* tests only: runs when a resource's end waits for such a batch */
+extern bool rapi_tc_spin_only;                /* tests only: new caches always take the spin */
 
+/* A cache's spin: a leaf lock, never held while anything else is taken or the parent is called. */
+void rapi_tc_spin_wait(tc_cache *c);   /* contended: spins, then yields, until it has the spin */
 static inline void spin_lock(tc_cache *c) {
-  for (unsigned n = 0; __atomic_exchange_n(&c->spin, 1, __ATOMIC_ACQUIRE); n++) {
-    while (__atomic_load_n(&c->spin, __ATOMIC_RELAXED))
-      if (++n > 64) sched_yield();
-  }
+  if (RAPI_UNLIKELY(__atomic_exchange_n(&c->spin, 1, __ATOMIC_ACQUIRE))) rapi_tc_spin_wait(c);
 }
 static inline void spin_unlock(tc_cache *c) { __atomic_store_n(&c->spin, 0, __ATOMIC_RELEASE); }
 
+/* Its own thread's way into a cache, with no atomic read-modify-write: store busy, then see that
+ * no walker is there. A walker (another thread that must read or change the cache: a release, a
+ * check, a resource's end) takes the spin, sets walking, and makes every thread pass a full
+ * barrier (membarrier(2)) before it looks at busy: so either it sees this thread's busy and waits
+ * for it to leave, or this thread sees walking and goes the slow way, under the spin. Where there
+ * is no membarrier, walking stays set and the thread always takes the spin. The guard of plain
+ * pools (rap_internal.h) is built the same way. */
+static inline bool cache_enter(tc_cache *c) {
+  __atomic_store_n(&c->busy, 1, __ATOMIC_RELAXED);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);   /* the other half of the barrier is membarrier's */
+  if (RAPI_LIKELY(__atomic_load_n(&c->walking, __ATOMIC_ACQUIRE) == 0)) return true;
+  __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+  return false;
+}
+static inline void cache_leave(tc_cache *c) { __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE); }
+
 static inline tc_cache *my_cache(const thread_cache *t) {
-  for (int i = 0; i < TC_WAYS; i++)
-    if (rapi_tc_tls.id[i] == t->id) return rapi_tc_tls.c[i];
+  tc_thread *th = &rapi_tc_tls;
+  uint64_t id = t->id;
+  if (RAPI_LIKELY(th->id[0] == id)) return th->c[0];   /* a thread with one instance: one compare */
+  for (int i = 1; i < TC_WAYS; i++)
+    if (th->id[i] == id) return th->c[i];
   return NULL;
 }
 
@@ -146,6 +169,9 @@ void      rapi_tc_drain_xfree(thread_cache *t, tc_cache *c, tc_rec **out);
 void      rapi_tc_trim(thread_cache *t, tc_cache *c, tc_slot *s, unsigned cls, tc_rec **out);
 void      rapi_tc_flush_batch(thread_cache *t, tc_rec **batch);   /* to the parent, under lock */
 void      rapi_tc_flush_all(thread_cache *t, rap_resource *r);    /* every cache's blocks (of r) */
+/* Under list_lock: every cache of t held by a walker (its spin taken, its thread out), and let go. */
+void      rapi_tc_walk_begin(thread_cache *t);
+void      rapi_tc_walk_end(thread_cache *t);
 tc_cache *rapi_tc_cache_get(thread_cache *t);   /* the calling thread's cache, found or made */
 /* Every cache of t back to the parent, unlinked from its thread and freed; their counts summed. */
 void      rapi_tc_caches_free(thread_cache *t, size_t *caches, size_t *misses, size_t *trims);

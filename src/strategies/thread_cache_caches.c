@@ -20,9 +20,41 @@ static int exit_key_ok;
 void (*rapi_tc_xpush_hook)(void);   /* tests only: runs between a foreign free's look and its push */
 void (*rapi_tc_transit_hook)(void);  /* tests only: runs while a batch is on its way to the parent */
 void (*rapi_tc_settle_hook)(void);   /* tests only: runs when a resource's end waits for such a batch */
+bool rapi_tc_spin_only;   /* tests only: caches made now take the spin always, as without membarrier */
 
 static void thread_exit(void *arg);
 static void make_exit_key(void) { exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0; }
+
+void rapi_tc_spin_wait(tc_cache *c) {
+  for (unsigned n = 0;;) {
+    while (__atomic_load_n(&c->spin, __ATOMIC_RELAXED))
+      if (++n > 64) sched_yield();
+    if (!__atomic_exchange_n(&c->spin, 1, __ATOMIC_ACQUIRE)) return;
+  }
+}
+
+/* ---- walkers ---------------------------------------------------------------------------------- */
+
+void rapi_tc_walk_begin(thread_cache *t) {
+  bool fence = false;
+  for (tc_cache *c = t->caches; c != NULL; c = c->inst_next) {
+    spin_lock(c);
+    __atomic_store_n(&c->walking, 1, __ATOMIC_RELAXED);
+    fence |= !c->slow_only;
+  }
+  if (!fence) return;   /* every thread takes the spin: nobody is inside without it */
+  rapi_membarrier();
+  for (tc_cache *c = t->caches; c != NULL; c = c->inst_next)
+    for (unsigned n = 0; __atomic_load_n(&c->busy, __ATOMIC_ACQUIRE) != 0;)
+      if (++n > 64) sched_yield();   /* its thread is inside for a few instructions */
+}
+
+void rapi_tc_walk_end(thread_cache *t) {
+  for (tc_cache *c = t->caches; c != NULL; c = c->inst_next) {
+    __atomic_store_n(&c->walking, c->slow_only, __ATOMIC_RELEASE);
+    spin_unlock(c);
+  }
+}
 
 /* ---- flushing: blocks back to the parent ------------------------------------------------------ */
 
@@ -156,11 +188,9 @@ static void take_cache(thread_cache *t, tc_cache *c, rap_resource *r, tc_rec **o
 void rapi_tc_flush_all(thread_cache *t, rap_resource *r) {
   tc_rec *out = NULL;
   pthread_mutex_lock(&t->list_lock);
-  for (tc_cache *c = t->caches; c != NULL; c = c->inst_next) {
-    spin_lock(c);
-    take_cache(t, c, r, &out);
-    spin_unlock(c);
-  }
+  rapi_tc_walk_begin(t);
+  for (tc_cache *c = t->caches; c != NULL; c = c->inst_next) take_cache(t, c, r, &out);
+  rapi_tc_walk_end(t);
   pthread_mutex_unlock(&t->list_lock);
   rapi_tc_flush_batch(t, &out);
 }
@@ -183,6 +213,8 @@ static tc_cache *cache_new(thread_cache *t) {
   }
   for (int i = 0; i < TC_SLOTS; i++) c->slots[i].bins = bins + (size_t)i * t->ncls;
   c->tc = t;
+  c->slow_only = rapi_tc_spin_only || !rapi_membarrier_ready();
+  c->walking = c->slow_only;
   return c;
 }
 
