@@ -167,8 +167,9 @@ static int finish_allocate(ra_pool *p, rstate *rs, ra_block *b, size_t bytes, vo
  * equally good pending block would let pending memory pile up on a stream the CPU runs ahead of. */
 static ra_block *take_own_or_free(ra_pool *p, rstate *rs, size_t size) {
   ra_block *b = rs->hot;
-  if (b != NULL && b->base.size == size) {
-    take_pending(p, rs, b, size);
+  if (b != NULL && b->base.size == size) {   /* take_pending, for the hot block taken whole */
+    drop_pending(p, rs, b);   /* a block with uses is never hot (add_pending): none to drop */
+    RAPI_TRACE("reuse", p->bp.self, rs->r, b->base.ptr, size, ",\"pb\":%zu", rs->pending_bytes);
     return b;
   }
   ra_block *ix = ra_of(rapi_index_find(&rs->pending, size));

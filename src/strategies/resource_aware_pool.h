@@ -61,19 +61,21 @@ struct rstate {
   ra_block *hot;                  /* the last block freed here: pending, in the FIFO, not indexed */
   const ra_block *split_head;     /* the last hot block split for a smaller request, and what was */
   const ra_block *split_rem;      /* split off it: compared, never read (they may be stale) */
-  rapi_index pending;             /* owned pending blocks without uses */
   size_t current, hwm, used_bytes, used_count, pending_bytes, pending_count, uses_out;
   UT_hash_handle hh;
+  /* Last, as the engine's free index in rapi_bp: 15 KiB that the pair does not touch, after the
+   * fields it does (kept together in the first few cache lines). */
+  rapi_index pending;             /* owned pending blocks without uses */
 };
 
-typedef struct ra_pool {
-  rapi_bp bp;
+typedef struct ra_pool {          /* its own fields first, beside the engine's hot ones */
   bool cross_wait;
   size_t wait_above;              /* cross_resource=wait waits only once the pool holds this */
   uint64_t free_seq;              /* deallocations so far: orders pending blocks across owners */
   rstate *last;                   /* the resource of the last call: the hot path's lookup */
   rstate *by_key;                 /* uthash on key */
   rapi_slab use_recs;
+  rapi_bp bp;                     /* its free index last */
 } ra_pool;
 
 /* ---- batches and uses ------------------------------------------------------------------------ */
