@@ -49,7 +49,7 @@ struct tc_cache {
   int walking;               /* atomic: another thread holds the spin and walks it (or slow_only) */
   int spin;                  /* atomic: the walkers' lock, and its thread's when walking is set */
   int slow_only;             /* no membarrier here: its thread always takes the spin */
-  size_t bytes, blocks;      /* cached in the bins */
+  size_t bytes;              /* cached in the bins (their blocks: the bins' counts) */
   uint64_t tick;
   size_t misses, trims;      /* its thread's visits to the lock, for the debug log at the end */
   tc_slot slots[TC_SLOTS];
@@ -146,7 +146,6 @@ static inline tc_rec *bin_pop(thread_cache *t, tc_cache *c, tc_bin *b, unsigned 
   b->head = rec->next;
   b->n--;
   c->bytes -= t->cls_size[cls];
-  c->blocks--;
   return rec;
 }
 
@@ -156,7 +155,6 @@ static inline void bin_push(thread_cache *t, tc_cache *c, tc_slot *s, tc_rec *re
   b->head = rec;
   b->n++;
   c->bytes += t->cls_size[rec->cls];
-  c->blocks++;
 }
 
 /* ---- thread_cache_caches.c ---------------------------------------------------------------------- */

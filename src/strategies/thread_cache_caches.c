@@ -101,7 +101,6 @@ static void take_chain(thread_cache *t, tc_cache *c, tc_bin *b, tc_rec *rec, tc_
   }
   b->n -= n;
   c->bytes -= bytes;
-  c->blocks -= n;
 }
 
 /* Under c's spin: a whole bin to *out. */
