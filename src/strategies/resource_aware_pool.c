@@ -19,9 +19,16 @@
 
 /* ---- resources ------------------------------------------------------------------------------ */
 
+/* Not the last call's resource: one of the few before it (streams taking turns: no hash lookup),
+ * else the hash, else a new state. */
 static RAPI_NOINLINE rstate *lookup_slow(ra_pool *p, rap_resource *r) {
   if (p->bp.asleep) return NULL;   /* the callers tell this from out of memory */
   rstate *rs = NULL;
+  for (unsigned i = 0; i < RA_RECENT; i++)
+    if (p->recent[i] != NULL && p->recent[i]->key == r->key) {
+      p->last = p->recent[i];
+      return p->last;
+    }
   HASH_FIND(hh, p->by_key, &r->key, sizeof r->key, rs);
   if (rs == NULL) {
     rs = rapi_calloc(1, sizeof *rs);
@@ -43,6 +50,7 @@ static RAPI_NOINLINE rstate *lookup_slow(ra_pool *p, rap_resource *r) {
       return NULL;
     }
   }
+  p->recent[p->recent_next++ % RA_RECENT] = rs;
   p->last = rs;
   return rs;
 }
@@ -541,6 +549,8 @@ static void forget(ra_pool *p, rstate *rs) {
   free(rs->fences);
   HASH_DELETE(hh, p->by_key, rs);
   if (p->last == rs) p->last = NULL;
+  for (unsigned i = 0; i < RA_RECENT; i++)
+    if (p->recent[i] == rs) p->recent[i] = NULL;
   rap_resource_unwatch(rs->r, p->bp.self);
   free(rs);
 }

@@ -18,6 +18,8 @@
 
 typedef struct rstate rstate;
 
+#define RA_RECENT 4   /* resource states a lookup finds without the hash (four streams in turn) */
+
 /* A block of this pool: the engine's record (72 B, first, so that the engine's functions take
  * &b->base and ra_of gives back the whole record) and what the ResourceAwarePool adds, 48 B: 120 B
  * in all, against 72 B for QuickPool's. */
@@ -73,6 +75,8 @@ typedef struct ra_pool {          /* its own fields first, beside the engine's h
   size_t wait_above;              /* cross_resource=wait waits only once the pool holds this */
   uint64_t free_seq;              /* deallocations so far: orders pending blocks across owners */
   rstate *last;                   /* the resource of the last call: the hot path's lookup */
+  rstate *recent[RA_RECENT];      /* the last few looked up in the hash: streams taking turns */
+  unsigned recent_next;
   rstate *by_key;                 /* uthash on key */
   rapi_slab use_recs;
   rapi_bp bp;                     /* its free index last */
