@@ -222,7 +222,8 @@ static inline void *rapi_map_get_shared(const rapi_ptr_map *m, const void *ptr) 
   unsigned s1 = __atomic_load_n(&m->seq, __ATOMIC_ACQUIRE);
   const rapi_map_table *t = __atomic_load_n(&m->table, __ATOMIC_ACQUIRE);
   if (RAPI_LIKELY(t != NULL && key != 0 && (s1 & 1) == 0)) {
-    const rapi_map_slot *slot = &t->slots[(size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> t->shift) & t->mask];
+    size_t home = (size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> t->shift) & t->mask;
+    const rapi_map_slot *slot = &t->slots[home];
     if (RAPI_LIKELY(__atomic_load_n(&slot->key, __ATOMIC_RELAXED) == key)) {
       void *found = __atomic_load_n(&slot->value, __ATOMIC_RELAXED);
       __atomic_thread_fence(__ATOMIC_ACQUIRE);

@@ -19,15 +19,18 @@
  * - a cache's `xfree`, a lock-free list: a block freed by another thread than the one whose cache
  *   handed it out is pushed there (one compare-and-swap) and the owner takes the whole list back
  *   when its bins run dry (mimalloc's thread-delayed free, for the producer/consumer case).
- * - a cache's own `spin`, taken by its thread on every call (never contended then) and by whoever
- *   walks all caches (stats, check, release, out of memory, a resource's or the allocator's end).
- *   It is a leaf: nothing else is taken, and the parent is never called, while it is held.
+ * - a cache's own `spin`, taken by whoever walks all caches (check, release, out of memory, a
+ *   resource's or the allocator's end), who then waits for the cache's thread to be out; that
+ *   thread enters its cache with a store to `busy` and takes the spin only while a walker is there
+ *   (cache_enter, thread_cache.h). It is a leaf: nothing else is taken, and the parent is never
+ *   called, while it is held.
  *
  * Thread ends (thread_cache_caches.c, which keeps the caches): a process-wide thread-specific key
- * runs at a thread's exit and flushes every cache of that thread to its parent; the cache stays, abandoned, for the next thread that comes (blocks
- * still live from it are freed through it as from any other thread's cache). Process-wide, under
- * `registry`, are only the lists that link threads to caches: taken when a thread first uses an
- * instance, at thread exit and when an instance goes, never on the hot path.
+ * runs at a thread's exit and flushes every cache of that thread to its parent; the cache stays,
+ * abandoned, for the next thread that comes (blocks still live from it are freed through it as
+ * from any other thread's cache). Process-wide, under `registry`, are only the lists that link
+ * threads to caches: taken when a thread first uses an instance, at thread exit and when an
+ * instance goes, never on the hot path.
  */
 #include "strategies/thread_cache.h"
 

@@ -93,9 +93,11 @@ struct tc_thread {
   bool keyed;
 };
 extern _Thread_local tc_thread rapi_tc_tls;   /* the calling thread's ways to its caches */
-extern void (*rapi_tc_transit_hook)(void);    /* tests only: runs while a batch is on its way to the parent */
-extern void (*rapi_tc_settle_hook)(void);     /* tests only: runs when a resource's end waits for such a batch */
-extern bool rapi_tc_spin_only;                /* tests only: new caches always take the spin */
+/* Tests only: runs while a batch is on its way to the parent; runs when a resource's end waits for
+ * such a batch; caches made while set always take the spin (as where there is no membarrier). */
+extern void (*rapi_tc_transit_hook)(void);
+extern void (*rapi_tc_settle_hook)(void);
+extern bool rapi_tc_spin_only;
 
 /* A cache's spin: a leaf lock, never held while anything else is taken or the parent is called. */
 void rapi_tc_spin_wait(tc_cache *c);   /* contended: spins, then yields, until it has the spin */
