@@ -2,7 +2,8 @@
  * rap_allocator_check and RAP_DEBUG=2 run) and the sentence for a pointer the pool does not know.
  *
  * Nothing here is on the pair's way: it reads the chunks, blocks, index and counters that
- * block_pool.c keeps, and changes nothing.
+ * block_pool.c keeps; the only change is the statistics' merge of the deferred block
+ * (rapi_bp_flush) and the reset of the peaks.
  */
 #include "pool/pool.h"
 
