@@ -143,6 +143,11 @@ void wl_a(void) {
       {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(DEVICE)", 0},
       {P_RAP, "rap QuickPool", "QuickPool(DEVICE)", 0},
       {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE)", 0},
+      /* Cached at every size of (a): by default ThreadCache caches up to 1 MiB, 4 MiB a thread. */
+      {P_RAP, "rap ThreadCache(ResourceAwarePool)",
+       "ThreadCache(ResourceAwarePool(DEVICE), max_size=64MiB, cache_bytes=256MiB)", 0},
+      {P_RAP, "rap ThreadCache(QuickPool)",
+       "ThreadCache(QuickPool(DEVICE), max_size=64MiB, cache_bytes=256MiB)", 0},
       {P_RAP, "rap StreamOrdered", "StreamOrdered(pool=new, release_threshold=max)", 0},
       {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0},
       {P_TORCH, 0, 0, 0}, {P_RMM_POOL, 0, 0, 0}, {P_RMM_ARENA, 0, 0, 0}, {P_RMM_BINNING, 0, 0, 0},

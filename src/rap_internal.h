@@ -196,6 +196,12 @@ typedef struct rapi_map_slot {
   void *value;
 } rapi_map_slot;
 typedef struct rapi_map_table rapi_map_table;   /* the allocation behind slots, with its size */
+struct rapi_map_table {
+  size_t mask;
+  unsigned shift;
+  rapi_map_table *retired;           /* the table this one replaced */
+  rapi_map_slot slots[];
+};
 typedef struct rapi_ptr_map {
   rapi_map_slot *slots;
   size_t mask, count;
@@ -208,7 +214,24 @@ void rapi_map_fini(rapi_ptr_map *m);
 int  rapi_map_grow(rapi_ptr_map *m);
 void rapi_map_remove_at(rapi_ptr_map *m, size_t i);
 bool rapi_map_contains_shared(const rapi_ptr_map *m, const void *ptr);   /* from any thread */
-void *rapi_map_get_shared(const rapi_ptr_map *m, const void *ptr);      /* from any thread */
+void *rapi_map_get_shared_slow(const rapi_ptr_map *m, const void *ptr); /* the whole seqlock read */
+/* The record of ptr, or NULL, from any thread: inline when no change is under way and ptr sits in
+ * its home slot (almost always: the map is at most half full), else the whole read. */
+static inline void *rapi_map_get_shared(const rapi_ptr_map *m, const void *ptr) {
+  uintptr_t key = (uintptr_t)ptr;
+  unsigned s1 = __atomic_load_n(&m->seq, __ATOMIC_ACQUIRE);
+  const rapi_map_table *t = __atomic_load_n(&m->table, __ATOMIC_ACQUIRE);
+  if (RAPI_LIKELY(t != NULL && key != 0 && (s1 & 1) == 0)) {
+    size_t home = (size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> t->shift) & t->mask;
+    const rapi_map_slot *slot = &t->slots[home];
+    if (RAPI_LIKELY(__atomic_load_n(&slot->key, __ATOMIC_RELAXED) == key)) {
+      void *found = __atomic_load_n(&slot->value, __ATOMIC_RELAXED);
+      __atomic_thread_fence(__ATOMIC_ACQUIRE);
+      if (RAPI_LIKELY(__atomic_load_n(&m->seq, __ATOMIC_RELAXED) == s1)) return found;
+    }
+  }
+  return rapi_map_get_shared_slow(m, ptr);
+}
 static inline void rapi_map_write_begin(rapi_ptr_map *m) {
   __atomic_store_n(&m->seq, m->seq + 1, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -395,6 +418,11 @@ void rapi_observers_free(rap_allocator *a);   /* the allocator goes (after its f
  * sentence; nothing at all under a ThreadSafe or ThreadCache). docs/DESIGN.md says why. */
 enum { RAPI_GUARD_OWNER = 1, RAPI_GUARD_GATE = 2, RAPI_GUARD_NONE = 3 };   /* how a call came in */
 int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn);   /* a mode, or a status */
+/* membarrier(2): registered once (false where the kernel has none), then every running thread of
+ * the process passes a full memory barrier before rapi_membarrier returns. ThreadCache's caches
+ * use it the same way. */
+bool rapi_membarrier_ready(void);
+void rapi_membarrier(void);
 static RAPI_INLINE uintptr_t rapi_self_thread(void) {
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && (defined(__x86_64__) || defined(__aarch64__))
   return (uintptr_t)__builtin_thread_pointer();

@@ -75,7 +75,7 @@ size_t rap_allocator_alignment(const rap_allocator *a) { return a ? a->alignment
 
 static int membarrier_ok;   /* atomic: 0 unknown, 1 registered, -1 not available */
 
-static bool membarrier_ready(void) {
+bool rapi_membarrier_ready(void) {
   int ok = __atomic_load_n(&membarrier_ok, __ATOMIC_ACQUIRE);
   if (ok == 0) {
     ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 ? 1 : -1;
@@ -83,6 +83,8 @@ static bool membarrier_ready(void) {
   }
   return ok > 0;
 }
+
+void rapi_membarrier(void) { (void)syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0); }
 
 static RAPI_NOINLINE int two_threads(const char *fn, const rap_allocator *a) {
   return rapi_fail(RAP_ERR_BUSY, "%s('%s'): another thread is inside this %s at the same time; a "
@@ -112,10 +114,10 @@ int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn) {
   if (!__atomic_compare_exchange_n(&a->gate, &open, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
     return two_threads(fn, a);
   uintptr_t old = __atomic_load_n(&a->owner, __ATOMIC_RELAXED);
-  if (old != me && old != RAPI_GUARD_UNBIASED && membarrier_ready()) {
+  if (old != me && old != RAPI_GUARD_UNBIASED && rapi_membarrier_ready()) {
     uintptr_t next = ++a->handovers >= RAPI_GUARD_HANDOVERS ? RAPI_GUARD_UNBIASED : me;
     __atomic_store_n(&a->owner, next, __ATOMIC_RELAXED);   /* only the gate's holder writes it */
-    if (old != 0) (void)syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+    if (old != 0) rapi_membarrier();
     if (__atomic_load_n(&a->busy, __ATOMIC_ACQUIRE) != 0) {
       __atomic_store_n(&a->owner, old, __ATOMIC_RELAXED);
       __atomic_store_n(&a->gate, 0, __ATOMIC_RELEASE);
@@ -158,8 +160,8 @@ static RAPI_NOINLINE int oom_retry(rap_allocator *a, void **out, size_t bytes, r
   return st;
 }
 
-/* The two hot entry points: one unlikely branch covers bad input and the debug levels alike, then
- * the strategy; a handler for out of memory costs a branch on the answer. */
+/* The two hot entry points: one unlikely branch covers bad input, the debug levels and a handler
+ * for out of memory alike, then the strategy. */
 /* A pool asked to serve a resource that is capturing a graph (rap_resource_cuda_begin_capture). */
 static RAPI_NOINLINE int capturing(const char *fn, const rap_allocator *a, const rap_resource *r) {
   return rapi_fail(RAP_ERR_BUSY, "%s('%s'): %s resource #%llu is capturing a graph, and a pool's "
@@ -207,16 +209,15 @@ static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t b
   return debugged(a, "rap_allocate", st);
 }
 
+/* An allocator with a handler for out of memory takes the checked path, which runs it: the
+ * strategy's call is then the last thing here (a jump, with nothing kept across it). */
 int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
   if (RAPI_UNLIKELY(a == NULL || out == NULL ||
                     (r != NULL && (r->rm != a->rm) | __atomic_load_n(&r->capturing, __ATOMIC_RELAXED) |
                                       (foreign_device(a, r) != 0)) |
-                        rapi_slow_calls()))
+                        rapi_slow_calls() | (__atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)))
     return allocate_checked(a, out, bytes, r);
-  int st = a->strategy->allocate(a->state, out, bytes, r);
-  if (RAPI_UNLIKELY(st == RAP_ERR_NOMEM) && __atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)
-    return oom_retry(a, out, bytes, r);
-  return st;
+  return a->strategy->allocate(a->state, out, bytes, r);
 }
 
 int rap_allocator_set_oom_handler(rap_allocator *a, rap_oom_handler fn, void *user) {
