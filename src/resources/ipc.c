@@ -822,12 +822,30 @@ static int row_map(imp_pool *p, unsigned i, uint64_t serial) {
   if (off > p->reserve || size > p->reserve - off)
     return rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: the exporter's table is corrupt");
   int fd = -1, st = RAP_OK;
-  if (xfd >= 0 && (fd = pidfd_getfd_(p->pidfd, xfd)) < 0) return getfd_fail(errno, p->pid, "a mapping");
   char *addr = p->base + off;
-  if (p->kind == RAPI_IPC_DEVICE) {
-    st = rapi_ipc_device_map(p->device, addr, size, fd, fd < 0 ? x->fabric : NULL);
-  } else if (fd < 0 || mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
-                           MAP_FAILED) {
+  /* export=fabric (or auto where fabric worked): the fabric handle, which needs no descriptor of
+   * the exporter's (the route across nodes); the POSIX descriptor where this process cannot
+   * import it (no IMEX channel here). */
+  bool fabric = p->kind == RAPI_IPC_DEVICE && (p->ctl->handle_types & RAPI_IPC_FABRIC);
+  if (fabric) {
+    unsigned char handle[sizeof x->fabric];
+    memcpy(handle, x->fabric, sizeof handle);
+    st = rapi_ipc_device_map(p->device, addr, size, -1, handle);
+    fabric = st == RAP_OK;
+    if (!fabric && xfd < 0) return st;
+    if (!fabric)
+      rap_log(RAP_LOG_INFO, "rap_ipc_import: a fabric handle of process %d was refused here (%s); "
+              "its POSIX descriptor instead", p->pid, rap_last_error());
+    st = RAP_OK;
+  }
+  if (!fabric && xfd >= 0 && (fd = pidfd_getfd_(p->pidfd, xfd)) < 0)
+    return getfd_fail(errno, p->pid, "a mapping");
+  if (!fabric && p->kind == RAPI_IPC_DEVICE) {
+    st = fd >= 0 ? rapi_ipc_device_map(p->device, addr, size, fd, NULL)
+                 : rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: the exporter's table names neither a "
+                             "descriptor nor a fabric handle for a mapping (corrupt)");
+  } else if (!fabric && (fd < 0 || mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                                        fd, 0) == MAP_FAILED)) {
     st = rapi_fail(RAP_ERR_BACKEND, "rap_ipc_import: mapping %llu bytes of process %d's memory: %s",
                    (unsigned long long)size, p->pid, fd < 0 ? "no descriptor" : strerror(errno));
   }

@@ -88,6 +88,27 @@ RAP_TEST(CudaIpc, AutoExportFallsBackToPosixWhereFabricIsRefused) {
   race("ResourceAwarePool(DeviceVmm(export=auto, reserve=8GiB), initial_size=4MiB, next_size=2MiB)", 12, (size_t)1 << 20);
 }
 
+/* export=fabric: the importer maps each piece through its fabric handle (no descriptor of the
+ * exporter's), the route that also crosses nodes; it needs an IMEX channel, and skips where the
+ * driver refuses fabric memory (RAP_LOG_LEVEL=info in the importer says when it fell back to the
+ * POSIX descriptor). */
+RAP_TEST(CudaIpc, FabricExportWhereTheMachineMakesFabricMemory) {
+  const char *spec = "ResourceAwarePool(DeviceVmm(export=fabric, reserve=8GiB), initial_size=4MiB, "
+                     "next_size=2MiB)";
+  rap_manager *rm = NULL;
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  rap_allocator *a = NULL;
+  int st = rap_allocator_make_spec(rm, "probe", spec, &a);
+  if (st != RAP_OK && st != RAP_ERR_UNSUPPORTED) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", rap_last_error());
+    RAP_CHECK_OK(rap_manager_destroy(rm));
+    RAP_SKIP("fabric memory is refused here (no IMEX channel?): %s", why);
+  }
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+  race(spec, 12, (size_t)2 << 20);
+}
+
 /* Two GPUs: the exporter's memory on device 1, read by the importer through its own mapping. */
 RAP_TEST(CudaIpc, TwoProcessesOnTheSecondGpu) {
   int n = 0;
