@@ -540,10 +540,11 @@ int rapi_ipc_pool_import(int device, void *pool, const unsigned char data[64], v
  * through an event recorded after this). On the host: the events and the free are waited for, as
  * CUDA asks that an importer's free completes before the exporter's. */
 int rapi_ipc_pool_free(int device, void *ptr, rap_resource *r, void *const *events, unsigned n) {
+  cudaStream_t s = r != NULL ? rap_resource_cuda_stream(r) : cudaStreamLegacy;
+  cudaError_t e = r != NULL ? cudaStreamGetDevice(s, &device) : cudaSuccess;   /* the stream's own */
+  if (e != cudaSuccess) return imp_fail("cudaStreamGetDevice", e);
   int saved = 0, st = imp_enter(device, &saved);
   if (st != RAP_OK) return st;
-  cudaStream_t s = r != NULL ? rap_resource_cuda_stream(r) : cudaStreamLegacy;
-  cudaError_t e = cudaSuccess;
   for (unsigned i = 0; i < n && e == cudaSuccess; i++)
     e = r != NULL ? cudaStreamWaitEvent(s, (cudaEvent_t)events[i], 0)
                   : cudaEventSynchronize((cudaEvent_t)events[i]);

@@ -329,6 +329,14 @@ RAP_TEST(IpcBadInput, DescriptorsThatAreForgedTruncatedOrStaleAreRefused) {
   memcpy(s.bytes + 48, &check, 8);
   hex(&s, h);
   PEER_ERR(&p, "RAP_ERR_NOT_FOUND", "no longer exported", "import %s host", h);
+  /* Made by another version of rap (the version at byte 4), its check intact. */
+  rap_ipc_desc v = d;
+  v.bytes[4] = 1;
+  v.bytes[5] = 0;
+  check = fnv(v.bytes, 48);
+  memcpy(v.bytes + 48, &check, 8);
+  hex(&v, h);
+  PEER_ERR(&p, "RAP_ERR_INVALID", "another version of rap", "import %s host", h);
   /* Import in the exporting process. */
   void *q = NULL;
   RAP_CHECK_STATUS(rap_ipc_import(rm, &d, NULL, &q), RAP_ERR_INVALID);
