@@ -319,7 +319,14 @@ static int so_check(void *state) {
       bytes += ((so_rec *)s->map.slots[i].value)->bytes;
     }
   bool ok = n == s->count && bytes == s->current;
+  size_t indexed = s->naddr;   /* export=: every live allocation in the address index, in order */
+  bool index_ok = s->ipc == NULL || indexed == n;
+  for (size_t i = 1; index_ok && i < indexed; i++)
+    index_ok = (char *)s->by_addr[i - 1]->ptr < (char *)s->by_addr[i]->ptr;
   pthread_mutex_unlock(&s->lock);
+  if (!index_ok)
+    return rapi_fail(RAP_ERR_CORRUPT, "%s: the address index holds %zu allocations, not %zu in "
+                     "order", rap_allocator_name(s->self), indexed, n);
   return ok ? RAP_OK
             : rapi_fail(RAP_ERR_CORRUPT, "%s: the map holds %zu blocks of %zu bytes, the counters "
                         "say %zu of %zu", rap_allocator_name(s->self), n, bytes, s->count, s->current);
