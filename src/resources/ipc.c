@@ -640,6 +640,7 @@ typedef struct imp_pool {
   imp_extent *rows;               /* IPC_EXTENTS */
   imp_event *events;
   void *mempool;                  /* a pool's: the exporter's pool imported here */
+  uint64_t granted;               /* a pool's: other devices given access to it here (bits) */
   imp_alloc *allocs;              /* a pool's: its allocations imported here */
   struct imp_pool *next;
 } imp_pool;
@@ -1045,6 +1046,8 @@ int rap_ipc_import(rap_manager *rm, const rap_ipc_desc *desc, rap_resource *r, v
       strcmp(r->ops->kind, "cuda") != 0)
     st = rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: a block of a StreamOrdered pool is used and "
                    "closed on a CUDA stream or on the host, not on a %s resource", r->ops->kind);
+  if (st == RAP_OK && p->kind == RAPI_IPC_POOL)
+    st = rapi_ipc_pool_reach(p->device, p->mempool, r, &p->granted);
   uint64_t claimed = 0;
   if (st == RAP_OK) st = claim(p, &d, &claimed);
   imp_block *b = NULL;

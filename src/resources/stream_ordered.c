@@ -530,6 +530,28 @@ void rapi_ipc_pool_close(int device, void *pool) {
   }
 }
 
+/* An import used on a stream of another device: that device is given access to the imported pool
+ * (an imported pool is accessible from its own device only), once per device (*granted: bits). */
+int rapi_ipc_pool_reach(int device, void *pool, rap_resource *r, uint64_t *granted) {
+  if (r == NULL || strcmp(rap_resource_kind(r), "cuda") != 0) return RAP_OK;
+  int dev = device;
+  cudaError_t e = cudaStreamGetDevice(rap_resource_cuda_stream(r), &dev);
+  if (e != cudaSuccess) return imp_fail("cudaStreamGetDevice", e);
+  if (dev == device || (dev < 64 && (*granted >> dev & 1))) return RAP_OK;
+  struct cudaMemAccessDesc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.location.type = cudaMemLocationTypeDevice;
+  desc.location.id = dev;
+  desc.flags = cudaMemAccessFlagsProtReadWrite;
+  int saved = 0, st = imp_enter(device, &saved);
+  if (st != RAP_OK) return st;
+  e = cudaMemPoolSetAccess((cudaMemPool_t)pool, &desc, 1);
+  (void)cudaSetDevice(saved);
+  if (e != cudaSuccess) return imp_fail("cudaMemPoolSetAccess (an imported pool, for its stream's device)", e);
+  if (dev < 64) *granted |= (uint64_t)1 << dev;
+  return RAP_OK;
+}
+
 int rapi_ipc_pool_import(int device, void *pool, const unsigned char data[64], void **ptr) {
   int saved = 0, st = imp_enter(device, &saved);
   if (st != RAP_OK) return st;
@@ -628,6 +650,10 @@ int rapi_ipc_pool_open(int device, int fd, void **pool) {
 void rapi_ipc_pool_close(int device, void *pool) { (void)device, (void)pool; }
 int rapi_ipc_pool_import(int device, void *pool, const unsigned char data[64], void **ptr) {
   (void)device, (void)pool, (void)data, (void)ptr;
+  return no_pool_ipc();
+}
+int rapi_ipc_pool_reach(int device, void *pool, rap_resource *r, uint64_t *granted) {
+  (void)device, (void)pool, (void)r, (void)granted;
   return no_pool_ipc();
 }
 int rapi_ipc_pool_free(int device, void *ptr, rap_resource *r, void *const *events, unsigned n) {

@@ -135,11 +135,13 @@ int  rapi_ipc_pool_export_start(rap_allocator *self, int device, int pool_fd, ra
 void rapi_ipc_pool_export_stop(rapi_ipc_export *x);
 rapi_ipc_export *rapi_stream_ordered_ipc(rap_allocator *a);   /* NULL: made without export= */
 /* The importer's side of a pool (stream_ordered.c): open the exporter's pool from its handle (fd,
- * which the call does not close) and let it go; import an allocation; free one imported here on
- * r's stream after the events given (r NULL: on the host, waited for). */
+ * which the call does not close) and let it go; import an allocation; give the device of r's
+ * stream access where it is another (granted: the devices given it, bits); free one imported here
+ * on r's stream after the events given (r NULL: on the host, waited for). */
 int  rapi_ipc_pool_open(int device, int fd, void **pool);
 void rapi_ipc_pool_close(int device, void *pool);
 int  rapi_ipc_pool_import(int device, void *pool, const unsigned char data[64], void **ptr);
+int  rapi_ipc_pool_reach(int device, void *pool, rap_resource *r, uint64_t *granted);
 int  rapi_ipc_pool_free(int device, void *ptr, rap_resource *r, void *const *events, unsigned n);
 /* Every mapping made or given back by an exporting platform (vmm.c, under the platform's lock). */
 int  rapi_ipc_extent_add(rapi_vmm *v, rapi_vmm_extent *e);

@@ -20,7 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void race(const char *spec, int steps, size_t size) {
+/* importer: the device of the importer's stream and kernels, or -1 for this process's current one
+ * (the exporter's). */
+static void race_on(const char *spec, int steps, size_t size, int importer) {
   rap_manager *rm = NULL;
   RAP_CHECK_OK(rap_manager_create(&rm));
   rap_allocator *pool = make_or_skip(rm, "exporter", spec);
@@ -37,8 +39,8 @@ static void race(const char *spec, int steps, size_t size) {
   posix_spawn_file_actions_addclose(&fa, out[0]);
   char arg[32], dev[16];
   snprintf(arg, sizeof arg, "%zu", size);
-  int device = 0;
-  RAP_CHECK(cudaGetDevice(&device) == cudaSuccess);
+  int device = importer;
+  if (device < 0) RAP_CHECK(cudaGetDevice(&device) == cudaSuccess);
   snprintf(dev, sizeof dev, "%d", device);
   char path[4096];
   peer_path(path, sizeof path, "rap_ipc_cuda_peer", RAP_IPC_CUDA_PEER);
@@ -79,6 +81,8 @@ static void race(const char *spec, int steps, size_t size) {
   RAP_CHECK_OK(rap_resource_destroy(r));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+static void race(const char *spec, int steps, size_t size) { race_on(spec, steps, size, -1); }
 
 RAP_TEST(CudaIpc, TwoProcessesOneGpuNoBlockReusedBeforeTheImporterPassed) {
   race("ResourceAwarePool(DeviceVmm(export=posix, reserve=8GiB), initial_size=4MiB, next_size=2MiB)", 24, (size_t)4 << 20);
@@ -157,6 +161,25 @@ RAP_TEST(CudaIpc, StreamOrderedTwoProcessesOnTheSecondGpu) {
   RAP_CHECK(cudaSetDevice(1) == cudaSuccess);
   race("ResourceAwarePool(StreamOrdered(device=1, pool=new, export=posix), initial_size=4MiB, "
        "next_size=2MiB)", 16, (size_t)2 << 20);
+  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
+}
+
+/* Across two GPUs: the exporter's pool on device 1, the importer's stream and kernels on device 0,
+ * which reads and writes the memory over the peer link (the import gives device 0 access to the
+ * imported pool: an imported pool is accessible from its own device only). */
+RAP_TEST(CudaIpc, StreamOrderedImportedOnTheOtherGpu) {
+  int n = 0, can = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
+    (void)cudaGetLastError();
+    RAP_SKIP("needs two GPUs");
+  }
+  if (cudaDeviceCanAccessPeer(&can, 0, 1) != cudaSuccess || !can) {
+    (void)cudaGetLastError();
+    RAP_SKIP("device 0 cannot access device 1's memory (no peer link)");
+  }
+  RAP_CHECK(cudaSetDevice(1) == cudaSuccess);
+  race_on("ResourceAwarePool(StreamOrdered(device=1, pool=new, export=posix), initial_size=4MiB, "
+          "next_size=2MiB)", 16, (size_t)2 << 20, 0);
   RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
 }
 
