@@ -3,11 +3,14 @@
  *
  * (per block) the exporter exports N blocks of one pool (the time per block, after the first), the
  *        importer imports them (the first, which opens the pool, apart) and closes them, in ns
- *        per block. Peers on a GPU: cudaIpcGetMemHandle / cudaIpcOpenMemHandle per cudaMalloc'd
- *        block, and CUDA's pool IPC (cudaMemPoolExportPointer / cudaMemPoolImportPointer per
- *        pointer, the pool's handle opened once).
+ *        per block: rap over DeviceVmm(export=posix) ("rap") and over StreamOrdered(pool=new,
+ *        export=posix) ("rap StreamOrdered": its blocks lie in one allocation of CUDA's pool,
+ *        imported once). Peers on a GPU: cudaIpcGetMemHandle / cudaIpcOpenMemHandle per
+ *        cudaMalloc'd block, and CUDA's pool IPC (cudaMemPoolExportPointer /
+ *        cudaMemPoolImportPointer per pointer, the pool's handle opened once).
  * (open) the first import from a pool holding 1 GiB and 64 GiB (device: what fits), in ms: the
- *        control block, the range and the one mapping the block lies in. Peer: opening one
+ *        control block, the range and the one mapping the block lies in (StreamOrdered: the
+ *        pool's handle and the one allocation the block lies in). Peer: opening one
  *        cudaIpcMemHandle of a cudaMalloc of the same size.
  * Sizes that do not fit are skipped, saying so. (x) needs CUDA and a device; (x-host) runs anywhere
  * Linux gives pidfd_getfd.
@@ -16,6 +19,7 @@
 
 #include <rap/rap.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,7 +173,8 @@ static void importer_end(importer *im) {
 }
 
 /* rap: n blocks of size from spec, exported (ns per block) and imported in the importer. */
-static void rap_per_block(const char *wl, const char *spec, uint32_t n, size_t size, const char *cas) {
+static void rap_per_block(const char *wl, const char *who, const char *spec, uint32_t n, size_t size,
+                          const char *cas) {
   rap_manager *rm = NULL;
   rap_allocator *pool = NULL;
   if (rap_manager_create(&rm) != RAP_OK) return;
@@ -189,16 +194,16 @@ static void rap_per_block(const char *wl, const char *spec, uint32_t n, size_t s
   importer im;
   double r[3];
   if (st != RAP_OK) {
-    add_skip(wl, "rap: %s", rap_last_error());
+    add_skip(wl, "%s: %s", who, rap_last_error());
   } else if (importer_start(&im, "rap") != 0 || importer_run(&im, recs, n, -1, r) != 0) {
-    add_skip(wl, "rap: the importer process failed");
+    add_skip(wl, "%s: the importer process failed", who);
   } else {
     char c[64];
-    add_one(wl, cas, "rap", "export ns/block", (t1 - t0) / n, 1);
-    add_one(wl, cas, "rap", "import ns/block", r[1], 1);
-    add_one(wl, cas, "rap", "close ns/block", r[2], 1);
+    add_one(wl, cas, who, "export ns/block", (t1 - t0) / n, 1);
+    add_one(wl, cas, who, "import ns/block", r[1], 1);
+    add_one(wl, cas, who, "close ns/block", r[2], 1);
     snprintf(c, sizeof c, "open (first import)");
-    add_one(wl, c, "rap", "us", r[0] / 1e3, 1);
+    add_one(wl, c, who, "us", r[0] / 1e3, 1);
     importer_end(&im);
   }
   for (uint32_t i = 0; i < n; i++)
@@ -211,8 +216,13 @@ static void rap_per_block(const char *wl, const char *spec, uint32_t n, size_t s
 /* The first import from a pool holding size bytes in one chunk: ms. */
 static void rap_open(const char *wl, const char *platform, size_t size, const char *gb) {
   char spec[256], cas[64];
-  snprintf(spec, sizeof spec, "ResourceAwarePool(%s(export=posix, reserve=%zuGiB), initial_size=%zuMiB)",
-           platform, 2 * size / GiB, size / MiB);
+  bool so = strcmp(platform, "StreamOrdered") == 0;
+  if (so)
+    snprintf(spec, sizeof spec, "ResourceAwarePool(StreamOrdered(pool=new, export=posix), "
+             "initial_size=%zuMiB)", size / MiB);
+  else
+    snprintf(spec, sizeof spec, "ResourceAwarePool(%s(export=posix, reserve=%zuGiB), initial_size=%zuMiB)",
+             platform, 2 * size / GiB, size / MiB);
   rap_manager *rm = NULL;
   rap_allocator *pool = NULL;
   void *p = NULL;
@@ -228,7 +238,7 @@ static void rap_open(const char *wl, const char *platform, size_t size, const ch
     if (importer_start(&im, "rap") != 0 || importer_run(&im, rec, 1, -1, r) != 0) {
       add_skip(wl, "%s: the importer process failed", cas);
     } else {
-      add_one(wl, cas, "rap", "ms", r[0] / 1e6, 1);
+      add_one(wl, cas, so ? "rap StreamOrdered" : "rap", "ms", r[0] / 1e6, 1);
       importer_end(&im);
     }
   }
@@ -238,7 +248,7 @@ static void rap_open(const char *wl, const char *platform, size_t size, const ch
 
 void wl_x_host(void) {
   uint32_t n = opt.quick ? 200 : 2000;
-  rap_per_block("x-host", "ResourceAwarePool(HostVmm(export=posix, reserve=64GiB), initial_size=1GiB)",
+  rap_per_block("x-host", "rap", "ResourceAwarePool(HostVmm(export=posix, reserve=64GiB), initial_size=1GiB)",
                 n, 64 * 1024, "per block, 64 KiB blocks");
   rap_open("x-host", "HostVmm", GiB, "1 GiB");
   rap_open("x-host", "HostVmm", 64 * GiB, "64 GiB");
@@ -332,8 +342,10 @@ static void pool_per_block(const char *wl, uint32_t n, size_t size, const char *
 void wl_x(void) {
   uint32_t n = opt.quick ? 100 : 1000;
   const char *cas = "per block, 1 MiB blocks";
-  rap_per_block("x", "ResourceAwarePool(DeviceVmm(export=posix, reserve=16GiB), initial_size=2GiB)",
+  rap_per_block("x", "rap", "ResourceAwarePool(DeviceVmm(export=posix, reserve=16GiB), initial_size=2GiB)",
                 n, MiB, cas);
+  rap_per_block("x", "rap StreamOrdered",
+                "ResourceAwarePool(StreamOrdered(pool=new, export=posix), initial_size=2GiB)", n, MiB, cas);
   legacy_per_block("x", n, MiB, cas, 0);
   pool_per_block("x", n, MiB, cas);
   size_t f = 0, t = 0;
@@ -349,6 +361,7 @@ void wl_x(void) {
       continue;
     }
     rap_open("x", "DeviceVmm", sizes[k], names[k]);
+    rap_open("x", "StreamOrdered", sizes[k], names[k]);
     legacy_per_block("x", 1, sizes[k], c, 1);
   }
 }

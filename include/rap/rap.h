@@ -206,17 +206,20 @@ int  rap_allocator_is_asleep(const rap_allocator *a);   /* 1 asleep, 0 awake (NU
 
 /* ---------------------------------------------------------------------------------------------
  * Memory across processes (Linux). A block of a ResourceAwarePool over an exporting platform
- * (DeviceVmm(export=posix|fabric|auto), HostVmm(export=posix)) is described by a descriptor of 64
- * bytes that the program sends however it likes (a pipe, a socket, a file); another process
+ * (DeviceVmm(export=posix|fabric|auto), HostVmm(export=posix), StreamOrdered(pool=new,
+ * export=posix)) is described by a descriptor of 64 bytes that the program sends however it likes
+ * (a pipe, a socket, a file); another process
  * imports it (the pool's memory opened once per process through pidfd_getfd, which needs ptrace
  * permission over the exporter: docs/DESIGN.md), uses it on r and closes it. Each descriptor is
  * imported once; the exporter's free keeps the block pending until it was closed and the work the
- * importer queued on r before the close has passed, or the importer has ended.
+ * importer queued on r before the close has passed, or the importer has ended. A descriptor that
+ * will never be imported is taken back by its exporter with rap_ipc_revoke.
  * ------------------------------------------------------------------------------------------- */
 typedef struct rap_ipc_desc { unsigned char bytes[64]; } rap_ipc_desc;
 int  rap_ipc_export(rap_allocator *a, void *ptr, rap_ipc_desc *out);
 int  rap_ipc_import(rap_manager *rm, const rap_ipc_desc *desc, rap_resource *r, void **out);
 int  rap_ipc_close(rap_manager *rm, void *ptr, rap_resource *r);   /* r NULL: the import's */
+int  rap_ipc_revoke(rap_allocator *a, const rap_ipc_desc *desc);   /* exporter: one nobody imported */
 
 /* ---------------------------------------------------------------------------------------------
  * Segment observers: whoever registered a pool's memory elsewhere (NCCL's ncclCommRegister, an

@@ -231,7 +231,8 @@ static int make_from_spec(rap_manager *rm, const char *name, const char *spec, r
  * (the same getters and sentences as their inits) and stand in as HOST for what is made over them.
  * Everything else is made for real in a private manager: pools take their first chunk lazily, so
  * a check allocates no pool memory. */
-typedef enum { OPT_UINT, OPT_BIT, OPT_SIZE, OPT_POOL, OPT_THRESHOLD, OPT_PEERS, OPT_EXPORT } opt_kind;
+typedef enum { OPT_UINT, OPT_BIT, OPT_SIZE, OPT_POOL, OPT_THRESHOLD, OPT_PEERS, OPT_EXPORT,
+               OPT_EXPORT_POSIX } opt_kind;
 
 static const struct {
   const char *strategy, *key;
@@ -248,6 +249,7 @@ static const struct {
     {"StreamOrdered", "allow_opportunistic", OPT_BIT},
     {"StreamOrdered", "allow_internal_dependencies", OPT_BIT},
     {"StreamOrdered", "peers", OPT_PEERS},
+    {"StreamOrdered", "export", OPT_EXPORT_POSIX},
     {"DeviceVmm", "device", OPT_UINT},
     {"DeviceVmm", "reserve", OPT_SIZE},
     {"DeviceVmm", "granularity", OPT_SIZE},
@@ -279,9 +281,9 @@ static int check_one_option(rap_options *opts, const char *key, opt_kind kind) {
   }
   int st = rap_options_get_string(opts, key, &v);
   if (st != RAP_OK || v == NULL) return st;
-  if (kind == OPT_EXPORT) {
+  if (kind == OPT_EXPORT || kind == OPT_EXPORT_POSIX) {
     int mode = 0;
-    return rapi_ipc_export_mode(who, v, true, &mode);
+    return rapi_ipc_export_mode(who, v, kind == OPT_EXPORT, &mode);
   }
   if (kind == OPT_POOL && strcmp(v, "default") != 0 && strcmp(v, "new") != 0)
     return rapi_fail(RAP_ERR_INVALID, "%s: option 'pool' is 'default' (the device's) or 'new', not "
@@ -316,6 +318,12 @@ static int check_device_options(const rap_strategy *s, const char *name, const c
   for (size_t i = 0; st == RAP_OK && i < sizeof device_options / sizeof device_options[0]; i++)
     if (strcmp(device_options[i].strategy, s->name) == 0)
       st = check_one_option(&opts, device_options[i].key, device_options[i].kind);
+  const char *exp = NULL, *pool = NULL;   /* the one rule across options: as StreamOrdered's init */
+  if (st == RAP_OK && s == &rapi_stream_ordered_strategy &&
+      rap_options_get_string(&opts, "export", &exp) == RAP_OK && exp != NULL && strcmp(exp, "none") != 0 &&
+      (rap_options_get_string(&opts, "pool", &pool) != RAP_OK || pool == NULL || strcmp(pool, "new") != 0))
+    st = rapi_fail(RAP_ERR_INVALID, "%s: export=posix needs pool=new: the device's default pool is "
+                   "made with no shareable handle type, so no other process can open it", owner);
   if (st == RAP_ERR_INVALID && rapi_options_misspelt(&opts) != RAP_OK) st = RAP_ERR_INVALID;
   if (st == RAP_OK) st = rapi_options_check_unused(&opts);
   rapi_options_free(&opts);

@@ -1,6 +1,7 @@
-/* ipc.c — memory across processes: a block of a pool over an exporting platform (HostVmm or
- * DeviceVmm with export=) is described by a small descriptor, opened in another process, and kept
- * out of the exporter's pool until every importer closed it and the work it queued has passed.
+/* ipc.c — memory across processes: a block of a pool over an exporting platform (HostVmm,
+ * DeviceVmm or StreamOrdered with export=) is described by a small descriptor, opened in another
+ * process, and kept out of the exporter's pool until every importer closed it and the work it
+ * queued has passed.
  *
  * The exporting platform keeps a control block in shared memory (a memfd): a header, the table of
  * its mappings (each with the file descriptor number of its memory in the exporter) and a table of
@@ -9,7 +10,10 @@
  * once, maps each mapping the first time a block needs it, and serves later blocks from what it
  * mapped. The exporter's pool sees each export as a use of the block on the platform's ipc
  * resource, fenced per block (rapi_resource_ops.use_*): its free keeps the block pending until the
- * ticket says closed and passed, or the importer is gone.
+ * ticket says closed and passed, or the importer is gone. A StreamOrdered pool (CUDA's pool IPC)
+ * has no range and no mappings: its ticket carries the allocation the block lies in (an id, the
+ * block's offset in it and cudaMemPoolExportPointer's data), the importer opens the pool's handle
+ * once and imports each allocation once while blocks of it are open here (stream_ordered.c).
  */
 #include "platforms/vmm.h"
 
@@ -24,7 +28,7 @@
 #include <unistd.h>
 
 #define IPC_MAGIC UINT64_C(0x316370692d706172)   /* "rap-ipc1" */
-#define IPC_VERSION 1u
+#define IPC_VERSION 2u   /* 2: StreamOrdered pools, revoked tickets */
 #define IPC_TICKETS 4096u
 #define IPC_EXTENTS 4096u
 #define DESC_MAGIC 0x43504952u                    /* "RIPC" */
@@ -36,8 +40,9 @@
  * pool went) changes nothing. FREE -> SENT (exporter: export) -> CLAIMED (importer: import) ->
  * DONE (close on the host), CLOSING -> DONE (close on a CPU queue: its work sets DONE when the
  * queue reaches it) or EVENT (close on a CUDA stream: an interprocess event recorded there) ->
- * FREE (exporter, once passed). */
-enum { T_FREE, T_SENT, T_CLAIMED, T_CLOSING, T_EVENT, T_DONE };
+ * FREE (exporter, once passed). SENT -> REVOKED (exporter: rap_ipc_revoke of a descriptor nobody
+ * imported) -> FREE: a later import of it is refused. */
+enum { T_FREE, T_SENT, T_CLAIMED, T_CLOSING, T_EVENT, T_DONE, T_REVOKED };
 static inline uint64_t tword(uint64_t serial, uint32_t pid, unsigned state) {
   return serial << 40 | (uint64_t)pid << 8 | state;
 }
@@ -55,9 +60,11 @@ typedef struct ipc_extent {       /* one mapping of the exporter */
 
 typedef struct ipc_ticket {
   uint64_t word;
-  uint64_t offset, size;          /* the exported block */
+  uint64_t offset, size;          /* the exported block (a pool's: its offset in its allocation) */
   uint64_t start;                 /* the importer's start time (/proc: clock ticks after boot) */
   unsigned char event[64];        /* EVENT: the importer's cudaIpcEventHandle_t */
+  uint64_t alloc;                 /* a pool's: the id of the allocation the block lies in */
+  unsigned char data[64];         /* a pool's: cudaMemPoolExportPointer's data for it */
 } ipc_ticket;
 
 typedef struct ipc_ctl {
@@ -69,7 +76,7 @@ typedef struct ipc_ctl {
   int32_t device;
   uint32_t handle_types;
   uint32_t extents_top;           /* rows below this may be in use */
-  uint32_t pad;
+  int32_t pool_fd;                /* a pool's: the exporter's descriptor of its shareable handle */
   char bus_id[32];                /* device: the PCI bus id, which names it in every process */
   ipc_extent extents[IPC_EXTENTS];
   ipc_ticket tickets[IPC_TICKETS];
@@ -132,7 +139,9 @@ static bool importer_alive(uint32_t pid, uint64_t start) {
 struct rapi_ipc_export {
   rap_resource r;                 /* the ipc resource: first, so its operations find the rest */
   pthread_mutex_t lock;           /* the tickets' exporter side, the opened events */
-  rapi_vmm *v;
+  rap_allocator *self;            /* the exporting platform */
+  rapi_vmm *v;                    /* HostVmm, DeviceVmm: the range; NULL for a pool */
+  rapi_ipc_locate_fn locate;      /* a pool's: where a block lies (stream_ordered.c) */
   ipc_ctl *ctl;
   int ctl_fd;
   unsigned next_ticket;
@@ -183,9 +192,17 @@ static rapi_ipc_export *of_resource(rap_resource *r) { return (rapi_ipc_export *
 static int ipc_use_bind(rap_resource *r, void *ptr, size_t bytes, uint64_t *token) {
   rapi_ipc_export *x = of_resource(r);
   rapi_vmm *v = x->v;
-  if ((char *)ptr < v->base || (char *)ptr >= v->base + v->reserve)
+  rapi_ipc_place place;
+  memset(&place, 0, sizeof place);
+  if (v == NULL) {
+    int st = x->locate(x->self, ptr, bytes, &place);
+    if (st != RAP_OK) return st;
+  } else if ((char *)ptr < v->base || (char *)ptr >= v->base + v->reserve) {
     return rapi_fail(RAP_ERR_INVALID, "rap_ipc_export: %p is not in the range of '%s'", ptr,
-                     rap_allocator_name(v->self));
+                     rap_allocator_name(x->self));
+  } else {
+    place.offset = (uint64_t)((char *)ptr - v->base);
+  }
   pthread_mutex_lock(&x->lock);
   int st = RAP_ERR_NOMEM;
   for (unsigned n = 0; n < IPC_TICKETS; n++) {
@@ -195,9 +212,11 @@ static int ipc_use_bind(rap_resource *r, void *ptr, size_t bytes, uint64_t *toke
     if (tw_state(w) != T_FREE) continue;
     uint64_t serial = (tw_serial(w) + 1) & 0xffffff;
     if (serial == 0) serial = 1;
-    t->offset = (uint64_t)((char *)ptr - v->base);
+    t->offset = place.offset;
     t->size = bytes;
     t->start = 0;
+    t->alloc = place.alloc;
+    memcpy(t->data, place.data, sizeof t->data);
     STORE(&t->word, tword(serial, 0, T_SENT));
     x->next_ticket = (i + 1) % IPC_TICKETS;
     *token = serial << 32 | i;
@@ -209,7 +228,7 @@ static int ipc_use_bind(rap_resource *r, void *ptr, size_t bytes, uint64_t *toke
   pthread_mutex_unlock(&x->lock);
   if (st != RAP_OK)
     return rapi_fail(st, "rap_ipc_export: '%s' has %u exports open (every one until its importer "
-                     "closed it), its most", rap_allocator_name(v->self), IPC_TICKETS);
+                     "closed it), its most", rap_allocator_name(x->self), IPC_TICKETS);
   return RAP_OK;
 }
 
@@ -248,7 +267,8 @@ static int ipc_use_passed(rap_resource *r, uint64_t token) {
   uint64_t w = LOAD(&t->word);
   if (tw_serial(w) != token >> 32) return 1;   /* taken back already */
   switch (tw_state(w)) {
-  case T_DONE: return 1;
+  case T_DONE:
+  case T_REVOKED: return 1;
   case T_SENT: return 0;   /* not imported yet: the descriptor may be on its way */
   case T_EVENT: {
     pthread_mutex_lock(&x->lock);
@@ -270,7 +290,7 @@ static int ipc_use_passed(rap_resource *r, uint64_t token) {
     pthread_mutex_unlock(&x->lock);
     if (q == 1) return 1;
     if (q < 0)
-      rap_log(RAP_LOG_DEBUG, "%s: querying an importer's event: %s", rap_allocator_name(x->v->self),
+      rap_log(RAP_LOG_DEBUG, "%s: querying an importer's event: %s", rap_allocator_name(x->self),
               rap_last_error());
     break;
   }
@@ -281,7 +301,7 @@ static int ipc_use_passed(rap_resource *r, uint64_t token) {
   pthread_mutex_unlock(&x->lock);
   if (alive) return 0;
   rap_log(RAP_LOG_INFO, "%s: importer process %u ended without closing a block of %llu bytes at "
-          "offset %llu: it goes back to the pool", rap_allocator_name(x->v->self), tw_pid(w),
+          "offset %llu: it goes back to the pool", rap_allocator_name(x->self), tw_pid(w),
           (unsigned long long)t->size, (unsigned long long)t->offset);
   return 1;
 }
@@ -347,8 +367,9 @@ static uint64_t random_id(void) {
   return id;
 }
 
-int rapi_ipc_export_start(rapi_vmm *v, int kind) {
-  const char *who = rap_allocator_name(v->self);
+/* The shared table and the ipc resource of an exporting platform of any kind. */
+static int export_make(rap_allocator *self, int kind, int device, rapi_ipc_export **out) {
+  const char *who = rap_allocator_name(self);
   rapi_ipc_export *x = rapi_calloc(1, sizeof *x);
   if (x == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", who);
   x->ctl_fd = memfd_create("rap-ipc", MFD_CLOEXEC);
@@ -366,12 +387,10 @@ int rapi_ipc_export_start(rapi_vmm *v, int kind) {
   c->version = IPC_VERSION;
   c->kind = (uint32_t)kind;
   c->pid = (int32_t)getpid();
-  c->reserve = v->reserve;
-  c->granularity = v->granularity;
-  c->device = v->device;
-  c->handle_types = v->handle_types;
-  if (kind == RAPI_IPC_DEVICE) {
-    int st = rapi_ipc_device_bus_id(v->device, c->bus_id, sizeof c->bus_id);
+  c->device = device;
+  c->pool_fd = -1;
+  if (kind != RAPI_IPC_HOST) {
+    int st = rapi_ipc_device_bus_id(device, c->bus_id, sizeof c->bus_id);
     if (st != RAP_OK) {
       munmap(x->ctl, sizeof(ipc_ctl));
       close(x->ctl_fd);
@@ -380,22 +399,50 @@ int rapi_ipc_export_start(rapi_vmm *v, int kind) {
     }
   }
   for (unsigned i = 0; i < IPC_EXTENTS; i++) c->extents[i].fd = -1;
-  c->alive = 1;
-  STORE(&c->magic, IPC_MAGIC);
   pthread_mutex_init(&x->lock, NULL);
-  x->v = v;
+  x->self = self;
   x->r.ops = &ipc_ops;
-  x->r.rm = v->self->rm;
+  x->r.rm = self->rm;
   x->r.key = (uintptr_t)&x->r;
   rapi_event_pool_init(&x->r);
   x->r.id = 0;   /* not in the manager's list (made under its lock): the platform owns it */
+  *out = x;
+  return RAP_OK;
+}
+
+static void export_open(rapi_ipc_export *x) {
+  x->ctl->alive = 1;
+  STORE(&x->ctl->magic, IPC_MAGIC);
+}
+
+int rapi_ipc_export_start(rapi_vmm *v, int kind) {
+  rapi_ipc_export *x = NULL;
+  int st = export_make(v->self, kind, v->device, &x);
+  if (st != RAP_OK) return st;
+  x->ctl->reserve = v->reserve;
+  x->ctl->granularity = v->granularity;
+  x->ctl->handle_types = v->handle_types;
+  x->v = v;
+  export_open(x);
   v->ipc = x;
   return RAP_OK;
 }
 
+int rapi_ipc_pool_export_start(rap_allocator *self, int device, int pool_fd, rapi_ipc_locate_fn locate,
+                               rapi_ipc_export **out) {
+  rapi_ipc_export *x = NULL;
+  int st = export_make(self, RAPI_IPC_POOL, device, &x);
+  if (st != RAP_OK) return st;
+  x->ctl->handle_types = RAPI_IPC_POSIX;
+  x->ctl->pool_fd = pool_fd;
+  x->locate = locate;
+  export_open(x);
+  *out = x;
+  return RAP_OK;
+}
+
 /* From now on importers are refused; what they mapped stays theirs until they close it. */
-void rapi_ipc_export_stop(rapi_vmm *v) {
-  rapi_ipc_export *x = v->ipc;
+void rapi_ipc_pool_export_stop(rapi_ipc_export *x) {
   if (x == NULL) return;
   STORE(&x->ctl->alive, 0);
   for (unsigned i = 0; i < x->nwatch; i++) close(x->watch[i].pidfd);
@@ -410,6 +457,10 @@ void rapi_ipc_export_stop(rapi_vmm *v) {
   pthread_mutex_destroy(&x->lock);
   pthread_mutex_destroy(&x->r.event_lock);
   free(x);
+}
+
+void rapi_ipc_export_stop(rapi_vmm *v) {
+  rapi_ipc_pool_export_stop(v->ipc);
   v->ipc = NULL;
 }
 
@@ -439,48 +490,64 @@ void rapi_ipc_extent_remove(rapi_vmm *v, rapi_vmm_extent *e) {
 
 /* ---- export --------------------------------------------------------------------------------- */
 
-static rapi_vmm *exporting_vmm(rap_allocator *root) {
-  return root->platform != NULL ? root->platform->vmm : NULL;
+/* The exporting state of a's platform, from the record its chain inherits (rap_internal.h); *known
+ * false where the platform cannot export. */
+static rapi_ipc_export *exporting(const rap_allocator *a, bool *known) {
+  const rapi_platform *p = a->platform;
+  *known = true;
+  if (p != NULL && p->source == RAPI_SOURCE_VMM && p->vmm != NULL) return p->vmm->ipc;
+  if (p != NULL && p->source == RAPI_SOURCE_STREAM_ORDERED && p->root != NULL)
+    return rapi_stream_ordered_ipc(p->root);
+  *known = false;
+  return NULL;
+}
+
+/* The chain's platform allocator, for sentences. */
+static rap_allocator *root_of(rap_allocator *a) {
+  while (a->parent != NULL) a = a->parent;
+  return a;
 }
 
 int rap_ipc_export(rap_allocator *a, void *ptr, rap_ipc_desc *out) {
   if (a == NULL || out == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_ipc_export: allocator or out is NULL");
   if (ptr == NULL) return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_ipc_export('%s'): pointer is NULL", a->name);
-  rap_allocator *root = a;
-  while (root->parent != NULL) root = root->parent;
-  rapi_vmm *v = exporting_vmm(root);
-  if (v == NULL)
+  rap_allocator *root = root_of(a);
+  bool known = false;
+  rapi_ipc_export *x = exporting(a, &known);
+  if (!known)
     return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_export('%s'): its memory comes from '%s' (%s), "
-                     "which no other process can open; make the pool over DeviceVmm(export=posix) "
-                     "or HostVmm(export=posix)", a->name, root->name, root->strategy->name);
-  if (v->ipc == NULL)
+                     "which no other process can open; make the pool over DeviceVmm(export=posix), "
+                     "HostVmm(export=posix) or StreamOrdered(pool=new, export=posix)", a->name,
+                     root->name, root->strategy->name);
+  if (x == NULL)
     return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_export('%s'): '%s' was made without export=; "
-                     "%s(export=posix) makes memory other processes can open", a->name, root->name,
-                     root->strategy->name);
+                     "%s(%sexport=posix) makes memory other processes can open", a->name, root->name,
+                     root->strategy->name,
+                     a->platform != NULL && a->platform->source == RAPI_SOURCE_STREAM_ORDERED ? "pool=new, " : "");
   if (a == root)
     return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_export('%s'): export a block of a "
                      "ResourceAwarePool over it, whose free keeps the block until its importers "
                      "closed it", a->name);
   bound_by = NULL;
-  int st = rap_record_resource(a, ptr, &v->ipc->r);
+  int st = rap_record_resource(a, ptr, &x->r);
   if (st == RAP_ERR_UNSUPPORTED)
     return rapi_fail(st, "rap_ipc_export('%s'): its chain keeps no per-stream lifetime for blocks "
                      "(%s); export needs a ResourceAwarePool (under ThreadSafe or ThreadCache at "
                      "most) over the exporting platform", a->name, rap_last_error());
   if (st != RAP_OK) return st;
-  if (bound_by != v->ipc)
+  if (bound_by != x)
     return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_export('%s'): no ResourceAwarePool in its chain "
                      "took the export", a->name);
   unsigned i = (unsigned)(bound_token & 0xffffffff);
-  const ipc_ticket *t = &v->ipc->ctl->tickets[i];
+  const ipc_ticket *t = &x->ctl->tickets[i];
   ipc_desc d;
   memset(&d, 0, sizeof d);
   d.magic = DESC_MAGIC;
   d.version = IPC_VERSION;
-  d.kind = (uint16_t)v->ipc->ctl->kind;
+  d.kind = (uint16_t)x->ctl->kind;
   d.pid = (int32_t)getpid();
-  d.ctl_fd = v->ipc->ctl_fd;
-  d.pool_id = v->ipc->ctl->pool_id;
+  d.ctl_fd = x->ctl_fd;
+  d.pool_id = x->ctl->pool_id;
   d.ticket = i;
   d.serial = (uint32_t)(bound_token >> 32);
   d.offset = t->offset;
@@ -488,6 +555,47 @@ int rap_ipc_export(rap_allocator *a, void *ptr, rap_ipc_desc *out) {
   d.check = desc_check(&d);
   memcpy(out, &d, sizeof d);
   return RAP_OK;
+}
+
+/* A descriptor's fields, checked: RAP_ERR_INVALID with a sentence (who: the call) if it is not one
+ * rap_ipc_export made. */
+static int desc_read(const char *who, const rap_ipc_desc *desc, ipc_desc *d) {
+  memcpy(d, desc, sizeof *d);
+  if (d->magic == DESC_MAGIC && d->version != IPC_VERSION && d->check == desc_check(d))
+    return rapi_fail(RAP_ERR_INVALID, "%s: the descriptor was made by another version of rap "
+                     "(descriptor version %u, this rap reads %u); exporter and importer need the "
+                     "same", who, (unsigned)d->version, IPC_VERSION);
+  if (d->magic != DESC_MAGIC || d->version != IPC_VERSION || d->check != desc_check(d) ||
+      d->ticket >= IPC_TICKETS ||
+      (d->kind != RAPI_IPC_HOST && d->kind != RAPI_IPC_DEVICE && d->kind != RAPI_IPC_POOL))
+    return rapi_fail(RAP_ERR_INVALID, "%s: not a descriptor rap_ipc_export made (truncated, forged "
+                     "or corrupted: its check does not match)", who);
+  return RAP_OK;
+}
+
+int rap_ipc_revoke(rap_allocator *a, const rap_ipc_desc *desc) {
+  if (a == NULL || desc == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_ipc_revoke: allocator or descriptor is NULL");
+  ipc_desc d;
+  int st = desc_read("rap_ipc_revoke", desc, &d);
+  if (st != RAP_OK) return st;
+  bool known = false;
+  rapi_ipc_export *x = exporting(a, &known);
+  if (x == NULL || d.pid != (int32_t)getpid() || d.pool_id != x->ctl->pool_id)
+    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_revoke('%s'): the descriptor was not exported from "
+                     "its memory by this process", a->name);
+  ipc_ticket *t = &x->ctl->tickets[d.ticket];
+  pthread_mutex_lock(&x->lock);
+  uint64_t w = LOAD(&t->word);
+  if (tw_serial(w) != d.serial || tw_state(w) == T_FREE || tw_state(w) == T_REVOKED) {
+    st = rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_revoke('%s'): the descriptor is no longer "
+                   "exported (revoked already, or its block was freed and passed)", a->name);
+  } else if (tw_state(w) != T_SENT || !cas(&t->word, w, tword(d.serial, 0, T_REVOKED))) {
+    w = LOAD(&t->word);
+    st = rapi_fail(RAP_ERR_BUSY, "rap_ipc_revoke('%s'): process %u imported the descriptor "
+                   "already; the block is held until it closes it (or ends)", a->name, tw_pid(w));
+  }
+  pthread_mutex_unlock(&x->lock);
+  return st;
 }
 
 /* ---- the importer ------------------------------------------------------------------------------ */
@@ -506,6 +614,23 @@ typedef struct imp_event {        /* an interprocess event this process recorded
   struct imp_event *next;
 } imp_event;
 
+/* A pool's allocation imported here (cudaMemPoolImportPointer) while blocks of it are open: freed
+ * at the close of its last one, after the work of the earlier closes (notes: their events). */
+typedef struct imp_note {
+  unsigned ticket;
+  uint64_t word;                  /* the ticket's word when its event was recorded */
+  imp_event *e;
+} imp_note;
+
+typedef struct imp_alloc {
+  uint64_t id;                    /* the exporter's id of the allocation */
+  char *ptr;                      /* imported here */
+  unsigned refs;                  /* open imports of blocks in it */
+  imp_note *notes;
+  unsigned nnotes, cap;
+  struct imp_alloc *next;
+} imp_alloc;
+
 typedef struct imp_pool {
   uint64_t pool_id;
   int32_t pid;
@@ -517,6 +642,9 @@ typedef struct imp_pool {
   size_t reserve, raw_size;
   imp_extent *rows;               /* IPC_EXTENTS */
   imp_event *events;
+  void *mempool;                  /* a pool's: the exporter's pool imported here */
+  uint64_t granted;               /* a pool's: other devices given access to it here (bits) */
+  imp_alloc *allocs;              /* a pool's: its allocations imported here */
   struct imp_pool *next;
 } imp_pool;
 
@@ -532,6 +660,7 @@ typedef struct imp_block {
   imp_pool *pool;
   imp_ticket *tickets;            /* one per import of the block still open */
   unsigned *rows, nrows;
+  imp_alloc *alloc;               /* a pool's block: the allocation it lies in */
   UT_hash_handle hh;
 } imp_block;
 
@@ -598,6 +727,13 @@ static void pool_free(imp_pool *p) {
     if (p->kind == RAPI_IPC_DEVICE) rapi_ipc_device_unreserve(p->base, p->reserve);
     else munmap(p->raw, p->raw_size);
   }
+  while (p->allocs != NULL) {   /* none is left open by a manager's end; a failed import's */
+    imp_alloc *a = p->allocs;
+    p->allocs = a->next;
+    free(a->notes);
+    free(a);
+  }
+  if (p->mempool != NULL) rapi_ipc_pool_close(p->device, p->mempool);
   if (p->ctl != NULL) munmap(p->ctl, sizeof(ipc_ctl));
   if (p->pidfd >= 0) close(p->pidfd);
   free(p->rows);
@@ -641,13 +777,28 @@ static int pool_open(const ipc_desc *d, imp_pool **out) {
   if (st == RAP_OK) {
     p->kind = p->ctl->kind;
     p->reserve = p->ctl->reserve;
-    if (p->kind == RAPI_IPC_DEVICE) {
+    if (p->kind != RAPI_IPC_HOST) {
       char bus[33];
       memcpy(bus, p->ctl->bus_id, 32);
       bus[32] = '\0';
       st = rapi_ipc_device_by_bus_id(bus, &p->device);
-      if (st == RAP_OK) st = rapi_ipc_device_reserve(p->device, p->reserve, p->ctl->granularity, &p->base);
-    } else {
+    }
+    if (st == RAP_OK && p->kind == RAPI_IPC_POOL) {
+      /* The pool's shareable handle, taken from the exporter as its mappings' are. */
+      int fd = pidfd_getfd_(p->pidfd, p->ctl->pool_fd);
+      if (fd < 0) {
+        st = getfd_fail(errno, p->pid, "the pool's handle");
+      } else {
+        st = rapi_ipc_pool_open(p->device, fd, &p->mempool);
+        close(fd);
+        /* The number was still the pool's: the exporter marks the table gone before closing it. */
+        if (st == RAP_OK && !LOAD(&p->ctl->alive))
+          st = rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the pool this descriptor names was "
+                         "destroyed in process %d", p->pid);
+      }
+    } else if (st == RAP_OK && p->kind == RAPI_IPC_DEVICE) {
+      st = rapi_ipc_device_reserve(p->device, p->reserve, p->ctl->granularity, &p->base);
+    } else if (st == RAP_OK) {
       p->raw_size = p->reserve + p->ctl->granularity;
       p->raw = mmap(NULL, p->raw_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (p->raw == MAP_FAILED) {
@@ -675,12 +826,30 @@ static int row_map(imp_pool *p, unsigned i, uint64_t serial) {
   if (off > p->reserve || size > p->reserve - off)
     return rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: the exporter's table is corrupt");
   int fd = -1, st = RAP_OK;
-  if (xfd >= 0 && (fd = pidfd_getfd_(p->pidfd, xfd)) < 0) return getfd_fail(errno, p->pid, "a mapping");
   char *addr = p->base + off;
-  if (p->kind == RAPI_IPC_DEVICE) {
-    st = rapi_ipc_device_map(p->device, addr, size, fd, fd < 0 ? x->fabric : NULL);
-  } else if (fd < 0 || mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
-                           MAP_FAILED) {
+  /* export=fabric (or auto where fabric worked): the fabric handle, which needs no descriptor of
+   * the exporter's (the route across nodes); the POSIX descriptor where this process cannot
+   * import it (no IMEX channel here). */
+  bool fabric = p->kind == RAPI_IPC_DEVICE && (p->ctl->handle_types & RAPI_IPC_FABRIC);
+  if (fabric) {
+    unsigned char handle[sizeof x->fabric];
+    memcpy(handle, x->fabric, sizeof handle);
+    st = rapi_ipc_device_map(p->device, addr, size, -1, handle);
+    fabric = st == RAP_OK;
+    if (!fabric && xfd < 0) return st;
+    if (!fabric)
+      rap_log(RAP_LOG_INFO, "rap_ipc_import: a fabric handle of process %d was refused here (%s); "
+              "its POSIX descriptor instead", p->pid, rap_last_error());
+    st = RAP_OK;
+  }
+  if (!fabric && xfd >= 0 && (fd = pidfd_getfd_(p->pidfd, xfd)) < 0)
+    return getfd_fail(errno, p->pid, "a mapping");
+  if (!fabric && p->kind == RAPI_IPC_DEVICE) {
+    st = fd >= 0 ? rapi_ipc_device_map(p->device, addr, size, fd, NULL)
+                 : rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: the exporter's table names neither a "
+                             "descriptor nor a fabric handle for a mapping (corrupt)");
+  } else if (!fabric && (fd < 0 || mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                                        fd, 0) == MAP_FAILED)) {
     st = rapi_fail(RAP_ERR_BACKEND, "rap_ipc_import: mapping %llu bytes of process %d's memory: %s",
                    (unsigned long long)size, p->pid, fd < 0 ? "no descriptor" : strerror(errno));
   }
@@ -757,6 +926,73 @@ static int rows_take(imp_pool *p, uint64_t off, uint64_t size, unsigned **rows, 
   return RAP_OK;
 }
 
+/* The allocation a claimed ticket of a pool names, imported here the first time a block of it is
+ * opened; one more open import of it. */
+static int alloc_take(imp_pool *p, const ipc_ticket *t, imp_alloc **out) {
+  uint64_t id = t->alloc;
+  imp_alloc *a = p->allocs;
+  while (a != NULL && a->id != id) a = a->next;
+  if (a == NULL) {
+    unsigned char data[64];
+    memcpy(data, t->data, sizeof data);
+    if ((a = rapi_calloc(1, sizeof *a)) == NULL)
+      return rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
+    void *ptr = NULL;
+    int st = rapi_ipc_pool_import(p->device, p->mempool, data, &ptr);
+    if (st != RAP_OK) {
+      free(a);
+      return st;
+    }
+    a->id = id;
+    a->ptr = ptr;
+    a->next = p->allocs;
+    p->allocs = a;
+  }
+  a->refs++;
+  *out = a;
+  return RAP_OK;
+}
+
+static void alloc_drop(imp_pool *p, imp_alloc *a) {
+  imp_alloc **pp = &p->allocs;
+  while (*pp != a) pp = &(*pp)->next;
+  *pp = a->next;
+  free(a->notes);
+  free(a);
+}
+
+/* Frees an allocation imported here, its last block closing on r (a CUDA resource; NULL: on the
+ * host, waited for): after the work of earlier closes of its blocks on other streams, whose
+ * events are still the ones the exporter waits for (a ticket that moved on has passed). */
+static int alloc_free(imp_pool *p, imp_alloc *a, rap_resource *r) {
+  void **events = a->nnotes ? rapi_malloc(a->nnotes * sizeof *events) : NULL;
+  if (a->nnotes && events == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_ipc_close: out of host memory");
+  unsigned n = 0;
+  for (unsigned i = 0; i < a->nnotes; i++)
+    if (LOAD(&p->ctl->tickets[a->notes[i].ticket].word) == a->notes[i].word)
+      events[n++] = a->notes[i].e->event;
+  int st = rapi_ipc_pool_free(p->device, a->ptr, r, events, n);
+  free(events);
+  return st;
+}
+
+/* Notes the event of a close that left blocks of a open; notes whose tickets moved on go. */
+static int alloc_note(imp_pool *p, imp_alloc *a, unsigned ticket, uint64_t word, imp_event *e) {
+  unsigned k = 0;
+  for (unsigned i = 0; i < a->nnotes; i++)
+    if (LOAD(&p->ctl->tickets[a->notes[i].ticket].word) == a->notes[i].word) a->notes[k++] = a->notes[i];
+  a->nnotes = k;
+  if (k == a->cap) {
+    unsigned cap = a->cap ? 2 * a->cap : 4;
+    imp_note *more = rapi_realloc(a->notes, cap * sizeof *more);
+    if (more == NULL) return RAP_ERR_NOMEM;
+    a->notes = more;
+    a->cap = cap;
+  }
+  a->notes[a->nnotes++] = (imp_note){ticket, word, e};
+  return RAP_OK;
+}
+
 static int claim(imp_pool *p, const ipc_desc *d, uint64_t *claimed) {
   if (!LOAD(&p->ctl->alive))
     return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the pool this descriptor names was "
@@ -766,6 +1002,9 @@ static int claim(imp_pool *p, const ipc_desc *d, uint64_t *claimed) {
   if (tw_serial(w) != d->serial || tw_state(w) == T_FREE)
     return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the block this descriptor names is no "
                      "longer exported by process %d (freed there, or a stale descriptor)", d->pid);
+  if (tw_state(w) == T_REVOKED)
+    return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: process %d revoked this descriptor "
+                     "(rap_ipc_revoke) before it was imported", d->pid);
   if (tw_state(w) != T_SENT)
     return rapi_fail(RAP_ERR_BUSY, "rap_ipc_import: this descriptor was imported already (by "
                      "process %u); each importer needs a descriptor of its own (rap_ipc_export "
@@ -791,11 +1030,8 @@ int rap_ipc_import(rap_manager *rm, const rap_ipc_desc *desc, rap_resource *r, v
   if (r != NULL && r->rm != rm)
     return rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: the resource belongs to another manager");
   ipc_desc d;
-  memcpy(&d, desc, sizeof d);
-  if (d.magic != DESC_MAGIC || d.version != IPC_VERSION || d.check != desc_check(&d) ||
-      d.ticket >= IPC_TICKETS || (d.kind != RAPI_IPC_HOST && d.kind != RAPI_IPC_DEVICE))
-    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: not a descriptor rap_ipc_export made "
-                     "(truncated, forged or corrupted: its check does not match)");
+  int st = desc_read("rap_ipc_import", desc, &d);
+  if (st != RAP_OK) return st;
   if (d.pid == (int32_t)getpid())
     return rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: the block was exported by this process "
                      "(pid %d); use its pointer here: import is for other processes", d.pid);
@@ -805,16 +1041,23 @@ int rap_ipc_import(rap_manager *rm, const rap_ipc_desc *desc, rap_resource *r, v
   rapi_lock(&im->lock, &held);
   imp_pool *p = im->pools;
   while (p != NULL && (p->pid != d.pid || p->pool_id != d.pool_id)) p = p->next;
-  int st = RAP_OK;
   if (p == NULL && (st = pool_open(&d, &p)) == RAP_OK) {
     p->next = im->pools;
     im->pools = p;
   }
+  if (st == RAP_OK && p->kind == RAPI_IPC_POOL && r != NULL && r->ops->record != NULL &&
+      strcmp(r->ops->kind, "cuda") != 0)
+    st = rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: a block of a StreamOrdered pool is used and "
+                   "closed on a CUDA stream or on the host, not on a %s resource", r->ops->kind);
+  if (st == RAP_OK && p->kind == RAPI_IPC_POOL)
+    st = rapi_ipc_pool_reach(p->device, p->mempool, r, &p->granted);
   uint64_t claimed = 0;
   if (st == RAP_OK) st = claim(p, &d, &claimed);
   imp_block *b = NULL;
   imp_ticket *tk = NULL;
-  void *ptr = st == RAP_OK ? p->base + d.offset : NULL;
+  imp_alloc *al = NULL;
+  if (st == RAP_OK && p->kind == RAPI_IPC_POOL) st = alloc_take(p, &p->ctl->tickets[d.ticket], &al);
+  void *ptr = st != RAP_OK ? NULL : al != NULL ? al->ptr + d.offset : p->base + d.offset;
   if (st == RAP_OK) {
     tk = rapi_calloc(1, sizeof *tk);
     HASH_FIND_PTR(im->blocks, &ptr, b);
@@ -823,11 +1066,12 @@ int rap_ipc_import(rap_manager *rm, const rap_ipc_desc *desc, rap_resource *r, v
   if (st == RAP_OK && b == NULL) {
     imp_block *nb = rapi_calloc(1, sizeof *nb);
     if (nb == NULL) st = rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
-    if (st == RAP_OK) st = rows_take(p, d.offset, d.size, &nb->rows, &nb->nrows);
+    if (st == RAP_OK && al == NULL) st = rows_take(p, d.offset, d.size, &nb->rows, &nb->nrows);
     bool added = false;
     if (st == RAP_OK) {
       nb->ptr = ptr;
       nb->pool = p;
+      nb->alloc = al;
       RAPI_HASH_TRY(added, HASH_ADD_PTR(im->blocks, ptr, nb));
       if (!added) {
         for (unsigned j = 0; j < nb->nrows; j++) p->rows[nb->rows[j]].refs--;
@@ -847,6 +1091,12 @@ int rap_ipc_import(rap_manager *rm, const rap_ipc_desc *desc, rap_resource *r, v
     *out = ptr;
   } else {
     free(tk);
+    if (al != NULL && --al->refs == 0) {   /* imported for this block alone: given back */
+      if (rapi_ipc_pool_free(p->device, al->ptr, NULL, NULL, 0) != RAP_OK)
+        rap_log(RAP_LOG_WARN, "rap_ipc_import: giving back an allocation it imported: %s",
+                rap_last_error());
+      alloc_drop(p, al);
+    }
     if (claimed != 0) unclaim(p, d.ticket, claimed);
   }
   rapi_unlock(&held);
@@ -869,7 +1119,7 @@ static void close_on_queue(void *arg) {
 /* Tells the exporter the block is closed, in r's order: at once on the host, by an interprocess
  * event on a CUDA stream (device memory), else by a job queued on r (a CPU queue; a stream's host
  * function for host memory, which kernels do not reach). */
-static int signal_close(imp_pool *p, imp_ticket *tk, rap_resource *r) {
+static int signal_close(imp_pool *p, imp_ticket *tk, rap_resource *r, imp_event **used) {
   ipc_ticket *t = &p->ctl->tickets[tk->ticket];
   uint64_t serial = tw_serial(tk->word);
   uint32_t pid = tw_pid(tk->word);
@@ -877,7 +1127,7 @@ static int signal_close(imp_pool *p, imp_ticket *tk, rap_resource *r) {
     (void)cas(&t->word, tk->word, tword(serial, pid, T_DONE));
     return RAP_OK;
   }
-  if (p->kind == RAPI_IPC_DEVICE && strcmp(r->ops->kind, "cuda") == 0) {
+  if (p->kind != RAPI_IPC_HOST && strcmp(r->ops->kind, "cuda") == 0) {
     imp_event *e = p->events;   /* one whose ticket moved on may be recorded again */
     while (e != NULL && LOAD(&p->ctl->tickets[e->ticket].word) == e->word) e = e->next;
     bool made = e == NULL;
@@ -896,6 +1146,7 @@ static int signal_close(imp_pool *p, imp_ticket *tk, rap_resource *r) {
     }
     memcpy(t->event, e->handle, sizeof t->event);
     (void)cas(&t->word, tk->word, e->word);
+    *used = e;
     return RAP_OK;
   }
   close_job *j = rapi_malloc(sizeof *j);
@@ -923,6 +1174,44 @@ static void block_forget(struct rapi_ipc_importer *im, imp_block *b) {
   free(b);
 }
 
+/* Closes the newest open import of b on r (a CUDA stream, the host, NULL: the host). A pool's block
+ * that is the last open one of its allocation frees the imported allocation first, in r's order,
+ * so that the exporter's free, which waits for this close, comes after it (CUDA's rule). */
+static int close_one(struct rapi_ipc_importer *im, imp_block *b, rap_resource *r) {
+  imp_ticket *tk = b->tickets;
+  imp_pool *p = b->pool;
+  imp_alloc *al = b->alloc;
+  bool cuda = r != NULL && r->ops->record != NULL && strcmp(r->ops->kind, "cuda") == 0;
+  if (al != NULL && r != NULL && r->ops->record != NULL && !cuda)
+    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_close: a block of a StreamOrdered pool is closed on "
+                     "a CUDA stream or on the host, not on a %s resource", r->ops->kind);
+  bool last = al != NULL && al->refs == 1;
+  int st = last ? alloc_free(p, al, cuda ? r : NULL) : RAP_OK;
+  if (st != RAP_OK) return st;
+  imp_event *used = NULL;
+  st = signal_close(p, tk, al != NULL && !cuda ? NULL : r, &used);
+  if (st != RAP_OK && last) {
+    /* The allocation is given back already: the close is told once r's work is done. */
+    rap_log(RAP_LOG_WARN, "rap_ipc_close: %s; waiting for the stream instead", rap_last_error());
+    (void)rap_resource_synchronize(r);
+    ipc_ticket *t = &p->ctl->tickets[tk->ticket];
+    (void)cas(&t->word, tk->word, tword(tw_serial(tk->word), tw_pid(tk->word), T_DONE));
+    st = RAP_OK;
+  }
+  if (st != RAP_OK) return st;
+  if (last) {
+    alloc_drop(p, al);
+  } else if (al != NULL) {
+    al->refs--;
+    if (used != NULL && alloc_note(p, al, tk->ticket, used->word, used) != RAP_OK)
+      (void)rap_resource_synchronize(r);   /* no room to note it: its work is done instead */
+  }
+  b->tickets = tk->next;
+  free(tk);
+  if (b->tickets == NULL) block_forget(im, b);
+  return RAP_OK;
+}
+
 int rap_ipc_close(rap_manager *rm, void *ptr, rap_resource *r) {
   if (rm == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_ipc_close: manager is NULL");
   if (r != NULL && r->rm != rm)
@@ -939,13 +1228,7 @@ int rap_ipc_close(rap_manager *rm, void *ptr, rap_resource *r) {
     return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_ipc_close: %p is not a block this manager "
                      "imported, or it was closed already", ptr);
   }
-  imp_ticket *tk = b->tickets;
-  int st = signal_close(b->pool, tk, r != NULL ? r : tk->r);
-  if (st == RAP_OK) {
-    b->tickets = tk->next;
-    free(tk);
-    if (b->tickets == NULL) block_forget(im, b);
-  }
+  int st = close_one(im, b, r != NULL ? r : b->tickets->r);
   rapi_unlock(&held);
   return st;
 }
@@ -957,16 +1240,25 @@ void rapi_ipc_manager_fini(rap_manager *rm) {
   if (im == NULL) return;
   imp_block *b, *tmp;
   HASH_ITER(hh, im->blocks, b, tmp) {
-    if (b->tickets != NULL)
-      rap_log(RAP_LOG_WARN, "rap_manager_destroy: an imported block at %p was not closed; closed "
+    if (b->tickets == NULL) {
+      block_forget(im, b);
+      continue;
+    }
+    rap_log(RAP_LOG_WARN, "rap_manager_destroy: an imported block at %p was not closed; closed "
               "now", b->ptr);
-    while (b->tickets != NULL) {
-      imp_ticket *tk = b->tickets;
-      (void)signal_close(b->pool, tk, NULL);
+    bool gone = false;
+    while (!gone && b->tickets != NULL) {
+      gone = b->tickets->next == NULL;   /* the last close forgets b */
+      if (close_one(im, b, NULL) == RAP_OK) continue;
+      rap_log(RAP_LOG_WARN, "rap_manager_destroy: %s", rap_last_error());
+      imp_ticket *tk = b->tickets;   /* told as closed: this process's work on it is done */
+      imp_event *used = NULL;
+      (void)signal_close(b->pool, tk, NULL, &used);
+      if (b->alloc != NULL && --b->alloc->refs == 0) alloc_drop(b->pool, b->alloc);
       b->tickets = tk->next;
       free(tk);
+      if (b->tickets == NULL) block_forget(im, b);
     }
-    block_forget(im, b);
   }
   while (im->pools != NULL) {
     imp_pool *p = im->pools;

@@ -3,7 +3,7 @@
  *
  *   StreamOrdered(device=0, pool=default|new, release_threshold=SIZE|max,
  *                 follow_event_dependencies=0|1, allow_opportunistic=0|1,
- *                 allow_internal_dependencies=0|1, peers=all|1+3)
+ *                 allow_internal_dependencies=0|1, peers=all|1+3, export=posix|none)
  *
  * A block allocated on a cuda resource is allocated on its stream and, freed without a resource,
  * freed on that stream; freed on a resource, on that one's stream (CUDA's own rule: the free is
@@ -12,14 +12,17 @@
  * caller expects. Other resource kinds are refused. Allocations on a stream that is being captured
  * into a CUDA graph become the graph's memory nodes (CUDA does this itself). rap_release trims the
  * pool (cudaMemPoolTrimTo 0); stats read the pool's reserved and used attributes. Safe for
- * concurrent callers (one lock). Only the CUDA build has it: elsewhere making one answers
- * RAP_ERR_UNSUPPORTED with a sentence.
+ * concurrent callers (one lock). export=posix (pool=new only) makes the pool with POSIX file
+ * descriptor handles, so that blocks of a ResourceAwarePool over it go to other processes through
+ * CUDA's pool IPC (ipc.c; the importer's calls are at the end of this file). Only the CUDA build
+ * has it: elsewhere making one answers RAP_ERR_UNSUPPORTED with a sentence.
  */
-#include "rap_internal.h"
+#include "platforms/vmm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if RAP_HAVE_CUDA && !RAP_HAVE_HIP
 #include <cuda_runtime_api.h>
@@ -30,6 +33,9 @@ typedef struct so_rec {
   size_t bytes;
   cudaStream_t stream;
   rap_resource *r;                 /* NULL: the legacy stream */
+  uint64_t id;                     /* export=: names the allocation to importers */
+  bool exported;                   /* export=: data holds cudaMemPoolExportPointer's */
+  unsigned char data[64];
 } so_rec;
 
 typedef struct stream_ordered {
@@ -44,6 +50,11 @@ typedef struct stream_ordered {
   size_t current, hwm, count;
   rapi_watch_set watched;          /* the streams of live blocks, so that their destroy tells */
   rapi_platform platform;          /* what the chain above inherits (rap_internal.h) */
+  int export_fd;                   /* export=posix: the pool's shareable handle, else -1 */
+  rapi_ipc_export *ipc;            /* export=posix: the shared table importers read (ipc.c) */
+  uint64_t next_id;
+  so_rec **by_addr;                /* export=posix: the live allocations in address order */
+  size_t naddr, addr_cap;
 } stream_ordered;
 
 static int cuda_fail(const stream_ordered *s, const char *call, cudaError_t e) {
@@ -65,6 +76,86 @@ static int stream_of(stream_ordered *s, rap_resource *r, cudaStream_t *out) {
   return RAP_OK;
 }
 
+/* ---- export=posix: where a block lies ------------------------------------------------------------
+ * An exporting pool keeps its live allocations in address order, so that a block of a pool over it
+ * finds its allocation by a binary search (an exporting pool holds few, large allocations: the
+ * chunks of the pool over it). */
+
+static int index_reserve(stream_ordered *s) {
+  if (s->naddr < s->addr_cap) return RAP_OK;
+  size_t cap = s->addr_cap ? 2 * s->addr_cap : 64;
+  so_rec **more = rapi_realloc(s->by_addr, cap * sizeof *more);
+  if (more == NULL)
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a record", rap_allocator_name(s->self));
+  s->by_addr = more;
+  s->addr_cap = cap;
+  return RAP_OK;
+}
+
+/* The number of allocations that start at or below p. */
+static size_t index_upper(const stream_ordered *s, const char *p) {
+  size_t lo = 0, hi = s->naddr;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if ((const char *)s->by_addr[mid]->ptr <= p) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static void index_insert(stream_ordered *s, so_rec *rec) {
+  size_t i = index_upper(s, rec->ptr);
+  memmove(&s->by_addr[i + 1], &s->by_addr[i], (s->naddr - i) * sizeof *s->by_addr);
+  s->by_addr[i] = rec;
+  s->naddr++;
+}
+
+static void index_remove(stream_ordered *s, so_rec *rec) {
+  size_t i = index_upper(s, rec->ptr);
+  if (i == 0 || s->by_addr[i - 1] != rec) return;
+  memmove(&s->by_addr[i - 1], &s->by_addr[i], (s->naddr - i) * sizeof *s->by_addr);
+  s->naddr--;
+}
+
+/* ipc.c asks, when a pool over this one exports [ptr, ptr+bytes): the allocation it lies in and
+ * that allocation's export data, made at its first export and kept. */
+static int so_locate(rap_allocator *self, void *ptr, size_t bytes, rapi_ipc_place *out) {
+  stream_ordered *s = self->state;
+  rapi_held held;
+  rapi_lock(&s->lock, &held);
+  size_t i = index_upper(s, ptr);
+  so_rec *rec = i > 0 ? s->by_addr[i - 1] : NULL;
+  size_t off = rec != NULL ? (size_t)((char *)ptr - (char *)rec->ptr) : 0;
+  size_t size = rec != NULL ? (rec->bytes ? rec->bytes : 1) : 0;
+  if (rec == NULL || off >= size || bytes > size - off) {
+    rapi_unlock(&held);
+    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_export: [%p, +%zu) is not inside one live allocation "
+                     "of '%s'", ptr, bytes, rap_allocator_name(self));
+  }
+  int st = RAP_OK;
+  if (!rec->exported) {
+    struct cudaMemPoolPtrExportData data;
+    cudaError_t e = cudaMemPoolExportPointer(&data, rec->ptr);
+    if (e != cudaSuccess) {
+      st = cuda_fail(s, "cudaMemPoolExportPointer", e);
+    } else {
+      memcpy(rec->data, &data, sizeof rec->data);
+      rec->exported = true;
+    }
+  }
+  if (st == RAP_OK) {
+    out->alloc = rec->id;
+    out->offset = off;
+    memcpy(out->data, rec->data, sizeof out->data);
+  }
+  rapi_unlock(&held);
+  return st;
+}
+
+_Static_assert(sizeof(struct cudaMemPoolPtrExportData) == 64, "a ticket holds the export data");
+
+rapi_ipc_export *rapi_stream_ordered_ipc(rap_allocator *a) { return ((stream_ordered *)a->state)->ipc; }
+
 static int so_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   stream_ordered *s = state;
   cudaStream_t stream;
@@ -77,6 +168,11 @@ static int so_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   if ((st = rapi_map_reserve(&s->map)) != RAP_OK || (rec = rapi_slab_alloc(&s->recs)) == NULL) {
     rapi_unlock(&held);
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a record", rap_allocator_name(s->self));
+  }
+  if (s->ipc != NULL && (st = index_reserve(s)) != RAP_OK) {
+    rapi_slab_free(&s->recs, rec);
+    rapi_unlock(&held);
+    return st;
   }
   if (!host && (st = rapi_watch_set_add(&s->watched, r, s->self)) != RAP_OK) {
     rapi_slab_free(&s->recs, rec);
@@ -96,8 +192,9 @@ static int so_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
     return cuda_fail(s, host ? "cudaMallocFromPoolAsync on the legacy stream" : "cudaMallocFromPoolAsync",
                      e);
   }
-  *rec = (so_rec){ptr, bytes, stream, host ? NULL : r};
+  *rec = (so_rec){ptr, bytes, stream, host ? NULL : r, ++s->next_id, false, {0}};
   rapi_map_insert(&s->map, ptr, rec);
+  if (s->ipc != NULL) index_insert(s, rec);
   s->current += bytes;
   s->count++;
   if (s->current > s->hwm) s->hwm = s->current;
@@ -126,6 +223,7 @@ static int so_deallocate(void *state, void *ptr, rap_resource *r) {
     return cuda_fail(s, "cudaFreeAsync", e);
   }
   rapi_map_remove(&s->map, ptr);
+  if (s->ipc != NULL) index_remove(s, rec);
   s->current -= rec->bytes;
   s->count--;
   rapi_slab_free(&s->recs, rec);
@@ -222,10 +320,27 @@ static int so_check(void *state) {
       bytes += ((so_rec *)s->map.slots[i].value)->bytes;
     }
   bool ok = n == s->count && bytes == s->current;
+  size_t indexed = s->naddr;   /* export=: every live allocation in the address index, in order */
+  bool index_ok = s->ipc == NULL || indexed == n;
+  for (size_t i = 1; index_ok && i < indexed; i++)
+    index_ok = (char *)s->by_addr[i - 1]->ptr < (char *)s->by_addr[i]->ptr;
   pthread_mutex_unlock(&s->lock);
+  if (!index_ok)
+    return rapi_fail(RAP_ERR_CORRUPT, "%s: the address index holds %zu allocations, not %zu in "
+                     "order", rap_allocator_name(s->self), indexed, n);
   return ok ? RAP_OK
             : rapi_fail(RAP_ERR_CORRUPT, "%s: the map holds %zu blocks of %zu bytes, the counters "
                         "say %zu of %zu", rap_allocator_name(s->self), n, bytes, s->count, s->current);
+}
+
+/* Importers are refused from now (the table says gone before the handle's number is let go). */
+static void export_end(stream_ordered *s) {
+  rapi_ipc_pool_export_stop(s->ipc);
+  s->ipc = NULL;
+  if (s->export_fd >= 0) close(s->export_fd);
+  s->export_fd = -1;
+  free(s->by_addr);
+  s->by_addr = NULL;
 }
 
 static void so_fini(rap_allocator *self, void *state) {
@@ -238,6 +353,7 @@ static void so_fini(rap_allocator *self, void *state) {
         (void)cudaFreeAsync(rec->ptr, rec->stream);
       }
   rapi_watch_set_clear(&s->watched, s->self);
+  export_end(s);
   /* A created pool with frees still in flight is released by CUDA once they are done. */
   if (s->created && s->pool != NULL) (void)cudaMemPoolDestroy(s->pool);
   (void)cudaGetLastError();
@@ -264,8 +380,10 @@ static int so_init_steps(rap_allocator *self, stream_ordered *s, rap_options *op
 static int so_init(rap_allocator *self, void *state, rap_options *opts) {
   stream_ordered *s = state;
   s->self = self;
+  s->export_fd = -1;
   int st = so_init_steps(self, s, opts);
   if (st != RAP_OK) {
+    export_end(s);
     if (s->created && s->pool != NULL) (void)cudaMemPoolDestroy(s->pool);
     (void)cudaGetLastError();
     if (s->map.slots != NULL) rapi_map_fini(&s->map);
@@ -281,13 +399,18 @@ static int so_init(rap_allocator *self, void *state, rap_options *opts) {
 static int so_init_steps(rap_allocator *self, stream_ordered *s, rap_options *opts) {
   uint64_t device = 0;
   const char *pool = "default", *threshold = NULL;
-  int st = rap_options_get_uint(opts, "device", &device);
+  int st = rap_options_get_uint(opts, "device", &device), mode = 0;
   if (st == RAP_OK) st = rap_options_get_string(opts, "pool", &pool);
   if (st == RAP_OK) st = rap_options_get_string(opts, "release_threshold", &threshold);
+  if (st == RAP_OK) st = rapi_ipc_export_option(self, opts, false, &mode);
   if (st != RAP_OK) return st;
   if (strcmp(pool, "default") != 0 && strcmp(pool, "new") != 0)
     return rapi_fail(RAP_ERR_INVALID, "%s: option 'pool' is 'default' (the device's) or 'new', not "
                      "'%s'", rap_allocator_name(self), pool);
+  if (mode != 0 && strcmp(pool, "new") != 0)
+    return rapi_fail(RAP_ERR_INVALID, "%s: export=posix needs pool=new: the device's default pool "
+                     "is made with no shareable handle type, so no other process can open it",
+                     rap_allocator_name(self));
   uint64_t max_threshold = UINT64_MAX;
   size_t limit = 0;
   if (threshold != NULL && strcmp(threshold, "max") != 0 && rapi_parse_size(threshold, &limit) != RAP_OK)
@@ -307,9 +430,16 @@ static int so_init_steps(rap_allocator *self, stream_ordered *s, rap_options *op
     props.allocType = cudaMemAllocationTypePinned;
     props.location.type = cudaMemLocationTypeDevice;
     props.location.id = s->device;
+    if (mode != 0) props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
     e = cudaMemPoolCreate(&s->pool, &props);
-    if (e != cudaSuccess) return cuda_fail(s, "cudaMemPoolCreate", e);
+    if (e != cudaSuccess) return cuda_fail(s, mode != 0 ? "cudaMemPoolCreate (export=posix)" : "cudaMemPoolCreate", e);
     s->created = true;
+    if (mode != 0) {
+      int fd = -1;
+      e = cudaMemPoolExportToShareableHandle(&fd, s->pool, cudaMemHandleTypePosixFileDescriptor, 0);
+      if (e != cudaSuccess) return cuda_fail(s, "cudaMemPoolExportToShareableHandle", e);
+      s->export_fd = fd;
+    }
   } else {
     e = cudaDeviceGetDefaultMemPool(&s->pool, s->device);
     if (e != cudaSuccess) return cuda_fail(s, "cudaDeviceGetDefaultMemPool", e);
@@ -335,7 +465,10 @@ static int so_init_steps(rap_allocator *self, stream_ordered *s, rap_options *op
                                 .capture_ok = true, .peer = rapi_stream_ordered_peer};
   self->platform = &s->platform;
   self->devices_ok = rapi_device_bit(s->device);
-  return rapi_gpu_peers_option(self, s->device, opts);
+  st = rapi_gpu_peers_option(self, s->device, opts);
+  if (st == RAP_OK && mode != 0)
+    st = rapi_ipc_pool_export_start(self, s->device, s->export_fd, so_locate, &s->ipc);
+  return st;
 }
 
 /* A peer's access to the pool's memory: every block of the pool, now and later (a default pool's
@@ -349,6 +482,99 @@ int rapi_stream_ordered_peer(rap_allocator *a, int device, int enable) {
   desc.flags = enable ? cudaMemAccessFlagsProtReadWrite : cudaMemAccessFlagsProtNone;
   cudaError_t e = cudaMemPoolSetAccess(s->pool, &desc, 1);
   return e == cudaSuccess ? RAP_OK : cuda_fail(s, "cudaMemPoolSetAccess", e);
+}
+
+/* ---- the importer's side of CUDA's pool IPC (ipc.c) ------------------------------------------------
+ * Each call runs with the pool's device current (put back after). */
+
+static int imp_fail(const char *call, cudaError_t e) {
+  (void)cudaGetLastError();
+  return rapi_fail(e == cudaErrorMemoryAllocation ? RAP_ERR_NOMEM : RAP_ERR_BACKEND, "rap_ipc: %s: %s",
+                   call, cudaGetErrorString(e));
+}
+
+static int imp_enter(int device, int *saved) {
+  cudaError_t e = cudaGetDevice(saved);
+  if (e == cudaSuccess) e = cudaSetDevice(device);
+  return e == cudaSuccess ? RAP_OK : imp_fail("cudaSetDevice", e);
+}
+
+/* Imported pools are accessible from their own device (the exporter's, found by its bus id). */
+int rapi_ipc_pool_open(int device, int fd, void **pool) {
+  int saved = 0, st = imp_enter(device, &saved);
+  if (st != RAP_OK) return st;
+  cudaMemPool_t mp = NULL;
+  cudaError_t e = cudaMemPoolImportFromShareableHandle(&mp, (void *)(uintptr_t)fd,
+                                                       cudaMemHandleTypePosixFileDescriptor, 0);
+  (void)cudaSetDevice(saved);
+  if (e != cudaSuccess) return imp_fail("cudaMemPoolImportFromShareableHandle", e);
+  *pool = mp;
+  return RAP_OK;
+}
+
+void rapi_ipc_pool_close(int device, void *pool) {
+  int saved = 0;
+  if (imp_enter(device, &saved) != RAP_OK) return;
+  cudaError_t e = cudaMemPoolDestroy((cudaMemPool_t)pool);
+  (void)cudaSetDevice(saved);
+  if (e != cudaSuccess) {
+    imp_fail("cudaMemPoolDestroy (an imported pool)", e);
+    rap_log(RAP_LOG_WARN, "%s", rap_last_error());
+  }
+}
+
+/* An import used on a stream of another device: that device is given access to the imported pool
+ * (an imported pool is accessible from its own device only), once per device (*granted: bits). */
+int rapi_ipc_pool_reach(int device, void *pool, rap_resource *r, uint64_t *granted) {
+  if (r == NULL || strcmp(rap_resource_kind(r), "cuda") != 0) return RAP_OK;
+  int dev = device;
+  cudaError_t e = cudaStreamGetDevice(rap_resource_cuda_stream(r), &dev);
+  if (e != cudaSuccess) return imp_fail("cudaStreamGetDevice", e);
+  if (dev == device || (dev < 64 && (*granted >> dev & 1))) return RAP_OK;
+  struct cudaMemAccessDesc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.location.type = cudaMemLocationTypeDevice;
+  desc.location.id = dev;
+  desc.flags = cudaMemAccessFlagsProtReadWrite;
+  int saved = 0, st = imp_enter(device, &saved);
+  if (st != RAP_OK) return st;
+  e = cudaMemPoolSetAccess((cudaMemPool_t)pool, &desc, 1);
+  (void)cudaSetDevice(saved);
+  if (e != cudaSuccess) return imp_fail("cudaMemPoolSetAccess (an imported pool, for its stream's device)", e);
+  if (dev < 64) *granted |= (uint64_t)1 << dev;
+  return RAP_OK;
+}
+
+int rapi_ipc_pool_import(int device, void *pool, const unsigned char data[64], void **ptr) {
+  int saved = 0, st = imp_enter(device, &saved);
+  if (st != RAP_OK) return st;
+  struct cudaMemPoolPtrExportData d;
+  memcpy(&d, data, sizeof d);
+  void *p = NULL;
+  cudaError_t e = cudaMemPoolImportPointer(&p, (cudaMemPool_t)pool, &d);
+  (void)cudaSetDevice(saved);
+  if (e != cudaSuccess) return imp_fail("cudaMemPoolImportPointer", e);
+  *ptr = p;
+  return RAP_OK;
+}
+
+/* On a CUDA resource: its stream waits for the events, then frees (the exporter learns of the close
+ * through an event recorded after this). On the host: the events and the free are waited for, as
+ * CUDA asks that an importer's free completes before the exporter's. */
+int rapi_ipc_pool_free(int device, void *ptr, rap_resource *r, void *const *events, unsigned n) {
+  cudaStream_t s = r != NULL ? rap_resource_cuda_stream(r) : cudaStreamLegacy;
+  cudaError_t e = r != NULL ? cudaStreamGetDevice(s, &device) : cudaSuccess;   /* the stream's own */
+  if (e != cudaSuccess) return imp_fail("cudaStreamGetDevice", e);
+  int saved = 0, st = imp_enter(device, &saved);
+  if (st != RAP_OK) return st;
+  for (unsigned i = 0; i < n && e == cudaSuccess; i++)
+    e = r != NULL ? cudaStreamWaitEvent(s, (cudaEvent_t)events[i], 0)
+                  : cudaEventSynchronize((cudaEvent_t)events[i]);
+  if (e != cudaSuccess) st = imp_fail(r != NULL ? "cudaStreamWaitEvent" : "cudaEventSynchronize", e);
+  else if ((e = cudaFreeAsync(ptr, s)) != cudaSuccess) st = imp_fail("cudaFreeAsync (an imported allocation)", e);
+  else if (r == NULL && (e = cudaStreamSynchronize(s)) != cudaSuccess) st = imp_fail("cudaStreamSynchronize", e);
+  (void)cudaSetDevice(saved);
+  return st;
 }
 
 const rap_strategy rapi_stream_ordered_strategy = {
@@ -388,6 +614,33 @@ int rapi_stream_ordered_peer(rap_allocator *a, int device, int enable) {
   (void)device;
   (void)enable;
   return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: " SO_BUILD, rap_allocator_name(a));
+}
+
+rapi_ipc_export *rapi_stream_ordered_ipc(rap_allocator *a) {
+  (void)a;
+  return NULL;
+}
+
+static int no_pool_ipc(void) {
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc: a StreamOrdered pool's blocks are imported by a "
+                   "CUDA build of rap, and " SO_BUILD);
+}
+int rapi_ipc_pool_open(int device, int fd, void **pool) {
+  (void)device, (void)fd, (void)pool;
+  return no_pool_ipc();
+}
+void rapi_ipc_pool_close(int device, void *pool) { (void)device, (void)pool; }
+int rapi_ipc_pool_import(int device, void *pool, const unsigned char data[64], void **ptr) {
+  (void)device, (void)pool, (void)data, (void)ptr;
+  return no_pool_ipc();
+}
+int rapi_ipc_pool_reach(int device, void *pool, rap_resource *r, uint64_t *granted) {
+  (void)device, (void)pool, (void)r, (void)granted;
+  return no_pool_ipc();
+}
+int rapi_ipc_pool_free(int device, void *ptr, rap_resource *r, void *const *events, unsigned n) {
+  (void)device, (void)ptr, (void)r, (void)events, (void)n;
+  return no_pool_ipc();
 }
 
 /* The tracked body's methods: never reached, since making one fails (as no_cuda.c's platforms). */

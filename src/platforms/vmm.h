@@ -113,6 +113,7 @@ extern const rap_strategy rapi_device_vmm_strategy;
 #define RAPI_IPC_PIECE ((size_t)1 << 30) /* an exporting platform maps in pieces of at most this */
 #define RAPI_IPC_HOST 1                  /* the kinds of exporting platform */
 #define RAPI_IPC_DEVICE 2
+#define RAPI_IPC_POOL 3                  /* StreamOrdered(pool=new, export=posix): CUDA's pool IPC */
 /* Reads export=posix|fabric|auto|none into *mode (0 none, 1 posix, 2 fabric, 3 auto); HostVmm
  * takes posix and none only. */
 int  rapi_ipc_export_option(rap_allocator *self, rap_options *opts, bool device, int *mode);
@@ -121,6 +122,28 @@ int  rapi_ipc_export_mode(const char *who, const char *text, bool device, int *m
 /* Starts an exporting platform's shared state (after rapi_vmm_start); on failure nothing stays. */
 int  rapi_ipc_export_start(rapi_vmm *v, int kind);
 void rapi_ipc_export_stop(rapi_vmm *v);   /* the platform goes: importers are refused from now */
+/* A StreamOrdered pool's: where a block lies (the id of the allocation it is in, its offset there,
+ * cudaMemPoolExportPointer's data for that allocation), said by the platform (stream_ordered.c)
+ * when a pool over it exports the block; its shared state is started with the descriptor of the
+ * pool's shareable handle (kept open by the platform until after the stop). */
+typedef struct rapi_ipc_place {
+  uint64_t alloc, offset;
+  unsigned char data[64];
+} rapi_ipc_place;
+typedef int (*rapi_ipc_locate_fn)(rap_allocator *self, void *ptr, size_t bytes, rapi_ipc_place *out);
+int  rapi_ipc_pool_export_start(rap_allocator *self, int device, int pool_fd, rapi_ipc_locate_fn locate,
+                                rapi_ipc_export **out);
+void rapi_ipc_pool_export_stop(rapi_ipc_export *x);
+rapi_ipc_export *rapi_stream_ordered_ipc(rap_allocator *a);   /* NULL: made without export= */
+/* The importer's side of a pool (stream_ordered.c): open the exporter's pool from its handle (fd,
+ * which the call does not close) and let it go; import an allocation; give the device of r's
+ * stream access where it is another (granted: the devices given it, bits); free one imported here
+ * on r's stream after the events given (r NULL: on the host, waited for). */
+int  rapi_ipc_pool_open(int device, int fd, void **pool);
+void rapi_ipc_pool_close(int device, void *pool);
+int  rapi_ipc_pool_import(int device, void *pool, const unsigned char data[64], void **ptr);
+int  rapi_ipc_pool_reach(int device, void *pool, rap_resource *r, uint64_t *granted);
+int  rapi_ipc_pool_free(int device, void *ptr, rap_resource *r, void *const *events, unsigned n);
 /* Every mapping made or given back by an exporting platform (vmm.c, under the platform's lock). */
 int  rapi_ipc_extent_add(rapi_vmm *v, rapi_vmm_extent *e);
 void rapi_ipc_extent_remove(rapi_vmm *v, rapi_vmm_extent *e);

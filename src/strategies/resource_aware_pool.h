@@ -91,7 +91,7 @@ typedef struct ra_pool {          /* its own fields first, beside the engine's h
 static inline bool passed(const rstate *rs, uint64_t tag) { return rs->sync || tag <= rs->done; }
 
 /* A resource whose uses are fenced per block, not per batch (the ipc resource of an exporting
- * platform: resources/ipc.c): a use of it carries its token in tag, is asked whether it passed,
+ * platform: platforms/ipc.c): a use of it carries its token in tag, is asked whether it passed,
  * and is never waited for. */
 static inline bool per_block(const rstate *rs) { return rs->r->ops->use_passed != NULL; }
 

@@ -5,117 +5,15 @@
  * queue is gated by a pipe this process writes to: no sleeps.
  */
 #define _GNU_SOURCE   /* pipe2, fdopen */
-#include "shared_helpers.h"
+#include "ipc_driver.h"
 #include "test_util.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <signal.h>
-#include <spawn.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-extern char **environ;
 
 #define POOL "ResourceAwarePool(HostVmm(export=posix, reserve=1GiB))"
 #define MIB ((size_t)1 << 20)
-
-typedef struct peer {
-  pid_t pid;
-  FILE *in, *out;
-  int gate;
-} peer;
-
-static void peer_start(peer *p) {
-  int in[2], out[2], gate[2];
-  RAP_CHECK(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0 && pipe2(gate, O_CLOEXEC) == 0);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, gate[0], 3);
-  char path[4096];
-  peer_path(path, sizeof path, "rap_ipc_peer", RAP_IPC_PEER);
-  char *argv[] = {path, NULL};
-  int err = posix_spawn(&p->pid, path, &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(in[0]);
-  close(out[1]);
-  close(gate[0]);
-  RAP_CHECK(err == 0);
-  p->in = fdopen(in[1], "w");
-  p->out = fdopen(out[0], "r");
-  p->gate = gate[1];
-  RAP_CHECK(p->in != NULL && p->out != NULL);
-}
-
-/* Sends one command and returns the answer line (without its newline). */
-static const char *peer_say(peer *p, char *buf, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static const char *peer_say(peer *p, char *buf, size_t cap, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(p->in, fmt, ap);
-  va_end(ap);
-  fputc('\n', p->in);
-  fflush(p->in);
-  if (fgets(buf, (int)cap, p->out) == NULL) rap_test_fail(__FILE__, __LINE__, "the peer did not answer");
-  buf[strcspn(buf, "\n")] = '\0';
-  return buf;
-}
-
-#define PEER_OK(p, ...)                                                                            \
-  ({                                                                                               \
-    char b_[1024];                                                                                 \
-    const char *a_ = peer_say((p), b_, sizeof b_, __VA_ARGS__);                                    \
-    if (strncmp(a_, "ok ", 3) != 0) rap_test_fail(__FILE__, __LINE__, "peer: %s", a_);             \
-    strtoull(a_ + 3, NULL, 10);                                                                    \
-  })
-#define PEER_ERR(p, status, words, ...)                                                            \
-  do {                                                                                             \
-    char b_[1024];                                                                                 \
-    const char *a_ = peer_say((p), b_, sizeof b_, __VA_ARGS__);                                    \
-    if (strncmp(a_, "err " status " ", strlen("err " status " ")) != 0)                            \
-      rap_test_fail(__FILE__, __LINE__, "peer answered '%s', expected %s", a_, status);            \
-    RAP_CHECK_STR(a_, words);                                                                      \
-  } while (0)
-
-/* quit: the peer closes what is left and ends cleanly; else it ends at once, closing nothing. */
-static void peer_end(peer *p, bool quit) {
-  fputs(quit ? "quit\n" : "exit\n", p->in);
-  fclose(p->in);
-  fclose(p->out);
-  close(p->gate);
-  int status = 0;
-  RAP_CHECK(waitpid(p->pid, &status, 0) == p->pid);
-  RAP_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-}
-
-static void hex(const rap_ipc_desc *d, char *out) {
-  for (size_t i = 0; i < sizeof d->bytes; i++) sprintf(out + 2 * i, "%02x", d->bytes[i]);
-}
-
-static unsigned long long import(peer *p, const rap_ipc_desc *d, const char *how) {
-  char h[2 * sizeof d->bytes + 1];
-  hex(d, h);
-  return PEER_OK(p, "import %s %s", h, how);
-}
-
-static rap_stats stats(rap_allocator *a) {
-  rap_stats s;
-  RAP_CHECK_OK(rap_allocator_stats(a, &s));
-  return s;
-}
-
-/* The pool polls its pending blocks (a release, as a miss would) and answers what is pending. */
-static size_t pending_after_poll(rap_allocator *a) {
-  RAP_CHECK_OK(rap_release(a));
-  RAP_CHECK_OK(rap_allocator_check(a));
-  return stats(a).pending_bytes;
-}
 
 RAP_TEST(Ipc, ABlockCrossesAndComesBackOnlyAfterTheImporterClosedIt) {
   rap_manager *rm = tu_manager();
@@ -340,14 +238,60 @@ RAP_TEST(Ipc, ALargeChunkIsMappedInPiecesAndABlockAcrossThemArrives) {
 
 /* ---- bad input: a status, a sentence, and the exporter's pool as it was ---------------------- */
 
-static uint64_t fnv(const unsigned char *p, size_t n) {
-  uint64_t h = UINT64_C(14695981039346656037);
-  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * UINT64_C(1099511628211);
-  return h;
-}
-
-static void same_stats(rap_stats a, rap_stats b) {
-  RAP_CHECK(memcmp(&a, &b, sizeof a) == 0);
+/* A descriptor nobody will import holds its block (its importer may still be on the way): the
+ * exporter takes it back with rap_ipc_revoke, and a late import of it is refused. One that was
+ * imported is not revoked: its importer holds the block until it closes it. */
+RAP_TEST(Ipc, ADescriptorNobodyImportedIsRevokedAndItsBlockComesBack) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL, *other = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", POOL, &pool));
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "other", POOL, &other));
+  void *a = NULL, *b = NULL, *c = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &a, MIB, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, &b, MIB, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, &c, MIB, NULL));
+  rap_ipc_desc da, db, dc;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &da));
+  RAP_CHECK_OK(rap_ipc_export(pool, b, &db));
+  RAP_CHECK_OK(rap_ipc_export(pool, c, &dc));
+  /* Sent to nobody: freed, it stays pending however often the pool polls. */
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK(pending_after_poll(pool) >= MIB);
+  RAP_CHECK_OK(rap_ipc_revoke(pool, &da));
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  RAP_CHECK_STATUS(rap_ipc_revoke(pool, &da), RAP_ERR_NOT_FOUND);
+  RAP_CHECK_STR(rap_last_error(), "no longer exported");
+  /* Revoked while the block is still live: an importer that comes later is refused. */
+  RAP_CHECK_OK(rap_ipc_revoke(pool, &dc));
+  peer p;
+  peer_start(&p);
+  char h[129];
+  hex(&dc, h);
+  PEER_ERR(&p, "RAP_ERR_NOT_FOUND", "revoked", "import %s host", h);
+  /* Imported: not revoked, and the block stays held until the close. */
+  unsigned long long i = import(&p, &db, "host");
+  rap_stats before = stats(pool);
+  RAP_CHECK_STATUS(rap_ipc_revoke(pool, &db), RAP_ERR_BUSY);
+  RAP_CHECK_STR(rap_last_error(), "imported the descriptor already");
+  same_stats(before, stats(pool));
+  /* Bad input: another pool's allocator, a corrupted descriptor, NULLs. */
+  RAP_CHECK_STATUS(rap_ipc_revoke(other, &db), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "not exported from its memory");
+  rap_ipc_desc bad = db;
+  bad.bytes[33] ^= 1;
+  RAP_CHECK_STATUS(rap_ipc_revoke(pool, &bad), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "check does not match");
+  RAP_CHECK_STATUS(rap_ipc_revoke(NULL, &db), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_ipc_revoke(pool, NULL), RAP_ERR_INVALID);
+  same_stats(before, stats(pool));
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  RAP_CHECK(pending_after_poll(pool) >= MIB);
+  PEER_OK(&p, "close %llu host", i);
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  peer_end(&p, true);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
 RAP_TEST(IpcBadInput, DescriptorsThatAreForgedTruncatedOrStaleAreRefused) {
@@ -385,6 +329,14 @@ RAP_TEST(IpcBadInput, DescriptorsThatAreForgedTruncatedOrStaleAreRefused) {
   memcpy(s.bytes + 48, &check, 8);
   hex(&s, h);
   PEER_ERR(&p, "RAP_ERR_NOT_FOUND", "no longer exported", "import %s host", h);
+  /* Made by another version of rap (the version at byte 4), its check intact. */
+  rap_ipc_desc v = d;
+  v.bytes[4] = 1;
+  v.bytes[5] = 0;
+  check = fnv(v.bytes, 48);
+  memcpy(v.bytes + 48, &check, 8);
+  hex(&v, h);
+  PEER_ERR(&p, "RAP_ERR_INVALID", "another version of rap", "import %s host", h);
   /* Import in the exporting process. */
   void *q = NULL;
   RAP_CHECK_STATUS(rap_ipc_import(rm, &d, NULL, &q), RAP_ERR_INVALID);
@@ -504,6 +456,8 @@ RAP_TEST(IpcBadInput, SpecCheckKnowsTheExportOption) {
       "ThreadSafe(ResourceAwarePool(DeviceVmm(export=auto)))",
       "ResourceAwarePool(DeviceVmm(export=none))",
       "ResourceAwarePool(HostVmm(export=posix, reserve=1GiB))",
+      "ResourceAwarePool(StreamOrdered(pool=new, export=posix))",
+      "ResourceAwarePool(StreamOrdered(export=none))",
   };
   for (size_t i = 0; i < sizeof goods / sizeof goods[0]; i++)
     if (rap_spec_check(goods[i]) != RAP_OK)
@@ -516,6 +470,10 @@ RAP_TEST(IpcBadInput, SpecCheckKnowsTheExportOption) {
       {"ResourceAwarePool(HostVmm(export=fabric, reserve=1GiB))",
        "option 'export' must be posix or none, not 'fabric'"},
       {"ResourceAwarePool(DeviceVmm(exprot=posix))", "did you mean 'export'?"},
+      {"ResourceAwarePool(StreamOrdered(pool=new, export=fabric))",
+       "option 'export' must be posix or none, not 'fabric'"},
+      {"ResourceAwarePool(StreamOrdered(export=posix))", "export=posix needs pool=new"},
+      {"ResourceAwarePool(StreamOrdered(pool=default, export=posix))", "export=posix needs pool=new"},
   };
   for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
     int st = rap_spec_check(bads[i].spec);
@@ -524,4 +482,29 @@ RAP_TEST(IpcBadInput, SpecCheckKnowsTheExportOption) {
       rap_test_fail(__FILE__, __LINE__, "'%s' gave %s '%s', expected RAP_ERR_INVALID with '%s'",
                     bads[i].spec, rap_status_name(st), st ? rap_last_error() : "", bads[i].why);
   }
+}
+
+/* StreamOrdered's export= is read before a device is asked for, so a machine without one refuses
+ * the same bad options with the same sentences (a build without CUDA has no StreamOrdered). */
+RAP_TEST(IpcBadInput, StreamOrderedExportNeedsAPoolOfItsOwn) {
+  rap_manager *rm = tu_manager();
+  static const struct {
+    const char *spec, *why;
+  } cases[] = {
+      {"StreamOrdered(export=posix)", "export=posix needs pool=new"},
+      {"StreamOrdered(pool=default, export=posix)", "the device's default pool"},
+      {"StreamOrdered(pool=new, export=fabric)", "option 'export' must be posix or none, not 'fabric'"},
+      {"StreamOrdered(pool=new, export=bogus)", "not 'bogus'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    rap_allocator *a = NULL;
+    int st = rap_allocator_make_spec(rm, "so", cases[i].spec, &a);
+    if (st == RAP_ERR_UNSUPPORTED && rap_test_contains(rap_last_error(), "StreamOrdered is CUDA's"))
+      continue;   /* no CUDA backend in this build */
+    if (st != RAP_ERR_INVALID || !rap_test_contains(rap_last_error(), cases[i].why))
+      rap_test_fail(__FILE__, __LINE__, "'%s' gave %s '%s', expected RAP_ERR_INVALID with '%s'",
+                    cases[i].spec, rap_status_name(st), st ? rap_last_error() : "", cases[i].why);
+    RAP_CHECK(a == NULL);
+  }
+  RAP_CHECK_OK(rap_manager_destroy(rm));
 }

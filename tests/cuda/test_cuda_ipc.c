@@ -1,29 +1,28 @@
 /* test_cuda_ipc.c — memory across processes on a GPU: the two-process race detector. This process
- * allocates blocks of a ResourceAwarePool over DeviceVmm(export=posix) on its stream, a kernel
+ * allocates blocks of a ResourceAwarePool over DeviceVmm(export=posix) or StreamOrdered(pool=new,
+ * export=posix) on its stream, a kernel
  * writes each block's tag, and it hands the descriptor to another process (ipc_cuda_peer.c), which
  * reads the block on its own stream after a random time and closes it there; this process runs
  * ahead, frees each block at once and allocates the next. A block reused before the importer's
  * work passed shows as foreign bytes in the importer's copies. CUDA only; skips without a device.
- * The protocol's host side is tested in CI by test_ipc.c (HostVmm).
+ * The protocol's host side is tested in CI by test_ipc.c (HostVmm); the StreamOrdered cases here
+ * drive that file's importer (ipc_peer.c: import and close, no reads of device memory).
  */
+#include "../c/ipc_driver.h"
 #include "../c/rap_test.h"
-#include "../c/shared_helpers.h"
 #include "kernels.h"
 
 #include <cuda_runtime_api.h>
 #include <rap/cuda.h>
 #include <rap/strategy.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-extern char **environ;
-
-static void race(const char *spec, int steps, size_t size) {
+/* importer: the device of the importer's stream and kernels, or -1 for this process's current one
+ * (the exporter's). */
+static void race_on(const char *spec, int steps, size_t size, int importer) {
   rap_manager *rm = NULL;
   RAP_CHECK_OK(rap_manager_create(&rm));
   rap_allocator *pool = make_or_skip(rm, "exporter", spec);
@@ -40,8 +39,8 @@ static void race(const char *spec, int steps, size_t size) {
   posix_spawn_file_actions_addclose(&fa, out[0]);
   char arg[32], dev[16];
   snprintf(arg, sizeof arg, "%zu", size);
-  int device = 0;
-  RAP_CHECK(cudaGetDevice(&device) == cudaSuccess);
+  int device = importer;
+  if (device < 0) RAP_CHECK(cudaGetDevice(&device) == cudaSuccess);
   snprintf(dev, sizeof dev, "%d", device);
   char path[4096];
   peer_path(path, sizeof path, "rap_ipc_cuda_peer", RAP_IPC_CUDA_PEER);
@@ -83,12 +82,35 @@ static void race(const char *spec, int steps, size_t size) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+static void race(const char *spec, int steps, size_t size) { race_on(spec, steps, size, -1); }
+
 RAP_TEST(CudaIpc, TwoProcessesOneGpuNoBlockReusedBeforeTheImporterPassed) {
   race("ResourceAwarePool(DeviceVmm(export=posix, reserve=8GiB), initial_size=4MiB, next_size=2MiB)", 24, (size_t)4 << 20);
 }
 
 RAP_TEST(CudaIpc, AutoExportFallsBackToPosixWhereFabricIsRefused) {
   race("ResourceAwarePool(DeviceVmm(export=auto, reserve=8GiB), initial_size=4MiB, next_size=2MiB)", 12, (size_t)1 << 20);
+}
+
+/* export=fabric: the importer maps each piece through its fabric handle (no descriptor of the
+ * exporter's), the route that also crosses nodes; it needs an IMEX channel, and skips where the
+ * driver refuses fabric memory (RAP_LOG_LEVEL=info in the importer says when it fell back to the
+ * POSIX descriptor). */
+RAP_TEST(CudaIpc, FabricExportWhereTheMachineMakesFabricMemory) {
+  const char *spec = "ResourceAwarePool(DeviceVmm(export=fabric, reserve=8GiB), initial_size=4MiB, "
+                     "next_size=2MiB)";
+  rap_manager *rm = NULL;
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  rap_allocator *a = NULL;
+  int st = rap_allocator_make_spec(rm, "probe", spec, &a);
+  if (st != RAP_OK && st != RAP_ERR_UNSUPPORTED) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", rap_last_error());
+    RAP_CHECK_OK(rap_manager_destroy(rm));
+    RAP_SKIP("fabric memory is refused here (no IMEX channel?): %s", why);
+  }
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+  race(spec, 12, (size_t)2 << 20);
 }
 
 /* Two GPUs: the exporter's memory on device 1, read by the importer through its own mapping. */
@@ -118,5 +140,163 @@ RAP_TEST(CudaIpc, ExportedMemoryIsWhatNcclRegisters) {
   void *q = NULL;
   RAP_CHECK_STATUS(rap_ipc_import(rm, &d, NULL, &q), RAP_ERR_INVALID);   /* this process */
   RAP_CHECK_OK(rap_deallocate(pool, p, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* ---- StreamOrdered(pool=new, export=posix): CUDA's pool IPC under the same protocol ------------ */
+
+#define SO_POOL "ResourceAwarePool(StreamOrdered(pool=new, export=posix), initial_size=4MiB, next_size=2MiB)"
+#define MIB ((size_t)1 << 20)
+
+RAP_TEST(CudaIpc, StreamOrderedTwoProcessesOneGpuNoBlockReusedBeforeTheImporterPassed) {
+  race(SO_POOL, 24, (size_t)4 << 20);
+}
+
+RAP_TEST(CudaIpc, StreamOrderedTwoProcessesOnTheSecondGpu) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
+    (void)cudaGetLastError();
+    RAP_SKIP("needs two GPUs");
+  }
+  RAP_CHECK(cudaSetDevice(1) == cudaSuccess);
+  race("ResourceAwarePool(StreamOrdered(device=1, pool=new, export=posix), initial_size=4MiB, "
+       "next_size=2MiB)", 16, (size_t)2 << 20);
+  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
+}
+
+/* Across two GPUs: the exporter's pool on device 1, the importer's stream and kernels on device 0,
+ * which reads and writes the memory over the peer link (the import gives device 0 access to the
+ * imported pool: an imported pool is accessible from its own device only). */
+RAP_TEST(CudaIpc, StreamOrderedImportedOnTheOtherGpu) {
+  int n = 0, can = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
+    (void)cudaGetLastError();
+    RAP_SKIP("needs two GPUs");
+  }
+  if (cudaDeviceCanAccessPeer(&can, 0, 1) != cudaSuccess || !can) {
+    (void)cudaGetLastError();
+    RAP_SKIP("device 0 cannot access device 1's memory (no peer link)");
+  }
+  RAP_CHECK(cudaSetDevice(1) == cudaSuccess);
+  race_on("ResourceAwarePool(StreamOrdered(device=1, pool=new, export=posix), initial_size=4MiB, "
+          "next_size=2MiB)", 16, (size_t)2 << 20, 0);
+  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
+}
+
+/* Two blocks of one chunk (one allocation of CUDA's pool, imported once by the peer): each freed
+ * block stays pending until the peer closed it, and the last close gives the imported allocation
+ * back before the exporter's pool can; an importer that ends without closing gives its blocks
+ * back at the next poll. */
+RAP_TEST(CudaIpc, StreamOrderedFreeWaitsForTheImportersClose) {
+  rap_manager *rm = NULL;
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  rap_allocator *pool = make_or_skip(rm, "so", SO_POOL);
+  void *a = NULL, *b = NULL, *c = NULL, *x = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &a, MIB, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, &b, MIB, NULL));
+  rap_ipc_desc da, db, dc;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &da));
+  RAP_CHECK_OK(rap_ipc_export(pool, b, &db));
+  peer p;
+  peer_start(&p);
+  unsigned long long ia = import(&p, &da, "host"), ib = import(&p, &db, "host");
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK(pending_after_poll(pool) >= MIB);
+  RAP_CHECK_OK(rap_allocate(pool, &x, MIB, NULL));
+  RAP_CHECK(x != a);   /* never handed out again meanwhile */
+  PEER_OK(&p, "close %llu host", ia);
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  RAP_CHECK(pending_after_poll(pool) >= MIB);
+  PEER_OK(&p, "close %llu host", ib);   /* the last of its allocation: freed there first */
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  /* The same allocation imported again after the peer gave it back. */
+  RAP_CHECK_OK(rap_allocate(pool, &c, MIB, NULL));
+  RAP_CHECK_OK(rap_ipc_export(pool, c, &dc));
+  (void)import(&p, &dc, "host");
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+  RAP_CHECK(pending_after_poll(pool) >= MIB);
+  peer_end(&p, false);   /* ends without closing: its context, and its import, went with it */
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  RAP_CHECK_OK(rap_deallocate(pool, x, NULL));
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(CudaIpcBadInput, StreamOrderedRefusesWhatCannotCross) {
+  rap_manager *rm = NULL;
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  rap_allocator *pool = make_or_skip(rm, "so", SO_POOL);
+  void *a = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &a, MIB, NULL));
+  rap_ipc_desc d;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+  rap_stats before = stats(pool);
+  peer p;
+  peer_start(&p);
+  char h[129];
+  rap_ipc_desc t = d;   /* truncated */
+  memset(t.bytes + 40, 0, 24);
+  hex(&t, h);
+  PEER_ERR(&p, "RAP_ERR_INVALID", "check does not match", "import %s host", h);
+  rap_ipc_desc f = d;   /* forged: another offset, the check made to match */
+  uint64_t off, check;
+  memcpy(&off, f.bytes + 32, 8);
+  off += 4096;
+  memcpy(f.bytes + 32, &off, 8);
+  check = fnv(f.bytes, 48);
+  memcpy(f.bytes + 48, &check, 8);
+  hex(&f, h);
+  PEER_ERR(&p, "RAP_ERR_INVALID", "forged", "import %s host", h);
+  void *q = NULL;   /* this process */
+  RAP_CHECK_STATUS(rap_ipc_import(rm, &d, NULL, &q), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "exported by this process");
+  hex(&d, h);   /* a CPU queue cannot order a device free */
+  PEER_ERR(&p, "RAP_ERR_INVALID", "CUDA stream or on the host", "import %s async", h);
+  unsigned long long i = import(&p, &d, "host");
+  PEER_ERR(&p, "RAP_ERR_BUSY", "imported already", "import %s host", h);
+  PEER_OK(&p, "close %llu host", i);
+  PEER_ERR(&p, "RAP_ERR_UNKNOWN_POINTER", "closed already", "close %llu host", i);
+  same_stats(before, stats(pool));
+  /* Revoked before anyone imported it. */
+  void *r = NULL;
+  rap_ipc_desc dr;
+  RAP_CHECK_OK(rap_allocate(pool, &r, MIB, NULL));
+  RAP_CHECK_OK(rap_ipc_export(pool, r, &dr));
+  RAP_CHECK_OK(rap_ipc_revoke(pool, &dr));
+  hex(&dr, h);
+  PEER_ERR(&p, "RAP_ERR_NOT_FOUND", "revoked", "import %s host", h);
+  RAP_CHECK_OK(rap_deallocate(pool, r, NULL));
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  /* StreamOrdered itself, and a pool made without export=. */
+  rap_allocator *platform = rap_allocator_parent(pool), *plain = NULL;
+  void *y = NULL, *z = NULL;
+  RAP_CHECK_OK(rap_allocate(platform, &y, MIB, NULL));
+  RAP_CHECK_STATUS(rap_ipc_export(platform, y, &d), RAP_ERR_UNSUPPORTED);
+  RAP_CHECK_STR(rap_last_error(), "ResourceAwarePool over it");
+  RAP_CHECK_OK(rap_deallocate(platform, y, NULL));
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "plain", "ResourceAwarePool(StreamOrdered(pool=new))", &plain));
+  RAP_CHECK_OK(rap_allocate(plain, &z, MIB, NULL));
+  RAP_CHECK_STATUS(rap_ipc_export(plain, z, &d), RAP_ERR_UNSUPPORTED);
+  RAP_CHECK_STR(rap_last_error(), "pool=new, export=posix");
+  RAP_CHECK_OK(rap_deallocate(plain, z, NULL));
+  rap_allocator *bad = NULL;
+  RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "bad", "StreamOrdered(export=posix)", &bad), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "needs pool=new");
+  /* A destroyed pool. */
+  rap_allocator *gone = make_or_skip(rm, "gone", SO_POOL);
+  void *g = NULL;
+  rap_ipc_desc dg;
+  RAP_CHECK_OK(rap_allocate(gone, &g, MIB, NULL));
+  RAP_CHECK_OK(rap_ipc_export(gone, g, &dg));
+  RAP_CHECK_OK(rap_deallocate(gone, g, NULL));
+  rap_allocator *gone_platform = rap_allocator_parent(gone);
+  RAP_CHECK_OK(rap_allocator_destroy(gone));
+  RAP_CHECK_OK(rap_allocator_destroy(gone_platform));
+  hex(&dg, h);
+  PEER_ERR(&p, "RAP_ERR_NOT_FOUND", "", "import %s host", h);
+  peer_end(&p, true);
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
