@@ -20,6 +20,7 @@ launches each run with torchrun and then prints one table.
 
 import argparse
 import glob
+import gc
 import json
 import os
 import re
@@ -145,7 +146,22 @@ def cmd_train(args):
             r["error"] = "%s: %s" % (type(e).__name__, str(e)[:500])
             r["traceback"] = traceback.format_exc()[-2000:]
         _dump(args.out, "train_%s_%s_run%d_rank%d" % (mode, alloc, args.run, rank), r)
+    _release_pool(torch, dist, pool)
+    pool = None   # the last reference: ~MemPool runs now, while the group is alive
+    gc.collect()
     dist.destroy_process_group()
+
+
+def _release_pool(torch, dist, pool):
+    """A registered pool is deregistered and goes before its process group: after the group, its
+    segments' deregistration asks a destroyed communicator and PyTorch ends the process."""
+    if pool is None:
+        return
+    import gc
+    import rap_torch
+    torch.cuda.synchronize()
+    dist.barrier()
+    rap_torch.deregister_mem_pool(pool)
 
 
 def _time_all_reduce(torch, dist, x, n=20):
@@ -204,12 +220,18 @@ def cmd_nccl(args):
             del ddp, model
         r["ddp_grads_equal"] = all(torch.equal(a, b) for a, b in zip(grads[0], grads[1]))
         r["ok"] = r["registrable"] and r["all_reduce_equal"] and r["ddp_grads_equal"]
-        del early
+        del early, reg, nat, src, grads   # the pool's tensors go before the pool (_release_pool)
     except Exception as e:  # noqa: BLE001
         r["error"] = "%s: %s" % (type(e).__name__, str(e)[:600])
         r["traceback"] = traceback.format_exc()[-2500:]
         r["ok"] = False
     _dump(args.out, "nccl_rank%d" % rank, r)
+    try:
+        _release_pool(torch, dist, pool)
+    except NameError:
+        pass   # the pool was never made: its error is in r
+    pool = None   # the last reference: ~MemPool runs now, while the group is alive
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 

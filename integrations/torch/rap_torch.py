@@ -579,6 +579,17 @@ def register_mem_pool(pool, group=None, device=None):
     backend.register_mem_pool(pool)
 
 
+def deregister_mem_pool(pool, group=None, device=None):
+    """Undoes register_mem_pool: NCCL lets go of the pool's segments. Call it before the process
+    group is destroyed and before the pool goes: a registered MemPool that outlives its group
+    frees its segments through PyTorch's deregistration hook, which asks the destroyed group's
+    communicator and ends the process (PyTorch 2.11: "NCCL communicator was aborted")."""
+    import torch.distributed as dist
+    d = _device(device)
+    backend = (group if group is not None else dist.group.WORLD)._get_backend(torch.device("cuda", d))
+    backend.deregister_mem_pool(pool)
+
+
 def spec(device=None):
     return _loader.spec(_library(), "torch", _device(device) if device is not None else 0)
 

@@ -50,4 +50,8 @@ for a in native rap; do
 done
 echo "all runs done after $((SECONDS - t0)) s" | tee -a "$log"
 "$py" "$here/bench_distributed.py" report --out "$out" 2>>"$log" | tee "$out/distributed_table.md"
-exit "${PIPESTATUS[0]}"
+rc=${PIPESTATUS[0]}
+# The per-run files in one archive (a device machine may send back only a few files).
+tar czf "$out/distributed_runs.tgz" -C "$out" $(cd "$out" && ls train_*.json nccl_*.json nccl-reg.* handoff_*.json 2>/dev/null) 2>/dev/null &&
+  rm -f "$out"/train_*.json "$out"/nccl_rank*.json "$out"/nccl-reg.*
+exit "$rc"
