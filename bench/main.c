@@ -84,6 +84,8 @@ static const struct workload {
     {"s", 1, wl_s, "sleep and wake over DEVICE_VMM: backup and restore against a plain copy"},
     {"x-host", 0, wl_x_host, "memory across processes, host memory: per block, opening a pool"},
     {"x", 1, wl_x, "memory across processes, device memory: per block, opening a pool, CUDA IPC"},
+    {"p", 1, wl_p, "the Planned strategy: a hit and a miss per pair, device memory"},
+    {"p-host", 0, wl_p_host, "the Planned strategy: a hit and a miss per pair, host memory"},
 };
 
 static void load_torch_plugin(void) {
@@ -170,7 +172,8 @@ static void usage(FILE *f) {
           "               g       two GPUs: device 0's memory from device 1's stream, a hand-off\n"
           "               f       a recorded trace (a GPT-2 training step from PyTorch's memory\n"
           "                       history; RAP_BENCH_TRACE_F names another), device memory\n"
-          "               b-host, c-host, e-host, e-x-host, f-host: b, c, e, e-x, f over host memory\n"
+          "               p       the Planned strategy: a hit, a miss in step, a miss lost, per pair\n"
+          "               b-host, c-host, e-host, e-x-host, f-host, p-host: over host memory\n"
           "  --quick      a smoke run: fewer repetitions, smaller traces, no 10^5+ live blocks\n"
           "  --reps N     timed repetitions per figure (default 7)\n"
           "  --rep-ms MS  length of one timed repetition (default 20)\n"
