@@ -139,7 +139,7 @@ static int by_count(const void *x, const void *y) {
 }
 
 size_t plan_period(const uint64_t *sig, size_t n, size_t *start) {
-  enum { W = 8, CANDIDATES = 48 };
+  enum { W = 8, CANDIDATES = 512 };
   if (n < 2 * W) return 0;
   /* Candidate shifts: distances between repeats of the same window of W signatures. */
   pmap last = {0}, counts = {0};
@@ -166,11 +166,13 @@ size_t plan_period(const uint64_t *sig, size_t n, size_t *start) {
   size_t best_d = 0, best_run = 0, best_start = 0;
   for (size_t i = 0; i < nc && i < CANDIDATES; i++) {
     size_t d = cs[i].d, s = 0;
-    if (d < 2 || 2 * d > n) continue;
+    if (d < 2 || 3 * d > 2 * n) continue;   /* half of it must repeat */
     size_t run = run_at(sig, n, d, &s);
-    /* A period repeats at least half of itself; the longest repetition wins, ties the shorter. */
+    /* A period repeats at least half of itself. The one whose repetition spans the most of the
+     * sequence (run + d: a layer repeated twelve times inside an iteration spans less than the
+     * iterations do) wins; ties the shorter. */
     if (2 * run < d) continue;
-    if (run > best_run || (run == best_run && d < best_d)) {
+    if (run + d > best_run + best_d || (run + d == best_run + best_d && d < best_d)) {
       best_d = d;
       best_run = run;
       best_start = s;

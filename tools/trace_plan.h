@@ -49,8 +49,9 @@ void plan_domain_free(plan_domain *d);
 /* Writes the domains as one plan file; 0, or -1 (errno set by stdio). */
 int  plan_write(FILE *f, const plan_domain *d, size_t nd);
 
-/* The period of a signature sequence: the shift under which it repeats longest (at most one in
- * five mismatching), or 0 when none repeats for a whole period. *start: where that run begins. */
+/* The period of a signature sequence: the shift d under which it repeats (at most one in five
+ * mismatching) over the longest stretch, counted as the run plus d, or 0 when nothing repeats for
+ * half a period. *start: where that repetition begins. */
 size_t plan_period(const uint64_t *sig, size_t n, size_t *start);
 
 #endif
