@@ -35,6 +35,7 @@ static int usage(FILE *f) {
           "                        [--max-resources N (256)] [--json]\n"
           "       rap-trace plot TRACE -o FILE.svg|FILE.html [--allocator NAME] [--title TEXT]\n"
           "       rap-trace plan TRACE -o PLAN [--allocator NAME] [--alignment N (256)] [--skip N (0)]\n"
+          "                        [--place-dynamic]\n"
           "       rap-trace --help | --version\n"
           "TRACE is a file written with RAP_TRACE=FILE (or rap_trace_start); docs/trace.md has its format.\n");
   return f == stderr ? 2 : 0;
@@ -347,11 +348,15 @@ int main(int argc, char **argv) {
   const char *path = argv[2];
   replay_opts ro = {NULL, NULL, "host_async", 0, 256};
   plot_opts po = {NULL, NULL, NULL};
-  plan_cli pc = {NULL, NULL, {256, 0}};
+  plan_cli pc = {NULL, NULL, {256, 0, 0}};
   for (int i = 3; i < argc; i++) {
     const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(arg, "--json") == 0) {
       ro.json = 1;
+      continue;
+    }
+    if (strcmp(arg, "--place-dynamic") == 0) {
+      pc.o.dynamic = 1;
       continue;
     }
     if (val == NULL) {

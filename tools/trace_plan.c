@@ -342,6 +342,14 @@ int plan_build(const trace *t, int a, const plan_opts *o, plan_domain *out, char
     size_t start = 0;
     p = plan_period(sig, cs.n, &start);
     if (p == 0) {
+      /* Sizes that follow the data (a mixture of experts) hide the period; the order of
+       * allocations and frees does not: the signature becomes (stream, lifetime). */
+      for (size_t i = 0; i < cs.n; i++)
+        sig[i] = (cs.c[i].free_at == PLAN_NONE ? 0 : cs.c[i].free_at - i + 1) * 0x9E3779B97F4A7C15ull +
+                 cs.c[i].stream + 1;
+      p = plan_period(sig, cs.n, &start);
+    }
+    if (p == 0) {
       snprintf(err, cap, "the %zu allocations of '%s' do not repeat: no iteration found (a trace of "
                "two or more iterations, or step lines, docs/trace.md)", cs.n, t->names[a]);
       goto out;
@@ -375,13 +383,27 @@ int plan_build(const trace *t, int a, const plan_opts *o, plan_domain *out, char
     e->start = k;
     e->end = c->free_at == PLAN_NONE ? PLAN_NONE : c->free_at - base;
     /* The same allocation in the iterations after it (same place, same signature): its longest
-     * lifetime, so that a later iteration's slower free does not make it miss. */
+     * lifetime, so that a later iteration's slower free does not make it miss. Where only its size
+     * differs (within a factor of two, on the same stream, its neighbours the same: a size that
+     * follows the data, as a mixture of experts' routed tokens do), its sizes widen to cover them. */
     for (size_t j = base + k + p; !out->by_steps && j < cs.n; j += p) {
       const call *later = &cs.c[j];
-      if (sig_of(later) != sig_of(c) || later->free_at == PLAN_NONE || e->end == PLAN_NONE) break;
+      if (later->free_at == PLAN_NONE || e->end == PLAN_NONE) break;
+      if (sig_of(later) != sig_of(c)) {
+        int nb = k > 0 && k + 1 < p && j + 1 < cs.n && sig_of(&cs.c[j - 1]) == sig_of(&cs.c[base + k - 1]) &&
+                 sig_of(&cs.c[j + 1]) == sig_of(&cs.c[base + k + 1]);
+        int same_life = c->free_at != PLAN_NONE && later->free_at - j == c->free_at - (base + k);
+        uint64_t ratio = same_life || nb ? (same_life ? 4 : 2) : 0;
+        if (later->stream != c->stream || later->size > ratio * c->size || ratio * later->size < c->size) break;
+        if (later->size < e->min) e->min = later->size;
+        if (later->size > e->max) e->max = later->size;
+      }
       if (later->free_at - (j - k) > e->end) e->end = later->free_at - (j - k);
     }
-    int recurs = e->end != PLAN_NONE && e->end - e->start <= p && c->size > 0;
+    /* A size that followed the data gets a quarter of its spread more room above. */
+    if (e->max > e->min) e->max += (e->max - e->min) / 4;
+    int recurs = e->end != PLAN_NONE && e->end - e->start <= p && c->size > 0 &&
+                 (o->dynamic || e->max <= e->min + e->min / 2);
     e->offset = recurs ? 0 : PLAN_NONE;
   }
   out->streams = cs.nids;

@@ -41,6 +41,8 @@ typedef struct plan_domain {
 typedef struct plan_opts {
   uint64_t alignment;     /* placement granule, a power of two (256 unless told) */
   size_t skip_iterations; /* iterations to pass over before the reference one (0) */
+  int dynamic;            /* place entries whose size varies by more than half (off: the parent
+                             serves them, as the plan says) */
 } plan_opts;
 
 /* Builds the plan of allocator a (an index into t->names). 0, or -1 with a sentence in err. */

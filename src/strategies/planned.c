@@ -239,10 +239,13 @@ static void take_arena(planned *p) {
              (unsigned long long)p->plan.arena);
 }
 
-/* Whether entry e is the request's: bytes in its range, its stream bound to rs (bound now if it
- * was not yet). */
+static inline bool fits(const rapi_plan_entry *e, size_t bytes) { return bytes >= e->min && bytes <= e->max; }
+
+/* Whether entry e is the request's: bytes in its range (for an entry whose size follows the data,
+ * within four times it: the cursor keeps in step, and a request past its place goes to the
+ * parent), its stream bound to rs (bound now if it was not yet). */
 static bool matches(planned *p, const rapi_plan_entry *e, pl_res *rs, size_t bytes) {
-  if (bytes < e->min || bytes > e->max) return false;
+  if (!fits(e, bytes) && !(e->min < e->max && bytes / 4 <= e->max && bytes >= e->min / 4)) return false;
   unsigned b = p->bind[e->stream];
   if (b == 0) p->bind[e->stream] = (uint8_t)slot_of(p, rs);
   return b == 0 || b == slot_of(p, rs);
@@ -268,6 +271,11 @@ static int serve(planned *p, size_t i, pl_res *rs, void **out, size_t bytes, rap
     p->expected++;
     return from_parent(p, out, bytes, r);
   }
+  if (!fits(e, bytes)) {
+    p->misses++;
+    RAPI_TRACE("miss", p->self, r, NULL, bytes, ",\"entry\":%zu", i);
+    return from_parent(p, out, bytes, r);
+  }
   if (p->arena_state == 0) take_arena(p);
   int ready = p->arena != NULL ? cells_ready(p, e, slot_of(p, rs)) : 0;
   if (ready < 0 && wait_cells(p, e, rs) == RAP_OK) ready = 1;
@@ -289,7 +297,8 @@ static int relock(planned *p, pl_res *rs, void **out, size_t bytes, rap_resource
   for (int k = 0; k < 2 && i == SIZE_MAX; k++) {
     size_t j = k == 0 ? p->pos : 0;
     const rapi_plan_entry *e = &p->plan.e[j];
-    if (bytes >= e->min && bytes <= e->max && (p->bind[e->stream] == 0 || p->bind[e->stream] == me)) i = j;
+    bool size_ok = fits(e, bytes) || (e->min < e->max && bytes / 4 <= e->max && bytes >= e->min / 4);
+    if (size_ok && (p->bind[e->stream] == 0 || p->bind[e->stream] == me)) i = j;
   }
   p->lost++;
   if (i == SIZE_MAX) {
@@ -448,14 +457,18 @@ static int pl_init(rap_allocator *self, void *state, rap_options *opts) {
   p->self = self;
   p->parent = rap_allocator_parent(self);
   const char *path = NULL, *domain = NULL;
-  uint64_t lookahead = 16;
+  uint64_t lookahead = 16, confirm = 4;
   int st = rap_options_get_string(opts, "plan", &path);
   if (st == RAP_OK) st = rap_options_get_string(opts, "domain", &domain);
   if (st == RAP_OK) st = rap_options_get_uint(opts, "lookahead", &lookahead);
+  if (st == RAP_OK) st = rap_options_get_uint(opts, "confirm", &confirm);
   if (st != RAP_OK) return st;
   if (path == NULL || *path == '\0')
     return rapi_fail(RAP_ERR_INVALID, "Planned('%s'): plan=FILE is required (a plan written by "
                      "rap-trace plan)", nm(p));
+  if (confirm == 0 || confirm > 4096)
+    return rapi_fail(RAP_ERR_INVALID, "Planned('%s'): confirm=%llu is not 1 to 4096 entries", nm(p),
+                     (unsigned long long)confirm);
   if (lookahead > 4096)
     return rapi_fail(RAP_ERR_INVALID, "Planned('%s'): lookahead=%llu is more than 4096 entries", nm(p),
                      (unsigned long long)lookahead);
@@ -477,7 +490,7 @@ static int pl_init(rap_allocator *self, void *state, rap_options *opts) {
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a plan of %zu entries", who, n);
   }
   for (size_t c = 0; c < p->plan.ncells; c++) p->cells[c] = (pl_cell){-1, {0, 0}, {0, 0}};
-  p->confirm = n / 4 < 1 ? 1 : n / 4 > 8 ? 8 : n / 4;
+  p->confirm = n / 4 < 1 ? 1 : n / 4 > confirm ? (size_t)confirm : n / 4;
   /* Places are aligned to the plan's granule inside an arena aligned as the parent aligns. */
   size_t pa = rap_allocator_alignment(p->parent);
   rap_allocator_set_alignment(self, pa < p->plan.alignment ? pa : (size_t)p->plan.alignment);

@@ -64,7 +64,7 @@ static void make_plan(const char *trace_path, const char *plan_path, plan_domain
   trace t;
   char err[512];
   RAP_CHECK(trace_load(trace_path, &t, err, sizeof err) == 0);
-  plan_opts o = {256, 0};
+  plan_opts o = {256, 0, 0};
   int a = trace_name(&t, "torch");
   RAP_CHECK(a >= 0);
   int rc = plan_build(&t, a, &o, d, err, sizeof err);
