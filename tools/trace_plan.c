@@ -138,7 +138,7 @@ static int by_count(const void *x, const void *y) {
   return a->count != b->count ? (a->count < b->count ? 1 : -1) : (a->d > b->d) - (a->d < b->d);
 }
 
-size_t plan_period(const uint64_t *sig, size_t n, size_t *start) {
+size_t plan_period(const uint64_t *sig, const uint64_t *life, size_t n, size_t *start) {
   enum { W = 8, CANDIDATES = 512 };
   if (n < 2 * W) return 0;
   /* Candidate shifts: distances between repeats of the same window of W signatures. */
@@ -163,7 +163,7 @@ size_t plan_period(const uint64_t *sig, size_t n, size_t *start) {
   pmap_free(&counts);
   if (cs == NULL) return 0;
   qsort(cs, nc, sizeof *cs, by_count);
-  size_t best_d = 0, best_run = 0, best_start = 0;
+  size_t best_d = 0, best_run = 0, best_start = 0, best_frac = 0;
   for (size_t i = 0; i < nc && i < CANDIDATES; i++) {
     size_t d = cs[i].d, s = 0;
     if (d < 2 || 3 * d > 2 * n) continue;   /* half of it must repeat */
@@ -172,7 +172,15 @@ size_t plan_period(const uint64_t *sig, size_t n, size_t *start) {
      * sequence (run + d: a layer repeated twelve times inside an iteration spans less than the
      * iterations do) wins; ties the shorter. */
     if (2 * run < d) continue;
-    if (run + d > best_run + best_d || (run + d == best_run + best_d && d < best_d)) {
+    /* Where lifetimes are known, an iteration's allocations are freed within it (or the next):
+     * the share of them that is, in twentieths, comes first, so that a loop inside the iteration
+     * (what it allocates outlives it) loses to the iteration. */
+    size_t frac = 0;
+    for (size_t k = s; life != NULL && k < s + d && k < n; k++) frac += life[k] <= d;
+    frac = life != NULL ? frac * 20 / d : 0;
+    if (frac > best_frac ||
+        (frac == best_frac && (run + d > best_run + best_d || (run + d == best_run + best_d && d < best_d)))) {
+      best_frac = frac;
       best_d = d;
       best_run = run;
       best_start = s;
@@ -338,17 +346,29 @@ int plan_build(const trace *t, int a, const plan_opts *o, plan_domain *out, char
       snprintf(err, cap, "out of memory");
       goto out;
     }
-    for (size_t i = 0; i < cs.n; i++) sig[i] = sig_of(&cs.c[i]);
-    size_t start = 0;
-    p = plan_period(sig, cs.n, &start);
-    if (p == 0) {
-      /* Sizes that follow the data (a mixture of experts) hide the period; the order of
-       * allocations and frees does not: the signature becomes (stream, lifetime). */
-      for (size_t i = 0; i < cs.n; i++)
-        sig[i] = (cs.c[i].free_at == PLAN_NONE ? 0 : cs.c[i].free_at - i + 1) * 0x9E3779B97F4A7C15ull +
-                 cs.c[i].stream + 1;
-      p = plan_period(sig, cs.n, &start);
+    /* Two signatures: (size, stream), and (stream, lifetime) for sizes that follow the data (a
+     * mixture of experts), where only the order of allocations and frees repeats. Each gives a
+     * period; the one whose iteration frees more of what it allocates within a period wins. */
+    size_t start = 0, best_frac = 0;
+    uint64_t *life = malloc((cs.n + 1) * sizeof *life);
+    if (life == NULL) {
+      snprintf(err, cap, "out of memory");
+      goto out;
     }
+    for (size_t i = 0; i < cs.n; i++) life[i] = cs.c[i].free_at == PLAN_NONE ? PLAN_NONE : cs.c[i].free_at - i;
+    for (int kind = 0; kind < 2; kind++) {
+      for (size_t i = 0; i < cs.n; i++)
+        sig[i] = kind == 0 ? sig_of(&cs.c[i]) : (life[i] + 1) * 0x9E3779B97F4A7C15ull + cs.c[i].stream + 1;
+      size_t s0 = 0, d = plan_period(sig, life, cs.n, &s0), frac = 0;
+      for (size_t i = s0; d > 0 && i < s0 + d && i < cs.n; i++) frac += life[i] <= d;
+      frac = d > 0 ? frac * 20 / d : 0;
+      if (d > 0 && (p == 0 || frac > best_frac)) {
+        p = d;
+        start = s0;
+        best_frac = frac;
+      }
+    }
+    free(life);
     if (p == 0) {
       snprintf(err, cap, "the %zu allocations of '%s' do not repeat: no iteration found (a trace of "
                "two or more iterations, or step lines, docs/trace.md)", cs.n, t->names[a]);

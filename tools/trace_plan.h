@@ -53,7 +53,8 @@ int  plan_write(FILE *f, const plan_domain *d, size_t nd);
 
 /* The period of a signature sequence: the shift d under which it repeats (at most one in five
  * mismatching) over the longest stretch, counted as the run plus d, or 0 when nothing repeats for
- * half a period. *start: where that repetition begins. */
-size_t plan_period(const uint64_t *sig, size_t n, size_t *start);
+ * half a period. With life (each element's lifetime, in elements; may be NULL) the share of a
+ * period's elements that end within it comes first. *start: where that repetition begins. */
+size_t plan_period(const uint64_t *sig, const uint64_t *life, size_t n, size_t *start);
 
 #endif

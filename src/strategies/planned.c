@@ -289,24 +289,35 @@ static int serve(planned *p, size_t i, pl_res *rs, void **out, size_t bytes, rap
   return RAP_OK;
 }
 
-/* Lost: requests go to the parent while the cursor follows them without serving, from the
- * iteration's first entry on, until confirm of them in a row matched the plan. */
+/* Lost: requests go to the parent while the cursor follows them without serving (from the
+ * iteration's first entry, or a little further on), until confirm of them in a row matched. */
+static bool relock_match(const planned *p, const rapi_plan_entry *e, unsigned me, size_t bytes) {
+  bool size_ok = fits(e, bytes) || (e->min < e->max && bytes / 4 <= e->max && bytes >= e->min / 4);
+  return size_ok && (p->bind[e->stream] == 0 || p->bind[e->stream] == me);
+}
+
 static int relock(planned *p, pl_res *rs, void **out, size_t bytes, rap_resource *r) {
   size_t n = p->plan.n, i = SIZE_MAX;
   unsigned me = slot_of(p, rs);
-  for (int k = 0; k < 2 && i == SIZE_MAX; k++) {
-    size_t j = k == 0 ? p->pos : 0;
-    const rapi_plan_entry *e = &p->plan.e[j];
-    bool size_ok = fits(e, bytes) || (e->min < e->max && bytes / 4 <= e->max && bytes >= e->min / 4);
-    if (size_ok && (p->bind[e->stream] == 0 || p->bind[e->stream] == me)) i = j;
-  }
   p->lost++;
+  if (relock_match(p, &p->plan.e[p->pos], me, bytes)) {
+    i = p->pos;
+    p->confirmed++;
+  } else {
+    /* Once the plan has served, an iteration that drifted from it (a different number of
+     * allocations: experts without tokens) is looked for further on; before, only at its start,
+     * so that a program's set-up is not taken for it. */
+    size_t w = p->hits > 0 ? 4 * p->lookahead : 0;
+    for (size_t k = 1; k <= w && k < n && i == SIZE_MAX; k++)
+      if (relock_match(p, &p->plan.e[(p->pos + k) % n], me, bytes)) i = (p->pos + k) % n;
+    if (i == SIZE_MAX && relock_match(p, &p->plan.e[0], me, bytes)) i = 0;
+    p->confirmed = 1;
+  }
   if (i == SIZE_MAX) {
-    p->pos = 0;
+    if (p->hits == 0) p->pos = 0;
     p->confirmed = 0;
   } else {
     p->pos = i + 1 == n ? 0 : i + 1;
-    p->confirmed = i == 0 ? 1 : p->confirmed + 1;
     if (p->confirmed >= p->confirm) p->missed = 0;
   }
   return from_parent(p, out, bytes, r);

@@ -126,10 +126,10 @@ RAP_TEST(PlanBuild, PeriodFoundAfterAPrefix) {
   for (size_t i = 0; i < 37; i++) sig[i] = 1000 + i;
   for (size_t i = 37; i < 200; i++) sig[i] = 7 + (i - 37) % 23;
   size_t start = 0;
-  RAP_CHECK_EQ(plan_period(sig, 200, &start), 23);
+  RAP_CHECK_EQ(plan_period(sig, NULL, 200, &start), 23);
   RAP_CHECK_EQ(start, 37);
   for (size_t i = 0; i < 200; i++) sig[i] = 1000 + i;   /* nothing repeats */
-  RAP_CHECK_EQ(plan_period(sig, 200, &start), 0);
+  RAP_CHECK_EQ(plan_period(sig, NULL, 200, &start), 0);
 
   char tp[256], pp[256];
   tp_path(tp, sizeof tp, "period.jsonl");
