@@ -328,6 +328,11 @@ static int plan(const trace *t, const plan_cli *c) {
            d[k].streams, d[k].streams == 1 ? "" : "s", ar, lp,
            d[k].live_peak ? (double)d[k].arena / (double)d[k].live_peak : 1.0, d[k].order ? d[k].order : "-");
   }
+  for (size_t k = 0; k < nd; k++)
+    if (d[k].iterations < 2)
+      printf("  note: '%s' was seen repeating %zu whole time%s; a plan serves what recurs (training "
+             "iterations), and a trace of a few iterations is a safer base\n", d[k].name,
+             d[k].iterations, d[k].iterations == 1 ? "" : "s");
   rc = 0;
 out:
   for (size_t k = 0; k < nd; k++) plan_domain_free(&d[k]);
