@@ -307,6 +307,32 @@ RAP_TEST(Planned, CrossStreamReuseWaitsForTheOtherQueue) {
   pf_teardown(&f);
 }
 
+/* A planned block also used on q2 (rap_record_resource): its place waits for q2 as well. */
+RAP_TEST(Planned, ARecordedUseIsWaitedFor) {
+  pf f;
+  pf_setup(&f, 0);
+  char *a, *b, *c;
+  run_tiny(&f, &a, &b, &c);
+  a = on(&f, 1000, f.q1);
+  RAP_CHECK_OK(rap_record_resource(f.a, a, f.q2));
+  fill late = {a, 1000, 0xAA};
+  RAP_CHECK_OK(rap_resource_submit(f.q2, gate_job, &f.g));
+  RAP_CHECK_OK(rap_resource_submit(f.q2, fill_job, &late));
+  b = on(&f, 300, f.q1);
+  RAP_CHECK_OK(rap_deallocate(f.a, a, f.q1));
+  c = on(&f, 500, f.q1);   /* A's place: behind a wait for q2 queued on q1 */
+  RAP_CHECK(c == a);
+  fill mine = {c, 500, 0x55};
+  RAP_CHECK_OK(rap_resource_submit(f.q1, fill_job, &mine));
+  gate_open(&f.g);
+  RAP_CHECK_OK(rap_resource_synchronize(f.q1));
+  RAP_CHECK_OK(rap_resource_synchronize(f.q2));
+  RAP_CHECK(all_bytes(c, 500, 0x55));
+  RAP_CHECK_OK(rap_deallocate(f.a, b, f.q1));
+  RAP_CHECK_OK(rap_deallocate(f.a, c, f.q1));
+  pf_teardown(&f);
+}
+
 /* A plan file that is missing, not a plan, cut short or changed is refused with a sentence. */
 RAP_TEST(Planned, BadPlanFilesAreRefused) {
   char tp[256], pp[256], bad[256], spec[700];
