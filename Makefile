@@ -16,7 +16,7 @@ build: deps
 test: build
 	cd build && $(CTEST)
 	@bash scripts/layers.sh build > build/layers.txt || { cat build/layers.txt; exit 1; }
-	@echo "layers: no circle (the graph: build/layers.txt)"
+	@echo "layers: every edge allowed, no circle (the graph: build/layers.txt)"
 	@bash scripts/test-summary.sh build
 
 # The host suite again with RAP_DEBUG=2 (stated preconditions checked, the invariant walker after
@@ -74,21 +74,28 @@ bench: build
 	./build/bench/rap-bench --out build/bench/results $(BENCH_ARGS)
 	python3 bench/plot.py build/bench/results.json build/bench/results.svg
 
-# A build for the GPU machine: made here, where the toolkit is, and carried there. That machine
-# has no package manager, so this one's libmimalloc.so.2 (libmimalloc-dev), when there is one, is
-# copied beside rap-bench, where its mimalloc peer looks first.
+# A build for the GPU machine: made here, where the toolkit is, and carried there. rap-bench's
+# optional peers come from sources that `bash scripts/fetch-peers.sh` placed under third_party/src
+# (RMM 26.06 with its CCCL, rapids-logger and spdlog; mimalloc 2.4.1; Umpire, built first by
+# scripts/build-umpire.sh into third_party/umpire-install), compiled into rap-bench here: nothing of
+# them needs carrying. That machine has no package manager, so this one's
+# libmimalloc.so.2 (libmimalloc-dev; used only where mimalloc was not built from source) and
+# libtcmalloc_minimal.so.4 (libgoogle-perftools-dev) are copied beside rap-bench, where it looks first.
 MIMALLOC_SO = $(shell $(CC) -print-file-name=libmimalloc.so.2 2>/dev/null)
+TCMALLOC_SO = $(shell $(CC) -print-file-name=libtcmalloc_minimal.so.4 2>/dev/null)
 
 device-build: deps
+	@[ -d third_party/src/rmm ] || echo "device-build: no third_party/src/rmm: rap-bench leaves RMM's peers out (bash scripts/fetch-peers.sh places them)"
+	JOBS=$(JOBS) bash scripts/build-umpire.sh
 	cmake --preset device
 	cmake --build --preset device -j $(JOBS)
-	@if [ -d device-build/bench ] && [ -f "$(MIMALLOC_SO)" ]; then \
-	  cp -L "$(MIMALLOC_SO)" device-build/bench/libmimalloc.so.2 && \
-	  echo "device-build: $$(readlink -f "$(MIMALLOC_SO)") copied to device-build/bench/libmimalloc.so.2"; \
-	elif [ -d device-build/bench ]; then \
-	  rm -f device-build/bench/libmimalloc.so.2; \
-	  echo "device-build: no libmimalloc.so.2 here (libmimalloc-dev); rap-bench will skip its mimalloc peer"; \
-	fi
+	@for so in "$(MIMALLOC_SO)" "$(TCMALLOC_SO)"; do \
+	  [ -d device-build/bench ] || break; \
+	  name=$$(basename "$$so"); \
+	  if [ -f "$$so" ]; then cp -L "$$so" "device-build/bench/$$name" && \
+	    echo "device-build: $$(readlink -f "$$so") copied to device-build/bench/$$name"; \
+	  else echo "device-build: no $$name here; rap-bench will skip that peer unless it is linked in"; fi; \
+	done
 
 # The Python package as a wheel, dist/rap-<version>-py3-none-<platform>.whl, from device-build (the
 # GPU machine's build, with librap_torch.so and librap_cupy.so) when it is configured, else from

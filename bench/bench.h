@@ -60,6 +60,14 @@ int peer_cuda_async_default(bench_peer *p, const bench_env *env, char *why);
 int peer_cuda_async_fresh(bench_peer *p, const bench_env *env, char *why);
 /* peer_cub.cpp */
 int peer_cub(bench_peer *p, const bench_env *env, char *why);
+/* peer_rmm.cpp, where RMM's sources were there to build it (RAP_BENCH_RMM): one of RMM's device
+ * memory resources; peer_rmm_error is the text of the first exception a call of one threw. */
+enum { BENCH_RMM_POOL, BENCH_RMM_ARENA, BENCH_RMM_BINNING, BENCH_RMM_ASYNC, BENCH_RMM_CUDA };
+int peer_rmm(bench_peer *p, const bench_env *env, int kind, char *why);
+const char *peer_rmm_error(void);
+/* peer_umpire.cpp, where scripts/build-umpire.sh installed Umpire (RAP_BENCH_UMPIRE): Umpire's
+ * QuickPool over DEVICE, behind Umpire's ThreadSafeAllocator when thread_safe is set. */
+int peer_umpire(bench_peer *p, const bench_env *env, int thread_safe, char *why);
 /* The PyTorch peer is a plugin, librap_bench_torch.so (peer_torch.cpp), built on the GPU machine
  * against the installed torch by bench/build-torch-peer.sh and loaded with --torch-plugin PATH (or
  * RAP_BENCH_TORCH_PLUGIN): rap-bench itself stays the same binary everywhere. The plugin exports
@@ -125,9 +133,26 @@ void sample_stats(const double *v, int n, double *med, double *lo, double *hi);
 /* ---- peers.c: peers by description ------------------------------------------------------------ */
 
 enum { P_MALLOC, P_MIMALLOC, P_RAP, P_CUDA_MALLOC, P_ASYNC_DEFAULT, P_ASYNC_FRESH, P_CUB, P_TORCH,
-       P_TORCH_REC };
+       P_TORCH_REC, P_RMM_POOL, P_RMM_ARENA, P_RMM_BINNING, P_RMM_ASYNC, P_RMM_CUDA, P_TCMALLOC,
+       P_UMPIRE_QP, P_UMPIRE_TS };
 
-/* mimalloc is loaded at run time, so that rap-bench builds and runs without it: from the file
+/* RMM's resources are compiled in only where scripts/fetch-peers.sh placed RMM's sources before the
+ * build; rmm_note says which RMM, or why there is none (said once, in main). */
+extern const int have_rmm;
+extern const char rmm_note[];
+/* Umpire likewise, where scripts/build-umpire.sh installed it before the build. */
+extern const int have_umpire;
+extern const char umpire_note[];
+
+/* tcmalloc (gperftools' libtcmalloc_minimal.so.4, tc_malloc/tc_free) is loaded at run time like the
+ * Debian mimalloc; jemalloc cannot be (its thread-local storage is initial-exec: dlopen refuses it). */
+extern int have_tcmalloc;
+extern char tcmalloc_note[320];
+int tcmalloc_load(void);
+
+/* mimalloc is linked in as libmimalloc.a (v2.4.1, built by its own CMake from third_party/src/mimalloc,
+ * RAP_BENCH_MIMALLOC_LINKED) where scripts/fetch-peers.sh placed its source before the build; else
+ * it is loaded at run time, so that rap-bench builds and runs without it: from the file
  * $RAP_BENCH_MIMALLOC names (or libmimalloc.so.2 in the folder it names) when set, else
  * libmimalloc.so.2 next to the rap-bench executable (make device-build puts one there), else the
  * system's. Returns 0 with have_mimalloc set and "VERSION (PATH)" in mimalloc_note, or -1 with
@@ -179,12 +204,33 @@ void wl_b_host(void);
 void wl_f(void);        /* trace.c: a recorded trace (RAP_BENCH_TRACE_F) */
 void wl_g(void);        /* multi.c: two GPUs */
 void wl_f_host(void);
+/* trace.c: the harder recorded traces, f1..f6 (bench/record-traces.sh), device and host memory */
+enum { BENCH_RECORDED = 6 };
+typedef struct bench_recorded {
+  const char *id, *file, *what;
+} bench_recorded;
+extern const bench_recorded bench_recorded_traces[BENCH_RECORDED];
+void wl_f1(void);
+void wl_f2(void);
+void wl_f3(void);
+void wl_f4(void);
+void wl_f5(void);
+void wl_f6(void);
+void wl_f1_host(void);
+void wl_f2_host(void);
+void wl_f3_host(void);
+void wl_f4_host(void);
+void wl_f5_host(void);
+void wl_f6_host(void);
 void wl_d(void);        /* runahead.c; nothing without CUDA */
 void wl_e(void);        /* threads.c */
 void wl_e_host(void);
 void wl_e_x(void);
 void wl_e_x_host(void);
 void wl_v(void);        /* vmm.c; nothing without CUDA */
+void wl_larson(void);   /* hostmt.c */
+void wl_xmalloc(void);
+void wl_mstress(void);
 void wl_s(void);        /* sleep.c; nothing without CUDA */
 void wl_x_host(void);   /* ipc.c */
 void wl_p(void);        /* plan.c */

@@ -17,6 +17,7 @@
  *   h  host: QuickPool over HOST with alignment 16 against glibc malloc and mimalloc, 64 B..64 KiB
  *   v  CUDA's virtual memory management: each driver call per 2 MiB and per 64 MiB (p50, p99),
  *      and a pool's misses over DEVICE_VMM against DEVICE and cudaMalloc, per GiB grown (vmm.c)
+ *   larson, xmalloc, mstress  the multi-thread tests the field runs on CPU allocators (hostmt.c)
  *   x  memory across processes (a second process: rap-bench --ipc-importer): export and import
  *      per block against cudaIpc handles and CUDA's pool IPC, and opening a pool of 1..64 GiB;
  *      x-host the same over HostVmm (ipc.c)
@@ -77,9 +78,24 @@ static const struct workload {
     {"f", 1, wl_f, "a recorded transformer training step, device memory"},
     {"g", 1, wl_g, "two GPUs: a pool of device 0 serving device 1's stream, and a hand-off"},
     {"f-host", 0, wl_f_host, "a recorded transformer training step, host memory"},
+    {"f1", 1, wl_f1, "recorded: GPT-2 medium training with activation checkpointing, device memory"},
+    {"f2", 1, wl_f2, "recorded: a 1F1B pipeline on two streams, device memory"},
+    {"f3", 1, wl_f3, "recorded: a top-2 mixture of experts, device memory"},
+    {"f4", 1, wl_f4, "recorded: GPT-2 generate serving, device memory"},
+    {"f5", 1, wl_f5, "recorded: rank 0 of FSDP2 on two GPUs, device memory"},
+    {"f6", 1, wl_f6, "recorded: rank 0 of DDP on two GPUs, device memory"},
+    {"f1-host", 0, wl_f1_host, "recorded: activation checkpointing, host memory"},
+    {"f2-host", 0, wl_f2_host, "recorded: 1F1B pipeline, host memory"},
+    {"f3-host", 0, wl_f3_host, "recorded: mixture of experts, host memory"},
+    {"f4-host", 0, wl_f4_host, "recorded: generate serving, host memory"},
+    {"f5-host", 0, wl_f5_host, "recorded: FSDP2 rank 0, host memory"},
+    {"f6-host", 0, wl_f6_host, "recorded: DDP rank 0, host memory"},
     {"c-host", 0, wl_c_host, "scaling with live blocks, host memory"},
     {"e-host", 0, wl_e_host, "threads, host memory"},
     {"e-x-host", 0, wl_e_x_host, "threads freeing each other's blocks, host memory"},
+    {"larson", 0, wl_larson, "larson: chains of threads taking each other's blocks over, host memory"},
+    {"xmalloc", 0, wl_xmalloc, "xmalloc: producer threads allocate, consumer threads free, host memory"},
+    {"mstress", 0, wl_mstress, "mstress: long- and short-lived blocks shared among threads, host memory"},
     {"v", 1, wl_v, "virtual memory management: call costs and misses"},
     {"s", 1, wl_s, "sleep and wake over DEVICE_VMM: backup and restore against a plain copy"},
     {"x-host", 0, wl_x_host, "memory across processes, host memory: per block, opening a pool"},
@@ -173,12 +189,20 @@ static void usage(FILE *f) {
           "               f       a recorded trace (a GPT-2 training step from PyTorch's memory\n"
           "                       history; RAP_BENCH_TRACE_F names another), device memory\n"
           "               p       the Planned strategy: a hit, a miss in step, a miss lost, per pair\n"
-          "               b-host, c-host, e-host, e-x-host, f-host, p-host: over host memory\n"
+          "               f1..f6  the harder recorded traces in bench/traces/ (bench/record-traces.sh;\n"
+          "                       RAP_BENCH_TRACES names another folder): activation checkpointing,\n"
+          "                       a 1F1B pipeline on two streams, a mixture of experts, generate\n"
+          "                       serving, rank 0 of FSDP2, rank 0 of DDP; device memory\n"
+          "               b-host, c-host, e-host, e-x-host, f-host, f1-host..f6-host, p-host: the same over\n"
+          "                       host memory\n"
+          "               larson, xmalloc, mstress: the multi-thread tests of CPU allocators\n"
+          "                       (blocks handed between threads), host memory, at --threads\n"
           "  --quick      a smoke run: fewer repetitions, smaller traces, no 10^5+ live blocks\n"
           "  --reps N     timed repetitions per figure (default 7)\n"
           "  --rep-ms MS  length of one timed repetition (default 20)\n"
           "  --max-s S    start no workload after S seconds (the rest are reported skipped)\n"
-          "  --threads LIST  thread counts of e, e-x, e-host, e-x-host, comma-separated, each\n"
+          "  --threads LIST  thread counts of e, e-x, e-host, e-x-host, larson, xmalloc, mstress,\n"
+          "               comma-separated, each\n"
           "               1..%d (default 1,4,16; bench/plot_threads.py draws them)\n"
           "  --torch-plugin PATH  librap_bench_torch.so (bench/build-torch-peer.sh): adds PyTorch's\n"
           "               caching allocator as a peer; also RAP_BENCH_TORCH_PLUGIN\n"
@@ -256,15 +280,21 @@ int main(int argc, char **argv) {
   env_init();
   if (run_env.have_gpu) load_torch_plugin();
   mimalloc_load();
-  printf("rap-bench %d.%d.%d, %s; %s%s%s%s%s\n", RAP_VERSION_MAJOR, RAP_VERSION_MINOR,
+  tcmalloc_load();
+  printf("rap-bench %d.%d.%d, %s; %s%s%s%s%s%s%s%s%s%s%s\n", RAP_VERSION_MAJOR, RAP_VERSION_MINOR,
          RAP_VERSION_PATCH, started, run_env.have_gpu ? "GPU: " : "",
          run_env.have_gpu ? run_env.gpu_name : run_env.no_gpu_reason,
          bench_torch_factory ? "; with the PyTorch peer" : "", have_mimalloc ? "; mimalloc " : "",
-         have_mimalloc ? mimalloc_note : "");
+         have_mimalloc ? mimalloc_note : "", have_tcmalloc ? "; tcmalloc " : "",
+         have_tcmalloc ? tcmalloc_note : "", have_rmm ? "; " : "", have_rmm ? rmm_note : "",
+         have_umpire ? "; " : "", have_umpire ? umpire_note : "");
   fflush(stdout);
   if (!run_env.have_gpu) SKIP("(a) (b) (c) (d) (e) (e-x) (v): device memory", "%s", run_env.no_gpu_reason);
   else if (bench_torch_factory == NULL) SKIP("PyTorch caching allocator", "%s", torch_note);
+  if (!have_rmm) SKIP("RMM's memory resources", "%s", rmm_note);
+  if (!have_umpire) SKIP("Umpire's QuickPool", "%s", umpire_note);
   if (!have_mimalloc) SKIP("mimalloc", "%s", mimalloc_note);
+  if (!have_tcmalloc) SKIP("tcmalloc", "%s", tcmalloc_note);
 
   for (size_t i = 0; i < sizeof workloads / sizeof *workloads; i++) {
     const struct workload *w = &workloads[i];

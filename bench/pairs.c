@@ -143,9 +143,15 @@ void wl_a(void) {
       {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(DEVICE)", 0},
       {P_RAP, "rap QuickPool", "QuickPool(DEVICE)", 0},
       {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE)", 0},
+      /* Cached at every size of (a): by default ThreadCache caches up to 1 MiB, 4 MiB a thread. */
+      {P_RAP, "rap ThreadCache(ResourceAwarePool)",
+       "ThreadCache(ResourceAwarePool(DEVICE), max_size=64MiB, cache_bytes=256MiB)", 0},
+      {P_RAP, "rap ThreadCache(QuickPool)",
+       "ThreadCache(QuickPool(DEVICE), max_size=64MiB, cache_bytes=256MiB)", 0},
       {P_RAP, "rap StreamOrdered", "StreamOrdered(pool=new, release_threshold=max)", 0},
       {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0},
-      {P_TORCH, 0, 0, 0}, {P_CUDA_MALLOC, 0, 0, 0},
+      {P_TORCH, 0, 0, 0}, {P_RMM_POOL, 0, 0, 0}, {P_RMM_ARENA, 0, 0, 0}, {P_RMM_BINNING, 0, 0, 0},
+      {P_RMM_ASYNC, 0, 0, 0}, {P_RMM_CUDA, 0, 0, 0}, {P_UMPIRE_QP, 0, 0, 0}, {P_CUDA_MALLOC, 0, 0, 0},
   };
   static const size_t sizes[] = {256, 64 << 10, 1 << 20, 64 << 20};
   pairs("a", peers, sizeof peers / sizeof *peers, sizes, 4, 0, 0);
@@ -157,7 +163,7 @@ void wl_h(void) {
       {P_RAP, "rap QuickPool alignment=16", "QuickPool(HOST, alignment=16)", 0},
       {P_RAP, "rap ResourceAwarePool alignment=16", "ResourceAwarePool(HOST, alignment=16)", 0},
       {P_RAP, "rap DynamicPoolList alignment=16", "DynamicPoolList(HOST, alignment=16)", 0},
-      {P_MIMALLOC, 0, 0, 0},
+      {P_MIMALLOC, 0, 0, 0}, {P_TCMALLOC, 0, 0, 0},
   };
   static const size_t sizes[] = {64, 256, 1024, 4096, 16384, 65536};
   pairs("h", peers, sizeof peers / sizeof *peers, sizes, 6, 64, 65536);

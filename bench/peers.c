@@ -16,6 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifdef RAP_BENCH_MIMALLOC_LINKED
+#include <mimalloc.h>
+#endif
+
 #ifdef RAP_BENCH_CUDA
 #include <cuda_runtime_api.h>
 #include <rap/cuda.h>
@@ -60,15 +64,24 @@ static struct {
 int have_mimalloc;
 char mimalloc_note[320] = "not looked for";
 
+/* Linked, the calls are direct, as in a program that uses mimalloc's API. */
+#ifdef RAP_BENCH_MIMALLOC_LINKED
+#define MIM_MALLOC mi_malloc
+#define MIM_FREE mi_free
+#else
+#define MIM_MALLOC mim.malloc
+#define MIM_FREE mim.free
+#endif
+
 static int mim_alloc(void *ctx, void **p, size_t n, int s) {
   (void)ctx, (void)s;
-  *p = mim.malloc(n);
+  *p = MIM_MALLOC(n);
   return *p ? 0 : -1;
 }
 
 static int mim_free(void *ctx, void *p, size_t n, int s) {
   (void)ctx, (void)n, (void)s;
-  mim.free(p);
+  MIM_FREE(p);
   return 0;
 }
 
@@ -88,6 +101,20 @@ int peer_mimalloc(bench_peer *p, char *why) {
   return 0;
 }
 
+#ifdef RAP_BENCH_MIMALLOC_LINKED
+/* The static library, linked as a program that calls mi_malloc links it (MI_OVERRIDE off: glibc's
+ * malloc stays the process's malloc, and the two are measured side by side). */
+int mimalloc_load(void) {
+  mim.malloc = mi_malloc;
+  mim.free = mi_free;
+  mim.collect = mi_collect;
+  int ver = mi_version();   /* 20401 is 2.4.1 (before 2.1: 209 was 2.0.9) */
+  snprintf(mimalloc_note, sizeof mimalloc_note, "%d.%d.%d (libmimalloc.a, linked)", ver / 10000,
+           ver / 100 % 100, ver % 100);
+  have_mimalloc = 1;
+  return 0;
+}
+#else
 /* dlopen(path), and mi_malloc and mi_free in it; 0, or -1 with why in mimalloc_note. */
 static int mim_open(const char *path) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -105,8 +132,9 @@ static int mim_open(const char *path) {
   if (v) {
     int (*version)(void);
     memcpy(&version, &v, sizeof v);
-    ver = version();   /* 209 is 2.0.9 */
+    ver = version();   /* 209 is 2.0.9; from 2.1, 20401 is 2.4.1 */
   }
+  if (ver >= 10000) ver = ver / 10000 * 100 + ver / 100 % 100 % 10 * 10 + ver % 100 % 10;
   Dl_info info;
   const char *where = dladdr(m, &info) && info.dli_fname ? info.dli_fname : path;
   char real[PATH_MAX];
@@ -151,6 +179,112 @@ int mimalloc_load(void) {
                 "libmimalloc2.0; RAP_BENCH_MIMALLOC=PATH names one)");
   return -1;
 }
+#endif
+
+/* ---- tcmalloc (gperftools) --------------------------------------------------------------------- */
+
+static struct {
+  void *(*malloc)(size_t);
+  void (*free)(void *);
+} tcm;
+int have_tcmalloc;
+char tcmalloc_note[320] = "not looked for";
+
+static int tcm_alloc(void *ctx, void **p, size_t n, int s) {
+  (void)ctx, (void)s;
+  *p = tcm.malloc(n);
+  return *p ? 0 : -1;
+}
+
+static int tcm_free(void *ctx, void *p, size_t n, int s) {
+  (void)ctx, (void)n, (void)s;
+  tcm.free(p);
+  return 0;
+}
+
+/* Loaded RTLD_LOCAL: its tc_malloc and tc_free serve the peer, glibc's malloc the rest. A copy next
+ * to the executable (make device-build puts one there) comes first, then the system's. */
+int tcmalloc_load(void) {
+  const char *path = "libtcmalloc_minimal.so.4";
+  char exe[PATH_MAX], beside[PATH_MAX + 32];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  void *h = NULL;
+  if (len > 0) {
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    snprintf(beside, sizeof beside, "%s/%s", exe, path);
+    if (access(beside, F_OK) == 0) h = dlopen(beside, RTLD_NOW | RTLD_LOCAL);
+  }
+  if (h == NULL) h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    snprintf(tcmalloc_note, sizeof tcmalloc_note, "%s (Debian: libgoogle-perftools-dev)", dlerror());
+    return -1;
+  }
+  void *m = dlsym(h, "tc_malloc"), *f = dlsym(h, "tc_free"), *v = dlsym(h, "tc_version");
+  if (m == NULL || f == NULL) {
+    dlclose(h);
+    snprintf(tcmalloc_note, sizeof tcmalloc_note, "%s has no tc_malloc/tc_free", path);
+    return -1;
+  }
+  memcpy(&tcm.malloc, &m, sizeof m);
+  memcpy(&tcm.free, &f, sizeof f);
+  const char *ver = "?";
+  if (v) {
+    const char *(*version)(int *, int *, const char **);
+    memcpy(&version, &v, sizeof v);
+    ver = version(NULL, NULL, NULL);
+  }
+  Dl_info info;
+  const char *where = dladdr(m, &info) && info.dli_fname ? info.dli_fname : path;
+  char real[PATH_MAX];
+  if (realpath(where, real)) where = real;
+  snprintf(tcmalloc_note, sizeof tcmalloc_note, "%.40s (%.260s)", ver, where);
+  have_tcmalloc = 1;
+  return 0;
+}
+
+static int peer_tcmalloc(bench_peer *p, char *why) {
+  memset(p, 0, sizeof *p);
+  if (tcm.malloc == NULL) return snprintf(why, 160, "%.159s", tcmalloc_note), -1;
+  snprintf(p->name, sizeof p->name, "tcmalloc");
+  p->thread_safe = 1;
+  p->alloc = tcm_alloc;
+  p->free = tcm_free;
+  p->destroy = m_destroy;
+  return 0;
+}
+
+/* ---- RMM --------------------------------------------------------------------------------------- */
+
+#ifdef RAP_BENCH_RMM
+const int have_rmm = 1;
+const char rmm_note[] = RAP_BENCH_RMM;
+#else
+const int have_rmm = 0;
+const char rmm_note[] = "this rap-bench was built without RMM's sources (bash scripts/fetch-peers.sh, then make "
+                        "device-build)";
+int peer_rmm(bench_peer *p, const bench_env *env, int kind, char *why) {
+  (void)env, (void)kind;
+  memset(p, 0, sizeof *p);
+  return snprintf(why, 160, "%s", rmm_note), -1;
+}
+const char *peer_rmm_error(void) { return ""; }
+#endif
+
+#ifdef RAP_BENCH_UMPIRE
+const int have_umpire = 1;
+const char umpire_note[] = RAP_BENCH_UMPIRE;
+#else
+const int have_umpire = 0;
+const char umpire_note[] = "this rap-bench was built without Umpire (bash scripts/fetch-peers.sh umpire, then "
+                           "make device-build)";
+int peer_umpire(bench_peer *p, const bench_env *env, int thread_safe, char *why) {
+  (void)env, (void)thread_safe;
+  memset(p, 0, sizeof *p);
+  return snprintf(why, 160, "%s", umpire_note), -1;
+}
+#endif
 
 /* ---- rap -------------------------------------------------------------------------------------- */
 
@@ -404,6 +538,14 @@ static const char *pdesc_name(const pdesc *d) {
   case P_ASYNC_DEFAULT: return "cudaMallocAsync (default pool)";
   case P_ASYNC_FRESH: return "cudaMallocAsync (new pool)";
   case P_CUB: return "CUB CachingDeviceAllocator";
+  case P_RMM_POOL: return "RMM pool_memory_resource";
+  case P_RMM_ARENA: return "RMM arena_memory_resource";
+  case P_RMM_BINNING: return "RMM binning_memory_resource";
+  case P_RMM_ASYNC: return "RMM cuda_async_memory_resource";
+  case P_RMM_CUDA: return "RMM cuda_memory_resource";
+  case P_TCMALLOC: return "tcmalloc";
+  case P_UMPIRE_QP: return "Umpire QuickPool";
+  case P_UMPIRE_TS: return "Umpire ThreadSafe(QuickPool)";
   default: return "PyTorch caching allocator";
   }
 }
@@ -417,6 +559,14 @@ static int make_peer(const pdesc *d, bench_peer *p, char *why) {
   case P_ASYNC_DEFAULT: return peer_cuda_async_default(p, &run_env, why);
   case P_ASYNC_FRESH: return peer_cuda_async_fresh(p, &run_env, why);
   case P_CUB: return peer_cub(p, &run_env, why);
+  case P_RMM_POOL: return peer_rmm(p, &run_env, BENCH_RMM_POOL, why);
+  case P_RMM_ARENA: return peer_rmm(p, &run_env, BENCH_RMM_ARENA, why);
+  case P_RMM_BINNING: return peer_rmm(p, &run_env, BENCH_RMM_BINNING, why);
+  case P_RMM_ASYNC: return peer_rmm(p, &run_env, BENCH_RMM_ASYNC, why);
+  case P_RMM_CUDA: return peer_rmm(p, &run_env, BENCH_RMM_CUDA, why);
+  case P_TCMALLOC: return peer_tcmalloc(p, why);
+  case P_UMPIRE_QP: return peer_umpire(p, &run_env, 0, why);
+  case P_UMPIRE_TS: return peer_umpire(p, &run_env, 1, why);
   default:
     if (!run_env.have_gpu) return snprintf(why, 160, "%s", run_env.no_gpu_reason), -1;
     if (bench_torch_factory == NULL) return snprintf(why, 160, "not in this binary"), -1;
@@ -432,8 +582,12 @@ int open_peer(const char *wl, const pdesc *d, bench_peer *p) {
   if (d->kind == P_TORCH || d->kind == P_TORCH_REC) {
     /* Said once, in main, when the binary has no PyTorch peer at all. */
     if (bench_torch_factory == NULL || !run_env.have_gpu) return -1;
-  } else if (d->kind == P_MIMALLOC) {
+  } else if (d->kind == P_MIMALLOC || d->kind == P_TCMALLOC) {
     return -1;   /* the only way it fails: no library, said once in main */
+  } else if (d->kind >= P_RMM_POOL && d->kind <= P_RMM_CUDA && (!have_rmm || !run_env.have_gpu)) {
+    return -1;   /* no RMM in this build, or no GPU: said once in main */
+  } else if ((d->kind == P_UMPIRE_QP || d->kind == P_UMPIRE_TS) && (!have_umpire || !run_env.have_gpu)) {
+    return -1;   /* likewise for Umpire */
   } else if (d->kind != P_MALLOC && d->kind != P_RAP && !run_env.have_gpu) {
     return -1;   /* the device workloads as a whole are reported skipped */
   }
@@ -444,5 +598,6 @@ int open_peer(const char *wl, const pdesc *d, bench_peer *p) {
 void peer_failed(const char *wl, const bench_peer *p, const char *during) {
   char what[96];
   snprintf(what, sizeof what, "(%s) %s", wl, p->name);
-  SKIP(what, "an allocation failed during %s: %s", during, rap_last_error());
+  const char *e = strncmp(p->name, "RMM ", 4) == 0 ? peer_rmm_error() : rap_last_error();
+  SKIP(what, "an allocation failed during %s: %s", during, e);
 }

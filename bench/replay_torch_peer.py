@@ -3,9 +3,10 @@ allocator, as rap-trace replays it through rap's: the peers' row of workload (f)
 
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 bench/replay_torch_peer.py TRACE[.gz]
 
-Each `alloc` becomes torch.cuda.caching_allocator_alloc(n) on the current stream, each `dealloc`
-caching_allocator_delete of the block it made (blocks made before the trace began are skipped when
-freed, as rap-trace does). Streams are not replayed: the recorded trace has one. Prints one JSON
+Each `alloc` becomes torch.cuda.caching_allocator_alloc(n) on its resource's stream — resource 1 the
+current stream, each other one a stream of its own, as rap-bench and rap-trace give each resource its
+own — and each `dealloc` caching_allocator_delete of the block it made (blocks made before the trace
+began are skipped when freed, as rap-trace does). No work runs on the streams. Prints one JSON
 object: the allocator configuration, peak live (bytes as requested), torch.cuda.max_memory_reserved
 and their ratio, and ns per call.
 """
@@ -24,7 +25,7 @@ def events(path):
         for line in f:
             e = json.loads(line)
             if e.get("ev") in ("alloc", "dealloc") and e.get("d", 0) == 0:
-                yield e["ev"], int(e["p"], 16), e.get("n", 0)
+                yield e["ev"], int(e["p"], 16), e.get("n", 0), e.get("r") or 1
 
 
 def main():
@@ -33,11 +34,14 @@ def main():
     torch.cuda.init()
     torch.cuda.reset_peak_memory_stats()
     blocks, sizes = {}, {}
+    streams = {1: torch.cuda.current_stream()}
+    for r in {r for _, _, _, r in evs} - {1}:
+        streams[r] = torch.cuda.Stream()
     live = peak = calls = skipped = 0
     t0 = time.perf_counter()
-    for ev, p, n in evs:
+    for ev, p, n, r in evs:
         if ev == "alloc":
-            blocks[p] = torch.cuda.caching_allocator_alloc(n)
+            blocks[p] = torch.cuda.caching_allocator_alloc(n, stream=streams[r])
             sizes[p] = n
             live += n
             peak = max(peak, live)
@@ -57,7 +61,8 @@ def main():
                       "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
                       "peak_live": peak, "peak_held": reserved,
                       "held_per_live": reserved / peak if peak else 0,
-                      "ns_per_call": seconds * 1e9 / max(calls, 1), "skipped_frees": skipped}))
+                      "ns_per_call": seconds * 1e9 / max(calls, 1), "skipped_frees": skipped,
+                      "streams": len(streams), "trace": os.path.basename(path)}))
     return 0
 
 

@@ -150,6 +150,8 @@ void wl_b(void) {
       {P_RAP, "rap QuickPool DEVICE_VMM", "QuickPool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB)", 0},
       {P_RAP, "rap DynamicPoolList DEVICE_VMM", "DynamicPoolList(DEVICE_VMM, initial_size=2MiB, next_size=2MiB)", 0},
       {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0}, {P_TORCH, 0, 0, 0},
+      {P_RMM_POOL, 0, 0, 0}, {P_RMM_ARENA, 0, 0, 0}, {P_RMM_BINNING, 0, 0, 0}, {P_RMM_ASYNC, 0, 0, 0},
+      {P_UMPIRE_QP, 0, 0, 0},
   };
   random_trace("b", peers, sizeof peers / sizeof *peers);
 }
@@ -162,7 +164,7 @@ void wl_b_host(void) {
       {P_RAP, "rap ResourceAwarePool HOST_VMM", "ResourceAwarePool(HOST_VMM, initial_size=2MiB, next_size=2MiB)", 1},
       {P_RAP, "rap QuickPool HOST_VMM", "QuickPool(HOST_VMM, initial_size=2MiB, next_size=2MiB)", 1},
       {P_RAP, "rap DynamicPoolList HOST_VMM", "DynamicPoolList(HOST_VMM, initial_size=2MiB, next_size=2MiB)", 1},
-      {P_MALLOC, 0, 0, 0}, {P_MIMALLOC, 0, 0, 0},
+      {P_MALLOC, 0, 0, 0}, {P_MIMALLOC, 0, 0, 0}, {P_TCMALLOC, 0, 0, 0},
   };
   random_trace("b-host", peers, sizeof peers / sizeof *peers);
 }
@@ -208,7 +210,9 @@ static const char *field(const char *line, const char *name) {
 static int load_trace(trace *t, const char *path, char *why, size_t whylen) {
   memset(t, 0, sizeof *t);
   size_t plen = strlen(path);
-  FILE *f;
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return snprintf(why, whylen, "cannot open %s", path), -1;
+  fclose(f);
   int piped = plen > 3 && strcmp(path + plen - 3, ".gz") == 0;
   if (piped) {
     char cmd[1100];
@@ -331,11 +335,11 @@ static const char *trace_f_path(void) {
 }
 
 /* Replays a recorded trace through peers: peak held / peak live, ns per call (one run). */
-static void recorded_trace(const char *wl, const pdesc *peers, size_t npeers) {
+static void recorded_trace(const char *wl, const char *path, const pdesc *peers, size_t npeers) {
   trace t;
   char why[1200];
-  if (load_trace(&t, trace_f_path(), why, sizeof why) != 0) {
-    SKIP(wl, "%s (RAP_BENCH_TRACE_F names the trace; run from the repository's root)", why);
+  if (load_trace(&t, path, why, sizeof why) != 0) {
+    SKIP(wl, "%s (bench/record-traces.sh records it; run from the repository's root)", why);
     return;
   }
   char cas[64];
@@ -345,29 +349,63 @@ static void recorded_trace(const char *wl, const pdesc *peers, size_t npeers) {
 
 /* Pools as rap_torch makes them (64 MiB, then 32 MiB chunks), over the growable platform by 2 MiB
  * granules, and the peers. */
-void wl_f(void) {
-  static const pdesc peers[] = {
-      {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
-      {P_RAP, "rap QuickPool", "QuickPool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
-      {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
-      {P_RAP, "rap StreamOrdered", "StreamOrdered(pool=new, release_threshold=max)", 0},
-      {P_RAP, "rap ResourceAwarePool DEVICE_VMM", "ResourceAwarePool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
-      {P_RAP, "rap QuickPool DEVICE_VMM", "QuickPool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
-      {P_RAP, "rap DynamicPoolList DEVICE_VMM", "DynamicPoolList(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
-      {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0}, {P_TORCH, 0, 0, 0},
-  };
-  recorded_trace("f", peers, sizeof peers / sizeof *peers);
+static const pdesc f_peers[] = {
+    {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
+    {P_RAP, "rap QuickPool", "QuickPool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
+    {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
+    {P_RAP, "rap StreamOrdered", "StreamOrdered(pool=new, release_threshold=max)", 0},
+    {P_RAP, "rap ResourceAwarePool DEVICE_VMM", "ResourceAwarePool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
+    {P_RAP, "rap QuickPool DEVICE_VMM", "QuickPool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
+    {P_RAP, "rap DynamicPoolList DEVICE_VMM", "DynamicPoolList(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
+    {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0}, {P_TORCH, 0, 0, 0},
+    {P_RMM_POOL, 0, 0, 0}, {P_RMM_ARENA, 0, 0, 0}, {P_RMM_BINNING, 0, 0, 0}, {P_RMM_ASYNC, 0, 0, 0},
+    {P_UMPIRE_QP, 0, 0, 0},
+};
+
+static const pdesc f_host_peers[] = {
+    {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)", 1},
+    {P_RAP, "rap QuickPool", "QuickPool(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)", 1},
+    {P_RAP, "rap DynamicPoolList", "DynamicPoolList(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)", 1},
+    {P_RAP, "rap ResourceAwarePool HOST_VMM", "ResourceAwarePool(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
+    {P_RAP, "rap QuickPool HOST_VMM", "QuickPool(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
+    {P_RAP, "rap DynamicPoolList HOST_VMM", "DynamicPoolList(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
+    {P_MALLOC, 0, 0, 0},
+};
+
+#define NPEERS(p) (sizeof p / sizeof *p)
+
+void wl_f(void) { recorded_trace("f", trace_f_path(), f_peers, NPEERS(f_peers)); }
+void wl_f_host(void) { recorded_trace("f-host", trace_f_path(), f_host_peers, NPEERS(f_host_peers)); }
+
+/* The harder traces of bench/record-traces.sh, each in bench/traces/ (RAP_BENCH_TRACES names
+ * another folder). */
+const bench_recorded bench_recorded_traces[BENCH_RECORDED] = {
+    {"f1", "gpt2_ckpt.jsonl.gz", "GPT-2 medium training with activation checkpointing"},
+    {"f2", "pipeline_1f1b.jsonl.gz", "two pipeline stages on two streams, 1F1B micro-batches"},
+    {"f3", "moe_top2.jsonl.gz", "a mixture of experts, top-2 routing, sizes change every step"},
+    {"f4", "gpt2_serve.jsonl.gz", "GPT-2 generate serving: varying batches and prompts, growing KV cache"},
+    {"f5", "fsdp2_rank0.jsonl.gz", "rank 0 of FSDP2 on two GPUs"},
+    {"f6", "ddp_rank0.jsonl.gz", "rank 0 of DDP on two GPUs"},
+};
+
+static void recorded_n(int k, int host) {
+  const char *dir = getenv("RAP_BENCH_TRACES");
+  char path[1024], wl[16];
+  snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "bench/traces", bench_recorded_traces[k].file);
+  snprintf(wl, sizeof wl, "%s%s", bench_recorded_traces[k].id, host ? "-host" : "");
+  if (host) recorded_trace(wl, path, f_host_peers, NPEERS(f_host_peers));
+  else recorded_trace(wl, path, f_peers, NPEERS(f_peers));
 }
 
-void wl_f_host(void) {
-  static const pdesc peers[] = {
-      {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)", 1},
-      {P_RAP, "rap QuickPool", "QuickPool(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)", 1},
-      {P_RAP, "rap DynamicPoolList", "DynamicPoolList(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)", 1},
-      {P_RAP, "rap ResourceAwarePool HOST_VMM", "ResourceAwarePool(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
-      {P_RAP, "rap QuickPool HOST_VMM", "QuickPool(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
-      {P_RAP, "rap DynamicPoolList HOST_VMM", "DynamicPoolList(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
-      {P_MALLOC, 0, 0, 0},
-  };
-  recorded_trace("f-host", peers, sizeof peers / sizeof *peers);
-}
+void wl_f1(void) { recorded_n(0, 0); }
+void wl_f2(void) { recorded_n(1, 0); }
+void wl_f3(void) { recorded_n(2, 0); }
+void wl_f4(void) { recorded_n(3, 0); }
+void wl_f5(void) { recorded_n(4, 0); }
+void wl_f6(void) { recorded_n(5, 0); }
+void wl_f1_host(void) { recorded_n(0, 1); }
+void wl_f2_host(void) { recorded_n(1, 1); }
+void wl_f3_host(void) { recorded_n(2, 1); }
+void wl_f4_host(void) { recorded_n(3, 1); }
+void wl_f5_host(void) { recorded_n(4, 1); }
+void wl_f6_host(void) { recorded_n(5, 1); }

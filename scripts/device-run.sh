@@ -4,6 +4,13 @@
 #   RAP_DEVICE_RUN=bench bash scripts/device-run.sh      only the benchmarks (and machine.txt)
 #   RAP_DEVICE_RUN=tests bash scripts/device-run.sh      everything but the benchmarks
 #   RAP_DEVICE_RUN=sanitizer bash scripts/device-run.sh  only the compute-sanitizer runs
+#   RAP_DEVICE_RUN=scale bash scripts/device-run.sh      (e) at 1, 4, 16, 32 and 60 threads (those
+#       the machine has cores for; RAP_SCALE_THREADS=1,4,16,32 names them), each peer's scaling
+#       against its one-thread figure (bench/scaling.py), then the ThreadCache race detector at the
+#       top count (ThreadCache.RaceDetectorAtScale, RAP_TEST_THREADS): its line of foreign words.
+#       Results: $OUT/scale.{json,csv,log}, $OUT/scale-race.log; RAP_BENCH_ARGS adds options.
+#   RAP_DEVICE_RUN=distributed bash scripts/device-run.sh  torch.distributed on two GPUs: DDP and
+#     FSDP2 native vs rap, NCCL's registration of rap memory (integrations/torch/run_distributed.sh)
 # The CUDA tests also run under compute-sanitizer (memcheck with leak check, racecheck, synccheck),
 # with RAP_TEST_SMALL=1: the long test loops run a tenth of their rounds there (tests/cuda/
 # gpu_test.h), since every launch and API call costs far more under a tool. Each tool's log is
@@ -29,8 +36,9 @@ mkdir -p "$out"
 b=device-build
 what=${RAP_DEVICE_RUN:-all}
 case "$what" in
-  all|tests|bench|sanitizer) ;;
-  *) echo "RAP_DEVICE_RUN is all, tests, bench or sanitizer, not '$what'"; exit 2 ;;
+  all|tests|bench|sanitizer|scale) ;;
+  distributed) OUT=$out exec bash integrations/torch/run_distributed.sh ;;
+  *) echo "RAP_DEVICE_RUN is all, tests, bench, sanitizer, scale or distributed, not '$what'"; exit 2 ;;
 esac
 tools=${RAP_SANITIZER:-memcheck racecheck synccheck}
 [ "$tools" = none ] && tools=
@@ -52,6 +60,31 @@ fi
 } > "$out/machine.txt"
 cat "$out/machine.txt"
 status=0
+if [ "$what" = scale ]; then
+  cores=$(nproc)
+  counts=${RAP_SCALE_THREADS:-}
+  if [ -z "$counts" ]; then
+    for n in 1 4 16 32 60; do [ "$n" -le "$cores" ] && counts="$counts${counts:+,}$n"; done
+  fi
+  top=${counts##*,}
+  echo "scale: $cores cores; (e) at $counts threads; the race detector at $top"
+  if [ -x "$b/bench/rap-bench" ]; then
+    "$b/bench/rap-bench" --only e --threads "$counts" --out "$out/scale.json" ${RAP_BENCH_ARGS:-} \
+      > "$out/scale.log" 2>&1 || status=1
+    python3 bench/scaling.py "$out/scale.json" >> "$out/scale.log" 2>&1 || status=1
+    cat "$out/scale.log"
+  else
+    echo "no $b/bench/rap-bench"; status=1
+  fi
+  if [ -x "$b/tests/rap_cuda_tests" ]; then
+    RAP_TEST_THREADS=$top "$b/tests/rap_cuda_tests" --gtest_color=no \
+      --gtest_filter='*ThreadCache.RaceDetectorAtScale' > "$out/scale-race.log" 2>&1 || status=1
+    grep -E "foreign words|^\[  (PASSED|FAILED|SKIPPED) " "$out/scale-race.log"
+  else
+    echo "no $b/tests/rap_cuda_tests"; status=1
+  fi
+  exit $status
+fi
 if [ "$what" = all ] || [ "$what" = tests ]; then
   for t in "$b"/tests/rap_cuda_tests "$b"/tests/rap_host_tests; do
     [ -x "$t" ] || continue

@@ -92,7 +92,7 @@ void rapi_format_size(char *buf, size_t cap, size_t bytes);   /* "256 MiB", "1.5
 void rapi_log_read_env(void);   /* RAP_LOG_LEVEL again (tests); warns about a value that is no level */
 static inline bool rapi_log_on(int level) { return level >= rap_log_get_level(); }
 
-/* ---- core/allocator.c: debug levels ----------------------------------------------------------
+/* ---- core/trace.c (the level), core/allocator.c (the checks): debug levels -------------------
  * RAP_DEBUG in the environment, read when the first manager is made: 1 checks the preconditions
  * the code states with RAPI_ASSERT (a broken one is logged as an error and the public call it
  * happened in answers RAP_ERR_CORRUPT naming it); 2 also runs the allocator's invariant walker
@@ -196,6 +196,12 @@ typedef struct rapi_map_slot {
   void *value;
 } rapi_map_slot;
 typedef struct rapi_map_table rapi_map_table;   /* the allocation behind slots, with its size */
+struct rapi_map_table {
+  size_t mask;
+  unsigned shift;
+  rapi_map_table *retired;           /* the table this one replaced */
+  rapi_map_slot slots[];
+};
 typedef struct rapi_ptr_map {
   rapi_map_slot *slots;
   size_t mask, count;
@@ -208,7 +214,24 @@ void rapi_map_fini(rapi_ptr_map *m);
 int  rapi_map_grow(rapi_ptr_map *m);
 void rapi_map_remove_at(rapi_ptr_map *m, size_t i);
 bool rapi_map_contains_shared(const rapi_ptr_map *m, const void *ptr);   /* from any thread */
-void *rapi_map_get_shared(const rapi_ptr_map *m, const void *ptr);      /* from any thread */
+void *rapi_map_get_shared_slow(const rapi_ptr_map *m, const void *ptr); /* the whole seqlock read */
+/* The record of ptr, or NULL, from any thread: inline when no change is under way and ptr sits in
+ * its home slot (almost always: the map is at most half full), else the whole read. */
+static inline void *rapi_map_get_shared(const rapi_ptr_map *m, const void *ptr) {
+  uintptr_t key = (uintptr_t)ptr;
+  unsigned s1 = __atomic_load_n(&m->seq, __ATOMIC_ACQUIRE);
+  const rapi_map_table *t = __atomic_load_n(&m->table, __ATOMIC_ACQUIRE);
+  if (RAPI_LIKELY(t != NULL && key != 0 && (s1 & 1) == 0)) {
+    size_t home = (size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> t->shift) & t->mask;
+    const rapi_map_slot *slot = &t->slots[home];
+    if (RAPI_LIKELY(__atomic_load_n(&slot->key, __ATOMIC_RELAXED) == key)) {
+      void *found = __atomic_load_n(&slot->value, __ATOMIC_RELAXED);
+      __atomic_thread_fence(__ATOMIC_ACQUIRE);
+      if (RAPI_LIKELY(__atomic_load_n(&m->seq, __ATOMIC_RELAXED) == s1)) return found;
+    }
+  }
+  return rapi_map_get_shared_slow(m, ptr);
+}
 static inline void rapi_map_write_begin(rapi_ptr_map *m) {
   __atomic_store_n(&m->seq, m->seq + 1, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -259,7 +282,7 @@ static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
 
 /* ---- the types every layer shares: an allocator (core/allocator.c answers for any of them), a
  * resource and its events (events/, resources/), the manager (manager/) ------------------- */
-/* The contract of a growable parent (resources/vmm.c: HOST_VMM, DEVICE_VMM): every allocation it
+/* The contract of a growable parent (platforms/vmm.c: HOST_VMM, DEVICE_VMM): every allocation it
  * hands out is granularity-aligned, and a live one can be resized in place. resize grows or
  * shrinks the allocation ptr, now *bytes long, towards want (rounded up to the granularity):
  * growing maps the addresses right after it, if they are free, or fails with RAP_ERR_NOMEM and
@@ -294,13 +317,50 @@ typedef struct rapi_resizable {
   int  (*copy_finish)(rap_allocator *a);
 } rapi_resizable;
 
+/* The platform contract: what the memory at the bottom of a chain is and what it can do. A
+ * platform's init fills one in (in its own state) and points self->platform at it; every
+ * allocator made over it inherits that pointer at creation, as it inherits devices_ok (children go
+ * before their parents, so it never dangles). platforms/platform.c and memory_info.c answer
+ * memory info, peer access and device addresses from it, and the manager reads capture_ok: a new
+ * platform fills one in and nothing else changes. A root that sets none (a user's strategy without
+ * a parent) has NULL: its memory is unknown, and the questions say so. */
+typedef enum rapi_memory {
+  RAPI_MEMORY_HOST = 1,            /* pageable host memory: HOST, HOST_VMM */
+  RAPI_MEMORY_DEVICE,              /* one device's memory: DEVICE::N, DEVICE_VMM, StreamOrdered */
+  RAPI_MEMORY_PINNED,              /* page-locked host memory every device reaches: PINNED, Pinned */
+  RAPI_MEMORY_MANAGED              /* memory that migrates, every device reaches it: UM */
+} rapi_memory;
+typedef enum rapi_source {
+  RAPI_SOURCE_PLAIN = 0,           /* one runtime call an allocation (malloc, cudaMalloc, ...) */
+  RAPI_SOURCE_VMM,                 /* mappings in a reserved range (HOST_VMM, DEVICE_VMM) */
+  RAPI_SOURCE_STREAM_ORDERED       /* CUDA's stream-ordered pools (StreamOrdered) */
+} rapi_source;
+typedef struct rapi_platform {
+  rap_allocator *root;             /* the platform allocator itself; NULL in a record that every
+                                      instance shares (HOST's: nothing is asked of it) */
+  rapi_memory memory;
+  rapi_source source;
+  int device;                      /* the device the memory is on (or whose context made it), -1 for
+                                      host memory */
+  bool capture_ok;                 /* it may serve a stream capturing a CUDA graph (StreamOrdered:
+                                      CUDA makes its allocations the graph's memory nodes) */
+  /* What it can do; NULL where the memory kind answers (host or device memory info, the block's
+   * own address for device and managed memory). peer is asked only for device memory, after the
+   * dispatcher checked that the device exists and has a path to this one. */
+  int (*memory_info)(rap_allocator *root, size_t *free_bytes, size_t *total_bytes);
+  int (*peer)(rap_allocator *root, int device, int enable);
+  int (*device_pointer)(rap_allocator *a, const void *ptr, void **out);
+  struct rapi_vmm *vmm;            /* a growable platform's engine (its export: ipc.c), or NULL */
+} rapi_platform;
+
 struct rap_allocator {
   const rap_strategy *strategy;   /* hot fields first */
   void *state;
   rap_manager *rm;
   uint64_t devices_ok;            /* atomic: the devices whose streams may use this memory, as bits:
                                      all for host memory, the device and the peers granted access
-                                     for device memory (its chain's root decides; see peer.c) */
+                                     for device memory (its platform record decides; see
+                                     rap_allocator_set_peer_access in manager.c) */
   /* One thread at a time inside a plain pool (allocator.c, "the thread guard"): */
   uintptr_t owner;                /* atomic: the thread the guard is biased to, or 0 */
   int busy;                       /* atomic: the owner is inside a call */
@@ -321,10 +381,35 @@ struct rap_allocator {
   bool capture_ok;                /* StreamOrdered, alone or under pass-through wrappers only: it
                                      may serve a resource that is capturing a graph */
   const rapi_resizable *resizable;   /* a growable platform's contract, set by its init; or NULL */
+  const rapi_platform *platform;  /* the chain's platform record, inherited (above); or NULL */
   int asleep;                     /* atomic: rap_allocator_sleep was called on it, or on an
                                      allocator above it, and no wake since (destroy refuses) */
+  struct rapi_observers *observers;   /* atomic: rap_allocator_observe's list, made at the first */
+  const struct rapi_segments *segments;   /* set by an owner of segments (pools, growable
+                                             platforms) at init: how observers replay them */
+  void *segments_ctx;
   UT_hash_handle hh;              /* manager's name map */
 };
+
+/* ---- core/observe.c: segment observers (rap_allocator_observe) --------------------------------
+ * An owner of segments sets a->segments at init; walk takes the lock its notifications run under,
+ * calls locked(arg) (which subscribes), visits every segment there is, and lets the lock go.
+ * rapi_segment_notify tells a's observers (one atomic load when there are none). */
+typedef struct rapi_segments {
+  void (*walk)(rap_allocator *a, void *ctx, void (*locked)(void *arg),
+               void (*visit)(void *arg, void *base, size_t size), void *arg);
+  int device;                     /* the device the segments are on, -1 for the host; or
+                                     RAPI_SEGMENT_DEVICE_OF_PARENT: the chain's root decides */
+} rapi_segments;
+#define RAPI_SEGMENT_DEVICE_OF_PARENT (-2)
+void rapi_segment_notify_slow(rap_allocator *a, int kind, void *base, size_t size, void *addr,
+                              size_t bytes);
+static inline void rapi_segment_notify(rap_allocator *a, int kind, void *base, size_t size,
+                                       void *addr, size_t bytes) {
+  if (RAPI_UNLIKELY(__atomic_load_n(&a->observers, __ATOMIC_ACQUIRE) != NULL))
+    rapi_segment_notify_slow(a, kind, base, size, addr, bytes);
+}
+void rapi_observers_free(rap_allocator *a);   /* the allocator goes (after its fini) */
 
 /* ---- core/allocator.c: the thread guard of plain pools ---------------------------------------
  * A plain pool's allocate, deallocate, release and record_resource run inside RAPI_GUARDED: the
@@ -333,6 +418,11 @@ struct rap_allocator {
  * sentence; nothing at all under a ThreadSafe or ThreadCache). docs/DESIGN.md says why. */
 enum { RAPI_GUARD_OWNER = 1, RAPI_GUARD_GATE = 2, RAPI_GUARD_NONE = 3 };   /* how a call came in */
 int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn);   /* a mode, or a status */
+/* membarrier(2): registered once (false where the kernel has none), then every running thread of
+ * the process passes a full memory barrier before rapi_membarrier returns. ThreadCache's caches
+ * use it the same way. */
+bool rapi_membarrier_ready(void);
+void rapi_membarrier(void);
 static RAPI_INLINE uintptr_t rapi_self_thread(void) {
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && (defined(__x86_64__) || defined(__aarch64__))
   return (uintptr_t)__builtin_thread_pointer();
@@ -419,7 +509,7 @@ typedef struct rapi_resource_ops {
   /* Makes r's later work wait for e without blocking the host: RAP_OK when queued, RAPI_HOST_WAIT
    * where the kinds allow no such wait (the caller then waits on the host: rapi_host_wait). */
   int  (*wait)(rap_resource *r, rapi_event *e);
-  /* Uses fenced per block, not per batch (the ipc resource: resources/ipc.c); NULL for every other
+  /* Uses fenced per block, not per batch (the ipc resource: platforms/ipc.c); NULL for every other
    * kind. A pool that records a block on such a resource gets a token for that block from bind
    * (ptr, its bytes), asks passed(token) (1 passed, 0 not yet) where it would query a batch's
    * event, never waits for it, and calls drop(token) when the use record goes. */
@@ -525,22 +615,26 @@ struct rap_manager {
   rap_resource host;               /* the one synchronous host resource */
   rap_resource *resources;         /* created resources */
   uint64_t next_seq, next_resource_id;
-  struct rapi_ipc_importer *ipc;   /* pools of other processes opened here (resources/ipc.c) */
+  struct rapi_ipc_importer *ipc;   /* pools of other processes opened here (platforms/ipc.c) */
 };
 
-/* ---- peer access (resources/cuda_platform.c; a stub where there is no GPU backend) ----------
+/* ---- platforms/platform.c: the questions the platform record answers -----------------------
  * devices_ok bits: 1 << device for devices 0..63 (a device past 63 is never refused). */
 static inline uint64_t rapi_device_bit(int device) {
   return device >= 0 && device < 64 ? (uint64_t)1 << device : 0;
 }
-/* Gives (enable 1) or takes back (0) device's access to the memory of root, a chain's platform;
- * RAP_OK and nothing done where every device reaches it already (pinned, managed). Sets *owner
- * to the device root's memory is on, or -1 for memory every device reaches. */
-int  rapi_gpu_peer_access(rap_allocator *root, int device, int enable, int *owner);
-/* peers= of a device platform: "all" or device numbers joined by '+' ("1+3"); grants each. */
+/* Gives (enable 1) or takes back (0) device's access to the memory under a's chain; RAP_OK and
+ * nothing done where every device reaches it already (pinned, managed). Sets *owner to the device
+ * the memory is on, or -1 for memory every device reaches. */
+int  rapi_platform_peer_access(rap_allocator *a, int device, int enable, int *owner);
+/* registrable.c: OK where NCCL can register a's memory (a DeviceVmm made with export=), else a
+ * status and a sentence that starts with who. */
+int  rapi_platform_registrable(rap_allocator *a, const char *who);
+/* peers= of a device platform: "all" or device numbers joined by '+' ("1+3"); grants each. The
+ * platform's record must be set. */
 int  rapi_gpu_peers_option(rap_allocator *self, int owner, rap_options *opts);
 
-/* ---- resources/ipc.c: what the manager's destroy calls, after its resources are synchronized:
+/* ---- platforms/ipc.c: what the manager's destroy calls, after its resources are synchronized:
  * closes every block and pool this manager imported from other processes. */
 void rapi_ipc_manager_fini(rap_manager *rm);
 
@@ -561,7 +655,7 @@ void rapi_registry_names(char *buf, size_t cap);   /* the built-in strategies, f
 const char *rapi_registry_closest(const char *name); /* a built-in one slip from name, or NULL */
 void rapi_env_var(const char *name, char *var, size_t cap);   /* RAP_ALLOCATOR_<NAME> of a name */
 
-/* ---- resources/tracked.c: the tracked pass-through body ---------------------------------------
+/* ---- platforms/tracked.c: the tracked pass-through body ---------------------------------------
  * Allocators that hand out raw memory from somewhere else and track every live pointer: the
  * platform allocators (HOST, the CUDA ones: their raw operations are malloc, cudaMalloc, ...) and
  * the wrappers Fault and SizeLimiter (theirs pass the request to the parent). One body: a locked map
@@ -626,33 +720,33 @@ extern const rap_strategy rapi_size_limiter_strategy;
 extern const rap_strategy rapi_fixed_pool_strategy;
 extern const rap_strategy rapi_dynamic_pool_list_strategy;
 extern const rap_strategy rapi_planned_strategy;           /* planned.c: Planned(plan=FILE) */
-extern const rap_strategy rapi_stream_ordered_strategy;   /* resources/stream_ordered.c */
-extern const rap_strategy rapi_host_vmm_strategy;         /* resources/vmm.c: HostVmm */
-extern const rap_strategy rapi_device_vmm_strategy;       /* resources/vmm_device.c: DeviceVmm */
-/* ---- resources/host_platform.c, resources/cuda_platform.c -------------------------------- */
+extern const rap_strategy rapi_stream_ordered_strategy;   /* platforms/stream_ordered.c */
+extern const rap_strategy rapi_host_vmm_strategy;         /* platforms/vmm.c: HostVmm */
+extern const rap_strategy rapi_device_vmm_strategy;       /* platforms/vmm_device.c: DeviceVmm */
+/* ---- platforms/tracked.c (HOST), platforms/cuda_platform.c (or no_gpu_platform.c) ---------- */
 extern const rap_strategy rapi_host_platform;
 extern const rap_strategy rapi_pinned_strategy;   /* Pinned(portable, mapped, write_combined) */
 extern const rap_strategy rapi_cuda_platform;   /* DEVICE, DEVICE::N, PINNED, UM; or HIP's */
 extern const rapi_resource_ops rapi_host_resource_ops;
-bool rapi_cuda_compiled(void);
-/* cuda_platform.c: the device count, or RAP_ERR_UNSUPPORTED saying why none is usable (no driver,
- * a driver too old, no device). */
-int  rapi_cuda_devices(const char *who, int *count);
-/* cuda_platform.c: RAP_OK if device N is there, else UNSUPPORTED (none usable) or NOT_FOUND, with
- * a sentence naming self. */
-int  rapi_gpu_device_exists(rap_allocator *self, uint64_t device);
-/* resources/memory_info.c: the host's physical memory (or its control group's lower limit) and
- * what is available of it. cuda_platform.c: a GPU platform's device memory (cudaMemGetInfo on its
- * device), or RAPI_HOST_MEMORY for PINNED, whose bytes are the host's; RAP_ERR_UNSUPPORTED in a
- * build without a GPU backend. */
-int  rapi_host_memory_info(size_t *free_bytes, size_t *total_bytes);
-#define RAPI_HOST_MEMORY 2
-int  rapi_gpu_memory_info(rap_allocator *platform, size_t *free_bytes, size_t *total_bytes);
-int  rapi_stream_ordered_memory_info(rap_allocator *a, size_t *free_bytes, size_t *total_bytes);
-/* stream_ordered.c, vmm_device.c: the device their memory is on, and a peer's access to it
- * (cudaMemPoolSetAccess; the mappings' access descriptors, now and for every later mapping). */
-int  rapi_stream_ordered_device(rap_allocator *a);
+/* stream_ordered.c, vmm_device.c: a peer's access to their memory (cudaMemPoolSetAccess; the
+ * mappings' access descriptors, now and for every later mapping): their records' peer. */
 int  rapi_stream_ordered_peer(rap_allocator *a, int device, int enable);
 int  rapi_device_vmm_peer(rap_allocator *a, int device, int enable);
+/* platforms/memory_info.c: the host's physical memory (or its control group's lower limit) and
+ * what is available of it. */
+int  rapi_host_memory_info(size_t *free_bytes, size_t *total_bytes);
+
+/* ---- resources/gpu_device.c (no_cuda.c where there is no GPU backend): the devices ----------- */
+bool rapi_cuda_compiled(void);
+/* The device count, or RAP_ERR_UNSUPPORTED saying why none is usable (no driver, a driver too old,
+ * no device). */
+int  rapi_cuda_devices(const char *who, int *count);
+/* RAP_OK if device N is there, else UNSUPPORTED (none usable) or NOT_FOUND, with a sentence naming
+ * self. */
+int  rapi_gpu_device_exists(rap_allocator *self, uint64_t device);
+/* A device's free and total memory; a sentence starting with who if the runtime fails. */
+int  rapi_gpu_device_memory(const char *who, int device, size_t *free_bytes, size_t *total_bytes);
+/* RAP_OK if device's streams can be given own's memory (a peer path), else UNSUPPORTED. */
+int  rapi_gpu_can_access_peer(const char *who, int device, int own);
 
 #endif /* RAP_INTERNAL_H */

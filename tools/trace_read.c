@@ -170,7 +170,15 @@ int trace_load(const char *path, trace *t, char *err, size_t cap) {
   size_t lcap = 0;
   ssize_t len;
   kmap deallocs = {0};
+  int first = 1;
   while ((len = getline(&line, &lcap, f)) > 0) {
+    if (first && len >= 2 && (unsigned char)line[0] == 0x1f && (unsigned char)line[1] == 0x8b) {
+      /* gzip's magic: bench/traces/ stores traces so */
+      snprintf(err, cap, "'%s' is compressed with gzip: decompress it first (gzip -dc '%s' > "
+               "trace.jsonl)", path, path);
+      return load_failed(t, f, line, &deallocs);
+    }
+    first = 0;
     if (len <= 1) continue;
     te e;
     if (parse_line(t, line, &e) != 0) {

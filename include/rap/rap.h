@@ -135,6 +135,11 @@ int  rap_allocator_set_oom_handler(rap_allocator *a, rap_oom_handler fn, void *u
 /* ---------------------------------------------------------------------------------------------
  * Statistics. Bytes are as requested unless named aligned or actual.
  * ------------------------------------------------------------------------------------------- */
+/* rap_stats grows at its end and never changes what is already there. Every call says how many
+ * bytes its caller's rap_stats has: rap_allocator_stats and rap_allocator_resource_stats are macros
+ * that pass sizeof *(out) to the _sized calls, so a program built against an older header gets the
+ * fields its struct has and nothing is written past it, and one built against a newer header than
+ * the library it runs with finds the fields that library does not know zeroed. */
 typedef struct rap_stats {
   size_t current_bytes, high_watermark;        /* live user bytes now / at peak */
   size_t actual_bytes, actual_high_watermark;  /* bytes held from the parent */
@@ -142,8 +147,21 @@ typedef struct rap_stats {
   size_t allocation_count, block_count, pending_count, chunk_count;
   size_t used_bytes;                           /* aligned bytes of live blocks */
   size_t cached_bytes, cached_count;           /* free blocks held by per-thread caches (ThreadCache) */
+  size_t waits, host_waits;                    /* cross_resource=wait: waits for another resource's
+                                                  block (queued on the asker), and of them those
+                                                  made on the host (ResourceAwarePool) */
 } rap_stats;
-int  rap_allocator_stats(rap_allocator *a, rap_stats *out);
+/* size: the caller's sizeof(rap_stats), at least one field; RAP_ERR_INVALID below that. */
+int  rap_allocator_stats_sized(rap_allocator *a, rap_stats *out, size_t size);
+int  rap_allocator_resource_stats_sized(rap_allocator *a, rap_resource *r, rap_stats *out,
+                                        size_t size);
+/* Called as functions (no macro: a binary built before the sizes were), these fill the fields up to
+ * cached_count, the layout they had then. */
+int  (rap_allocator_stats)(rap_allocator *a, rap_stats *out);
+int  (rap_allocator_resource_stats)(rap_allocator *a, rap_resource *r, rap_stats *out);
+#define rap_allocator_stats(a, out) rap_allocator_stats_sized((a), (out), sizeof *(out))
+#define rap_allocator_resource_stats(a, r, out)                                                    \
+  rap_allocator_resource_stats_sized((a), (r), (out), sizeof *(out))
 /* The high-water marks of a's statistics (high_watermark, actual_high_watermark, and per resource)
  * start again from the current values, as torch.cuda.reset_peak_memory_stats does. Counters that
  * steer a pool's own heuristics are not touched. RAP_ERR_UNSUPPORTED for a strategy without it. */
@@ -164,7 +182,6 @@ int  rap_allocator_set_peer_access(rap_allocator *a, int device, int enable);
  * device's mapping of it for PINNED and Pinned(mapped=1) memory; RAP_ERR_INVALID for memory a
  * device cannot address (HOST). */
 int  rap_device_pointer(rap_allocator *a, const void *ptr, void **out);
-int  rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Sleep and wake: a ResourceAwarePool over a growable platform (DEVICE_VMM, HOST_VMM), alone or
@@ -202,6 +219,45 @@ int  rap_ipc_import(rap_manager *rm, const rap_ipc_desc *desc, rap_resource *r, 
 int  rap_ipc_close(rap_manager *rm, void *ptr, rap_resource *r);   /* r NULL: the import's */
 
 /* ---------------------------------------------------------------------------------------------
+ * Segment observers: whoever registered a pool's memory elsewhere (NCCL's ncclCommRegister, an
+ * RDMA registration) follows it. fn(ev, user) is called for each chunk of a pool (QuickPool,
+ * DynamicPoolList, ResourceAwarePool) or each mapping of a growable platform (DEVICE_VMM,
+ * HOST_VMM) when it is mapped or grows (after) and before it shrinks or is unmapped (a sleep, a
+ * release, the allocator's destroy), so that a registrant can deregister first; rap never unmaps
+ * memory without telling its observers. observe replays a MAP (replay 1) for every segment there
+ * is. fn runs under the allocator's lock, on the thread that mapped or unmapped: it must not call
+ * into the allocator's chain (observe and unobserve from fn are RAP_ERR_BUSY). After unobserve
+ * returns fn is not called again. RAP_ERR_UNSUPPORTED for an allocator without segments of its
+ * own (wrappers, DEVICE: observe the pool or the platform), RAP_ERR_EXISTS for (fn, user) twice.
+ * ------------------------------------------------------------------------------------------- */
+typedef enum rap_segment_kind {
+  RAP_SEGMENT_MAP = 1,      /* a new segment [base, base + size) */
+  RAP_SEGMENT_GROW = 2,     /* the segment grew at its end by [addr, addr + bytes): size is the new size */
+  RAP_SEGMENT_SHRINK = 3,   /* [addr, addr + bytes) at the segment's end is about to go; size is still
+                               the old size (if less went, a GROW of what stayed follows) */
+  RAP_SEGMENT_UNMAP = 4     /* the whole segment is about to go */
+} rap_segment_kind;
+typedef struct rap_segment_event {
+  int kind;                 /* rap_segment_kind */
+  void *base;               /* the segment's first byte */
+  size_t size;              /* its size: after MAP and GROW, before SHRINK and UNMAP */
+  void *addr;               /* the bytes this event is about (MAP, UNMAP: the whole segment) */
+  size_t bytes;
+  int device;               /* the device the memory is on, -1 for host memory */
+  int replay;               /* 1: a MAP replayed by rap_allocator_observe */
+} rap_segment_event;
+typedef void (*rap_segment_fn)(const rap_segment_event *ev, void *user);
+int  rap_allocator_observe(rap_allocator *a, rap_segment_fn fn, void *user);
+int  rap_allocator_unobserve(rap_allocator *a, rap_segment_fn fn, void *user);
+/* RAP_OK when ptr's memory is made as NCCL's ncclMemAlloc makes it, so that NCCL can register it
+ * (ncclCommRegister, ncclCommWindowRegister): device memory of a DeviceVmm(export=posix|fabric|
+ * auto) at the bottom of its allocator's chain. Otherwise RAP_ERR_UNSUPPORTED with a sentence that
+ * says what the memory is and which spec makes registrable memory; RAP_ERR_UNKNOWN_POINTER for a
+ * pointer no allocator of rm handed out. */
+int  rap_pointer_registrable(rap_manager *rm, const void *ptr);
+int  rap_allocator_registrable(rap_allocator *a);   /* the same for the memory a hands out */
+
+/* ---------------------------------------------------------------------------------------------
  * Resources (streams of execution). The host resource is borrowed from the manager.
  * ------------------------------------------------------------------------------------------- */
 int  rap_resource_host(rap_manager *rm, rap_resource **out);
@@ -210,16 +266,6 @@ int  rap_resource_submit(rap_resource *r, void (*fn)(void *), void *arg);  /* en
 int  rap_resource_synchronize(rap_resource *r);   /* wait until r's queued work has finished */
 int  rap_resource_destroy(rap_resource *r);   /* synchronizes r first; not the host resource */
 const char *rap_resource_kind(const rap_resource *r);   /* "host", "host_async", "cuda", ... */
-
-/* ---------------------------------------------------------------------------------------------
- * Testing: the Fault strategy passes requests to its parent and fails them on demand with
- * RAP_ERR_NOMEM. Options (also at make time): fail_next=N fails the next N requests,
- * fail_after=N lets N more requests through and then fails every one, fail_at=N fails only the
- * N-th request from now, budget=SIZE fails any request that would take the live bytes above SIZE;
- * "reset" clears them all.
- * ------------------------------------------------------------------------------------------- */
-int  rap_fault_configure(rap_allocator *fault, const char *options);
-int  rap_fault_requests(rap_allocator *fault, size_t *out);   /* allocation requests seen so far */
 
 RAP_API_END
 #ifdef __cplusplus

@@ -27,6 +27,11 @@ typedef struct rap_options rap_options;   /* the parsed key=value list given at 
 /* owns may run on any thread while others call the instance (rap_allocator_find relies on it);
  * without this flag find asks owns only under the lock of a ThreadSafe above the instance. */
 #define RAP_STRATEGY_CONCURRENT_OWNS 0x2u
+/* Keeps no blocks: every block it hands out is one its parent handed out for that very call, and
+ * its free gives it straight back (ThreadSafe, SizeLimiter, Fault). A stream capturing a CUDA graph
+ * may use it wherever it may use the parent; without the flag the manager assumes a strategy keeps
+ * blocks, which a graph would go on using after the capture. */
+#define RAP_STRATEGY_PASS_THROUGH 0x4u
 
 typedef struct rap_strategy {
   int version;              /* RAP_STRATEGY_VERSION */

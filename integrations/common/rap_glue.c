@@ -641,6 +641,8 @@ static void add_stats(size_t *out, const rap_stats *s) {
   out[GLUE_BLOCKS] += s->block_count;
   out[GLUE_CHUNKS] += s->chunk_count;
   out[GLUE_USED] += s->used_bytes;
+  out[GLUE_WAITS] += s->waits;
+  out[GLUE_HOST_WAITS] += s->host_waits;
 }
 
 int glue_stat_values(int device, int graph, size_t *out, size_t n) {
@@ -989,6 +991,16 @@ int glue_reset_accumulated(int device) {
  * The device's pool must be over an exporting platform (DeviceVmm(export=posix), see
  * docs/integrations.md); otherwise rap_ipc_export says so. An import is the manager's, closed on
  * the stream given (the importer's work on it has passed before the exporter may reuse it). */
+int glue_registrable(const void *ptr, int device) {
+  pthread_mutex_lock(&lock);
+  dev *d = NULL;
+  int st = get_dev(device, &d);
+  if (st == RAP_OK) st = ensure_pool(device, d);
+  if (st == RAP_OK) st = ptr != NULL ? rap_pointer_registrable(rm, ptr) : rap_allocator_registrable(d->pool);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
 int glue_ipc_export(void *ptr, int device, void *desc) {
   pthread_mutex_lock(&lock);
   dev *d = NULL;

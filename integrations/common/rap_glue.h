@@ -40,6 +40,9 @@ enum {
   /* Since the last glue_reset_accumulated (per device, graph pools included): allocations and
    * their bytes, out-of-memory answers, and the live count and bytes at that reset. */
   GLUE_ALLOCS_TOTAL, GLUE_ALLOC_BYTES_TOTAL, GLUE_OOMS, GLUE_BASE_COUNT, GLUE_BASE_BYTES,
+  /* cross_resource=wait: waits a stream was made to do for another's block, and those on the
+   * host (rap_stats' waits, host_waits). */
+  GLUE_WAITS, GLUE_HOST_WAITS,
   GLUE_NSTATS
 };
 
@@ -60,6 +63,10 @@ int  glue_wake(int device);
 int  glue_ipc_export(void *ptr, int device, void *desc);
 int  glue_ipc_import(const void *desc, int device, cudaStream_t s, void **out);
 int  glue_ipc_close(void *ptr, int device, cudaStream_t s);
+/* NCCL registration: RAP_OK when ptr's memory (ptr NULL: whatever the device's pool hands out;
+ * the pool is made, lazily, without memory) is what NCCL can register (rap_pointer_registrable),
+ * else RAP_ERR_UNSUPPORTED with rap's sentence. */
+int  glue_registrable(const void *ptr, int device);
 
 /* A framework's own graph-pool protocol (PyTorch's begin/end_allocate_to_pool and release_pool).
  * Once glue_use_pool_hooks(1) is called, captures are no longer detected per allocation: between

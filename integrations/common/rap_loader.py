@@ -15,7 +15,7 @@ import os
 STATS = ("current", "peak", "reserved", "peak_reserved", "pending", "pending_count", "free",
          "releasable", "largest_free", "allocations", "blocks", "chunks", "used", "streams",
          "graph_pools", "deferred", "allocs_total", "alloc_bytes_total", "ooms", "base_count",
-         "base_bytes")
+         "base_bytes", "waits", "host_waits")
 
 
 def library_path(name, module_file):

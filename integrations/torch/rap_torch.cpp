@@ -30,11 +30,12 @@
 extern "C" const rap_glue_config glue_cfg = {
     "torch",
     "RAP_TORCH_SPEC",
-    /* cross_resource=wait: past 512 MiB held, a stream whose memory another stream still uses
-     * (record_stream, FSDP and NCCL hand-offs) waits for it on the GPU instead of the pool growing
-     * with the CPU's lead; on one stream nothing waits. */
+    /* cross_resource=wait: past 512 MiB held, and once more than 512 MiB is pending on other
+     * streams (record_stream, FSDP and NCCL hand-offs), a stream whose memory another stream still
+     * uses waits for it on the GPU instead of the pool growing with the CPU's lead; below that
+     * it grows, so FSDP's streams are not queued behind each other; on one stream nothing waits. */
     "ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, heuristic=never, "
-    "cross_resource=wait, wait_above=512MiB)",
+    "cross_resource=wait, wait_above=512MiB, wait_pending_above=512MiB)",
     "RAP_TORCH_GRAPHS",
 };
 
@@ -192,6 +193,9 @@ RAP_EXPORT int rap_torch_ipc_import(const void *desc, int device, cudaStream_t s
 RAP_EXPORT int rap_torch_ipc_close(void *ptr, int device, cudaStream_t s) {
   return glue_ipc_close(ptr, device, s);
 }
+
+/* rap.torch.register_mem_pool: whether NCCL can register ptr's memory (NULL: the device pool's). */
+RAP_EXPORT int rap_torch_registrable(const void *ptr, int device) { return glue_registrable(ptr, device); }
 
 RAP_EXPORT int rap_torch_spec(int device, char *buf, size_t cap) { return glue_spec(device, buf, cap); }
 

@@ -8,7 +8,7 @@ enable() loads librap_torch.so and makes it PyTorch's CUDA allocator through
 torch.cuda.memory.CUDAPluggableAllocator. Each device gets one ResourceAwarePool, made from
 RAP_TORCH_SPEC (a rap spec string, "{device}" standing for the device number) or from
 "ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, heuristic=never,
-cross_resource=wait, wait_above=512MiB)".
+cross_resource=wait, wait_above=512MiB, wait_pending_above=512MiB)".
 
 PyTorch raises for a pluggable allocator's statistics; once enabled, torch.cuda.memory_stats,
 memory_allocated, max_memory_reserved, reset_peak_memory_stats, memory_summary and the rest answer
@@ -52,6 +52,7 @@ __all__ = [
     "reset_accumulated_memory_stats", "memory_summary", "empty_cache", "release_graph_pools",
     "graph_memory_reserved", "record_stream", "spec", "hooks", "snapshot_from_trace", "sleep", "wake",
     "prepare_sleep", "share", "open", "IpcHandle", "set_memory_fraction", "memory_limit",
+    "NCCL_SPEC", "register_mem_pool", "registrable",
 ]
 
 
@@ -124,6 +125,8 @@ def _load(path):
     lib.rap_torch_ipc_import.restype = ctypes.c_int
     lib.rap_torch_ipc_close.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
     lib.rap_torch_ipc_close.restype = ctypes.c_int
+    lib.rap_torch_registrable.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.rap_torch_registrable.restype = ctypes.c_int
     return lib
 
 
@@ -134,15 +137,43 @@ def _library():
     return _loaded
 
 
-def allocator():
+# Memory NCCL can register (ncclCommRegister, NVLS and window registration): CUDA virtual memory
+# with POSIX file descriptor handles, RDMA-capable where the device supports it, in the recommended
+# granularity, as ncclMemAlloc makes it. Each raw allocation PyTorch's caching allocator asks of a
+# MemPool over it is one mapping of its own (pieces of at most 1 GiB), so that a segment PyTorch
+# registers is what NCCL finds with cuMemGetAddressRange.
+NCCL_SPEC = "DeviceVmm(export=posix)"
+
+_spec_fixed = None   # the spec the device pools are made from, once allocator() or enable() ran
+
+
+def _fix_spec(spec):
+    global _spec_fixed
+    current = os.environ.get("RAP_TORCH_SPEC") or None
+    want = spec if spec is not None else current
+    if _spec_fixed is not None:
+        if spec is not None and spec != _spec_fixed[0]:
+            raise RuntimeError("rap.torch: the device pools are made from %r already; one spec per "
+                               "process (asked for %r)" % (_spec_fixed[0] or "the default", spec))
+        return
+    if spec is not None:
+        os.environ["RAP_TORCH_SPEC"] = spec
+    _spec_fixed = (want,)
+
+
+def allocator(spec=None):
     """rap as a PyTorch allocator object (torch._C._cuda_CUDAAllocator), for a scoped pool:
 
         pool = torch.cuda.MemPool(rap_torch.allocator())
         with torch.cuda.use_mem_pool(pool):
             x = torch.empty(n, device="cuda")      # memory from rap's pool for the device
 
-    PyTorch's own allocator keeps serving everything else. The same object enable() installs."""
+    PyTorch's own allocator keeps serving everything else. The same object enable() installs.
+    spec (a rap spec, "{device}" for the device) is what the device pools are made from, as
+    RAP_TORCH_SPEC: rap.torch.allocator(rap.torch.NCCL_SPEC) gives memory NCCL can register
+    (register_mem_pool). One spec per process: RuntimeError for another once pools exist."""
     global _pluggable
+    _fix_spec(spec)
     if _pluggable is None:
         _pluggable = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "rap_torch_malloc",
                                                               "rap_torch_free")
@@ -169,9 +200,7 @@ def enable(spec=None):
     global _lib
     if _lib is not None:
         return
-    if spec is not None:
-        os.environ["RAP_TORCH_SPEC"] = spec
-    native = allocator()
+    native = allocator(spec)
     lib = _library()
     for setter, fn, key in (("set_record_stream_fn", "rap_torch_record_stream", "record_stream"),
                             ("set_reset_fn", "rap_torch_empty_cache", "empty_cache"),
@@ -515,6 +544,39 @@ def wake(device=None):
     lib = _library()
     if lib.rap_torch_wake(_device(device)) != 0:
         raise RuntimeError("rap_torch: " + _loader.last_error(lib, "torch"))
+
+
+def registrable(ptr=None, device=None):
+    """None when NCCL can register the memory at ptr (an int address; None: whatever the device's
+    pool hands out), else rap's sentence saying why not (rap_pointer_registrable)."""
+    lib = _library()
+    if lib.rap_torch_registrable(ptr, _device(device)) == 0:
+        return None
+    return _loader.last_error(lib, "torch")
+
+
+def register_mem_pool(pool, group=None, device=None):
+    """Registers a torch.cuda.MemPool over rap.torch.allocator(NCCL_SPEC) with NCCL for the
+    process group (default: the world), through ProcessGroupNCCL.register_mem_pool: NCCL can then
+    use the pool's buffers directly (user-buffer registration) in collectives. Segments the pool
+    takes later are registered by PyTorch as they come, and deregistered before PyTorch gives
+    them back. ValueError with rap's sentence if the pool's memory is not registrable (a pool made
+    from another spec); RuntimeError if rap is PyTorch's allocator (enable()): PyTorch reads the
+    caching allocator's snapshot of the pool, which no pluggable allocator can give."""
+    if enabled():
+        raise RuntimeError("rap.torch.register_mem_pool: rap is PyTorch's allocator in this process "
+                           "(enable()), and ProcessGroupNCCL.register_mem_pool reads the caching "
+                           "allocator's snapshot, which PyTorch's pluggable allocator cannot give; "
+                           "register a torch.cuda.MemPool(rap.torch.allocator(rap.torch.NCCL_SPEC)) "
+                           "in a process that keeps PyTorch's own allocator")
+    import torch.distributed as dist
+    d = _device(device)
+    why = registrable(None, d)
+    if why is not None:
+        raise ValueError("rap.torch.register_mem_pool: NCCL cannot register this pool's memory: "
+                         + why)
+    backend = (group if group is not None else dist.group.WORLD)._get_backend(torch.device("cuda", d))
+    backend.register_mem_pool(pool)
 
 
 def spec(device=None):

@@ -62,7 +62,7 @@ def _library():
                 "rap_allocator_make_spec": [P, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(P)],
                 "rap_allocate": [P, ctypes.POINTER(P), ctypes.c_size_t, P],
                 "rap_deallocate": [P, P, P], "rap_release": [P],
-                "rap_allocator_stats": [P, ctypes.POINTER(_Stats)],
+                "rap_allocator_stats_sized": [P, ctypes.POINTER(_Stats), ctypes.c_size_t],
                 "rap_allocator_destroy": [P],
                 "rap_resource_create_host_async": [P, ctypes.POINTER(P)],
                 "rap_resource_create_cuda": [P, P, ctypes.POINTER(P)],
@@ -234,8 +234,9 @@ class Allocator:
         self.free(ptr, stream)
 
     def stats(self):
-        s = _Stats()
-        self._check(self._lib.rap_allocator_stats(self._live(), ctypes.byref(s)))
+        s = _Stats()   # its size goes with it: a library older or newer than _STATS fills what fits
+        self._check(self._lib.rap_allocator_stats_sized(self._live(), ctypes.byref(s),
+                                                        ctypes.sizeof(s)))
         return {n: getattr(s, n) for n in _STATS}
 
     def release(self):

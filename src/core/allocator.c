@@ -13,15 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-int rapi_debug;
 static _Thread_local char assert_failed[256];   /* the first broken precondition of this call */
-
-void rapi_debug_read_env(void) {
-  const char *v = getenv("RAP_DEBUG");
-  int level = v != NULL && v[0] >= '0' && v[0] <= '9' ? atoi(v) : 0;
-  if (level != rapi_debug_level()) __atomic_store_n(&rapi_debug, level, __ATOMIC_RELAXED);
-  rapi_slow_update();
-}
 
 void rapi_assert_failed(const char *file, int line, const char *cond) {
   const char *base = strrchr(file, '/');
@@ -83,7 +75,7 @@ size_t rap_allocator_alignment(const rap_allocator *a) { return a ? a->alignment
 
 static int membarrier_ok;   /* atomic: 0 unknown, 1 registered, -1 not available */
 
-static bool membarrier_ready(void) {
+bool rapi_membarrier_ready(void) {
   int ok = __atomic_load_n(&membarrier_ok, __ATOMIC_ACQUIRE);
   if (ok == 0) {
     ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 ? 1 : -1;
@@ -91,6 +83,8 @@ static bool membarrier_ready(void) {
   }
   return ok > 0;
 }
+
+void rapi_membarrier(void) { (void)syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0); }
 
 static RAPI_NOINLINE int two_threads(const char *fn, const rap_allocator *a) {
   return rapi_fail(RAP_ERR_BUSY, "%s('%s'): another thread is inside this %s at the same time; a "
@@ -120,10 +114,10 @@ int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn) {
   if (!__atomic_compare_exchange_n(&a->gate, &open, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
     return two_threads(fn, a);
   uintptr_t old = __atomic_load_n(&a->owner, __ATOMIC_RELAXED);
-  if (old != me && old != RAPI_GUARD_UNBIASED && membarrier_ready()) {
+  if (old != me && old != RAPI_GUARD_UNBIASED && rapi_membarrier_ready()) {
     uintptr_t next = ++a->handovers >= RAPI_GUARD_HANDOVERS ? RAPI_GUARD_UNBIASED : me;
     __atomic_store_n(&a->owner, next, __ATOMIC_RELAXED);   /* only the gate's holder writes it */
-    if (old != 0) (void)syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+    if (old != 0) rapi_membarrier();
     if (__atomic_load_n(&a->busy, __ATOMIC_ACQUIRE) != 0) {
       __atomic_store_n(&a->owner, old, __ATOMIC_RELAXED);
       __atomic_store_n(&a->gate, 0, __ATOMIC_RELEASE);
@@ -166,8 +160,8 @@ static RAPI_NOINLINE int oom_retry(rap_allocator *a, void **out, size_t bytes, r
   return st;
 }
 
-/* The two hot entry points: one unlikely branch covers bad input and the debug levels alike, then
- * the strategy; a handler for out of memory costs a branch on the answer. */
+/* The two hot entry points: one unlikely branch covers bad input, the debug levels and a handler
+ * for out of memory alike, then the strategy. */
 /* A pool asked to serve a resource that is capturing a graph (rap_resource_cuda_begin_capture). */
 static RAPI_NOINLINE int capturing(const char *fn, const rap_allocator *a, const rap_resource *r) {
   return rapi_fail(RAP_ERR_BUSY, "%s('%s'): %s resource #%llu is capturing a graph, and a pool's "
@@ -215,16 +209,15 @@ static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t b
   return debugged(a, "rap_allocate", st);
 }
 
+/* An allocator with a handler for out of memory takes the checked path, which runs it: the
+ * strategy's call is then the last thing here (a jump, with nothing kept across it). */
 int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
   if (RAPI_UNLIKELY(a == NULL || out == NULL ||
                     (r != NULL && (r->rm != a->rm) | __atomic_load_n(&r->capturing, __ATOMIC_RELAXED) |
                                       (foreign_device(a, r) != 0)) |
-                        rapi_slow_calls()))
+                        rapi_slow_calls() | (__atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)))
     return allocate_checked(a, out, bytes, r);
-  int st = a->strategy->allocate(a->state, out, bytes, r);
-  if (RAPI_UNLIKELY(st == RAP_ERR_NOMEM) && __atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)
-    return oom_retry(a, out, bytes, r);
-  return st;
+  return a->strategy->allocate(a->state, out, bytes, r);
 }
 
 int rap_allocator_set_oom_handler(rap_allocator *a, rap_oom_handler fn, void *user) {
@@ -293,14 +286,39 @@ int rap_pointer_resource(rap_allocator *a, const void *ptr, rap_resource **out) 
   return RAP_OK;
 }
 
-int rap_allocator_stats(rap_allocator *a, rap_stats *out) {
+/* ---- statistics: the caller's rap_stats may be older (smaller) or newer (larger) than ours ---- */
+
+/* The layout rap_allocator_stats had before callers said their size: fields up to cached_count. */
+#define STATS_FIRST_LAYOUT (offsetof(rap_stats, cached_count) + sizeof(size_t))
+_Static_assert(STATS_FIRST_LAYOUT == 15 * sizeof(size_t), "rap_stats changed before cached_count");
+
+/* Copies the whole fields of s that fit in size bytes, zeroes what is beyond ours. */
+static void stats_out(rap_stats *out, size_t size, const rap_stats *s) {
+  size_t n = size < sizeof *s ? size / sizeof(size_t) * sizeof(size_t) : sizeof *s;
+  memcpy(out, s, n);
+  if (size > sizeof *s) memset((char *)out + sizeof *s, 0, size - sizeof *s);
+}
+
+static int stats_size_ok(const char *fn, size_t size) {
+  if (size >= sizeof(size_t)) return RAP_OK;
+  return rapi_fail(RAP_ERR_INVALID, "%s: size %zu holds no field of rap_stats (sizeof(rap_stats) "
+                   "is what to pass)", fn, size);
+}
+
+int rap_allocator_stats_sized(rap_allocator *a, rap_stats *out, size_t size) {
   if (a == NULL || out == NULL)
     return rapi_fail(RAP_ERR_INVALID, "rap_allocator_stats: allocator or out is NULL");
+  int st = stats_size_ok("rap_allocator_stats", size);
+  if (st != RAP_OK) return st;
   rap_stats s;
   memset(&s, 0, sizeof s);
-  int st = a->strategy->stats(a->state, &s);
-  if (st == RAP_OK) *out = s;
+  st = a->strategy->stats(a->state, &s);
+  if (st == RAP_OK) stats_out(out, size, &s);
   return st;
+}
+
+int (rap_allocator_stats)(rap_allocator *a, rap_stats *out) {
+  return rap_allocator_stats_sized(a, out, STATS_FIRST_LAYOUT);
 }
 
 int rap_allocator_reset_peaks(rap_allocator *a) {
@@ -311,22 +329,28 @@ int rap_allocator_reset_peaks(rap_allocator *a) {
   return a->strategy->reset_peaks(a->state);
 }
 
-int rap_allocator_resource_stats(rap_allocator *a, rap_resource *r, rap_stats *out) {
+int rap_allocator_resource_stats_sized(rap_allocator *a, rap_resource *r, rap_stats *out,
+                                       size_t size) {
   if (a == NULL || r == NULL || out == NULL)
     return rapi_fail(RAP_ERR_INVALID,
                      "rap_allocator_resource_stats: allocator, resource or out is NULL");
+  int st = stats_size_ok("rap_allocator_resource_stats", size);
+  if (st != RAP_OK) return st;
   if (r->rm != a->rm) return bad_call("rap_allocator_resource_stats", a, out, r);
   rap_stats s;
   memset(&s, 0, sizeof s);
-  int st;
   if (a->strategy->resource_stats != NULL) {
     st = a->strategy->resource_stats(a->state, r, &s);
   } else {
     /* Without resource tracking every block belongs to the host resource. */
     st = r == &a->rm->host ? a->strategy->stats(a->state, &s) : RAP_OK;
   }
-  if (st == RAP_OK) *out = s;
+  if (st == RAP_OK) stats_out(out, size, &s);
   return st;
+}
+
+int (rap_allocator_resource_stats)(rap_allocator *a, rap_resource *r, rap_stats *out) {
+  return rap_allocator_resource_stats_sized(a, r, out, STATS_FIRST_LAYOUT);
 }
 
 /* ---- sleep and wake: to the strategy's table; the flag on the chain is what destroy reads ----- */

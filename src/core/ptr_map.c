@@ -19,13 +19,6 @@
 
 #define RAPI_MAP_MIN 64
 
-struct rapi_map_table {
-  size_t mask;
-  unsigned shift;
-  rapi_map_table *retired;           /* the table this one replaced */
-  rapi_map_slot slots[];
-};
-
 static int resize(rapi_ptr_map *m, size_t cap) {
   rapi_map_table *t = rapi_calloc(1, sizeof *t + cap * sizeof(rapi_map_slot));
   if (t == NULL) return RAP_ERR_NOMEM;
@@ -94,7 +87,7 @@ void rapi_map_remove_at(rapi_ptr_map *m, size_t i) {
 /* A seqlock read: a snapshot taken while no change was under way and none began before it ended.
  * The record of ptr, or NULL; a removal stores the key first, so a reader may meet a key whose
  * record is already gone: that reads as absent. */
-void *rapi_map_get_shared(const rapi_ptr_map *m, const void *ptr) {
+void *rapi_map_get_shared_slow(const rapi_ptr_map *m, const void *ptr) {
   uintptr_t key = (uintptr_t)ptr;
   if (key == 0) return NULL;
   for (unsigned tries = 0;; tries++) {

@@ -56,6 +56,16 @@ static uint64_t trace_gen;      /* written under trace_lock, read atomically: bu
 static unsigned next_thread;    /* atomic */
 static _Thread_local unsigned thread_no;   /* 0: not numbered yet */
 
+/* The debug level (RAP_DEBUG) lives here, beside the word it is folded into. */
+int rapi_debug;
+
+void rapi_debug_read_env(void) {
+  const char *v = getenv("RAP_DEBUG");
+  int level = v != NULL && v[0] >= '0' && v[0] <= '9' ? atoi(v) : 0;
+  if (level != rapi_debug_level()) __atomic_store_n(&rapi_debug, level, __ATOMIC_RELAXED);
+  rapi_slow_update();
+}
+
 void rapi_slow_update(void) {
   int v = (rapi_debug_level() > 0) | (rapi_tracing() << 1);
   __atomic_store_n(&rapi_slow, v, __ATOMIC_RELAXED);

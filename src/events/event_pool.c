@@ -12,7 +12,6 @@
 
 #include <stdlib.h>
 
-_Thread_local rapi_held *rapi_held_top;
 _Thread_local rap_resource *rapi_current_queue;
 
 void rapi_event_pool_init(rap_resource *r) {

@@ -53,6 +53,7 @@ static void unlink_and_free(rap_allocator *a) {
       break;
     }
   a->strategy->fini(a, a->state);
+  rapi_observers_free(a);   /* after fini: its chunks' unmaps were told */
   if (a->parent) a->parent->children--;
   free(a->state);
   free(a->name);
@@ -181,18 +182,18 @@ static int create_locked(rap_manager *rm, const char *name, const rap_strategy *
   a->state = state;
   a->rm = rm;
   a->parent = parent;
-  /* Only CUDA's own graph-aware allocator, reached through wrappers that keep no blocks, may serve
-   * a capturing stream: a pool's blocks would stay in the graph and be handed out again. */
-  a->capture_ok = parent == NULL ? s == &rapi_stream_ordered_strategy
-                                 : parent->capture_ok && (s == &rapi_thread_safe_strategy ||
-                                                          s == &rapi_size_limiter_strategy ||
-                                                          s == &rapi_fault_strategy);
   a->name = dup;
   a->alignment = 1;
   /* Host memory serves every device's streams; a device platform narrows this in its init, and
    * everything above it inherits the platform's (rap_allocator_set_peer_access changes them all). */
   a->devices_ok = parent != NULL ? __atomic_load_n(&parent->devices_ok, __ATOMIC_RELAXED) : ~(uint64_t)0;
+  a->platform = parent != NULL ? parent->platform : NULL;   /* a platform's init sets its own */
   st = s->init(a, state, &opts);
+  /* Only a platform whose record allows it (CUDA's own graph-aware allocator), reached through
+   * wrappers that keep no blocks, may serve a capturing stream: a pool's blocks would stay in the
+   * graph and be handed out again. */
+  a->capture_ok = parent == NULL ? a->platform != NULL && a->platform->capture_ok
+                                 : parent->capture_ok && (s->flags & RAP_STRATEGY_PASS_THROUGH) != 0;
   if (st == RAP_OK) {
     st = rapi_options_check_unused(&opts);
     if (st != RAP_OK) s->fini(a, state);
@@ -453,9 +454,10 @@ static const rap_allocator *root_of(const rap_allocator *a) {
   return a;
 }
 
-/* The platform does the device's part (CUDA's peer access, a pool's or a mapping's access
- * descriptors); then every allocator over that platform takes the new set of devices, under the
- * manager's lock, so that allocators made meanwhile inherit it too. */
+/* The platform does the device's part through its record (CUDA's peer access, a pool's or a
+ * mapping's access descriptors: platforms/platform.c); then every allocator over that platform
+ * takes the new set of devices, under the manager's lock, so that allocators made meanwhile
+ * inherit it too. */
 int rap_allocator_set_peer_access(rap_allocator *a, int device, int enable) {
   if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_set_peer_access: allocator is NULL");
   if (device < 0)
@@ -463,7 +465,7 @@ int rap_allocator_set_peer_access(rap_allocator *a, int device, int enable) {
                      "device number", a->name, device);
   rap_allocator *root = (rap_allocator *)root_of(a);
   int owner = -1;
-  int st = rapi_gpu_peer_access(root, device, enable != 0, &owner);
+  int st = rapi_platform_peer_access(root, device, enable != 0, &owner);
   if (st != RAP_OK || owner < 0 || device == owner) return st;
   uint64_t bit = rapi_device_bit(device);
   pthread_mutex_lock(&a->rm->lock);
@@ -473,4 +475,17 @@ int rap_allocator_set_peer_access(rap_allocator *a, int device, int enable) {
     if (root_of(x) == root) __atomic_store_n(&x->devices_ok, mask, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&a->rm->lock);
   return RAP_OK;
+}
+
+/* Whether NCCL can register ptr's memory: its allocator's platform record answers
+ * (platforms/registrable.c). */
+int rap_pointer_registrable(rap_manager *rm, const void *ptr) {
+  if (rm == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_pointer_registrable: manager is NULL");
+  rap_allocator *a = NULL;
+  if (rap_allocator_find(rm, ptr, &a) != RAP_OK)
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_pointer_registrable: no allocator of this "
+                     "manager handed out %p", ptr);
+  char who[64];
+  snprintf(who, sizeof who, "rap_pointer_registrable: %p", ptr);
+  return rapi_platform_registrable(a, who);
 }

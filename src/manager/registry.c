@@ -7,6 +7,7 @@
  */
 #include "rap_internal.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,4 +95,13 @@ void rapi_registry_names(char *buf, size_t cap) {
     if (w < 0) break;
     n += (size_t)w;
   }
+}
+
+/* RAP_ALLOCATOR_<NAME>, with the name upper-cased and every other character made '_': the variable
+ * whose spec overrides the allocator's (spec.c reads it). */
+void rapi_env_var(const char *name, char *var, size_t cap) {
+  size_t n = (size_t)snprintf(var, cap, "%s", "RAP_ALLOCATOR_");
+  for (const char *c = name; *c && n + 1 < cap; c++)
+    var[n++] = isalnum((unsigned char)*c) ? (char)toupper((unsigned char)*c) : '_';
+  var[n] = '\0';
 }

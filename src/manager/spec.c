@@ -11,7 +11,7 @@
  * so that names, options and values are checked as a make would check them, without a device.
  */
 #include "rap_internal.h"
-#include "resources/vmm.h"   /* the values of export= */
+#include "platforms/vmm.h"   /* the values of export= */
 
 #include <ctype.h>
 #include <stdio.h>
@@ -382,14 +382,7 @@ int rap_spec_check(const char *spec) {
   return st;
 }
 
-/* RAP_ALLOCATOR_<NAME>, with the name upper-cased and every other character made '_'. */
-void rapi_env_var(const char *name, char *var, size_t cap) {
-  size_t n = (size_t)snprintf(var, cap, "%s", "RAP_ALLOCATOR_");
-  for (const char *c = name; *c && n + 1 < cap; c++)
-    var[n++] = isalnum((unsigned char)*c) ? (char)toupper((unsigned char)*c) : '_';
-  var[n] = '\0';
-}
-
+/* The spec in RAP_ALLOCATOR_<NAME> (registry.c makes the variable's name), or NULL. */
 static const char *env_spec(const char *name, char *var, size_t cap) {
   rapi_env_var(name, var, cap);
   const char *v = getenv(var);

@@ -1,6 +1,7 @@
 /* block_pool.c — chunks, blocks, splitting, merging and the coalesce heuristics.
  *
- * The machinery under QuickPool and ResourceAwarePool. Invariants, checked by rapi_bp_check:
+ * The machinery under QuickPool and ResourceAwarePool; its statistics and the invariant walker
+ * are in check.c. Invariants, checked by rapi_bp_check:
  * blocks tile each chunk in address order; a block is in exactly one of {free index, used map,
  * a pending list}; two free blocks are never neighbours; every counter equals what a walk finds.
  */
@@ -58,6 +59,26 @@ static int parse_heuristic(rapi_bp *bp, const char *text) {
                    "not '%s'", who, text);
 }
 
+/* Segment observers (core/observe.c): a pool's segments are its chunks, walked under the lock its
+ * calls run under (a wrapper's above it; a plain pool is its caller's). A sleeping pool has none
+ * mapped: it replays nothing, and tells observers when it sleeps and wakes. */
+static void bp_walk(rap_allocator *a, void *ctx, void (*locked)(void *arg),
+                    void (*visit)(void *arg, void *base, size_t size), void *arg) {
+  rapi_bp *bp = ctx;
+  rapi_held held = {0};
+  if (a->guard_lock != NULL) rapi_lock(a->guard_lock, &held);
+  locked(arg);
+  for (rapi_chunk *c = bp->chunks; c != NULL && !bp->asleep; c = c->next) visit(arg, c->base, c->size);
+  if (a->guard_lock != NULL) rapi_unlock(&held);
+}
+
+static const rapi_segments bp_segments = {bp_walk, RAPI_SEGMENT_DEVICE_OF_PARENT};
+
+void rapi_bp_notify_chunks(rapi_bp *bp, int kind) {
+  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next)
+    rapi_segment_notify(bp->self, kind, c->base, c->size, c->base, c->size);
+}
+
 int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list, size_t record_size) {
   bp->self = self;
   bp->list = list;
@@ -93,6 +114,8 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list,
   rapi_slab_init(&bp->block_recs, record_size, RAPI_BLOCKS_PER_SLAB);
   rapi_slab_init(&bp->chunk_recs, sizeof(rapi_chunk), 64);
   rap_allocator_set_alignment(self, bp->alignment);
+  self->segments = &bp_segments;
+  self->segments_ctx = bp;
   return RAP_OK;
 }
 
@@ -101,6 +124,7 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list,
 void rapi_bp_fini(rapi_bp *bp) {
   rapi_trace_depth++;
   for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
+    if (!bp->asleep) rapi_segment_notify(bp->self, RAP_SEGMENT_UNMAP, c->base, c->size, c->base, c->size);
     if (rap_deallocate(bp->parent, c->base, NULL) != RAP_OK)
       rap_log(RAP_LOG_WARN, "%s: returning a chunk of %zu bytes to '%s' failed: %s",
               rap_allocator_name(bp->self), c->size, rap_allocator_name(bp->parent),
@@ -335,6 +359,7 @@ int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
   if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
   bp->chunk_count++;
   RAPI_TRACE("grow", bp->self, NULL, base, request, ",\"held\":%zu", bp->actual);
+  rapi_segment_notify(bp->self, RAP_SEGMENT_MAP, base, request, base, request);
   if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG))) {
     char sz[32], held[32];
     rapi_format_size(sz, sizeof sz, request);
@@ -435,6 +460,7 @@ static int grow_in_place(rapi_bp *bp, size_t size, rapi_block **out) {
     bp->block_count++;
   }
   note_resize(bp, c, bytes, "grow");
+  rapi_segment_notify(bp->self, RAP_SEGMENT_GROW, c->base, c->size, c->base + c->size - added, added);
   b->state = RAPI_FREE;
   rapi_block *rem = rapi_bp_split(bp, b, size);
   if (rem) index_free(bp, rem);
@@ -449,6 +475,20 @@ static void settle(rapi_bp *bp) {
     bp->resizable->settle(bp->parent);
 }
 
+/* Observers hear of a shrink before the parent unmaps: the bytes past keep (rounded up as the
+ * parent rounds) may go. Where the parent kept more (whole mappings only), what stayed is told
+ * as a GROW after. */
+static void shrink_told(rapi_bp *bp, rapi_chunk *c, size_t keep) {
+  size_t k = rapi_align_up(keep, bp->resizable->granularity);
+  if (k < c->size) rapi_segment_notify(bp->self, RAP_SEGMENT_SHRINK, c->base, c->size, c->base + k, c->size - k);
+}
+
+static void stayed_told(rapi_bp *bp, rapi_chunk *c, size_t keep, size_t now) {
+  size_t k = rapi_align_up(keep, bp->resizable->granularity);
+  if (k < c->size && now > k)
+    rapi_segment_notify(bp->self, RAP_SEGMENT_GROW, c->base, now, c->base + k, now - k);
+}
+
 /* Gives back what c maps past keep bytes (rounded up to the granularity, and never the start of
  * its last block): only the free pages at its end. Returns the bytes given back. */
 static size_t trim_tail(rapi_bp *bp, rapi_chunk *c, size_t keep) {
@@ -459,9 +499,11 @@ static size_t trim_tail(rapi_bp *bp, rapi_chunk *c, size_t keep) {
   if (keep >= c->size) return 0;
   size_t bytes = c->size;
   settle(bp);
+  shrink_told(bp, c, keep);
   if (bp->resizable->resize(bp->parent, c->base, &bytes, keep) != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: giving back the end of a chunk to '%s' failed: %s",
             rap_allocator_name(bp->self), rap_allocator_name(bp->parent), rap_last_error());
+  stayed_told(bp, c, keep, bytes);
   if (bytes >= c->size) return 0;
   size_t cut = c->size - bytes;
   unindex_free(bp, last);   /* not a whole chunk: the counters of releasable chunks stay */
@@ -529,9 +571,12 @@ static size_t release_whole_chunks(rapi_bp *bp) {
     next = c->next;
     rapi_block *b = c->first;
     if (b->state != RAPI_FREE || !rapi_bp_whole_chunk(b)) continue;
+    rapi_segment_notify(bp->self, RAP_SEGMENT_UNMAP, c->base, c->size, c->base, c->size);
     if (rap_deallocate(bp->parent, c->base, NULL) != RAP_OK) {
       rap_log(RAP_LOG_WARN, "%s: the parent '%s' refused a chunk back: %s",
               rap_allocator_name(bp->self), rap_allocator_name(bp->parent), rap_last_error());
+      if (bp->resizable == NULL)   /* kept, whole: its observers hear of it again */
+        rapi_segment_notify(bp->self, RAP_SEGMENT_MAP, c->base, c->size, c->base, c->size);
       /* A growable parent may have unmapped part of it before it failed: the pool lets the chunk
        * go rather than hand out pages that may be gone (the platform unmaps the rest at its end). */
       if (bp->resizable == NULL) continue;
@@ -589,9 +634,11 @@ static bool shrink_free_chunk(rapi_bp *bp, size_t want) {
   if (c == NULL) return false;
   size_t bytes = c->size;
   settle(bp);
+  shrink_told(bp, c, want);
   if (bp->resizable->resize(bp->parent, c->base, &bytes, want) != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: shrinking a free chunk in '%s' failed: %s", rap_allocator_name(bp->self),
             rap_allocator_name(bp->parent), rap_last_error());
+  stayed_told(bp, c, want, bytes);
   if (bytes >= c->size) return false;
   rapi_block *b = c->first;
   unindex_free(bp, b);
@@ -657,171 +704,4 @@ void rapi_bp_after_free(rapi_bp *bp, rapi_block *merged) {
   if (bp->heuristic.kind == RAPI_H_NEVER) return;
   if (nothing_to_coalesce(bp, bp->releasable_chunks)) return;
   if (heuristic_fires(bp)) coalesce(bp);
-}
-
-/* ---- statistics, checks, diagnostics --------------------------------------------------------- */
-
-void rapi_bp_reset_peaks(rapi_bp *bp) {
-  bp->hwm = bp->current;
-  bp->actual_hwm = bp->actual;
-}
-
-void rapi_bp_stats(rapi_bp *bp, rap_stats *out) {
-  rapi_bp_flush(bp, false);   /* figures as if the deferred block had merged at once */
-  out->current_bytes = bp->current;
-  out->high_watermark = bp->hwm;
-  out->actual_bytes = bp->actual;
-  out->actual_high_watermark = bp->actual_hwm;
-  out->releasable_bytes = bp->releasable_bytes;
-  out->free_bytes = bp->free.bytes;
-  out->pending_bytes = bp->pending_bytes;
-  out->largest_free_block = bp->list ? rapi_list_largest(&bp->free) : rapi_index_largest(&bp->free);
-  out->allocation_count = bp->allocation_count;
-  out->block_count = bp->block_count;
-  out->pending_count = bp->pending_count;
-  out->chunk_count = bp->chunk_count;
-  out->used_bytes = bp->used_bytes;
-}
-
-#define CORRUPT(...) rapi_fail(RAP_ERR_CORRUPT, __VA_ARGS__)
-
-static int check_chunk(rapi_bp *bp, rapi_chunk *c, size_t sums[4], size_t counts[4],
-                       size_t *requested) {
-  const char *who = rap_allocator_name(bp->self);
-  rapi_block *b = c->first;
-  if (b == NULL || b->prev != NULL || b->chunk != c)
-    return CORRUPT("%s: chunk %p does not start with its first block", who, (void *)c->base);
-  if ((uintptr_t)b->ptr % bp->alignment != 0 || b->ptr < c->base ||
-      (size_t)(b->ptr - c->base) + c->usable > c->size)
-    return CORRUPT("%s: chunk %p: the first block %p is misplaced", who, (void *)c->base, (void *)b->ptr);
-  size_t tiled = 0;
-  if (c->last == NULL || c->last->next != NULL || c->last->chunk != c)
-    return CORRUPT("%s: chunk %p does not end with its last block", who, (void *)c->base);
-  for (; b != NULL; b = b->next) {
-    if (b->next == NULL && b != c->last)
-      return CORRUPT("%s: chunk %p: its last block is %p, not %p", who, (void *)c->base,
-                     (void *)b->ptr, (void *)c->last->ptr);
-    if (b->chunk != c) return CORRUPT("%s: block %p names another chunk", who, (void *)b->ptr);
-    if (b->size == 0 || b->size % bp->alignment != 0)
-      return CORRUPT("%s: block %p has size %zu, not a multiple of %zu", who, (void *)b->ptr,
-                     b->size, bp->alignment);
-    if (b->state > RAPI_DEFERRED || (b->state == RAPI_DEFERRED && b != bp->deferred))
-      return CORRUPT("%s: block %p has state %d", who, (void *)b->ptr, b->state);
-    if (b->next && (b->next->prev != b || b->next->ptr != b->ptr + b->size))
-      return CORRUPT("%s: blocks %p and its successor do not touch", who, (void *)b->ptr);
-    if (b->next && b->state == RAPI_FREE && b->next->state == RAPI_FREE)
-      return CORRUPT("%s: free blocks %p and %p are neighbours but were not merged", who,
-                     (void *)b->ptr, (void *)b->next->ptr);
-    if (b->state == RAPI_USED) {
-      if (rapi_bp_find_used(bp, b->ptr) != b)
-        return CORRUPT("%s: used block %p is missing from the pointer map", who, (void *)b->ptr);
-      if (b->requested > b->size)
-        return CORRUPT("%s: block %p holds %zu requested bytes in %zu", who, (void *)b->ptr,
-                       b->requested, b->size);
-      *requested += b->requested;
-    }
-    sums[b->state] += b->size;
-    counts[b->state]++;
-    tiled += b->size;
-  }
-  if (tiled != c->usable)
-    return CORRUPT("%s: chunk %p: blocks tile %zu of %zu bytes", who, (void *)c->base, tiled, c->usable);
-  return RAP_OK;
-}
-
-static int check_index(rapi_bp *bp, size_t *indexed, size_t *indexed_bytes) {
-  const char *who = rap_allocator_name(bp->self);
-  for (unsigned fl = 0; fl < RAPI_FL_COUNT; fl++)
-    for (unsigned sl = 0; sl < RAPI_SL_COUNT; sl++) {
-      bool bit = (bp->free.sl_bitmap[fl] >> sl) & 1u;
-      if (bit != (bp->free.heads[fl][sl] != NULL) || (bp->free.sl_bitmap[fl] != 0) != ((bp->free.fl_bitmap >> fl) & 1u))
-        return CORRUPT("%s: the free index bitmaps disagree with its lists", who);
-      for (rapi_block *b = bp->free.heads[fl][sl]; b != NULL; b = b->link_next) {
-        if (b->state != RAPI_FREE || b->fl != fl || b->sl != sl)
-          return CORRUPT("%s: block %p is in the free index but is not free there", who, (void *)b->ptr);
-        (*indexed)++;
-        *indexed_bytes += b->size;
-      }
-    }
-  return RAP_OK;
-}
-
-static int check_list(rapi_bp *bp, size_t *indexed, size_t *indexed_bytes) {
-  const char *who = rap_allocator_name(bp->self);
-  for (rapi_block *b = bp->free.heads[0][0]; b != NULL; b = b->link_next) {
-    if (b->state != RAPI_FREE)
-      return CORRUPT("%s: block %p is in the free list but is not free", who, (void *)b->ptr);
-    if (b->link_next && (b->link_next->link_prev != b || b->link_next->ptr <= b->ptr))
-      return CORRUPT("%s: the free list is out of address order at %p", who, (void *)b->ptr);
-    (*indexed)++;
-    *indexed_bytes += b->size;
-  }
-  return RAP_OK;
-}
-
-int rapi_bp_check(rapi_bp *bp) {
-  const char *who = rap_allocator_name(bp->self);
-  size_t sums[4] = {0, 0, 0, 0}, counts[4] = {0, 0, 0, 0}, requested = 0, chunks = 0, actual = 0;
-  size_t rel_bytes = 0, rel_chunks = 0;
-  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
-    if (c->next && c->next->prev != c) return CORRUPT("%s: the chunk list is broken", who);
-    int st = check_chunk(bp, c, sums, counts, &requested);
-    if (st != RAP_OK) return st;
-    chunks++;
-    actual += c->size;
-    if (c->first->state == RAPI_FREE && rapi_bp_whole_chunk(c->first)) {
-      rel_bytes += c->size;
-      rel_chunks++;
-    }
-  }
-  size_t indexed = 0, indexed_bytes = 0;
-  int st = bp->list ? check_list(bp, &indexed, &indexed_bytes) : check_index(bp, &indexed, &indexed_bytes);
-  if (st != RAP_OK) return st;
-  size_t total_blocks = counts[0] + counts[1] + counts[2] + counts[3];
-  if (counts[RAPI_DEFERRED] != (bp->deferred != NULL))
-    return CORRUPT("%s: the deferred block is not where the pool says", who);
-  if (indexed != counts[RAPI_FREE] || indexed_bytes != sums[RAPI_FREE] || bp->free.count != indexed ||
-      bp->free.bytes != indexed_bytes)
-    return CORRUPT("%s: %zu free blocks (%zu bytes) in chunks, %zu (%zu bytes) in the index", who,
-                   counts[RAPI_FREE], sums[RAPI_FREE], indexed, indexed_bytes);
-  if (bp->used.count != counts[RAPI_USED] || bp->allocation_count != counts[RAPI_USED] ||
-      bp->used_bytes != sums[RAPI_USED] || bp->current != requested)
-    return CORRUPT("%s: %zu used blocks in chunks, %zu in the map, %zu counted", who,
-                   counts[RAPI_USED], bp->used.count, bp->allocation_count);
-  if (bp->pending_count != counts[RAPI_PENDING] || bp->pending_bytes != sums[RAPI_PENDING])
-    return CORRUPT("%s: %zu pending blocks in chunks, %zu counted", who, counts[RAPI_PENDING],
-                   bp->pending_count);
-  if (chunks != bp->chunk_count || actual != bp->actual || total_blocks != bp->block_count ||
-      bp->block_recs.live != total_blocks || bp->chunk_recs.live != chunks)
-    return CORRUPT("%s: %zu chunks and %zu blocks found, %zu and %zu counted", who, chunks,
-                   total_blocks, bp->chunk_count, bp->block_count);
-  size_t usable = 0, rel_usable = 0;
-  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
-    usable += c->usable;
-    if (c->first->state == RAPI_FREE && rapi_bp_whole_chunk(c->first)) rel_usable += c->usable;
-  }
-  if (rel_bytes != bp->releasable_bytes || rel_chunks != bp->releasable_chunks ||
-      rel_usable != bp->releasable_usable || usable != bp->usable)
-    return CORRUPT("%s: %zu releasable bytes found, %zu counted", who, rel_bytes, bp->releasable_bytes);
-  return RAP_OK;
-}
-
-int rapi_bp_unknown_pointer(rapi_bp *bp, const void *ptr, const char *fn) {
-  const char *who = rap_allocator_name(bp->self);
-  const char *p = ptr;
-  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
-    if (p < c->first->ptr || p >= c->first->ptr + c->usable) continue;
-    for (rapi_block *b = c->first; b != NULL; b = b->next) {
-      if (p < b->ptr || p >= b->ptr + b->size) continue;
-      if (p == b->ptr)
-        return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "%s('%s'): %p is already %s (double free?)", fn,
-                         who, ptr, b->state == RAPI_PENDING ? "pending" : "free");
-      return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "%s('%s'): %p points %zu bytes into the %s block %p",
-                       fn, who, ptr, (size_t)(p - b->ptr),
-                       b->state == RAPI_USED ? "used" : b->state == RAPI_PENDING ? "pending" : "free",
-                       (void *)b->ptr);
-    }
-  }
-  return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "%s('%s'): %p was not handed out by this allocator", fn,
-                   who, ptr);
 }

@@ -82,7 +82,6 @@ typedef struct rapi_bp {
   bool fenced;                       /* its free blocks are past every use (events: the
                                         ResourceAwarePool): memory goes back without a settle */
   bool list;                         /* DynamicPoolList: free blocks in an address-ordered list */
-  rapi_index free;
   rapi_ptr_map used;                 /* live blocks by address */
   rapi_block *deferred;              /* at most one block in state DEFERRED */
   rapi_chunk *chunks;
@@ -95,10 +94,15 @@ typedef struct rapi_bp {
   size_t max_request;
   uint8_t asleep;                    /* RAPI_AWAKE, or how it sleeps (pool/sleep.c) */
   rapi_backup backup;                /* host memory for live bytes while asleep, kept for the next */
+  /* Last: the index is 15 KiB, and the fields above, which a pair reads and writes, then share a
+   * few cache lines at the start of the pool instead of lying pages apart around it. */
+  rapi_index free;
 } rapi_bp;
 /* record_size: sizeof(rapi_block), or of a strategy's record that embeds it first. */
 int   rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list, size_t record_size);
 void  rapi_bp_fini(rapi_bp *bp);
+/* Tells the pool's segment observers kind (MAP, UNMAP) for every chunk (a sleep and a wake). */
+void  rapi_bp_notify_chunks(rapi_bp *bp, int kind);
 /* Rounds a request to the pool's block size; RAP_ERR_NOMEM for sizes no pool can hold. */
 int   rapi_bp_round(rapi_bp *bp, size_t bytes, size_t *out);
 rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size);     /* from the free index, split */

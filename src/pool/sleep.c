@@ -102,11 +102,13 @@ int rapi_bp_sleep(rapi_bp *bp, int mode) {
     if (st != RAP_OK) return st;
   }
   rapi_chunk *failed = NULL;
+  rapi_bp_notify_chunks(bp, RAP_SEGMENT_UNMAP);   /* before the unmaps: registrants let go */
   st = suspend_all(bp, &failed);
   if (st != RAP_OK) {
     char why[512];
     snprintf(why, sizeof why, "%s", rap_last_error());
     resume_to(bp, failed);
+    rapi_bp_notify_chunks(bp, RAP_SEGMENT_MAP);
     if (mode == RAP_SLEEP_BACKUP && copy_runs(bp, false) != RAP_OK)
       rap_log(RAP_LOG_ERROR, "%s: restoring after a failed sleep: %s", rap_allocator_name(bp->self),
               rap_last_error());
@@ -147,5 +149,6 @@ int rapi_bp_wake(rapi_bp *bp) {
                      "kept, and wake may be tried again", rap_allocator_name(bp->self), why);
   }
   bp->asleep = RAPI_AWAKE;
+  rapi_bp_notify_chunks(bp, RAP_SEGMENT_MAP);
   return RAP_OK;
 }

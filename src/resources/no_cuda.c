@@ -2,68 +2,44 @@
  *
  * Without CUDA, rap/cuda.h's functions say why they are missing; without HIP, rap/hip.h's do, so
  * a program written against either header links with any rap (they are exported like the API).
- * In a build with neither, the names DEVICE, PINNED and UM still resolve, and asking for one says
- * why it is missing.
+ * In a build with neither, the questions about devices (gpu_device.c's) answer that there are
+ * none; the platforms' side (DEVICE, PINNED and UM still resolve, and say why they are missing) is
+ * platforms/no_gpu_platform.c.
  */
 #include "rap_internal.h"
 
 #if !RAP_HAVE_CUDA && !RAP_HAVE_HIP
+/* gpu_device.c's questions, answered for a build without a device (no_gpu_platform.c has the
+ * platforms' side). */
 bool rapi_cuda_compiled(void) { return false; }
 
-static int no_cuda_init(rap_allocator *self, void *state, rap_options *opts) {
-  (void)state;
-  (void)opts;
-  return rapi_fail(RAP_ERR_UNSUPPORTED,
-                   "%s: rap was built without CUDA (RAP_WITH_CUDA=OFF or no toolkit found)",
-                   rap_allocator_name(self));
+static int no_gpu(const char *who) {
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: rap was built without CUDA (RAP_WITH_CUDA=OFF or no "
+                   "toolkit found)", who);
 }
 
-const rap_strategy rapi_pinned_strategy = {
-    .version = RAP_STRATEGY_VERSION,
-    .name = "Pinned",
-    .flags = RAP_STRATEGY_CONCURRENT_OWNS,
-    .state_size = sizeof(rapi_tracked),
-    .init = no_cuda_init,
-    RAPI_TRACKED_METHODS,
-};
-
-int rap_device_pointer(rap_allocator *a, const void *ptr, void **out) {
-  if (a == NULL || ptr == NULL || out == NULL)
-    return rapi_fail(RAP_ERR_INVALID, "rap_device_pointer: allocator, pointer or out is NULL");
-  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_device_pointer('%s'): rap was built without CUDA",
-                   rap_allocator_name(a));
+int rapi_cuda_devices(const char *who, int *count) {
+  *count = 0;
+  return no_gpu(who);
 }
 
-int rapi_gpu_peer_access(rap_allocator *root, int device, int enable, int *owner) {
+int rapi_gpu_device_exists(rap_allocator *self, uint64_t device) {
   (void)device;
-  (void)enable;
-  *owner = -1;
-  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_allocator_set_peer_access('%s'): rap was built without "
-                   "CUDA, so this is host memory: there is no device memory to share",
-                   rap_allocator_name(root));
+  return no_gpu(rap_allocator_name(self));
 }
 
-int rapi_gpu_peers_option(rap_allocator *self, int owner, rap_options *opts) {
-  (void)self;
-  (void)owner;
-  (void)opts;
-  return RAP_OK;
-}
-
-int rapi_gpu_memory_info(rap_allocator *platform, size_t *free_bytes, size_t *total_bytes) {
+int rapi_gpu_device_memory(const char *who, int device, size_t *free_bytes, size_t *total_bytes) {
+  (void)device;
   (void)free_bytes;
   (void)total_bytes;
-  return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: rap was built without CUDA", rap_allocator_name(platform));
+  return no_gpu(who);
 }
 
-const rap_strategy rapi_cuda_platform = {
-    .version = RAP_STRATEGY_VERSION,
-    .name = "CUDA",
-    .flags = RAP_STRATEGY_CONCURRENT_OWNS,
-    .state_size = sizeof(rapi_tracked),
-    .init = no_cuda_init,
-    RAPI_TRACKED_METHODS,
-};
+int rapi_gpu_can_access_peer(const char *who, int device, int own) {
+  (void)device;
+  (void)own;
+  return no_gpu(who);
+}
 #endif
 
 #if !RAP_HAVE_CUDA

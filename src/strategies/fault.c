@@ -7,6 +7,7 @@
  * would give. Every live pointer is tracked, so the allocator also catches double and foreign frees.
  */
 #include "rap_internal.h"
+#include "rap_testing.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +93,7 @@ static int fault_init(rap_allocator *self, void *state, rap_options *opts) {
 const rap_strategy rapi_fault_strategy = {
     .version = RAP_STRATEGY_VERSION,
     .name = "Fault",
-    .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS,
+    .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS | RAP_STRATEGY_PASS_THROUGH,
     .state_size = sizeof(rapi_tracked),
     .init = fault_init,
     RAPI_TRACKED_METHODS,

@@ -7,81 +7,28 @@
  * batch number, and one event recorded later on r fences the whole batch. Events are recorded
  * when some caller needs the memory back (a miss, rap_release, out of memory) or once a batch
  * holds RAPI_EAGER_FENCE blocks, and are polled head-first per resource on misses and now and then
- * on deallocation, so pending memory comes back without anyone asking for it.
- * rap_record_resource adds uses on other resources, each fenced the same way on its resource.
- * Invariant: a pending block sits in its owner's FIFO, and in its owner's pending index exactly
- * when it has no uses and is not the owner's hot block (the one freed last); FIFO tags never
- * decrease.
+ * on deallocation, so pending memory comes back without anyone asking for it
+ * (resource_aware_pending.c). rap_record_resource adds uses on other resources, each fenced the
+ * same way on its resource. The records and the invariant are in resource_aware_pool.h.
  */
-#include "pool/pool.h"
+#include "strategies/resource_aware_pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Pending blocks in one resource's open batch that make the pool fence the batch at once. */
-#define RAPI_EAGER_FENCE 16
+/* ---- resources ------------------------------------------------------------------------------ */
 
-typedef struct rstate rstate;
-
-/* A block of this pool: the engine's record (72 B, first, so the engine's functions take it as it
- * is) and what the ResourceAwarePool adds, 48 B: 120 B in all, against 72 B for QuickPool's. */
-typedef struct ra_block {
-  rapi_block base;
-  rstate *owner;                     /* used or pending: the owning resource's state */
-  struct rapi_use *uses;             /* other resources it was recorded on (record_resource) */
-  rapi_block *fifo_prev, *fifo_next; /* pending: the owner's list in deallocation order */
-  uint64_t tag;                      /* pending: the owner's batch number */
-  uint64_t seq;                      /* pending: deallocation order across owners */
-} ra_block;
-#define RA(b) ((ra_block *)(b))
-_Static_assert(sizeof(ra_block) <= 120, "the ResourceAwarePool's block record stays within 120 bytes");
-
-typedef struct rapi_use {
-  rstate *rs;
-  uint64_t tag;                   /* rs's batch at the block's deallocation */
-  struct rapi_use *next;
-} rapi_use;
-
-typedef struct fence {
-  uint64_t batch;
-  rapi_event *ev;
-} fence;
-
-struct rstate {
-  rap_resource *r;
-  uintptr_t key;
-  bool sync;                      /* the host: every point of it has passed */
-  uint64_t open, done;            /* batches <= done have passed; open is not fenced yet */
-  bool open_dirty;                /* something carries the open batch number */
-  size_t open_count;              /* pending blocks of the open batch */
-  unsigned ticks;                 /* deallocations, to poll now and then */
-  fence *fences;                  /* ring of recorded batches not known to have passed */
-  size_t fhead, fcount, fcap;
-  rapi_block *fifo_head, *fifo_tail;
-  rapi_block *hot;                /* the last block freed here: pending, in the FIFO, not indexed */
-  const rapi_block *split_head;   /* the last hot block split for a smaller request, and what was */
-  const rapi_block *split_rem;    /* split off it: compared, never read (they may be stale) */
-  rapi_index pending;             /* owned pending blocks without uses */
-  size_t current, hwm, used_bytes, used_count, pending_bytes, pending_count, uses_out;
-  UT_hash_handle hh;
-};
-
-typedef struct ra_pool {
-  rapi_bp bp;
-  bool cross_wait;
-  size_t wait_above;              /* cross_resource=wait waits only once the pool holds this */
-  uint64_t free_seq;              /* deallocations so far: orders pending blocks across owners */
-  rstate *last;                   /* the resource of the last call: the hot path's lookup */
-  rstate *by_key;                 /* uthash on key */
-  rapi_slab use_recs;
-} ra_pool;
-
-/* ---- resources and batches ------------------------------------------------------------------ */
-
+/* Not the last call's resource: one of the few before it (streams taking turns: no hash lookup),
+ * else the hash, else a new state. */
 static RAPI_NOINLINE rstate *lookup_slow(ra_pool *p, rap_resource *r) {
   if (p->bp.asleep) return NULL;   /* the callers tell this from out of memory */
   rstate *rs = NULL;
+  for (unsigned i = 0; i < RA_RECENT; i++)
+    if (p->recent[i] != NULL && p->recent[i]->key == r->key) {
+      p->last = p->recent[i];
+      return p->last;
+    }
   HASH_FIND(hh, p->by_key, &r->key, sizeof r->key, rs);
   if (rs == NULL) {
     rs = rapi_calloc(1, sizeof *rs);
@@ -103,6 +50,7 @@ static RAPI_NOINLINE rstate *lookup_slow(ra_pool *p, rap_resource *r) {
       return NULL;
     }
   }
+  p->recent[p->recent_next++ % RA_RECENT] = rs;
   p->last = rs;
   return rs;
 }
@@ -119,226 +67,25 @@ static inline rstate *lookup(ra_pool *p, rap_resource *r) {
   return lookup_slow(p, r);
 }
 
-static inline bool passed(const rstate *rs, uint64_t tag) { return rs->sync || tag <= rs->done; }
-
-/* A resource whose uses are fenced per block, not per batch (the ipc resource of an exporting
- * platform: resources/ipc.c): a use of it carries its token in tag, is asked whether it passed,
- * and is never waited for. */
-static inline bool per_block(const rstate *rs) { return rs->r->ops->use_passed != NULL; }
-
-static bool has_per_block_use(const rapi_block *b) {
-  for (const rapi_use *u = RA(b)->uses; u != NULL; u = u->next)
-    if (per_block(u->rs)) return true;
-  return false;
-}
-
-static inline bool capturing(const rstate *rs) {
-  return __atomic_load_n(&rs->r->capturing, __ATOMIC_RELAXED) != 0;
-}
-
-/* Records one event on rs covering every block that carries its open batch. Not while rs captures
- * a graph: the event would be a node of the graph, and its batch stays open until the capture
- * ends (its blocks stay rs's meanwhile). */
-static int fence_open(ra_pool *p, rstate *rs) {
-  if (rs->sync || !rs->open_dirty || capturing(rs)) return RAP_OK;
-  if (rs->fcount == rs->fcap) {
-    size_t cap = rs->fcap ? rs->fcap * 2 : 8;
-    fence *f = rapi_malloc(cap * sizeof *f);
-    if (f == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for events",
-                                    rap_allocator_name(p->bp.self));
-    for (size_t i = 0; i < rs->fcount; i++) f[i] = rs->fences[(rs->fhead + i) % rs->fcap];
-    free(rs->fences);
-    rs->fences = f;
-    rs->fhead = 0;
-    rs->fcap = cap;
-  }
-  rapi_event *ev;
-  int st = rs->r->ops->record(rs->r, &ev);
-  if (st != RAP_OK) return st;
-  rs->fences[(rs->fhead + rs->fcount++) % rs->fcap] = (fence){rs->open, ev};
-  RAPI_TRACE("fence", p->bp.self, rs->r, NULL, rs->open_count, ",\"batch\":%llu",
-             (unsigned long long)rs->open);
-  if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG)))
-    rap_log(RAP_LOG_DEBUG, "%s: fenced batch %llu (%zu pending blocks) on %s resource #%llu",
-            rap_allocator_name(p->bp.self), (unsigned long long)rs->open, rs->open_count,
-            rs->r->ops->kind, (unsigned long long)rs->r->id);
-  rs->open++;
-  rs->open_dirty = false;
-  rs->open_count = 0;
-  return RAP_OK;
-}
-
-/* Moves rs->done past every fence that has completed, head first. */
-static int query_fences(rstate *rs) {
-  while (rs->fcount > 0) {
-    fence *f = &rs->fences[rs->fhead];
-    int q = rs->r->ops->query(f->ev);
-    if (q < 0) return q;
-    if (q == 0) break;
-    rs->done = f->batch;
-    rs->r->ops->event_release(f->ev);
-    rs->fhead = (rs->fhead + 1) % rs->fcap;
-    rs->fcount--;
-  }
-  return RAP_OK;
-}
-
-static rapi_event *fence_event(rstate *rs, uint64_t tag) {
-  for (size_t i = 0; i < rs->fcount; i++) {
-    fence *f = &rs->fences[(rs->fhead + i) % rs->fcap];
-    if (f->batch >= tag) return f->ev;
-  }
-  return NULL;
-}
-
 /* ---- pending blocks ------------------------------------------------------------------------- */
-
-static void fifo_insert_after(rstate *rs, rapi_block *at, rapi_block *b) {
-  RA(b)->fifo_prev = at;
-  RA(b)->fifo_next = at ? RA(at)->fifo_next : rs->fifo_head;
-  if (RA(b)->fifo_next) RA(RA(b)->fifo_next)->fifo_prev = b;
-  else rs->fifo_tail = b;
-  if (at) RA(at)->fifo_next = b;
-  else rs->fifo_head = b;
-}
-
-static void fifo_remove(rstate *rs, rapi_block *b) {
-  if (RA(b)->fifo_prev) RA(RA(b)->fifo_prev)->fifo_next = RA(b)->fifo_next;
-  else rs->fifo_head = RA(b)->fifo_next;
-  if (RA(b)->fifo_next) RA(RA(b)->fifo_next)->fifo_prev = RA(b)->fifo_prev;
-  else rs->fifo_tail = RA(b)->fifo_prev;
-  RA(b)->fifo_prev = RA(b)->fifo_next = NULL;
-}
-
-/* hot: b is the block just deallocated; it stays out of the pending index, where the one it
- * replaces as rs->hot goes, so the common free-then-allocate-again pair skips the index. */
-static void add_pending(ra_pool *p, rstate *rs, rapi_block *b, rapi_block *after, bool hot) {
-  b->state = RAPI_PENDING;
-  RA(b)->owner = rs;
-  fifo_insert_after(rs, after, b);
-  if (RA(b)->uses == NULL && hot) {
-    if (rs->hot != NULL) rapi_index_insert(&rs->pending, rs->hot);
-    rs->hot = b;
-  } else if (RA(b)->uses == NULL) {
-    rapi_index_insert(&rs->pending, b);
-  }
-  rs->pending_bytes += b->size;
-  rs->pending_count++;
-  rs->open_count += RA(b)->tag == rs->open;
-  p->bp.pending_bytes += b->size;
-  p->bp.pending_count++;
-}
-
-/* Takes b out of the pending state; returns the FIFO position it held. */
-static rapi_block *drop_pending(ra_pool *p, rstate *rs, rapi_block *b) {
-  rapi_block *at = RA(b)->fifo_prev;
-  fifo_remove(rs, b);
-  if (b == rs->hot) rs->hot = NULL;
-  else if (RA(b)->uses == NULL) rapi_index_remove(&rs->pending, b);
-  rs->pending_bytes -= b->size;
-  rs->pending_count--;
-  rs->open_count -= RA(b)->tag == rs->open;
-  p->bp.pending_bytes -= b->size;
-  p->bp.pending_count--;
-  return at;
-}
-
-static RAPI_NOINLINE void free_uses_slow(ra_pool *p, rapi_block *b) {
-  for (rapi_use *u = RA(b)->uses, *next; u != NULL; u = next) {
-    next = u->next;
-    if (per_block(u->rs)) u->rs->r->ops->use_drop(u->rs->r, u->tag);
-    u->rs->uses_out--;
-    rapi_slab_free(&p->use_recs, u);
-  }
-  RA(b)->uses = NULL;
-}
-
-/* Most blocks have no uses: the test inline, the walk (and an export's drop) out of line. */
-static inline void free_uses(ra_pool *p, rapi_block *b) {
-  if (RAPI_UNLIKELY(RA(b)->uses != NULL)) free_uses_slow(p, b);
-}
-
-static bool uses_passed(const rapi_block *b) {
-  for (const rapi_use *u = RA(b)->uses; u != NULL; u = u->next)
-    if (per_block(u->rs) ? u->rs->r->ops->use_passed(u->rs->r, u->tag) != 1 : !passed(u->rs, u->tag))
-      return false;
-  return true;
-}
 
 /* Hands a pending block of size >= size to a new user, splitting off a remainder that stays
  * pending on the same owner with the same batch, in the same place of the owner's FIFO: it never
  * becomes free for other resources before the owner has passed that batch. */
-static rapi_block *take_pending(ra_pool *p, rstate *owner, rapi_block *b, size_t size) {
-  rapi_block *at = drop_pending(p, owner, b);
-  char *ptr = b->ptr;
-  size_t whole = b->size;
+static ra_block *take_pending(ra_pool *p, rstate *owner, ra_block *b, size_t size) {
+  ra_block *at = drop_pending(p, owner, b);
+  char *ptr = b->base.ptr;
+  size_t whole = b->base.size;
   /* A block with uses is handed out whole: a remainder would need the same uses. */
-  rapi_block *rem = RA(b)->uses == NULL ? rapi_bp_split(&p->bp, b, size) : NULL;
+  ra_block *rem = b->uses == NULL ? ra_of(rapi_bp_split(&p->bp, &b->base, size)) : NULL;
   if (rem) {
-    RA(rem)->tag = RA(b)->tag;
-    RA(rem)->seq = RA(b)->seq;
+    rem->tag = b->tag;
+    rem->seq = b->seq;
     add_pending(p, owner, rem, at, false);
   }
   RAPI_TRACE("reuse", p->bp.self, owner->r, ptr, whole, ",\"pb\":%zu", owner->pending_bytes);
   free_uses(p, b);
   return rem;
-}
-
-/* Returns every pending block of rs whose owner batch and uses have passed to the free index. */
-static void drain(ra_pool *p, rstate *rs) {
-  rapi_block *b = rs->fifo_head;
-  while (b != NULL && passed(rs, RA(b)->tag)) {
-    rapi_block *next = RA(b)->fifo_next;
-    if (uses_passed(b)) {
-      drop_pending(p, rs, b);
-      RAPI_TRACE("ready", p->bp.self, rs->r, b->ptr, b->size, ",\"pb\":%zu", rs->pending_bytes);
-      free_uses(p, b);
-      RA(b)->owner = NULL;
-      rapi_bp_make_free(&p->bp, b);
-    }   /* else it waits on a use elsewhere; blocks behind it need not */
-    b = next;
-  }
-}
-
-/* A resource whose events fail (a stream in error) keeps its pending blocks, is logged, and does
- * not stop the others from coming back; the first failure is returned for callers that care. */
-static int poll_all(ra_pool *p, bool record) {
-  int first = RAP_OK;
-  for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next) {
-    int st = record ? fence_open(p, rs) : RAP_OK;
-    if (st == RAP_OK) st = query_fences(rs);
-    if (st != RAP_OK) {
-      rap_log(RAP_LOG_WARN, "%s: polling a %s resource failed: %s", rap_allocator_name(p->bp.self),
-              rs->r->ops->kind, rap_last_error());
-      if (first == RAP_OK) first = st;
-    }
-  }
-  for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next) drain(p, rs);
-  return first;
-}
-
-/* Host-side wait for every fence: before out of memory and at teardown. The locks this thread
- * holds are let go while it waits (rapi_host_wait), so the pool may change meanwhile: each round
- * polls afresh, waits for one resource's newest fence, and callers start over after it. A queue's
- * own work cannot wait for that queue: it is skipped, and its blocks stay pending. */
-static int wait_all(ra_pool *p) {
-  uintptr_t skipped[16];   /* resources a queue's work may not wait for (rapi_host_wait: BUSY) */
-  unsigned nskipped = 0;
-  for (unsigned round = 0; round < 64; round++) {
-    int st = poll_all(p, true);
-    if (st != RAP_OK) return st;
-    rstate *rs = p->by_key;
-    for (; rs != NULL; rs = rs->hh.next) {
-      bool skip = rs->fcount == 0 || rs->r == rapi_current_queue;
-      for (unsigned i = 0; i < nskipped && !skip; i++) skip = skipped[i] == rs->key;
-      if (!skip) break;
-    }
-    if (rs == NULL) return RAP_OK;
-    st = rapi_host_wait(rs->fences[(rs->fhead + rs->fcount - 1) % rs->fcap].ev);
-    if (st == RAP_ERR_BUSY && nskipped < 16) skipped[nskipped++] = rs->key;
-    else if (st != RAP_OK) return st;
-  }
-  return poll_all(p, false);
 }
 
 /* Merges b, just deallocated on owner, with neighbours pending on the same owner without uses.
@@ -356,26 +103,26 @@ static inline bool sole(const ra_pool *p) { return !p->cross_wait && HASH_COUNT(
 
 /* Whether b's neighbour nb joins it (see merge_pending); the pool-wide test last, since only a
  * free neighbour needs it. */
-static bool joins(const ra_pool *p, const rstate *owner, const rapi_block *nb, size_t freed) {
-  if (nb->state == RAPI_PENDING) return RA(nb)->owner == owner && RA(nb)->uses == NULL;
-  return nb->state == RAPI_FREE && nb->size <= 4 * freed &&
-         !(p->bp.resizable != NULL && nb == nb->chunk->last) && sole(p);
+static bool joins(const ra_pool *p, const rstate *owner, const ra_block *nb, size_t freed) {
+  if (nb->base.state == RAPI_PENDING) return nb->owner == owner && nb->uses == NULL;
+  return nb->base.state == RAPI_FREE && nb->base.size <= 4 * freed &&
+         !(p->bp.resizable != NULL && &nb->base == nb->base.chunk->last) && sole(p);
 }
 
-static void take_in(ra_pool *p, rstate *owner, rapi_block *nb) {
-  if (nb->state == RAPI_PENDING) drop_pending(p, owner, nb);
-  else rapi_bp_unfree(&p->bp, nb);
+static void take_in(ra_pool *p, rstate *owner, ra_block *nb) {
+  if (nb->base.state == RAPI_PENDING) drop_pending(p, owner, nb);
+  else rapi_bp_unfree(&p->bp, &nb->base);
 }
 
-static RAPI_INLINE rapi_block *merge_pending(ra_pool *p, rstate *owner, rapi_block *b) {
-  size_t freed = b->size;
-  rapi_block *prev = b->prev;
+static RAPI_INLINE ra_block *merge_pending(ra_pool *p, rstate *owner, ra_block *b) {
+  size_t freed = b->base.size;
+  ra_block *prev = ra_of(b->base.prev);
   if (prev != NULL && joins(p, owner, prev, freed)) {
     take_in(p, owner, prev);
-    rapi_bp_absorb_next(&p->bp, prev);
+    rapi_bp_absorb_next(&p->bp, &prev->base);
     b = prev;
   }
-  rapi_block *next = b->next;
+  ra_block *next = ra_of(b->base.next);
   /* b was split off the hot block for a request of its size and comes back alone (one resource
    * only, as that is when the hot block takes in free neighbours): the next request of that size
    * takes it whole, where a stream allocating and freeing one size over and over would split and
@@ -384,7 +131,7 @@ static RAPI_INLINE rapi_block *merge_pending(ra_pool *p, rstate *owner, rapi_blo
   bool kept_apart = next != NULL && b == owner->split_head && next == owner->split_rem && sole(p);
   if (next != NULL && !kept_apart && joins(p, owner, next, freed)) {
     take_in(p, owner, next);
-    rapi_bp_absorb_next(&p->bp, b);
+    rapi_bp_absorb_next(&p->bp, &b->base);
   }
   return b;
 }
@@ -397,88 +144,48 @@ static RAPI_INLINE rapi_block *merge_pending(ra_pool *p, rstate *owner, rapi_blo
 static RAPI_INLINE void fence_or_poll(ra_pool *p, rstate *rs) {
   int st = RAP_OK;
   if (rs->open_count >= RAPI_EAGER_FENCE) {
-    st = fence_open(p, rs);
+    st = rapi_ra_fence_open(p, rs);
   } else if (rs->fcount > 0 && (++rs->ticks & (RAPI_EAGER_FENCE - 1)) == 0) {
-    st = query_fences(rs);
-    if (st == RAP_OK) drain(p, rs);
+    st = rapi_ra_query_fences(rs);
+    if (st == RAP_OK) rapi_ra_drain(p, rs);
   }
   if (st != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: fencing or polling a %s resource failed: %s",
             rap_allocator_name(p->bp.self), rs->r->ops->kind, rap_last_error());
 }
 
-/* ---- cross_resource=wait -------------------------------------------------------------------- */
-
-/* Makes rs wait for one event: queued on rs where the kinds allow, else on the host (with this
- * thread's locks let go, which sets *host_waited: the caller must start over). */
-static int wait_event(ra_pool *p, rstate *rs, rapi_event *ev, bool *host_waited) {
-  int st = rs->r->ops->wait(rs->r, ev);
-  if (RAPI_UNLIKELY(rapi_tracing()) && st >= 0)
-    rapi_trace("wait", p->bp.self, rs->r, NULL, 0, ",\"on\":%llu,\"host\":%s", (unsigned long long)ev->r->id,
-               st == RAPI_HOST_WAIT ? "true" : "false");
-  if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG)) && st >= 0)
-    rap_log(RAP_LOG_DEBUG, "cross_resource=wait: %s resource #%llu waits for %s resource #%llu %s",
-            rs->r->ops->kind, (unsigned long long)rs->r->id, ev->r->ops->kind,
-            (unsigned long long)ev->r->id, st == RAPI_HOST_WAIT ? "on the host" : "(queued)");
-  if (st != RAPI_HOST_WAIT) return st;
-  *host_waited = true;
-  return rapi_host_wait(ev);
-}
-
-/* Makes rs wait until owner's batch and every use of b have passed. After a host wait it returns
- * at once: b may have changed hands meanwhile. RAP_ERR_BUSY: the wait would be for the queue whose
- * work this thread is running. */
-static int wait_for_block(ra_pool *p, rstate *rs, rstate *owner, rapi_block *b, bool *host_waited) {
-  int st = RAP_OK;
-  if (owner != rs && !passed(owner, RA(b)->tag) && capturing(owner)) return RAP_ERR_BUSY;
-  for (rapi_use *u = RA(b)->uses; u != NULL; u = u->next)
-    if (!per_block(u->rs) && u->rs != rs && !passed(u->rs, u->tag) && capturing(u->rs))
-      return RAP_ERR_BUSY;
-  if (owner != rs && !passed(owner, RA(b)->tag)) {
-    if (RA(b)->tag == owner->open) st = fence_open(p, owner);
-    rapi_event *ev = st == RAP_OK ? fence_event(owner, RA(b)->tag) : NULL;
-    if (ev) st = wait_event(p, rs, ev, host_waited);
-  }
-  for (rapi_use *u = RA(b)->uses; u != NULL && st == RAP_OK && !*host_waited; u = u->next) {
-    if (per_block(u->rs) || u->rs == rs || passed(u->rs, u->tag)) continue;
-    if (u->tag == u->rs->open) st = fence_open(p, u->rs);
-    rapi_event *ev = st == RAP_OK ? fence_event(u->rs, u->tag) : NULL;
-    if (ev) st = wait_event(p, rs, ev, host_waited);
-  }
-  return st;
-}
-
-/* Finds the pending block that fits and was freed first, among every owner's oldest (rs's own
- * blocks count only if they have uses: the others it could take already): the one whose work is
- * most likely done, so the wait is the shortest. */
-static rapi_block *find_waitable(ra_pool *p, rstate *rs, size_t size, rstate **owner) {
-  rapi_block *best = NULL;
-  for (rstate *o = p->by_key; o != NULL; o = o->hh.next) {
-    unsigned n = 0;
-    for (rapi_block *f = o->fifo_head; f != NULL && n < 64; f = RA(f)->fifo_next, n++) {
-      if (f->size < size || (o == rs && RA(f)->uses == NULL) || has_per_block_use(f)) continue;
-      if (best == NULL || RA(f)->seq < RA(best)->seq) {
-        best = f;
-        *owner = o;
-      }
-      break;
-    }
-  }
-  return best;
-}
-
 /* ---- allocate and deallocate ---------------------------------------------------------------- */
 
 /* The used map has room (rapi_bp_reserve before anything was taken): this cannot fail. */
-static int finish_allocate(ra_pool *p, rstate *rs, rapi_block *b, size_t bytes, void **out) {
-  rapi_bp_mark_used(&p->bp, b, bytes);
-  RA(b)->owner = rs;
+static int finish_allocate(ra_pool *p, rstate *rs, ra_block *b, size_t bytes, void **out) {
+  rapi_bp_mark_used(&p->bp, &b->base, bytes);
+  b->owner = rs;
   rs->current += bytes;
-  rs->used_bytes += b->size;
+  rs->used_bytes += b->base.size;
   rs->used_count++;
   if (rs->current > rs->hwm) rs->hwm = rs->current;
-  *out = b->ptr;
+  *out = b->base.ptr;
   return RAP_OK;
+}
+
+/* A poor fit: the best block the caller can take now is over twice the request and a MiB larger,
+ * while the pool holds enough pending memory to serve it once its batches have passed (another
+ * resource's, or the caller's own, which merges with its free neighbours only then). Cutting the
+ * request out of the large block would break up memory that a large request needs later (the pool
+ * then grows for it), so the pool first fences and polls, as on a miss, and the caller looks
+ * again. At most once per RAPI_EAGER_FENCE deallocations anywhere in the pool: each poll records
+ * an event on every resource with an open batch. */
+static RAPI_NOINLINE bool poll_first_slow(ra_pool *p) {
+  p->poor_polled = p->free_seq;
+  (void)rapi_ra_poll_all(p, true);
+  return true;
+}
+
+static inline bool poll_first(ra_pool *p, size_t size, size_t fit) {
+  if (RAPI_LIKELY(p->bp.pending_bytes < size) || fit - size < ((size_t)1 << 20) ||
+      fit / 2 < size || p->free_seq - p->poor_polled < RAPI_EAGER_FENCE)
+    return false;
+  return poll_first_slow(p);
 }
 
 /* The better fit of r's own pending blocks (reused with no event: r's stream order makes it safe)
@@ -486,21 +193,28 @@ static int finish_allocate(ra_pool *p, rstate *rs, rapi_block *b, size_t bytes, 
  * block while a free one fits better would chop up blocks that are about to merge back into whole
  * chunks, and the pool would grow for the next large request; preferring free memory over an
  * equally good pending block would let pending memory pile up on a stream the CPU runs ahead of. */
-static rapi_block *take_own_or_free(ra_pool *p, rstate *rs, size_t size) {
-  rapi_block *b = rs->hot;
-  if (b != NULL && b->size == size) {
-    take_pending(p, rs, b, size);
+static ra_block *take_own_or_free(ra_pool *p, rstate *rs, size_t size) {
+  ra_block *b = rs->hot;
+  if (b != NULL && b->base.size == size) {   /* take_pending, for the hot block taken whole */
+    drop_pending(p, rs, b);   /* a block with uses is never hot (add_pending): none to drop */
+    RAPI_TRACE("reuse", p->bp.self, rs->r, b->base.ptr, size, ",\"pb\":%zu", rs->pending_bytes);
     return b;
   }
-  rapi_block *ix = rapi_index_find(&rs->pending, size);
-  if (b == NULL || b->size < size || (ix != NULL && ix->size < b->size)) b = ix;
-  if (b == NULL || b->size > size) {
+again:
+  b = rs->hot;
+  ra_block *ix = ra_of(rapi_index_find(&rs->pending, size));
+  if (b == NULL || b->base.size < size || (ix != NULL && ix->base.size < b->base.size)) b = ix;
+  if (b == NULL || b->base.size > size) {
     rapi_block *f = rapi_bp_find_free(&p->bp, size);
-    if (f != NULL && (b == NULL || f->size < b->size)) return rapi_bp_take_this(&p->bp, f, size);
+    if (f != NULL && (b == NULL || f->size < b->base.size)) {
+      if (RAPI_UNLIKELY(poll_first(p, size, f->size))) goto again;
+      return ra_of(rapi_bp_take_this(&p->bp, f, size));
+    }
   }
+  if (b != NULL && RAPI_UNLIKELY(poll_first(p, size, b->base.size))) goto again;
   if (b != NULL) {
     bool hot = b == rs->hot;
-    rapi_block *rem = take_pending(p, rs, b, size);
+    ra_block *rem = take_pending(p, rs, b, size);
     if (hot) {   /* see merge_pending: the pair that follows need not split it again */
       rs->split_head = b;
       rs->split_rem = rem;
@@ -509,9 +223,15 @@ static rapi_block *take_own_or_free(ra_pool *p, rstate *rs, size_t size) {
   return b;
 }
 
+/* What rs cannot take without waiting: other resources' pending blocks, and its own that were
+ * used elsewhere (record_resource). */
+static inline size_t blocked_for(const ra_pool *p, const rstate *rs) {
+  return p->bp.pending_bytes - rs->pending_bytes + rs->pending_uses_bytes;
+}
+
 static inline bool joinable(const rstate *rs, const rapi_block *b) {
   return b->state == RAPI_FREE ||
-         (b->state == RAPI_PENDING && RA(b)->owner == rs && RA(b)->uses == NULL);
+         (b->state == RAPI_PENDING && ra_of_const(b)->owner == rs && ra_of_const(b)->uses == NULL);
 }
 
 /* A miss of rs, before growing: one of rs's pending blocks that fits once joined with the free
@@ -522,12 +242,13 @@ static inline bool joinable(const rstate *rs, const rapi_block *b) {
  * newest batch of its pending parts: free bytes joined to it wait for that batch before another
  * resource may have them, which delays others, never endangers them. Scans at most 256 of rs's
  * pending blocks, oldest first. */
-static rapi_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
+static ra_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
   unsigned scanned = 0;
   rapi_block *lo = NULL, *hi = NULL;
   size_t best = SIZE_MAX;
-  for (rapi_block *b = rs->fifo_head; b != NULL && scanned < 256; b = RA(b)->fifo_next, scanned++) {
-    if (RA(b)->uses != NULL) continue;
+  for (ra_block *rb = rs->fifo_head; rb != NULL && scanned < 256; rb = rb->fifo_next, scanned++) {
+    if (rb->uses != NULL) continue;
+    rapi_block *b = &rb->base;
     size_t total = b->size;
     rapi_block *l = b, *h = b;
     while (l->prev && joinable(rs, l->prev)) total += (l = l->prev)->size;
@@ -543,21 +264,23 @@ static rapi_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
     rapi_block *end = hi->next;
     for (rapi_block *x = lo; x != end; x = x->next) {
       if (x->state == RAPI_PENDING) {
-        if (RA(x)->tag > tag) tag = RA(x)->tag;
-        if (RA(x)->seq > seq) seq = RA(x)->seq;
-        drop_pending(p, rs, x);
+        ra_block *rx = ra_of(x);
+        if (rx->tag > tag) tag = rx->tag;
+        if (rx->seq > seq) seq = rx->seq;
+        drop_pending(p, rs, rx);
       } else {
         rapi_bp_unfree(&p->bp, x);
       }
     }
     while (lo->next != end) rapi_bp_absorb_next(&p->bp, lo);
-    RA(lo)->tag = tag;
-    RA(lo)->seq = seq;
-    rapi_block *at = rs->fifo_tail;   /* FIFO tags never decrease: after the last not newer */
-    while (at != NULL && RA(at)->tag > tag) at = RA(at)->fifo_prev;
-    add_pending(p, rs, lo, at, false);
-    take_pending(p, rs, lo, size);
-    return lo;
+    ra_block *joined = ra_of(lo);
+    joined->tag = tag;
+    joined->seq = seq;
+    ra_block *at = rs->fifo_tail;   /* FIFO tags never decrease: after the last not newer */
+    while (at != NULL && at->tag > tag) at = at->fifo_prev;
+    add_pending(p, rs, joined, at, false);
+    take_pending(p, rs, joined, size);
+    return joined;
   }
   return NULL;
 }
@@ -573,16 +296,20 @@ static RAPI_NOINLINE int ra_allocate_slow(ra_pool *p, rstate *rs, void **out, si
     /* A host wait let this thread's locks go: others may have used the room made in the map. */
     int room = rapi_bp_reserve(&p->bp);
     if (room != RAP_OK) return room;
-    (void)poll_all(p, true);   /* a failing resource is logged; growing may still serve us */
-    rapi_block *b = take_own_or_free(p, rs, size);
+    (void)rapi_ra_poll_all(p, true);   /* a failing resource is logged; growing may still serve us */
+    ra_block *b = take_own_or_free(p, rs, size);
     if (b == NULL && rs->pending_count > 0) b = take_own_joined(p, rs, size);
     /* Waiting serializes the waiter behind the owner; below wait_above the pool grows instead, so
-     * as many streams as that memory allows run side by side. */
-    if (b == NULL && p->cross_wait && p->bp.actual + size > p->wait_above && round < 8) {
+     * as many streams as that memory allows run side by side. Nor does it wait while what rs
+     * cannot take is at most wait_pending_above: a stream that runs ahead of the others (a
+     * collective's, FSDP's prefetch) keeps running ahead rather than queue behind work they
+     * enqueued after their frees, and the pool grows by at most that much for them. */
+    if (b == NULL && p->cross_wait && p->bp.actual + size > p->wait_above &&
+        blocked_for(p, rs) > p->wait_pending_above && round < 8) {
       rstate *owner = NULL;
-      rapi_block *w = find_waitable(p, rs, size, &owner);
+      ra_block *w = rapi_ra_find_waitable(p, rs, size, &owner);
       bool host_waited = false;
-      int st = w != NULL ? wait_for_block(p, rs, owner, w, &host_waited) : RAP_OK;
+      int st = w != NULL ? rapi_ra_wait_for_block(p, rs, owner, w, &host_waited) : RAP_OK;
       if (host_waited && st == RAP_OK) continue;   /* w has passed; the pool may have changed */
       if (st == RAP_OK && w != NULL) {
         take_pending(p, owner, w, size);
@@ -592,12 +319,14 @@ static RAPI_NOINLINE int ra_allocate_slow(ra_pool *p, rstate *rs, void **out, si
       }   /* BUSY: w waits on the queue running this very call; grow instead */
     }
     if (b == NULL) {
-      int st = rapi_bp_grow_for(&p->bp, size, &b);
-      if (st == RAP_OK) st = rapi_bp_reserve_after_grow(&p->bp, b);
+      rapi_block *grown = NULL;
+      int st = rapi_bp_grow_for(&p->bp, size, &grown);
+      if (st == RAP_OK) st = rapi_bp_reserve_after_grow(&p->bp, grown);
+      b = ra_of(grown);
       if (st == RAP_ERR_NOMEM && p->bp.pending_count > 0 && !waited_all) {
         snprintf(saved, sizeof saved, "%s", rap_last_error());
         waited_all = true;
-        st = wait_all(p);
+        st = rapi_ra_wait_all(p);
         if (st != RAP_OK) return st;
         continue;   /* pending memory came back; the pool may also have changed meanwhile */
       }
@@ -617,7 +346,7 @@ static RAPI_INLINE int ra_allocate_body(void *state, void **out, size_t bytes, r
   int st = rapi_bp_round(&p->bp, bytes, &size);
   if (RAPI_UNLIKELY(st != RAP_OK)) return st;
   if (RAPI_UNLIKELY((st = rapi_bp_reserve(&p->bp)) != RAP_OK)) return st;
-  rapi_block *b = take_own_or_free(p, rs, size);
+  ra_block *b = take_own_or_free(p, rs, size);
   if (RAPI_UNLIKELY(b == NULL)) return ra_allocate_slow(p, rs, out, bytes, size);
   return finish_allocate(p, rs, b, bytes, out);
 }
@@ -630,29 +359,29 @@ RAPI_GUARDED_ENTRY(static int, ra_allocate, "rap_allocate", ((ra_pool *)state)->
 static RAPI_INLINE int ra_deallocate_body(void *state, void *ptr, rap_resource *r) {
   ra_pool *p = state;
   if (RAPI_UNLIKELY(p->bp.asleep)) return rapi_bp_asleep_refusal(&p->bp, "rap_deallocate");
-  rapi_block *b = rapi_bp_find_used(&p->bp, ptr);
+  ra_block *b = ra_of(rapi_bp_find_used(&p->bp, ptr));
   if (RAPI_UNLIKELY(b == NULL)) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_deallocate");
-  rstate *owner = RA(b)->owner;
+  rstate *owner = b->owner;
   if (RAPI_UNLIKELY(r != NULL && r->key != owner->key))
     return rapi_fail(RAP_ERR_WRONG_RESOURCE,
                      "rap_deallocate('%s'): %p belongs to %s resource #%llu, not to %s resource #%llu",
                      rap_allocator_name(p->bp.self), ptr, owner->r->ops->kind,
                      (unsigned long long)owner->r->id, r->ops->kind, (unsigned long long)r->id);
-  owner->current -= b->requested;
-  owner->used_bytes -= b->size;
+  owner->current -= b->base.requested;
+  owner->used_bytes -= b->base.size;
   owner->used_count--;
-  rapi_bp_unmark_used(&p->bp, b);
-  if (owner->sync && RA(b)->uses == NULL) {
-    RA(b)->owner = NULL;
-    rapi_bp_after_free(&p->bp, rapi_bp_make_free(&p->bp, b));
+  rapi_bp_unmark_used(&p->bp, &b->base);
+  if (owner->sync && b->uses == NULL) {
+    b->owner = NULL;
+    rapi_bp_after_free(&p->bp, rapi_bp_make_free(&p->bp, &b->base));
     return RAP_OK;
   }
-  size_t freed = b->size;
-  if (RA(b)->uses == NULL) b = merge_pending(p, owner, b);
-  RA(b)->seq = ++p->free_seq;
-  RA(b)->tag = owner->open;
+  size_t freed = b->base.size;
+  if (b->uses == NULL) b = merge_pending(p, owner, b);
+  b->seq = ++p->free_seq;
+  b->tag = owner->open;
   owner->open_dirty = !owner->sync;
-  for (rapi_use *u = RA(b)->uses; u != NULL; u = u->next) {
+  for (rapi_use *u = b->uses; u != NULL; u = u->next) {
     if (per_block(u->rs)) continue;   /* its tag is its token */
     u->tag = u->rs->open;
     u->rs->open_dirty = true;
@@ -668,32 +397,32 @@ RAPI_GUARDED_ENTRY(static int, ra_deallocate, "rap_deallocate", ((ra_pool *)stat
 
 /* Each record on a per-block resource is a use of its own (an export per descriptor), with the
  * token the resource gives for this block. */
-static int record_per_block(ra_pool *p, rapi_block *b, rstate *rs) {
+static int record_per_block(ra_pool *p, ra_block *b, rstate *rs) {
   rapi_use *u = rapi_slab_alloc(&p->use_recs);
   if (u == NULL)
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a use record",
                      rap_allocator_name(p->bp.self));
-  int st = rs->r->ops->use_bind(rs->r, b->ptr, b->requested, &u->tag);
+  int st = rs->r->ops->use_bind(rs->r, b->base.ptr, b->base.requested, &u->tag);
   if (st != RAP_OK) {
     rapi_slab_free(&p->use_recs, u);
     return st;
   }
   u->rs = rs;
-  u->next = RA(b)->uses;
-  RA(b)->uses = u;
+  u->next = b->uses;
+  b->uses = u;
   rs->uses_out++;
   return RAP_OK;
 }
 
 static RAPI_INLINE int ra_record_body(void *state, void *ptr, rap_resource *r) {
   ra_pool *p = state;
-  rapi_block *b = rapi_bp_find_used(&p->bp, ptr);
+  ra_block *b = ra_of(rapi_bp_find_used(&p->bp, ptr));
   if (b == NULL) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_record_resource");
   rstate *rs = lookup(p, r);
   if (rs == NULL) return no_rstate(p, "rap_record_resource");
   if (per_block(rs)) return record_per_block(p, b, rs);
-  if (rs->sync || rs == RA(b)->owner) return RAP_OK;   /* already in order */
-  for (rapi_use *u = RA(b)->uses; u != NULL; u = u->next)
+  if (rs->sync || rs == b->owner) return RAP_OK;   /* already in order */
+  for (rapi_use *u = b->uses; u != NULL; u = u->next)
     if (u->rs == rs) return RAP_OK;
   rapi_use *u = rapi_slab_alloc(&p->use_recs);
   if (u == NULL)
@@ -701,8 +430,8 @@ static RAPI_INLINE int ra_record_body(void *state, void *ptr, rap_resource *r) {
                      rap_allocator_name(p->bp.self));
   u->rs = rs;
   u->tag = 0;
-  u->next = RA(b)->uses;
-  RA(b)->uses = u;
+  u->next = b->uses;
+  b->uses = u;
   rs->uses_out++;
   return RAP_OK;
 }
@@ -715,16 +444,16 @@ static int ra_record(void *state, void *ptr, rap_resource *r) {
 
 static int ra_pointer_resource(void *state, const void *ptr, rap_resource **out) {
   ra_pool *p = state;
-  rapi_block *b = ptr ? rapi_bp_find_used(&p->bp, ptr) : NULL;
+  ra_block *b = ptr ? ra_of(rapi_bp_find_used(&p->bp, ptr)) : NULL;
   if (b == NULL) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_pointer_resource");
-  *out = (RA(b)->owner)->r;
+  *out = b->owner->r;
   return RAP_OK;
 }
 
 static RAPI_INLINE int ra_release_body(void *state) {
   ra_pool *p = state;
   if (p->bp.asleep) return RAP_OK;   /* nothing is mapped; the chunks keep their addresses */
-  int st = poll_all(p, true);
+  int st = rapi_ra_poll_all(p, true);
   rapi_bp_release(&p->bp);
   return st;
 }
@@ -745,6 +474,8 @@ static int ra_reset_peaks(void *state) {
 
 static int ra_stats(void *state, rap_stats *out) {
   rapi_bp_stats(&((ra_pool *)state)->bp, out);
+  out->waits = ((ra_pool *)state)->waits;
+  out->host_waits = ((ra_pool *)state)->host_waits;
   return RAP_OK;
 }
 
@@ -761,9 +492,9 @@ static int ra_resource_stats(void *state, rap_resource *r, rap_stats *out) {
   out->allocation_count = rs ? rs->used_count : 0;
   out->pending_bytes = rs ? rs->pending_bytes : 0;
   out->pending_count = rs ? rs->pending_count : 0;
-  out->free_bytes += rs ? rs->pending.bytes + (rs->hot ? rs->hot->size : 0) : 0;
+  out->free_bytes += rs ? rs->pending.bytes + (rs->hot ? rs->hot->base.size : 0) : 0;
   size_t own = rs ? rapi_index_largest(&rs->pending) : 0;
-  if (rs && rs->hot && rs->hot->size > own) own = rs->hot->size;
+  if (rs && rs->hot && rs->hot->base.size > own) own = rs->hot->base.size;
   if (own > out->largest_free_block) out->largest_free_block = own;
   return RAP_OK;
 }
@@ -772,20 +503,24 @@ static int ra_resource_stats(void *state, rap_resource *r, rap_stats *out) {
 
 static int check_rstate(ra_pool *p, rstate *rs, size_t *pending, size_t *used, size_t *uses) {
   const char *who = rap_allocator_name(p->bp.self);
-  size_t n = 0, bytes = 0, indexed = 0;
+  size_t n = 0, bytes = 0, indexed = 0, with_uses = 0;
   uint64_t last = 0;
-  for (rapi_block *b = rs->fifo_head; b != NULL; b = RA(b)->fifo_next) {
-    if (b->state != RAPI_PENDING || RA(b)->owner != rs)
-      return CORRUPT("%s: block %p is in a pending list but is not pending there", who, (void *)b->ptr);
-    if (RA(b)->tag < last || RA(b)->tag > rs->open)
-      return CORRUPT("%s: pending block %p is out of batch order", who, (void *)b->ptr);
-    if ((RA(b)->fifo_next ? RA(RA(b)->fifo_next)->fifo_prev : rs->fifo_tail) != b)
-      return CORRUPT("%s: a pending list is broken at %p", who, (void *)b->ptr);
-    last = RA(b)->tag;
+  for (ra_block *b = rs->fifo_head; b != NULL; b = b->fifo_next) {
+    if (b->base.state != RAPI_PENDING || b->owner != rs)
+      return CORRUPT("%s: block %p is in a pending list but is not pending there", who, (void *)b->base.ptr);
+    if (b->tag < last || b->tag > rs->open)
+      return CORRUPT("%s: pending block %p is out of batch order", who, (void *)b->base.ptr);
+    if ((b->fifo_next ? b->fifo_next->fifo_prev : rs->fifo_tail) != b)
+      return CORRUPT("%s: a pending list is broken at %p", who, (void *)b->base.ptr);
+    last = b->tag;
     n++;
-    bytes += b->size;
-    indexed += RA(b)->uses == NULL && b != rs->hot;
+    bytes += b->base.size;
+    indexed += b->uses == NULL && b != rs->hot;
+    if (b->uses != NULL) with_uses += b->base.size;
   }
+  if (with_uses != rs->pending_uses_bytes)
+    return CORRUPT("%s: a resource's pending blocks with uses hold %zu bytes, it counts %zu", who,
+                   with_uses, rs->pending_uses_bytes);
   if (n != rs->pending_count || bytes != rs->pending_bytes || indexed != rs->pending.count)
     return CORRUPT("%s: a resource lists %zu pending blocks (%zu indexed), counts %zu (%zu)", who, n,
                    indexed, rs->pending_count, rs->pending.count);
@@ -804,9 +539,9 @@ static int ra_check_body(void *state) {
     if ((st = check_rstate(p, rs, &pending, &used, &counted_uses)) != RAP_OK) return st;
   for (rapi_chunk *c = p->bp.chunks; c != NULL; c = c->next)
     for (rapi_block *b = c->first; b != NULL; b = b->next) {
-      if (b->state != RAPI_FREE && RA(b)->owner == NULL)
+      if (b->state != RAPI_FREE && ra_of(b)->owner == NULL)
         return CORRUPT("%s: block %p has no owner", rap_allocator_name(p->bp.self), (void *)b->ptr);
-      for (rapi_use *u = RA(b)->uses; u != NULL; u = u->next) uses++;
+      for (rapi_use *u = ra_of(b)->uses; u != NULL; u = u->next) uses++;
     }
   if (pending != p->bp.pending_count || used != p->bp.allocation_count || uses != counted_uses ||
       uses != p->use_recs.live)
@@ -833,8 +568,10 @@ static int ra_init(rap_allocator *self, void *state, rap_options *opts) {
     return rapi_fail(RAP_ERR_INVALID, "%s: option 'cross_resource' is grow or wait, not '%s'",
                      rap_allocator_name(self), cross);
   p->cross_wait = cross[0] == 'w';
+  p->poor_polled = (uint64_t)0 - RAPI_EAGER_FENCE;   /* the first poor fit may poll */
   bool has_wait_above = rapi_options_given(opts, "wait_above");
   st = rap_options_get_size(opts, "wait_above", &p->wait_above);
+  if (st == RAP_OK) st = rap_options_get_size(opts, "wait_pending_above", &p->wait_pending_above);
   if (st != RAP_OK) return st;
   rapi_slab_init(&p->use_recs, sizeof(rapi_use), 64);
   st = rapi_bp_init(&p->bp, self, opts, false, sizeof(ra_block));
@@ -855,6 +592,8 @@ static void forget(ra_pool *p, rstate *rs) {
   free(rs->fences);
   HASH_DELETE(hh, p->by_key, rs);
   if (p->last == rs) p->last = NULL;
+  for (unsigned i = 0; i < RA_RECENT; i++)
+    if (p->recent[i] == rs) p->recent[i] = NULL;
   rap_resource_unwatch(rs->r, p->bp.self);
   free(rs);
 }
@@ -862,11 +601,11 @@ static void forget(ra_pool *p, rstate *rs) {
 /* Teardown waits for every pending block's events, then the chunks go back to the parent. */
 static void ra_fini(rap_allocator *self, void *state) {
   ra_pool *p = state;
-  if (wait_all(p) != RAP_OK)
+  if (rapi_ra_wait_all(p) != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: waiting for pending blocks at teardown failed: %s",
             rap_allocator_name(self), rap_last_error());
   for (rapi_chunk *c = p->bp.chunks; c != NULL; c = c->next)
-    for (rapi_block *b = c->first; b != NULL; b = b->next) RA(b)->uses = NULL;
+    for (rapi_block *b = c->first; b != NULL; b = b->next) ra_of(b)->uses = NULL;
   while (p->by_key != NULL) forget(p, p->by_key);
   rapi_slab_destroy(&p->use_recs);
   rapi_bp_backup_free(&p->bp);
@@ -890,29 +629,47 @@ static int resource_busy(ra_pool *p, rap_resource *r) {
 /* Moves b, pending on a resource that is going away and whose own batch has passed, to the first
  * resource it was also used on that has not passed that use: it is pending there now, in batch
  * order in that resource's FIFO, exactly as if that resource had freed it. */
-static void rehome(ra_pool *p, rstate *from, rapi_block *b) {
-  RAPI_ASSERT(RA(b)->uses != NULL && !uses_passed(b));
+static void rehome(ra_pool *p, rstate *from, ra_block *b) {
+  RAPI_ASSERT(b->uses != NULL && !rapi_ra_uses_passed(b));
   drop_pending(p, from, b);
-  rapi_use **pu = &RA(b)->uses;
+  rapi_use **pu = &b->uses;
   while (*pu != NULL && (per_block((*pu)->rs) || passed((*pu)->rs, (*pu)->tag))) pu = &(*pu)->next;
   rstate *to = NULL;
   if (*pu == NULL) {
     /* Only per-block uses are left: the block waits on that resource (synchronous, so its own
      * batch has passed), its uses kept, until they pass. */
-    for (rapi_use *u = RA(b)->uses; u != NULL; u = u->next)
+    for (rapi_use *u = b->uses; u != NULL; u = u->next)
       if (per_block(u->rs)) to = u->rs;
-    RA(b)->tag = 0;
+    b->tag = 0;
   } else {
     rapi_use *u = *pu;
     *pu = u->next;
     to = u->rs;
-    RA(b)->tag = u->tag;
+    b->tag = u->tag;
     to->uses_out--;
     rapi_slab_free(&p->use_recs, u);
   }
-  rapi_block *after = to->fifo_tail;
-  while (after != NULL && RA(after)->tag > RA(b)->tag) after = RA(after)->fifo_prev;
+  ra_block *after = to->fifo_tail;
+  while (after != NULL && after->tag > b->tag) after = after->fifo_prev;
   add_pending(p, to, b, after, false);
+}
+
+/* Drops b's uses on rs; a pending block left without uses goes into its owner's index. */
+static void drop_uses_on(ra_pool *p, rstate *rs, ra_block *b) {
+  for (rapi_use **pu = &b->uses; *pu != NULL;) {
+    rapi_use *u = *pu;
+    if (u->rs != rs) {
+      pu = &u->next;
+      continue;
+    }
+    *pu = u->next;
+    rs->uses_out--;
+    rapi_slab_free(&p->use_recs, u);
+    if (b->uses == NULL && b->base.state == RAPI_PENDING) {
+      b->owner->pending_uses_bytes -= b->base.size;
+      if (b != b->owner->hot) rapi_index_insert(&b->owner->pending, &b->base);
+    }
+  }
 }
 
 /* r has been synchronized: every batch it recorded or left open has passed, and so has every use
@@ -926,34 +683,21 @@ static void forget_resource(ra_pool *p, rap_resource *r) {
   rs->open_dirty = false;
   if (rs->uses_out > 0)
     for (rapi_chunk *c = p->bp.chunks; c != NULL; c = c->next)
-      for (rapi_block *b = c->first; b != NULL; b = b->next)
-        for (rapi_use **pu = &RA(b)->uses; *pu != NULL;) {
-          rapi_use *u = *pu;
-          if (u->rs != rs) {
-            pu = &u->next;
-            continue;
-          }
-          *pu = u->next;
-          rs->uses_out--;
-          rapi_slab_free(&p->use_recs, u);
-          /* A pending block without uses any more belongs in its owner's index. */
-          if (RA(b)->uses == NULL && b->state == RAPI_PENDING && b != (RA(b)->owner)->hot)
-            rapi_index_insert(&(RA(b)->owner)->pending, b);
-        }
+      for (rapi_block *b = c->first; b != NULL; b = b->next) drop_uses_on(p, rs, ra_of(b));
   while (rs->fifo_head != NULL) {
-    rapi_block *b = rs->fifo_head;
-    if (uses_passed(b)) {
+    ra_block *b = rs->fifo_head;
+    if (rapi_ra_uses_passed(b)) {
       drop_pending(p, rs, b);
-      RAPI_TRACE("ready", p->bp.self, rs->r, b->ptr, b->size, ",\"pb\":%zu", rs->pending_bytes);
+      RAPI_TRACE("ready", p->bp.self, rs->r, b->base.ptr, b->base.size, ",\"pb\":%zu", rs->pending_bytes);
       free_uses(p, b);
-      RA(b)->owner = NULL;
-      rapi_bp_make_free(&p->bp, b);
+      b->owner = NULL;
+      rapi_bp_make_free(&p->bp, &b->base);
     } else {
       rehome(p, rs, b);
     }
   }
   forget(p, rs);
-  (void)poll_all(p, false);   /* blocks that waited only on r's uses come back */
+  (void)rapi_ra_poll_all(p, false);   /* blocks that waited only on r's uses come back */
 }
 
 /* The strategy table's resource_gone: r is being destroyed (commit 0: may it go? commit 1: it went). */
@@ -976,7 +720,7 @@ static int quiesce(ra_pool *p) {
                        "graph, and sleep would record an event into it; sleep after the capture",
                        rap_allocator_name(p->bp.self), rs->r->ops->kind,
                        (unsigned long long)rs->r->id);
-  int st = wait_all(p);
+  int st = rapi_ra_wait_all(p);
   if (st != RAP_OK) return st;
   if (p->bp.pending_count > 0)
     return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): %zu blocks are still pending on "

@@ -82,7 +82,7 @@ static int limiter_init(rap_allocator *self, void *state, rap_options *opts) {
 const rap_strategy rapi_size_limiter_strategy = {
     .version = RAP_STRATEGY_VERSION,
     .name = "SizeLimiter",
-    .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS,
+    .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS | RAP_STRATEGY_PASS_THROUGH,
     .state_size = sizeof(rapi_tracked),
     .init = limiter_init,
     RAPI_TRACKED_METHODS,

@@ -19,122 +19,25 @@
  * - a cache's `xfree`, a lock-free list: a block freed by another thread than the one whose cache
  *   handed it out is pushed there (one compare-and-swap) and the owner takes the whole list back
  *   when its bins run dry (mimalloc's thread-delayed free, for the producer/consumer case).
- * - a cache's own `spin`, taken by its thread on every call (never contended then) and by whoever
- *   walks all caches (stats, check, release, out of memory, a resource's or the allocator's end).
- *   It is a leaf: nothing else is taken, and the parent is never called, while it is held.
+ * - a cache's own `spin`, taken by whoever walks all caches (check, release, out of memory, a
+ *   resource's or the allocator's end), who then waits for the cache's thread to be out; that
+ *   thread enters its cache with a store to `busy` and takes the spin only while a walker is there
+ *   (cache_enter, thread_cache.h). It is a leaf: nothing else is taken, and the parent is never
+ *   called, while it is held.
  *
- * Thread ends: a process-wide thread-specific key runs at a thread's exit and flushes every cache of
- * that thread to its parent; the cache stays, abandoned, for the next thread that comes (blocks
- * still live from it are freed through it as from any other thread's cache). Process-wide, under
- * `registry`, are only the lists that link threads to caches: taken when a thread first uses an
- * instance, at thread exit and when an instance goes, never on the hot path.
+ * Thread ends (thread_cache_caches.c, which keeps the caches): a process-wide thread-specific key
+ * runs at a thread's exit and flushes every cache of that thread to its parent; the cache stays,
+ * abandoned, for the next thread that comes (blocks still live from it are freed through it as
+ * from any other thread's cache). Process-wide, under `registry`, are only the lists that link
+ * threads to caches: taken when a thread first uses an instance, at thread exit and when an
+ * instance goes, never on the hot path.
  */
-#include "rap_internal.h"
+#include "strategies/thread_cache.h"
 
-#include <sched.h>
 #include <stdio.h>
+#include <string.h>
 
-#define TC_SLOTS 8         /* resources one thread's cache keeps bins for at once */
-#define TC_WAYS 4          /* instances a thread finds without any lock */
-#define TC_MAX_CLASSES 96
-
-enum { TC_LIVE = 1, TC_CACHED, TC_XFREED, TC_GOING };
-
-typedef struct tc_cache tc_cache;
-typedef struct tc_rec {   /* one cache line each (the slab aligns them): no two threads share one */
-  void *ptr;
-  struct tc_rec *next;       /* in a bin, an xfree list or a batch being flushed */
-  rap_resource *r;           /* allocated on; a cached block is pending on it */
-  tc_cache *owner;           /* the cache it returns to */
-  unsigned cls;
-  int state;                 /* atomic: TC_LIVE, ... */
-  int recorded;              /* atomic: used on another resource too (rap_record_resource) */
-} tc_rec;
-
-typedef struct tc_bin {
-  tc_rec *head;
-  size_t n;
-} tc_bin;
-
-typedef struct tc_slot {
-  rap_resource *r;           /* NULL: unused */
-  uint64_t used;             /* the cache's tick at its last use: the least recent goes first */
-  tc_bin *bins;              /* one per class */
-} tc_slot;
-
-typedef struct thread_cache thread_cache;
-typedef struct tc_thread tc_thread;
-struct tc_cache {
-  /* Its own thread's, on every call: kept off the lines other threads write. */
-  int spin;                  /* atomic */
-  size_t bytes, blocks;      /* cached in the bins */
-  uint64_t tick;
-  size_t misses, trims;      /* its thread's visits to the lock, for the debug log at the end */
-  tc_slot slots[TC_SLOTS];
-  char gap1[64];
-  /* Other threads': each free of a block this cache handed out reads abandoned and pushes. */
-  tc_rec *xfree;             /* atomic: blocks freed by other threads */
-  int abandoned;             /* atomic: its thread ended */
-  char gap2[64];
-  thread_cache *tc;
-  tc_thread *thread;         /* the thread it belongs to, under registry; NULL when abandoned */
-  tc_cache *inst_next;       /* the instance's list, under list_lock */
-  tc_cache *thread_next;     /* the thread's list, under registry */
-};
-
-struct thread_cache {
-  pthread_mutex_t lock;      /* the parent, the slab, the map's writes, the watch list */
-  pthread_mutex_t list_lock; /* the list of caches */
-  rap_allocator *self, *inner;
-  uint64_t id;               /* never reused: a thread's ways hold ids, not pointers alone */
-  rapi_ptr_map map;
-  rapi_slab recs;
-  tc_cache *caches;
-  rapi_watch_set watched;   /* resources whose destroy must flush the caches first */
-  size_t align;
-  unsigned shift;            /* log2(align) */
-  unsigned ncls;
-  size_t max_size;           /* largest request cached: bigger ones go to the parent under the lock */
-  size_t cap_bytes;          /* per thread */
-  size_t cap_blocks;         /* per bin */
-  size_t cls_size[TC_MAX_CLASSES];
-};
-
-/* ---- threads --------------------------------------------------------------------------------- */
-
-struct tc_thread {
-  uint64_t id[TC_WAYS];
-  tc_cache *c[TC_WAYS];
-  unsigned next;
-  tc_cache *caches;          /* every cache of this thread, under registry */
-  bool keyed;
-};
-static _Thread_local tc_thread tls;
-static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
-static pthread_key_t exit_key;
-static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
-static int exit_key_ok;
-static uint64_t next_id = 1;   /* atomic */
-void (*rapi_tc_xpush_hook)(void);   /* tests only: runs between a foreign free's look and its push */
-void (*rapi_tc_transit_hook)(void);  /* tests only: runs while a batch is on its way to the parent */
-void (*rapi_tc_settle_hook)(void);   /* tests only: runs when a resource's end waits for such a batch */
-
-static void thread_exit(void *arg);
-static void make_exit_key(void) { exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0; }
-
-static inline void spin_lock(tc_cache *c) {
-  for (unsigned n = 0; __atomic_exchange_n(&c->spin, 1, __ATOMIC_ACQUIRE); n++) {
-    while (__atomic_load_n(&c->spin, __ATOMIC_RELAXED))
-      if (++n > 64) sched_yield();
-  }
-}
-static inline void spin_unlock(tc_cache *c) { __atomic_store_n(&c->spin, 0, __ATOMIC_RELEASE); }
-
-static inline tc_cache *my_cache(const thread_cache *t) {
-  for (int i = 0; i < TC_WAYS; i++)
-    if (tls.id[i] == t->id) return tls.c[i];
-  return NULL;
-}
+static uint64_t next_id = 1;   /* atomic: instances' ids, never reused */
 
 /* ---- classes --------------------------------------------------------------------------------- */
 
@@ -152,265 +55,13 @@ static size_t class_units(unsigned cls) {
   return ((size_t)1 << k) + ((size_t)(j + 1) << (k - 2));
 }
 
-/* ---- flushing: blocks back to the parent ------------------------------------------------------ */
-
-/* Deallocates a batch of records on their resources in the parent, under lock; the list is empty
- * after (its records are gone: a caller that goes on collecting starts from nothing). */
-static void flush_batch(thread_cache *t, tc_rec **batch) {
-  tc_rec *list = *batch;
-  *batch = NULL;
-  if (list == NULL) return;
-  if (RAPI_UNLIKELY(rapi_tc_transit_hook != NULL)) rapi_tc_transit_hook();
-  rapi_held held;
-  rapi_lock(&t->lock, &held);
-  for (tc_rec *rec = list, *next; rec != NULL; rec = next) {
-    next = rec->next;
-    int st = rap_deallocate(t->inner, rec->ptr, rec->r);
-    /* The parent refuses calls on r: r is capturing a graph, or r is a stream of a device whose
-     * access to this memory was revoked after the block was freed on it. The user freed the block
-     * on r all the same: without a resource it goes back to its owner in the parent, r, pending
-     * there (unfenced until a capture ends). */
-    if (st != RAP_OK && rec->r != NULL) st = rap_deallocate(t->inner, rec->ptr, NULL);
-    if (st != RAP_OK) {
-      /* Never dropped: the record stays, live, so that the block is seen (and named at the end)
-       * rather than lost. */
-      rap_log(RAP_LOG_ERROR, "%s: returning a cached block to '%s' failed, and it stays live: %s",
-              rap_allocator_name(t->self), rap_allocator_name(t->inner), rap_last_error());
-      __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELEASE);
-      continue;
-    }
-    rapi_map_remove(&t->map, rec->ptr);
-    rapi_slab_free(&t->recs, rec);
-  }
-  rapi_unlock(&held);
-}
-
-/* Under c's spin: the chain from rec to the end of bin b moves to *out. */
-static void take_chain(thread_cache *t, tc_cache *c, tc_bin *b, tc_rec *rec, tc_rec **out) {
-  size_t bytes = 0, n = 0;
-  for (tc_rec *next; rec != NULL; rec = next) {
-    next = rec->next;
-    bytes += t->cls_size[rec->cls];
-    n++;
-    rec->next = *out;
-    *out = rec;
-  }
-  b->n -= n;
-  c->bytes -= bytes;
-  c->blocks -= n;
-}
-
-/* Under c's spin: a whole bin to *out. */
-static void take_bin(thread_cache *t, tc_cache *c, tc_bin *b, tc_rec **out) {
-  tc_rec *all = b->head;
-  b->head = NULL;
-  take_chain(t, c, b, all, out);
-}
-
-/* Under c's spin: the newest block of a bin that has one, out of the cache's counts. */
-static inline tc_rec *bin_pop(thread_cache *t, tc_cache *c, tc_bin *b, unsigned cls) {
-  tc_rec *rec = b->head;
-  b->head = rec->next;
-  b->n--;
-  c->bytes -= t->cls_size[cls];
-  c->blocks--;
-  return rec;
-}
-
-/* Under c's spin: every bin of a slot to *out, and the slot freed. */
-static void take_slot(thread_cache *t, tc_cache *c, tc_slot *s, tc_rec **out) {
-  for (unsigned k = 0; k < t->ncls; k++)
-    if (s->bins[k].n) take_bin(t, c, &s->bins[k], out);
-  s->r = NULL;
-}
-
-static tc_slot *slot_find(tc_cache *c, rap_resource *r) {
-  for (int i = 0; i < TC_SLOTS; i++)
-    if (c->slots[i].r == r) {
-      c->slots[i].used = ++c->tick;
-      return &c->slots[i];
-    }
-  return NULL;
-}
-
-/* Under c's spin: a slot for r, taking the least recently used one if all are in use; its blocks
- * go to *out, to be flushed after the spin is let go. */
-static tc_slot *slot_assign(thread_cache *t, tc_cache *c, rap_resource *r, tc_rec **out) {
-  tc_slot *s = slot_find(c, r);
-  if (s != NULL) return s;
-  tc_slot *victim = &c->slots[0];
-  for (int i = 0; i < TC_SLOTS; i++) {
-    if (c->slots[i].r == NULL) {
-      victim = &c->slots[i];
-      break;
-    }
-    if (c->slots[i].used < victim->used) victim = &c->slots[i];
-  }
-  if (victim->r != NULL) take_slot(t, c, victim, out);
-  victim->r = r;
-  victim->used = ++c->tick;
-  return victim;
-}
-
-static inline void bin_push(thread_cache *t, tc_cache *c, tc_slot *s, tc_rec *rec) {
-  tc_bin *b = &s->bins[rec->cls];
-  rec->next = b->head;
-  b->head = rec;
-  b->n++;
-  c->bytes += t->cls_size[rec->cls];
-  c->blocks++;
-}
-
-/* Under c's spin: the blocks other threads freed into c go to its bins (or to *out, for a resource
- * it keeps no slot for and cannot take one without flushing). */
-static void drain_xfree(thread_cache *t, tc_cache *c, tc_rec **out) {
-  tc_rec *list = __atomic_exchange_n(&c->xfree, NULL, __ATOMIC_ACQ_REL);
-  for (tc_rec *rec = list, *next; rec != NULL; rec = next) {
-    next = rec->next;
-    __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);
-    tc_slot *s = slot_find(c, rec->r);
-    if (s == NULL) {
-      rec->next = *out;
-      *out = rec;
-    } else {
-      bin_push(t, c, s, rec);
-    }
-  }
-}
-
-/* Under c's spin: trims c back within its bounds; the surplus goes to *out. A bin over its count
- * keeps its newest half; a cache over its bytes gives up whole bins, largest classes first, until it
- * holds half its bound. */
-static void trim(thread_cache *t, tc_cache *c, tc_slot *s, unsigned cls, tc_rec **out) {
-  tc_bin *b = &s->bins[cls];
-  if (b->n > t->cap_blocks) {
-    size_t keep = t->cap_blocks / 2;
-    if (keep == 0) {
-      take_bin(t, c, b, out);
-    } else {
-      tc_rec *cut = b->head;   /* the last block kept */
-      for (size_t i = 1; i < keep; i++) cut = cut->next;
-      tc_rec *rest = cut->next;
-      cut->next = NULL;
-      take_chain(t, c, b, rest, out);
-    }
-  }
-  for (unsigned k = t->ncls; k-- > 0 && c->bytes > t->cap_bytes / 2 && c->bytes > 0;)
-    for (int i = 0; i < TC_SLOTS && c->bytes > t->cap_bytes / 2; i++)
-      if (c->slots[i].r != NULL && c->slots[i].bins[k].n) take_bin(t, c, &c->slots[i].bins[k], out);
-}
-
-/* Under c's spin: what other threads freed into c, and c's blocks for r (every block, if r is
- * NULL), to *out. */
-static void take_cache(thread_cache *t, tc_cache *c, rap_resource *r, tc_rec **out) {
-  drain_xfree(t, c, out);
-  for (int i = 0; i < TC_SLOTS; i++)
-    if (c->slots[i].r != NULL && (r == NULL || c->slots[i].r == r)) take_slot(t, c, &c->slots[i], out);
-}
-
-/* Every cache's blocks (those for r only, unless r is NULL) back to the parent. */
-static void flush_all(thread_cache *t, rap_resource *r) {
-  tc_rec *out = NULL;
-  pthread_mutex_lock(&t->list_lock);
-  for (tc_cache *c = t->caches; c != NULL; c = c->inst_next) {
-    spin_lock(c);
-    take_cache(t, c, r, &out);
-    spin_unlock(c);
-  }
-  pthread_mutex_unlock(&t->list_lock);
-  flush_batch(t, &out);
-}
-
-/* ---- a thread's cache ------------------------------------------------------------------------ */
-
-static void cache_free(tc_cache *c) {
-  if (c == NULL) return;
-  free(c->slots[0].bins);   /* one allocation for every slot's bins */
-  free(c);
-}
-
-static tc_cache *cache_new(thread_cache *t) {
-  tc_cache *c = rapi_calloc(1, sizeof *c);
-  if (c == NULL) return NULL;
-  tc_bin *bins = rapi_calloc((size_t)TC_SLOTS * t->ncls, sizeof *bins);
-  if (bins == NULL) {
-    free(c);
-    return NULL;
-  }
-  for (int i = 0; i < TC_SLOTS; i++) c->slots[i].bins = bins + (size_t)i * t->ncls;
-  c->tc = t;
-  return c;
-}
-
-/* The calling thread's cache of t, found or made (or adopted from a thread that ended); NULL when
- * no host memory is left for one, and the caller goes through the lock instead. */
-static RAPI_NOINLINE tc_cache *cache_get(thread_cache *t) {
-  tc_cache *c = my_cache(t);
-  if (c != NULL) return c;
-  pthread_once(&exit_once, make_exit_key);
-  if (!exit_key_ok) return NULL;
-  pthread_mutex_lock(&registry);
-  for (c = tls.caches; c != NULL && c->tc != t; c = c->thread_next) {}
-  if (c == NULL) {
-    if (!tls.keyed) tls.keyed = pthread_setspecific(exit_key, &tls) == 0;
-    if (tls.keyed) {
-      pthread_mutex_lock(&t->list_lock);
-      for (c = t->caches; c != NULL && !__atomic_load_n(&c->abandoned, __ATOMIC_RELAXED); c = c->inst_next) {}
-      if (c == NULL && (c = cache_new(t)) != NULL) {
-        c->inst_next = t->caches;
-        t->caches = c;
-      }
-      pthread_mutex_unlock(&t->list_lock);
-    }
-    if (c != NULL) {
-      spin_lock(c);
-      __atomic_store_n(&c->abandoned, 0, __ATOMIC_RELAXED);
-      c->thread = &tls;
-      spin_unlock(c);
-      c->thread_next = tls.caches;
-      tls.caches = c;
-    }
-  }
-  pthread_mutex_unlock(&registry);
-  if (c != NULL) {
-    unsigned w = tls.next++ % TC_WAYS;
-    tls.id[w] = t->id;
-    tls.c[w] = c;
-  }
-  return c;
-}
-
-/* At a thread's end: its caches go back to their parents and wait, abandoned, for another thread. */
-static void thread_exit(void *arg) {
-  tc_thread *th = arg;
-  rapi_trace_depth++;   /* the flush is the library's call into the parents, not the user's */
-  pthread_mutex_lock(&registry);
-  for (tc_cache *c = th->caches, *next; c != NULL; c = next) {
-    next = c->thread_next;
-    thread_cache *t = c->tc;
-    tc_rec *out = NULL;
-    spin_lock(c);
-    __atomic_store_n(&c->abandoned, 1, __ATOMIC_RELAXED);
-    c->thread = NULL;
-    c->thread_next = NULL;
-    take_cache(t, c, NULL, &out);
-    spin_unlock(c);
-    flush_batch(t, &out);
-  }
-  th->caches = NULL;
-  th->keyed = false;   /* a later destructor that allocates here gets a cache, and this, again */
-  for (int i = 0; i < TC_WAYS; i++) th->id[i] = 0;
-  pthread_mutex_unlock(&registry);
-  rapi_trace_depth--;
-}
-
 /* ---- the parent, under the lock ---------------------------------------------------------------- */
 
-static int locked_allocate(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
+static RAPI_NOINLINE int locked_allocate(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
   int st;
   RAPI_LOCKED(st, &t->lock, rap_allocate(t->inner, out, bytes, r));
   if (st == RAP_ERR_NOMEM) {   /* what the caches hold may be what is missing */
-    flush_all(t, NULL);
+    rapi_tc_flush_all(t, NULL);
     RAPI_LOCKED(st, &t->lock, rap_allocate(t->inner, out, bytes, r));
   }
   return st;
@@ -466,18 +117,20 @@ static size_t refill_locked(thread_cache *t, tc_cache *c, unsigned cls, rap_reso
  * a block that served a smaller class would come back to its own and leave the smaller one dry
  * for good, so that the thread would keep missing on a workload that repeats itself. */
 static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
-  tc_cache *c = cache_get(t);
+  if (r == NULL) r = t->host;
+  if (RAPI_UNLIKELY(bytes - 1 >= t->max_size)) return locked_allocate(t, out, bytes, r);
+  tc_cache *c = rapi_tc_cache_get(t);
   if (c == NULL) return locked_allocate(t, out, bytes, r);
   unsigned cls = class_of(t, bytes);
   tc_rec *surplus = NULL, *rec = NULL;
   spin_lock(c);
   c->misses++;
-  drain_xfree(t, c, &surplus);
-  tc_slot *s = slot_assign(t, c, r, &surplus);
+  rapi_tc_drain_xfree(t, c, &surplus);
+  tc_slot *s = rapi_tc_slot_assign(t, c, r, &surplus);
   if (s->bins[cls].head != NULL) rec = bin_pop(t, c, &s->bins[cls], cls);   /* others' frees filled it */
-  if (c->bytes > t->cap_bytes) trim(t, c, s, cls, &surplus);   /* what came back may be a lot */
+  if (c->bytes > t->cap_bytes) rapi_tc_trim(t, c, s, cls, &surplus);   /* what came back may be a lot */
   spin_unlock(c);
-  flush_batch(t, &surplus);
+  rapi_tc_flush_batch(t, &surplus);
   if (rec != NULL) {
     __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELAXED);
     *out = rec->ptr;
@@ -491,7 +144,7 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
   tc_rec *got = NULL;
   RAPI_LOCKED(n, &t->lock, refill_locked(t, c, cls, r, want, &got, &st));
   if (n == 0 && st == RAP_ERR_NOMEM) {
-    flush_all(t, NULL);
+    rapi_tc_flush_all(t, NULL);
     RAPI_LOCKED(n, &t->lock, refill_locked(t, c, cls, r, 1, &got, &st));
   }
   if (n == 0)   /* a parent that refuses the class (a FixedPool's object size) may take the request */
@@ -500,37 +153,38 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
   got = got->next;
   if (got != NULL) {
     spin_lock(c);
-    s = slot_assign(t, c, r, &surplus);
+    s = rapi_tc_slot_assign(t, c, r, &surplus);
     for (tc_rec *x = got, *next; x != NULL; x = next) {
       next = x->next;
       bin_push(t, c, s, x);
     }
-    if (c->bytes > t->cap_bytes) trim(t, c, s, cls, &surplus);
+    if (c->bytes > t->cap_bytes) rapi_tc_trim(t, c, s, cls, &surplus);
     spin_unlock(c);
-    flush_batch(t, &surplus);
+    rapi_tc_flush_batch(t, &surplus);
   }
   __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELAXED);
   *out = rec->ptr;
   return RAP_OK;
 }
 
+/* The hit: the calling thread's own cache, entered without the spin (cache_enter), and the
+ * newest block of its bin for (r, class). Everything else goes to allocate_miss. */
 static int tc_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   thread_cache *t = state;
-  if (r == NULL) r = &rap_allocator_manager(t->self)->host;
-  if (RAPI_UNLIKELY(bytes - 1 >= t->max_size)) return locked_allocate(t, out, bytes, r);
   tc_cache *c = my_cache(t);
-  if (RAPI_LIKELY(c != NULL)) {
+  /* The arguments stay as they came, for allocate_miss: the hit needs no register saved. */
+  if (RAPI_LIKELY(c != NULL && bytes - 1 < t->max_size) && RAPI_LIKELY(cache_enter(c))) {
+    rap_resource *on = r != NULL ? r : t->host;
     unsigned cls = class_of(t, bytes);
-    spin_lock(c);
-    tc_slot *s = c->slots[0].r == r ? &c->slots[0] : slot_find(c, r);
+    tc_slot *s = c->slots[0].r == on ? &c->slots[0] : slot_find(c, on);
     if (RAPI_LIKELY(s != NULL && s->bins[cls].head != NULL)) {
       tc_rec *rec = bin_pop(t, c, &s->bins[cls], cls);
-      spin_unlock(c);
       __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELAXED);
       *out = rec->ptr;
+      cache_leave(c);
       return RAP_OK;
     }
-    spin_unlock(c);
+    cache_leave(c);
   }
   return allocate_miss(t, out, bytes, r);
 }
@@ -569,7 +223,7 @@ static RAPI_NOINLINE int deallocate_foreign(thread_cache *t, tc_rec *rec, void *
                                    __ATOMIC_RELAXED))
     return not_live(t, "rap_deallocate", ptr);
   tc_cache *owner = rec->owner;
-  tc_cache *me = __atomic_load_n(&owner->abandoned, __ATOMIC_ACQUIRE) ? cache_get(t) : NULL;
+  tc_cache *me = __atomic_load_n(&owner->abandoned, __ATOMIC_ACQUIRE) ? rapi_tc_cache_get(t) : NULL;
   if (me == NULL) {   /* the owner takes it back when its bins run dry */
     if (RAPI_UNLIKELY(rapi_tc_xpush_hook != NULL)) rapi_tc_xpush_hook();
     tc_rec *head = __atomic_load_n(&owner->xfree, __ATOMIC_RELAXED);
@@ -586,7 +240,7 @@ static RAPI_NOINLINE int deallocate_foreign(thread_cache *t, tc_rec *rec, void *
       if (__atomic_load_n(&owner->abandoned, __ATOMIC_RELAXED))
         left = __atomic_exchange_n(&owner->xfree, NULL, __ATOMIC_ACQ_REL);
       spin_unlock(owner);
-      flush_batch(t, &left);
+      rapi_tc_flush_batch(t, &left);
     }
     return RAP_OK;
   }
@@ -594,12 +248,48 @@ static RAPI_NOINLINE int deallocate_foreign(thread_cache *t, tc_rec *rec, void *
   spin_lock(me);
   rec->owner = me;
   __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);
-  tc_slot *s = slot_assign(t, me, rec->r, &surplus);
+  tc_slot *s = rapi_tc_slot_assign(t, me, rec->r, &surplus);
   bin_push(t, me, s, rec);
-  trim(t, me, s, rec->cls, &surplus);
+  rapi_tc_trim(t, me, s, rec->cls, &surplus);
   spin_unlock(me);
-  flush_batch(t, &surplus);
+  rapi_tc_flush_batch(t, &surplus);
   return RAP_OK;
+}
+
+/* A block of c freed by c's thread, c entered: into its bin, unless it is not live or its slot
+ * went to other resources. spun: c is held by its spin (a walker was there), not by cache_enter. */
+static RAPI_INLINE int free_into(thread_cache *t, tc_cache *c, tc_rec *rec, void *ptr, bool spun) {
+  if (RAPI_UNLIKELY(__atomic_load_n(&rec->state, __ATOMIC_RELAXED) != TC_LIVE)) {
+    if (spun) spin_unlock(c);
+    else cache_leave(c);
+    return not_live(t, "rap_deallocate", ptr);
+  }
+  tc_slot *s = c->slots[0].r == rec->r ? &c->slots[0] : slot_find(c, rec->r);
+  if (RAPI_UNLIKELY(s == NULL)) {
+    if (spun) spin_unlock(c);
+    else cache_leave(c);
+    return deallocate_uncached(t, rec, ptr, rec->r);   /* its slot went to other resources */
+  }
+  __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);
+  bin_push(t, c, s, rec);
+  if (RAPI_UNLIKELY(s->bins[rec->cls].n > t->cap_blocks || c->bytes > t->cap_bytes)) {
+    tc_rec *surplus = NULL;
+    rapi_tc_trim(t, c, s, rec->cls, &surplus);
+    c->trims++;
+    if (spun) spin_unlock(c);
+    else cache_leave(c);
+    rapi_tc_flush_batch(t, &surplus);
+    return RAP_OK;
+  }
+  if (spun) spin_unlock(c);
+  else cache_leave(c);
+  return RAP_OK;
+}
+
+/* A walker holds c: wait for it under the spin. */
+static RAPI_NOINLINE int free_into_spun(thread_cache *t, tc_cache *c, tc_rec *rec, void *ptr) {
+  spin_lock(c);
+  return free_into(t, c, rec, ptr, true);
 }
 
 static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
@@ -614,28 +304,8 @@ static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
     return deallocate_uncached(t, rec, ptr, r);
   tc_cache *c = my_cache(t);
   if (RAPI_UNLIKELY(rec->owner != c)) return deallocate_foreign(t, rec, ptr);
-  spin_lock(c);
-  if (RAPI_UNLIKELY(__atomic_load_n(&rec->state, __ATOMIC_RELAXED) != TC_LIVE)) {
-    spin_unlock(c);
-    return not_live(t, "rap_deallocate", ptr);
-  }
-  tc_slot *s = c->slots[0].r == rec->r ? &c->slots[0] : slot_find(c, rec->r);
-  if (RAPI_UNLIKELY(s == NULL)) {
-    spin_unlock(c);
-    return deallocate_uncached(t, rec, ptr, rec->r);   /* its slot went to other resources */
-  }
-  __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);
-  bin_push(t, c, s, rec);
-  if (RAPI_UNLIKELY(s->bins[rec->cls].n > t->cap_blocks || c->bytes > t->cap_bytes)) {
-    tc_rec *surplus = NULL;
-    trim(t, c, s, rec->cls, &surplus);
-    c->trims++;
-    spin_unlock(c);
-    flush_batch(t, &surplus);
-    return RAP_OK;
-  }
-  spin_unlock(c);
-  return RAP_OK;
+  if (RAPI_UNLIKELY(!cache_enter(c))) return free_into_spun(t, c, rec, ptr);
+  return free_into(t, c, rec, ptr, false);
 }
 
 /* ---- the cold calls ---------------------------------------------------------------------------- */
@@ -705,7 +375,7 @@ static int tc_owns(void *state, const void *ptr) {
 
 static int tc_release(void *state) {
   thread_cache *t = state;
-  flush_all(t, NULL);
+  rapi_tc_flush_all(t, NULL);
   int st;
   RAPI_LOCKED(st, &t->lock, rap_release(t->inner));
   return st;
@@ -718,8 +388,8 @@ static int tc_check(void *state) {
   const char *name = rap_allocator_name(t->self);
   int st = RAP_OK;
   pthread_mutex_lock(&t->list_lock);
+  rapi_tc_walk_begin(t);
   for (tc_cache *c = t->caches; c != NULL && st == RAP_OK; c = c->inst_next) {
-    spin_lock(c);
     size_t bytes = 0, blocks = 0;
     for (int i = 0; i < TC_SLOTS && st == RAP_OK; i++) {
       tc_slot *s = &c->slots[i];
@@ -742,11 +412,11 @@ static int tc_check(void *state) {
         blocks += n;
       }
     }
-    if (st == RAP_OK && (bytes != c->bytes || blocks != c->blocks))
-      st = rapi_fail(RAP_ERR_CORRUPT, "%s: a thread's cache counts %zu bytes in %zu blocks and holds "
-                     "%zu in %zu", name, c->bytes, c->blocks, bytes, blocks);
-    spin_unlock(c);
+    if (st == RAP_OK && bytes != c->bytes)
+      st = rapi_fail(RAP_ERR_CORRUPT, "%s: a thread's cache counts %zu bytes and holds %zu in %zu "
+                     "blocks", name, c->bytes, bytes, blocks);
   }
+  rapi_tc_walk_end(t);
   pthread_mutex_unlock(&t->list_lock);
   if (st == RAP_OK) RAPI_LOCKED(st, &t->lock, rap_allocator_check(t->inner));
   return st;
@@ -807,7 +477,7 @@ static int tc_resource_gone(void *state, rap_resource *r, int commit) {
     }
   }
   for (;;) {
-    flush_all(t, r);
+    rapi_tc_flush_all(t, r);
     size_t left;
     RAPI_LOCKED(left, &t->lock, cached_of(t, r));
     if (left == 0 || commit) break;
@@ -837,6 +507,7 @@ static int tc_init(rap_allocator *self, void *state, rap_options *opts) {
   const char *name = rap_allocator_name(self);
   t->self = self;
   t->inner = rap_allocator_parent(self);
+  t->host = &rap_allocator_manager(self)->host;
   t->align = rap_allocator_alignment(t->inner);
   if (t->align == 0) t->align = 1;
   t->max_size = 1 << 20;
@@ -887,24 +558,8 @@ static int tc_init(rap_allocator *self, void *state, rap_options *opts) {
  * thread, if that thread still runs. */
 static void tc_fini(rap_allocator *self, void *state) {
   thread_cache *t = state;
-  pthread_mutex_lock(&registry);
-  flush_all(t, NULL);
-  size_t caches = 0, misses = 0, trims = 0;
-  for (tc_cache *c = t->caches, *next; c != NULL; c = next) {
-    next = c->inst_next;
-    caches++;
-    misses += c->misses;
-    trims += c->trims;
-    if (c->thread != NULL)
-      for (tc_cache **pp = &c->thread->caches; *pp != NULL; pp = &(*pp)->thread_next)
-        if (*pp == c) {
-          *pp = c->thread_next;
-          break;
-        }
-    cache_free(c);
-  }
-  t->caches = NULL;
-  pthread_mutex_unlock(&registry);
+  size_t caches, misses, trims;
+  rapi_tc_caches_free(t, &caches, &misses, &trims);
   if (rapi_log_on(RAP_LOG_DEBUG))
     rap_log(RAP_LOG_DEBUG, "%s: %zu thread cache%s; bins ran dry %zu times, caches were trimmed %zu "
             "times", rap_allocator_name(self), caches, caches == 1 ? "" : "s", misses, trims);

@@ -106,7 +106,7 @@ static int ts_resource_stats(void *state, rap_resource *r, rap_stats *out) {
 const rap_strategy rapi_thread_safe_strategy = {
     .version = RAP_STRATEGY_VERSION,
     .name = "ThreadSafe",
-    .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS,
+    .flags = RAP_STRATEGY_NEEDS_PARENT | RAP_STRATEGY_CONCURRENT_OWNS | RAP_STRATEGY_PASS_THROUGH,
     .state_size = sizeof(thread_safe),
     .init = ts_init,
     .fini = ts_fini,

@@ -11,6 +11,8 @@
 #include "rap_internal.h"
 
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -370,5 +372,120 @@ GPU_TEST(ThreadCache, StreamsGoWhileCachesHoldTheirBlocks) {
   RAP_CHECK_OK(rap_allocator_stats(e.pool, &s));
   RAP_CHECK_EQ(s.allocation_count, 0);
   RAP_CHECK_OK(rap_allocator_check(tc));
+  teardown(&e);
+}
+
+/* The race detector at the machine's scale: RAP_TEST_THREADS threads (default 16, at most 256) over
+ * eight streams through one ThreadCache(ResourceAwarePool(DEVICE)). Each thread allocates blocks of
+ * 4..64 KiB on its stream and fills each with its own tag; a kernel behind the fill waits a few
+ * microseconds (a window for another stream's write to land) and counts the words that are not the
+ * tag. Every third block goes to the next thread, which frees it without naming a resource (so it
+ * goes pending on its owner's stream through a cache of another thread). A block handed to one
+ * stream while another stream's work on it was still queued shows as foreign words.
+ * `RAP_DEVICE_RUN=scale bash scripts/device-run.sh` runs it at the top thread count it measures. */
+enum { SC_OPS = 400, SC_MAX_THREADS = 256, SC_MAILBOX = 64 };
+
+typedef struct sc_mailbox {
+  pthread_mutex_t lock;
+  void *p[SC_MAILBOX];
+  int n;
+} sc_mailbox;
+
+typedef struct sc_arg {
+  rap_allocator *tc;
+  rap_resource **streams;
+  sc_mailbox *boxes;
+  unsigned long long *foreign;   /* device memory */
+  int id, nthreads, failures, blocks;
+} sc_arg;
+
+static int sc_threads(void) {
+  const char *v = getenv("RAP_TEST_THREADS");
+  long n = v && *v ? strtol(v, NULL, 10) : 16;
+  return n < 1 ? 1 : n > SC_MAX_THREADS ? SC_MAX_THREADS : (int)n;
+}
+
+/* Frees what the thread before this one handed over. */
+static int sc_drain(rap_allocator *tc, sc_mailbox *box) {
+  void *got[SC_MAILBOX];
+  pthread_mutex_lock(&box->lock);
+  int n = box->n, failures = 0;
+  memcpy(got, box->p, (size_t)n * sizeof *got);
+  box->n = 0;
+  pthread_mutex_unlock(&box->lock);
+  for (int j = 0; j < n; j++) failures += rap_deallocate(tc, got[j], NULL) != RAP_OK;
+  return failures;
+}
+
+static void *sc_worker(void *p) {
+  sc_arg *a = p;
+  rap_resource *mine = a->streams[a->id % LT_STREAMS];
+  gpuStream_t s = gpu_resource_stream(mine);
+  sc_mailbox *out = &a->boxes[(a->id + 1) % a->nthreads];
+  int tag = 1 + a->id % 254;
+  for (int i = 0, n = gpu_test_rounds(SC_OPS); i < n; i++) {
+    size_t bytes = (size_t)4096 << (i % 5);
+    void *b;
+    if (rap_allocate(a->tc, &b, bytes, mine) != RAP_OK) {
+      a->failures++;
+      continue;
+    }
+    a->blocks++;
+    if (gpu_fill(s, b, bytes, tag) != 0 || gpu_count_foreign(s, b, bytes, tag, 5000, a->foreign) != 0)
+      a->failures++;
+    int handed = 0;
+    if (i % 3 == 2 && a->nthreads > 1) {
+      pthread_mutex_lock(&out->lock);
+      if (out->n < SC_MAILBOX) out->p[out->n++] = b, handed = 1;
+      pthread_mutex_unlock(&out->lock);
+    }
+    if (!handed && rap_deallocate(a->tc, b, mine) != RAP_OK) a->failures++;
+    a->failures += sc_drain(a->tc, &a->boxes[a->id]);
+  }
+  return NULL;
+}
+
+GPU_TEST(ThreadCache, RaceDetectorAtScale) {
+  env e;
+  tc_setup(&e);
+  rap_allocator *tc;
+  RAP_CHECK_OK(rap_allocator_get(e.rm, "tc", &tc));
+  int n = sc_threads();
+  rap_resource *streams[LT_STREAMS];
+  for (int i = 0; i < LT_STREAMS; i++) RAP_CHECK_OK(gpu_resource_create_stream(e.rm, &streams[i]));
+  unsigned long long *foreign;
+  RAP_CHECK(gpu_counter_create(&foreign) == 0);
+  static pthread_t th[SC_MAX_THREADS];
+  static sc_arg args[SC_MAX_THREADS];
+  static sc_mailbox boxes[SC_MAX_THREADS];
+  for (int i = 0; i < n; i++) {
+    pthread_mutex_init(&boxes[i].lock, NULL);
+    boxes[i].n = 0;
+  }
+  for (int i = 0; i < n; i++) {
+    args[i] = (sc_arg){tc, streams, boxes, foreign, i, n, 0, 0};
+    RAP_CHECK(pthread_create(&th[i], NULL, sc_worker, &args[i]) == 0);
+  }
+  int failures = 0, blocks = 0;
+  for (int i = 0; i < n; i++) {
+    pthread_join(th[i], NULL);
+    failures += args[i].failures;
+    blocks += args[i].blocks;
+  }
+  for (int i = 0; i < n; i++) failures += sc_drain(tc, &boxes[i]);
+  for (int i = 0; i < LT_STREAMS; i++) RAP_CHECK_OK(rap_resource_synchronize(streams[i]));
+  unsigned long long words = ~0ull;
+  RAP_CHECK(gpu_counter_read(foreign, &words) == 0);
+  printf("ThreadCache race detector: %d threads, 8 streams, %d blocks, %llu foreign words\n", n,
+         blocks, words);
+  RAP_CHECK_EQ(failures, 0);
+  RAP_CHECK_EQ(words, 0);
+  gpu_counter_destroy(foreign);
+  for (int i = 0; i < n; i++) pthread_mutex_destroy(&boxes[i].lock);
+  RAP_CHECK_OK(rap_allocator_check(tc));
+  for (int i = 0; i < LT_STREAMS; i++) RAP_CHECK_OK(rap_resource_destroy(streams[i]));
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(tc, &s));
+  RAP_CHECK_EQ(s.current_bytes, 0);
   teardown(&e);
 }

@@ -2,12 +2,14 @@
  * allocator), device memory figures and shares of them, on a CUDA device: blocks on streams and on
  * the host, the race detector with a gated kernel, rap_release trimming a created pool, a stream
  * destroyed while its blocks live, and a CUDA graph that allocates, fills and frees through rap,
- * replayed and compared with the same work run eagerly. CUDA only; skips without a device.
+ * replayed and compared with the same work run eagerly, and a user's wrapper that the capture may
+ * use only when it says it keeps no blocks. CUDA only; skips without a device.
  */
 #include "../cuda/gpu_test.h"
 #include "../cuda/kernels.h"
 #include "rap_internal.h"
 
+#include <rap/strategy.h>
 #include <string.h>
 
 #define MiB ((size_t)1 << 20)
@@ -256,5 +258,80 @@ RAP_TEST(StreamOrdered, ReuseSwitchesAreZeroOrOne) {
     RAP_CHECK(bad == NULL);
   }
   (void)so;
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* A user's wrapper that hands each request straight to its parent: with RAP_STRATEGY_PASS_THROUGH
+ * a capturing stream may use it over StreamOrdered, as ThreadSafe; without the flag the manager
+ * cannot know it keeps no blocks and refuses the capture with a sentence. */
+typedef struct relay {
+  rap_allocator *parent;
+  void *live;   /* the one block this test keeps at a time */
+} relay;
+
+static int relay_init(rap_allocator *self, void *state, rap_options *opts) {
+  (void)opts;
+  ((relay *)state)->parent = rap_allocator_parent(self);
+  return RAP_OK;
+}
+static void relay_fini(rap_allocator *self, void *state) {
+  (void)self;
+  (void)state;
+}
+static int relay_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
+  relay *y = state;
+  int st = rap_allocate(y->parent, out, bytes, r);
+  if (st == RAP_OK) y->live = *out;
+  return st;
+}
+static int relay_deallocate(void *state, void *ptr, rap_resource *r) {
+  relay *y = state;
+  int st = rap_deallocate(y->parent, ptr, r);
+  if (st == RAP_OK && ptr == y->live) y->live = NULL;
+  return st;
+}
+static int relay_stats(void *state, rap_stats *out) {
+  return rap_allocator_stats(((relay *)state)->parent, out);
+}
+static int relay_owns(void *state, const void *ptr) { return ptr != NULL && ptr == ((relay *)state)->live; }
+
+#define RELAY_TABLE(table_name, strategy_name, extra_flags)                                        \
+  static const rap_strategy table_name = {                                                         \
+      .version = RAP_STRATEGY_VERSION,                                                             \
+      .name = strategy_name,                                                                       \
+      .flags = RAP_STRATEGY_NEEDS_PARENT | (extra_flags),                                          \
+      .state_size = sizeof(relay),                                                                 \
+      .init = relay_init,                                                                          \
+      .fini = relay_fini,                                                                          \
+      .allocate = relay_allocate,                                                                  \
+      .deallocate = relay_deallocate,                                                              \
+      .stats = relay_stats,                                                                        \
+      .owns = relay_owns,                                                                          \
+  }
+RELAY_TABLE(relay_pass_through, "RelayPassThrough", RAP_STRATEGY_PASS_THROUGH);
+RELAY_TABLE(relay_plain, "RelayPlain", 0);
+
+RAP_TEST(StreamOrdered, CaptureFollowsThePassThroughFlagOfAUserStrategy) {
+  SETUP("StreamOrdered(device=0)");
+  RAP_CHECK_OK(rap_strategy_register(rm, &relay_pass_through));
+  RAP_CHECK_OK(rap_strategy_register(rm, &relay_plain));
+  rap_allocator *through, *plain;
+  RAP_CHECK_OK(rap_allocator_make(rm, "through", "RelayPassThrough", "so", "", &through));
+  RAP_CHECK_OK(rap_allocator_make(rm, "plain", "RelayPlain", "so", "", &plain));
+  rap_resource *r;
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r));
+  RAP_CHECK_OK(rap_resource_cuda_begin_capture(r, cudaStreamCaptureModeRelaxed));
+  void *p = NULL;
+  RAP_CHECK_STATUS(rap_allocate(plain, &p, 1 * MiB, r), RAP_ERR_BUSY);
+  RAP_CHECK_STR(rap_last_error(), "is capturing a graph");
+  RAP_CHECK_OK(rap_allocate(through, &p, 1 * MiB, r));   /* a memory node of the graph */
+  RAP_CHECK_OK(rap_deallocate(through, p, r));
+  cudaGraph_t graph;
+  RAP_CHECK_OK(rap_resource_cuda_end_capture(r, &graph));
+  RAP_CHECK(cudaGraphDestroy(graph) == cudaSuccess);
+  RAP_CHECK_OK(rap_allocate(plain, &p, 1 * MiB, r));   /* the capture is over */
+  RAP_CHECK_OK(rap_deallocate(plain, p, r));
+  RAP_CHECK_OK(rap_resource_synchronize(r));
+  RAP_CHECK_OK(rap_resource_destroy(r));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }

@@ -3,6 +3,7 @@
  */
 #include "gate.h"
 #include "rap_test.h"
+#include "rap_testing.h"   /* the Fault calls */
 
 #include <rap/rap.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #define KiB ((size_t)1024)
+#define MiB (KiB * KiB)
 
 typedef struct fixture {
   rap_manager *rm;
@@ -172,6 +174,52 @@ RAP_TEST(ResourceAwarePool, FinishedPendingMemoryComesBackWithoutGrowing) {
   RAP_CHECK_EQ(s.chunk_count, 1);
   RAP_CHECK_EQ(s.pending_count, 0);
   RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
+  teardown(&f);
+}
+
+/* A request that only a much larger free block fits now, while another resource holds a pending
+ * block of its size whose work is done: the pool polls before cutting the large block, takes the
+ * passed block (merged with its free neighbour), and the large request that follows fits without
+ * growing. Cutting it would leave no 14 MiB run in the chunk. */
+RAP_TEST(ResourceAwarePool, PollsBeforeCuttingALargeFreeBlock) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=16MiB next_size=16MiB heuristic=never");
+  void *a, *q, *big;
+  RAP_CHECK_OK(rap_allocate(f.pool, &a, 2 * MiB, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));   /* pending on r1, which has nothing queued */
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 2 * MiB, f.r2));
+  RAP_CHECK(q == a);
+  RAP_CHECK_OK(rap_allocate(f.pool, &big, 14 * MiB, f.r2));
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 1);
+  RAP_CHECK_OK(rap_deallocate(f.pool, big, f.r2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
+  teardown(&f);
+}
+
+/* The same with the caller's own pending memory: two pending pieces of r1 with a free block
+ * between them (pending blocks merge with free ones only once drained; r2 is known, so the
+ * one-resource fit rule does not join them) make 8 MiB once polled. A 5 MiB request that only the
+ * large free block fits now polls first and takes the merged run, so 55 MiB still fit after it. */
+RAP_TEST(ResourceAwarePool, PollsBeforeCuttingALargeFreeBlockForItsOwnPendingMemory) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=64MiB next_size=64MiB heuristic=never");
+  void *a, *hole, *c, *u, *q, *big;
+  RAP_CHECK_OK(rap_allocate(f.pool, &a, 3 * MiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &hole, 2 * MiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &c, 3 * MiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &u, 1 * MiB, f.r2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, hole, f.r1));
+  RAP_CHECK_OK(rap_release(f.pool));   /* polls: the hole is free */
+  RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, c, f.r1));
+  RAP_CHECK_EQ(stats_of(f.pool).pending_count, 2);
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 5 * MiB, f.r1));
+  RAP_CHECK(q == a);
+  RAP_CHECK_OK(rap_allocate(f.pool, &big, 55 * MiB, f.r1));
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 1);
+  RAP_CHECK_OK(rap_deallocate(f.pool, big, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, u, f.r2));
   teardown(&f);
 }
 

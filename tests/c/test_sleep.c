@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 void rapi_host_fail_at(long nth, bool keep_failing);   /* core/host_mem.c: the host seam */
-void rapi_vmm_fail_map_at(long nth);                     /* resources/vmm.c: a map refused */
+void rapi_vmm_fail_map_at(long nth);                     /* platforms/vmm.c: a map refused */
 void rapi_vmm_fail_unmap_at(long nth);                   /* and an unmap of a sleep */
 
 #define KiB ((size_t)1024)

@@ -244,7 +244,8 @@ static void *st_check_thread(void *arg) {
   return NULL;
 }
 
-RAP_TEST(ThreadCache, StressEightThreadsHandingBlocksAround) {
+/* Eight workers and a checker thread that walks every cache (check, release) while they run. */
+static void stress_eight(void) {
   static st_shared sh;   /* static: threads may still read it if a check ends the body */
   memset(&sh, 0, sizeof sh);
   atomic_store(&job_errors, 0);
@@ -289,6 +290,17 @@ RAP_TEST(ThreadCache, StressEightThreadsHandingBlocksAround) {
   }
   gate_destroy(&sh.checked);
   destroy_clean(sh.rm);
+}
+
+RAP_TEST(ThreadCache, StressEightThreadsHandingBlocksAround) { stress_eight(); }
+
+/* The same where the kernel has no membarrier: each thread then takes its cache's spin on every
+ * call instead of entering with a store (the seam makes the caches made meanwhile so). */
+extern bool rapi_tc_spin_only;
+RAP_TEST(ThreadCache, StressEightThreadsWithoutMembarrier) {
+  rapi_tc_spin_only = true;
+  stress_eight();
+  rapi_tc_spin_only = false;
 }
 
 /* ---- stress: short-lived threads --------------------------------------------------------------- */

@@ -226,6 +226,23 @@ RAP_TEST(TraceTool, NoEventsIsASentenceAndNoLeak) {
   remove(path);
 }
 
+/* A gzip-compressed trace (as bench/traces/ stores them) is named as such, with what to do. */
+RAP_TEST(TraceTool, CompressedTraceIsASentence) {
+  char path[256], args[512];
+  tt_path(path, sizeof path, "compressed.jsonl.gz");
+  FILE *f = fopen(path, "wb");
+  RAP_CHECK(f != NULL);
+  static const unsigned char gz[] = {0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0, 0x03, 0x03, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  RAP_CHECK(fwrite(gz, 1, sizeof gz, f) == sizeof gz);
+  RAP_CHECK(fclose(f) == 0);
+  tool_run r;
+  snprintf(args, sizeof args, "summary %s", path);
+  run_tool_measured(&r, args);
+  RAP_CHECK_EQ(r.status, 1);
+  RAP_CHECK_STR(r.out, "is compressed with gzip: decompress it first (gzip -dc");
+  remove(path);
+}
+
 /* --help and --version answer on standard output with status 0; a file that cannot be opened is
  * named with the reason. */
 RAP_TEST(TraceTool, HelpVersionAndUnreadableFile) {

@@ -5,6 +5,7 @@
 #define RAP_TEST_UTIL_H
 
 #include "rap_test.h"
+#include "rap_testing.h"   /* the Fault calls */
 
 #include <rap/strategy.h>   /* rap_allocator_alignment */
 

@@ -442,7 +442,7 @@ RAP_TEST_VMM(VmmPool, PoolsOnThreadsShareOneRange) {
 
 /* ---- a backend that runs out: the platform's calls through a stand-in ------------------------ */
 
-#include "resources/vmm.h"
+#include "platforms/vmm.h"
 
 static const rapi_vmm_backend *real_backend;
 static size_t device_cap;   /* map answers NOMEM past this many mapped bytes, as a full device */

@@ -39,6 +39,20 @@ __global__ void copy(unsigned char *dst, const unsigned char *src, size_t n) {
     dst[i] = src[i];
 }
 
+__global__ void count_foreign(const unsigned *p, size_t words, unsigned want, long long hold,
+                              unsigned long long *foreign) {
+  if (threadIdx.x == 0) {
+    long long start = clock64();
+    while (clock64() - start < hold) {
+    }
+  }
+  __syncthreads();
+  unsigned long long bad = 0;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x)
+    bad += p[i] != want;
+  if (bad) atomicAdd(foreign, bad);
+}
+
 extern "C" int gpu_gate_create(gpu_gate **out) {
   // Load both kernels now: with lazy module loading, loading one while a gated kernel runs would
   // wait for that kernel, and the tests would measure the loader instead of the pool.
@@ -89,4 +103,36 @@ extern "C" int gpu_all_bytes(const void *p, size_t n, int value) {
   for (unsigned char c : h)
     if (c != (unsigned char)value) return 0;
   return 1;
+}
+
+extern "C" int gpu_counter_create(unsigned long long **out) {
+  // Loaded now, for the reason gpu_gate_create gives.
+  gpuFuncAttributes attr;
+  if (gpuFuncGetAttributes(&attr, count_foreign) != gpuSuccess ||
+      gpuFuncGetAttributes(&attr, fill) != gpuSuccess)
+    return -1;
+  void *c = nullptr;
+  if (gpuMalloc(&c, sizeof(unsigned long long)) != gpuSuccess) return -1;
+  const unsigned long long zero = 0;
+  if (gpuMemcpy(c, &zero, sizeof zero, gpuMemcpyDefault) != gpuSuccess) {
+    (void)gpuFree(c);
+    return -1;
+  }
+  *out = static_cast<unsigned long long *>(c);
+  return 0;
+}
+
+extern "C" int gpu_counter_read(const unsigned long long *c, unsigned long long *out) {
+  return gpuMemcpy(out, c, sizeof *out, gpuMemcpyDefault) == gpuSuccess ? 0 : -1;
+}
+
+extern "C" void gpu_counter_destroy(unsigned long long *c) { (void)gpuFree(c); }
+
+// About 2 cycles a nanosecond: only a window, not a measurement.
+extern "C" int gpu_count_foreign(gpuStream_t s, const void *p, size_t n, int value, unsigned hold_ns,
+                                 unsigned long long *foreign) {
+  unsigned v = (unsigned char)value;
+  count_foreign<<<32, 256, 0, s>>>(static_cast<const unsigned *>(p), n / 4, v * 0x01010101u,
+                                   2LL * hold_ns, foreign);
+  return gpuGetLastError() == gpuSuccess ? 0 : -1;
 }

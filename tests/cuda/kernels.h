@@ -22,6 +22,14 @@ int  gpu_fill(gpuStream_t s, void *p, size_t n, int value);
 int  gpu_copy(gpuStream_t s, void *dst, const void *src, size_t n);   /* a kernel reads src */
 /* Synchronous: 1 if every byte of p[0..n) equals value. */
 int  gpu_all_bytes(const void *p, size_t n, int value);
+/* A counter in device memory, and a kernel that adds to it: enqueued on s, it waits about hold_ns
+ * (a window for another stream's wrongful write to land), then counts the 4-byte words of
+ * p[0..n) (n a multiple of 4) that are not value in every byte. */
+int  gpu_counter_create(unsigned long long **out);
+int  gpu_counter_read(const unsigned long long *c, unsigned long long *out);   /* synchronous */
+void gpu_counter_destroy(unsigned long long *c);
+int  gpu_count_foreign(gpuStream_t s, const void *p, size_t n, int value, unsigned hold_ns,
+                       unsigned long long *foreign);
 
 #ifdef __cplusplus
 }

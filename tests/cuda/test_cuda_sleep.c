@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-void rapi_vmm_fail_map_at(long nth);   /* resources/vmm.c: a map refused, as by another process */
+void rapi_vmm_fail_map_at(long nth);   /* platforms/vmm.c: a map refused, as by another process */
 
 #define MiB ((size_t)1 << 20)
 

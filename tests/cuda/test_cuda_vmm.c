@@ -211,3 +211,35 @@ RAP_TEST(CudaVmm, OptionsReserveAndNames) {
                                       &bad), RAP_ERR_NOT_FOUND);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* NCCL-registrable memory: a pool over DeviceVmm(export=posix) answers RAP_OK, one over a plain
+ * DeviceVmm or DEVICE a sentence naming the spec; segment observers of the platform see device 0. */
+static void note_device(const rap_segment_event *ev, void *user) { *(int *)user = ev->device; }
+
+RAP_TEST(CudaVmm, RegistrableMemoryIsDeviceVmmWithExport) {
+  rap_manager *rm = manager();
+  rap_allocator *reg = make_or_skip(rm, "reg", "ResourceAwarePool(DeviceVmm(device=0, export=posix, "
+                                    "reserve=1GiB), initial_size=2MiB)");
+  rap_allocator *plain = NULL, *dev = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "plain", "ResourceAwarePool(DeviceVmm(device=0, reserve=1GiB), "
+                                       "initial_size=2MiB)", &plain));
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "dev", "ResourceAwarePool(DEVICE::0, initial_size=2MiB)", &dev));
+  int device = -5;
+  RAP_CHECK_OK(rap_allocator_observe(reg, note_device, &device));
+  void *a, *b, *c;
+  RAP_CHECK_OK(rap_allocate(reg, &a, 1 * MiB, NULL));
+  RAP_CHECK_EQ(device, 0);
+  RAP_CHECK_OK(rap_allocate(plain, &b, 1 * MiB, NULL));
+  RAP_CHECK_OK(rap_allocate(dev, &c, 1 * MiB, NULL));
+  RAP_CHECK_OK(rap_pointer_registrable(rm, a));
+  RAP_CHECK_OK(rap_pointer_registrable(rm, (char *)a + 4096));
+  RAP_CHECK_STATUS(rap_pointer_registrable(rm, b), RAP_ERR_UNSUPPORTED);
+  RAP_CHECK_STR(rap_last_error(), "without export=");
+  RAP_CHECK_STATUS(rap_pointer_registrable(rm, c), RAP_ERR_UNSUPPORTED);
+  RAP_CHECK_STR(rap_last_error(), "DeviceVmm(export=posix)");
+  RAP_CHECK_OK(rap_allocator_unobserve(reg, note_device, &device));
+  RAP_CHECK_OK(rap_deallocate(reg, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(plain, b, NULL));
+  RAP_CHECK_OK(rap_deallocate(dev, c, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}

@@ -48,6 +48,7 @@
 
 #include <rap/rap.h>
 #include <rap/strategy.h>
+#include "rap_testing.h"   /* the Fault calls */
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* platform.c — the shared body of the platform allocators, and HOST.
+/* tracked.c — the tracked body of the platform allocators and pass-through wrappers, and HOST.
  *
  * A platform allocator hands out raw memory and remembers every live pointer with its size, so that
  * it can answer rap_allocator_find, refuse a double free or a foreign pointer, and report leaks.
@@ -186,8 +186,12 @@ static int host_raw_free(rapi_tracked *p, void *ptr, size_t bytes, rap_resource 
   return RAP_OK;
 }
 
+/* HOST's record: host memory, and nothing to remember per instance. */
+static const rapi_platform host_record = {.memory = RAPI_MEMORY_HOST, .device = -1};
+
 static int host_init(rap_allocator *self, void *state, rap_options *opts) {
   (void)opts;
+  self->platform = &host_record;
   /* 16: what glibc's malloc guarantees on 64-bit targets */
   return rapi_tracked_init(state, self, NULL, host_raw_alloc, host_raw_free, false, 16);
 }

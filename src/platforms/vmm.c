@@ -10,7 +10,7 @@
  * Invariant: extents are in address order, disjoint, inside the range; a live allocation is a run
  * of touching extents that starts at its pointer and spans its recorded bytes.
  */
-#include "resources/vmm.h"
+#include "platforms/vmm.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -106,14 +106,19 @@ static int map_extent(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *aft
   v->extents++;
   v->mapped += size;
   if (v->mapped > v->mapped_hwm) v->mapped_hwm = v->mapped;
+  rapi_segment_notify(v->self, RAP_SEGMENT_MAP, addr, size, addr, size);
   return RAP_OK;
 }
 
 /* Unmaps e and forgets it; on failure e stays, still mapped, and the status is returned. */
 static int unmap_extent(rapi_vmm *v, rapi_vmm_extent *e) {
   if (v->ipc != NULL) rapi_ipc_extent_remove(v, e);   /* importers stop opening it first */
+  if (!e->asleep) rapi_segment_notify(v->self, RAP_SEGMENT_UNMAP, e->addr, e->size, e->addr, e->size);
   int st = e->asleep ? RAP_OK : v->ops->unmap(v, e->addr, e->size, &e->share);
-  if (st != RAP_OK) return st;
+  if (st != RAP_OK) {
+    rapi_segment_notify(v->self, RAP_SEGMENT_MAP, e->addr, e->size, e->addr, e->size);   /* kept */
+    return st;
+  }
   if (!e->asleep) v->mapped -= e->size;
   if (e->prev) e->prev->next = e->next;
   else v->first = e->next;
@@ -293,7 +298,11 @@ int rapi_vmm_suspend(rap_allocator *a, void *ptr) {
                    "processes may map its memory", rap_allocator_name(a));
   for (rapi_vmm_extent *e = v->first; st == RAP_OK && e != NULL && e->addr < end; e = e->next) {
     if (e->addr < (char *)ptr || e->asleep) continue;
-    if ((st = sleep_unmap(v, e->addr, e->size, &e->share)) != RAP_OK) break;
+    rapi_segment_notify(v->self, RAP_SEGMENT_UNMAP, e->addr, e->size, e->addr, e->size);
+    if ((st = sleep_unmap(v, e->addr, e->size, &e->share)) != RAP_OK) {
+      rapi_segment_notify(v->self, RAP_SEGMENT_MAP, e->addr, e->size, e->addr, e->size);
+      break;
+    }
     e->asleep = true;
     v->mapped -= e->size;
   }
@@ -341,7 +350,14 @@ int rapi_vmm_resume(rap_allocator *a, void *ptr) {
   for (rapi_vmm_extent *u = v->first; u != NULL; u = u->next) {
     if (!u->fresh) continue;
     u->fresh = false;
-    if (st == RAP_OK || v->ops->unmap(v, u->addr, u->size, &u->share) != RAP_OK) continue;   /* kept: valid */
+    if (st == RAP_OK) {
+      rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
+      continue;
+    }
+    if (v->ops->unmap(v, u->addr, u->size, &u->share) != RAP_OK) {   /* kept: valid */
+      rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
+      continue;
+    }
     u->asleep = true;
     v->mapped -= u->size;
   }
@@ -384,6 +400,20 @@ static int host_copy_finish(rap_allocator *a) {
   return RAP_OK;
 }
 
+/* ---- segment observers: a growable platform's segments are its mappings ------------------------ */
+
+static void vmm_walk(rap_allocator *a, void *ctx, void (*locked)(void *arg),
+                     void (*visit)(void *arg, void *base, size_t size), void *arg) {
+  rapi_tracked *p = a->state;
+  rapi_vmm *v = ctx;
+  rapi_held held;
+  rapi_lock(&p->lock, &held);
+  locked(arg);
+  for (rapi_vmm_extent *e = v->first; e != NULL; e = e->next)
+    if (!e->asleep) visit(arg, e->addr, e->size);
+  rapi_unlock(&held);
+}
+
 /* ---- life cycle ------------------------------------------------------------------------------- */
 
 int rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v) {
@@ -403,6 +433,14 @@ int rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v) {
     return st;
   }
   self->resizable = &v->resizable;
+  /* Host memory until the device backend says otherwise (vmm_device.c). */
+  v->platform = (rapi_platform){.root = self, .memory = RAPI_MEMORY_HOST, .source = RAPI_SOURCE_VMM,
+                                .device = -1, .vmm = v};
+  self->platform = &v->platform;
+  v->segments.walk = vmm_walk;
+  v->segments.device = v->device;   /* HostVmm says -1 after this */
+  self->segments = &v->segments;
+  self->segments_ctx = v;
   if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG))) {
     char range[32], gran[32];
     rapi_format_size(range, sizeof range, v->reserve);
@@ -564,7 +602,9 @@ static int host_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
   v->base = (char *)rapi_align_up((uintptr_t)v->raw, gran);
   v->reserve = reserve;
   v->granularity = gran;
-  if ((st = rapi_vmm_start(self, state, v)) != RAP_OK || mode == 0) return st;
+  if ((st = rapi_vmm_start(self, state, v)) != RAP_OK) return st;
+  v->segments.device = -1;   /* host memory */
+  if (mode == 0) return st;
   if ((st = rapi_ipc_export_start(v, RAPI_IPC_HOST)) != RAP_OK) rapi_vmm_fini(self, state);
   return st;
 }

@@ -61,6 +61,8 @@ struct rapi_vmm {
   bool rdma;                       /* device, export=: gpuDirectRDMACapable asked of cuMemCreate */
   rapi_ipc_export *ipc;            /* export=: the shared table importers read (ipc.c) */
   rapi_resizable resizable;        /* what pools over this allocator see (rap_internal.h) */
+  rapi_platform platform;          /* what the chain above inherits (rap_internal.h) */
+  rapi_segments segments;          /* its mappings, for segment observers (core/observe.c) */
 };
 
 /* ---- vmm.c ------------------------------------------------------------------------------------
@@ -104,7 +106,6 @@ void rapi_vmm_fail_unmap_at(long nth);
 
 /* ---- vmm_device.c: DeviceVmm, or its stub in a build without CUDA ------------------------- */
 extern const rap_strategy rapi_device_vmm_strategy;
-int rapi_device_vmm_device(rap_allocator *a);   /* the device a DeviceVmm maps memory on */
 
 /* ---- ipc.c: memory across processes (docs/DESIGN.md, "Memory across processes") ------------- */
 #define RAPI_IPC_POSIX 1u                /* handle types an exporting platform makes */

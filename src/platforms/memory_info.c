@@ -4,8 +4,9 @@
  * The answer is about the platform at the bottom of the allocator's chain. Host memory (HOST,
  * PINNED) is the machine's physical memory, or the container's limit when a control group sets a
  * lower one (cgroup v2 memory.max, v1 memory.limit_in_bytes), with what the kernel says is
- * available (MemAvailable) as the free part. Device memory (DEVICE, DEVICE::N, UM) is what the GPU
- * runtime says for that device (cuda_platform.c).
+ * available (MemAvailable) as the free part. Device memory (DEVICE, DEVICE::N, UM, DEVICE_VMM,
+ * StreamOrdered) is what the GPU runtime says for that device (resources/gpu_device.c). Which is
+ * which comes from the platform's record (rapi_platform).
  */
 #include "rap_internal.h"
 
@@ -68,20 +69,21 @@ int rapi_host_memory_info(size_t *free_bytes, size_t *total_bytes) {
   return RAP_OK;
 }
 
+/* Host memory (HOST, PINNED, HOST_VMM) is the host's; device and managed memory the device's, unless
+ * the platform's record answers itself. */
 int rap_allocator_memory_info(rap_allocator *a, size_t *free_bytes, size_t *total_bytes) {
   if (a == NULL || free_bytes == NULL || total_bytes == NULL)
     return rapi_fail(RAP_ERR_INVALID, "rap_allocator_memory_info: allocator, free or total is NULL");
-  rap_allocator *root = a;
-  while (rap_allocator_parent(root) != NULL) root = rap_allocator_parent(root);
-  if (root->strategy == &rapi_host_platform || root->strategy == &rapi_pinned_strategy ||
-      root->strategy == &rapi_host_vmm_strategy)
-    return rapi_host_memory_info(free_bytes, total_bytes);
-  if (root->strategy == &rapi_cuda_platform || root->strategy == &rapi_stream_ordered_strategy ||
-      root->strategy == &rapi_device_vmm_strategy) {
-    int st = rapi_gpu_memory_info(root, free_bytes, total_bytes);
-    return st == RAPI_HOST_MEMORY ? rapi_host_memory_info(free_bytes, total_bytes) : st;
+  const rapi_platform *p = a->platform;
+  if (p == NULL) {
+    rap_allocator *root = a;
+    while (rap_allocator_parent(root) != NULL) root = rap_allocator_parent(root);
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_allocator_memory_info('%s'): '%s' at the bottom of "
+                     "its chain is no platform allocator rap knows the memory of",
+                     rap_allocator_name(a), rap_allocator_name(root));
   }
-  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_allocator_memory_info('%s'): '%s' at the bottom of its "
-                   "chain is no platform allocator rap knows the memory of", rap_allocator_name(a),
-                   rap_allocator_name(root));
+  if (p->memory_info != NULL) return p->memory_info(p->root, free_bytes, total_bytes);
+  if (p->memory == RAPI_MEMORY_HOST || p->memory == RAPI_MEMORY_PINNED)
+    return rapi_host_memory_info(free_bytes, total_bytes);
+  return rapi_gpu_device_memory(rap_allocator_name(p->root), p->device, free_bytes, total_bytes);
 }

@@ -11,7 +11,7 @@
  * resource, fenced per block (rapi_resource_ops.use_*): its free keeps the block pending until the
  * ticket says closed and passed, or the importer is gone.
  */
-#include "resources/vmm.h"
+#include "platforms/vmm.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -440,9 +440,7 @@ void rapi_ipc_extent_remove(rapi_vmm *v, rapi_vmm_extent *e) {
 /* ---- export --------------------------------------------------------------------------------- */
 
 static rapi_vmm *exporting_vmm(rap_allocator *root) {
-  if (root->strategy != &rapi_host_vmm_strategy && root->strategy != &rapi_device_vmm_strategy)
-    return NULL;
-  return ((rapi_tracked *)root->state)->impl;
+  return root->platform != NULL ? root->platform->vmm : NULL;
 }
 
 int rap_ipc_export(rap_allocator *a, void *ptr, rap_ipc_desc *out) {

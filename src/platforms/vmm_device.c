@@ -8,7 +8,7 @@
  * it back. Every call is checked and becomes a status with a sentence. HIP builds and builds
  * without CUDA answer RAP_ERR_UNSUPPORTED with a sentence (the engine is vmm.c).
  */
-#include "resources/vmm.h"
+#include "platforms/vmm.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -476,6 +476,9 @@ static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) 
   v->resizable.backup_free = device_backup_free;
   v->resizable.copy = device_copy;
   v->resizable.copy_finish = device_copy_finish;
+  v->platform.memory = RAPI_MEMORY_DEVICE;
+  v->platform.device = v->device;
+  v->platform.peer = rapi_device_vmm_peer;
   self->devices_ok = rapi_device_bit(v->device);
   st = rapi_gpu_peers_option(self, v->device, opts);
   if (st == RAP_OK && mode != 0) st = rapi_ipc_export_start(v, RAPI_IPC_DEVICE);
@@ -514,9 +517,6 @@ int rapi_device_vmm_peer(rap_allocator *a, int device, int enable) {
   rapi_unlock(&held);
   return st;
 }
-
-/* The device DEVICE_VMM's allocations live on, for memory_info.c and rap_device_pointer. */
-int rapi_device_vmm_device(rap_allocator *a) { return ((rapi_vmm *)((rapi_tracked *)a->state)->impl)->device; }
 
 
 /* ---- the importer's side (ipc.c) and interprocess events -------------------------------------- */
@@ -682,11 +682,6 @@ static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) 
   return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: rap was built without CUDA (RAP_WITH_CUDA=OFF or no "
                    "toolkit found); HOST_VMM is the host analogue", rap_allocator_name(self));
 #endif
-}
-
-int rapi_device_vmm_device(rap_allocator *a) {
-  (void)a;
-  return 0;
 }
 
 int rapi_device_vmm_peer(rap_allocator *a, int device, int enable) {

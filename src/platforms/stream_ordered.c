@@ -43,6 +43,7 @@ typedef struct stream_ordered {
   rapi_slab recs;
   size_t current, hwm, count;
   rapi_watch_set watched;          /* the streams of live blocks, so that their destroy tells */
+  rapi_platform platform;          /* what the chain above inherits (rap_internal.h) */
 } stream_ordered;
 
 static int cuda_fail(const stream_ordered *s, const char *call, cudaError_t e) {
@@ -245,16 +246,6 @@ static void so_fini(rap_allocator *self, void *state) {
   pthread_mutex_destroy(&s->lock);
 }
 
-int rapi_stream_ordered_memory_info(rap_allocator *a, size_t *free_bytes, size_t *total_bytes) {
-  stream_ordered *s = a->state;
-  int saved = 0;
-  cudaError_t e = cudaGetDevice(&saved);
-  if (e == cudaSuccess && saved != s->device) e = cudaSetDevice(s->device);
-  if (e == cudaSuccess) e = cudaMemGetInfo(free_bytes, total_bytes);
-  if (saved != s->device) (void)cudaSetDevice(saved);
-  return e == cudaSuccess ? RAP_OK : cuda_fail(s, "cudaMemGetInfo", e);
-}
-
 static int set_reuse(stream_ordered *s, rap_options *opts, const char *key, enum cudaMemPoolAttr which) {
   uint64_t v = 0;
   if (!rapi_options_given(opts, key)) return RAP_OK;   /* absent: leave the pool's */
@@ -339,11 +330,13 @@ static int so_init_steps(rap_allocator *self, stream_ordered *s, rap_options *op
       (st = set_reuse(s, opts, "allow_internal_dependencies", cudaMemPoolReuseAllowInternalDependencies)) != RAP_OK)
     return st;
   rap_allocator_set_alignment(self, 256);
+  s->platform = (rapi_platform){.root = self, .memory = RAPI_MEMORY_DEVICE,
+                                .source = RAPI_SOURCE_STREAM_ORDERED, .device = s->device,
+                                .capture_ok = true, .peer = rapi_stream_ordered_peer};
+  self->platform = &s->platform;
   self->devices_ok = rapi_device_bit(s->device);
   return rapi_gpu_peers_option(self, s->device, opts);
 }
-
-int rapi_stream_ordered_device(rap_allocator *a) { return ((stream_ordered *)a->state)->device; }
 
 /* A peer's access to the pool's memory: every block of the pool, now and later (a default pool's
  * access is the device's, for every user of that pool). */
@@ -391,20 +384,9 @@ static int so_init(rap_allocator *self, void *state, rap_options *opts) {
                    SO_BUILD, rap_allocator_name(self));
 }
 
-int rapi_stream_ordered_device(rap_allocator *a) {
-  (void)a;
-  return 0;
-}
-
 int rapi_stream_ordered_peer(rap_allocator *a, int device, int enable) {
   (void)device;
   (void)enable;
-  return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: " SO_BUILD, rap_allocator_name(a));
-}
-
-int rapi_stream_ordered_memory_info(rap_allocator *a, size_t *free_bytes, size_t *total_bytes) {
-  (void)free_bytes;
-  (void)total_bytes;
   return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: " SO_BUILD, rap_allocator_name(a));
 }
 

@@ -1,0 +1,380 @@
+"""bench_distributed.py — torch.distributed on rap: DDP and FSDP2 training, native against rap, and
+NCCL's registration of rap memory. Run on a machine with two GPUs by run_distributed.sh, which
+launches each run with torchrun and then prints one table.
+
+  torchrun --standalone --nproc_per_node 2 bench_distributed.py train --allocator native|rap|registered --out DIR --trial N
+      DDP then FSDP2 (registered: DDP only) training of a 6-layer GPT-2 (transformers' config,
+      random weights), batch 8 x 512, bf16, AdamW, 30 steps: median step ms of steps 5-29, peak
+      reserved, losses, and rap's cross-stream waits. native: PyTorch's allocator; rap:
+      rap.torch.enable() with its default spec (or RAP_TORCH_SPEC); registered: PyTorch's
+      allocator with DDP's buckets in a torch.cuda.MemPool over rap.torch.allocator(NCCL_SPEC),
+      registered with NCCL (rap.torch.register_mem_pool).
+  torchrun --standalone --nproc_per_node 2 bench_distributed.py nccl --out DIR
+      all-reduce and one DDP step on registered rap memory against native memory: results equal,
+      times; NCCL's log (NCCL_DEBUG_FILE) is read by report.
+  python3 bench_distributed.py bad --out DIR
+      registering a pool of rap memory NCCL cannot register gets rap's sentence.
+  python3 bench_distributed.py report --out DIR
+      the table (medians, spreads, peak reserved per rank) and DIR/distributed.json.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+import time
+import traceback
+
+STEPS, SKIP, BATCH, SEQ, LAYERS = 30, 5, 8, 512, 6
+
+
+def _rank():
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def _dump(out, name, r):
+    with open(os.path.join(out, name + ".json"), "w") as f:
+        json.dump(r, f, indent=1)
+
+
+def _init(allocator):
+    if allocator == "rap":
+        import rap_torch
+        rap_torch.enable()
+    import torch
+    import torch.distributed as dist
+    rank, local = _rank()
+    torch.cuda.set_device(local)
+    # device_id: the communicator is made now (register_mem_pool needs it).
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    return torch, dist, rank, local
+
+
+def _model(torch):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(n_layer=LAYERS, n_positions=SEQ, n_embd=768, n_head=12)
+    torch.manual_seed(0)   # the same weights on every rank
+    with torch.device("cuda"):
+        model = GPT2LMHeadModel(cfg)
+    return model.to(torch.bfloat16), cfg
+
+
+def _steps(torch, model, opt, rank, vocab):
+    g = torch.Generator(device="cuda")
+    g.manual_seed(1000 + rank)
+    ids = torch.randint(0, vocab, (BATCH, SEQ), device="cuda", generator=g)
+    times, losses = [], []
+    for _ in range(STEPS):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times, losses
+
+
+def _rap_figures(allocator):
+    if allocator != "rap":
+        return {}
+    import rap_torch
+    s = rap_torch.rap_stats()
+    return {"waits": s.get("waits", 0), "host_waits": s.get("host_waits", 0), "spec": rap_torch.spec()}
+
+
+def _one(torch, dist, rank, mode, allocator, pool=None):
+    import gc
+    gc.collect()   # the previous configuration's model and optimizer go before the peaks restart
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    model, cfg = _model(torch)
+    ctx = torch.cuda.use_mem_pool(pool) if pool is not None else _null()
+    with ctx:
+        if mode == "ddp":
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model, device_ids=[torch.cuda.current_device()])
+        else:
+            try:
+                from torch.distributed.fsdp import fully_shard
+            except ImportError:
+                from torch.distributed._composable.fsdp import fully_shard
+            for block in model.transformer.h:
+                fully_shard(block)
+            fully_shard(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        times, losses = _steps(torch, model, opt, rank, cfg.vocab_size)
+    r = {"mode": mode, "allocator": allocator, "rank": rank,
+         "step_ms": times, "median_ms": statistics.median(times[SKIP:]), "losses": losses,
+         "peak_reserved": torch.cuda.max_memory_reserved(), "peak_allocated": torch.cuda.max_memory_allocated()}
+    r.update(_rap_figures(allocator))
+    del model, opt
+    dist.barrier()
+    return r
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def cmd_train(args):
+    alloc = args.allocator
+    torch, dist, rank, _ = _init("rap" if alloc == "rap" else "native")
+    pool = None
+    if alloc == "registered":
+        import rap_torch
+        pool = torch.cuda.MemPool(rap_torch.allocator(rap_torch.NCCL_SPEC))
+        rap_torch.register_mem_pool(pool)
+    modes = ["ddp"] if alloc == "registered" else ["ddp", "fsdp"]
+    for mode in modes:
+        r = {"mode": mode, "allocator": alloc, "rank": rank, "run": args.run}
+        try:
+            r = _one(torch, dist, rank, mode, alloc, pool)
+            r["run"] = args.run
+        except Exception as e:  # noqa: BLE001 - reported in the table
+            r["error"] = "%s: %s" % (type(e).__name__, str(e)[:500])
+            r["traceback"] = traceback.format_exc()[-2000:]
+        _dump(args.out, "train_%s_%s_run%d_rank%d" % (mode, alloc, args.run, rank), r)
+    dist.destroy_process_group()
+
+
+def _time_all_reduce(torch, dist, x, n=20):
+    for _ in range(3):
+        dist.all_reduce(x)
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        dist.all_reduce(x)
+        torch.cuda.synchronize()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ts)
+
+
+def cmd_nccl(args):
+    torch, dist, rank, local = _init("native")
+    import rap_torch
+    r = {"rank": rank}
+    try:
+        pool = torch.cuda.MemPool(rap_torch.allocator(rap_torch.NCCL_SPEC))
+        with torch.cuda.use_mem_pool(pool):
+            early = torch.empty(1 << 20, device="cuda")   # a segment before the registration
+        rap_torch.register_mem_pool(pool)
+        n = 64 << 20   # floats: 256 MiB, a segment taken after the registration
+        with torch.cuda.use_mem_pool(pool):
+            reg = torch.empty(n, device="cuda")
+        r["registrable"] = rap_torch.registrable(reg.data_ptr()) is None
+        nat = torch.empty(n, device="cuda")
+        g = torch.Generator(device="cuda")
+        g.manual_seed(7 + rank)
+        src = torch.randint(-1000, 1000, (n,), device="cuda", generator=g).float()
+        reg.copy_(src)
+        nat.copy_(src)
+        dist.all_reduce(reg)
+        dist.all_reduce(nat)
+        r["all_reduce_equal"] = bool(torch.equal(reg, nat))
+        r["all_reduce_ms_registered"] = _time_all_reduce(torch, dist, reg)
+        r["all_reduce_ms_native"] = _time_all_reduce(torch, dist, nat)
+        # One DDP step with the buckets in registered rap memory against one in native memory.
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        grads = []
+        for where in ("native", "registered"):
+            model, cfg = _model(torch)
+            ctx = torch.cuda.use_mem_pool(pool) if where == "registered" else _null()
+            with ctx:
+                ddp = DDP(model, device_ids=[local])
+                gen = torch.Generator(device="cuda")
+                gen.manual_seed(1000 + rank)
+                ids = torch.randint(0, cfg.vocab_size, (2, 128), device="cuda", generator=gen)
+                loss = ddp(input_ids=ids, labels=ids).loss
+                loss.backward()
+            torch.cuda.synchronize()
+            grads.append([p.grad.detach().clone() for p in ddp.parameters()])
+            r["ddp_loss_" + where] = loss.item()
+            del ddp, model
+        r["ddp_grads_equal"] = all(torch.equal(a, b) for a, b in zip(grads[0], grads[1]))
+        r["ok"] = r["registrable"] and r["all_reduce_equal"] and r["ddp_grads_equal"]
+        del early
+    except Exception as e:  # noqa: BLE001
+        r["error"] = "%s: %s" % (type(e).__name__, str(e)[:600])
+        r["traceback"] = traceback.format_exc()[-2500:]
+        r["ok"] = False
+    _dump(args.out, "nccl_rank%d" % rank, r)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def cmd_bad(args):
+    """A MemPool over rap's default spec (DEVICE::N: cudaMalloc) cannot be registered: the check
+    answers before NCCL is asked, with rap's sentence."""
+    import torch
+    import rap_torch
+    r = {}
+    try:
+        pool = torch.cuda.MemPool(rap_torch.allocator())   # the default spec
+        with torch.cuda.use_mem_pool(pool):
+            x = torch.ones(1 << 20, device="cuda")
+        r["why"] = rap_torch.registrable(x.data_ptr())
+        try:
+            rap_torch.register_mem_pool(pool)
+            r["refused"] = False
+        except ValueError as e:
+            r["refused"] = True
+            r["sentence"] = str(e)
+        r["ok"] = bool(r["refused"] and r["why"] and "DeviceVmm(export=posix)" in r.get("sentence", ""))
+    except Exception as e:  # noqa: BLE001
+        r["error"] = "%s: %s" % (type(e).__name__, str(e)[:600])
+        r["ok"] = False
+    _dump(args.out, "nccl_bad", r)
+
+
+# ---- report -------------------------------------------------------------------------------------
+
+def _load_all(out, pattern):
+    found = []
+    for p in sorted(glob.glob(os.path.join(out, pattern))):
+        with open(p) as f:
+            found.append(json.load(f))
+    return found
+
+
+def _spread(v):
+    return "%.1f-%.1f" % (min(v), max(v)) if v else "-"
+
+
+def _nccl_log_lines(out):
+    lines = []
+    for p in sorted(glob.glob(os.path.join(out, "nccl-reg.*"))):
+        with open(p, errors="replace") as f:
+            lines += [l.rstrip() for l in f if re.search(r"regist", l, re.I)]
+    return lines
+
+
+def cmd_report(args):
+    out = args.out
+    runs = _load_all(out, "train_*.json")
+    table = {}
+    for r in runs:
+        key = (r.get("mode"), r.get("allocator"))
+        table.setdefault(key, []).append(r)
+    summary = {"configs": [], "ok": True}
+    print("| config | runs | step ms: median of run medians (spread) | each run | peak reserved MiB per rank (max over runs) | rap waits | losses vs native |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    native_losses = {}
+    for (mode, alloc), rs in sorted(table.items(), key=lambda kv: (kv[0][0], ["native", "rap", "registered"].index(kv[0][1]) if kv[0][1] in ("native", "rap", "registered") else 9)):
+        errs = [r for r in rs if "error" in r]
+        good = [r for r in rs if "error" not in r]
+        by_run = {}
+        for r in good:
+            by_run.setdefault(r["run"], []).append(r)
+        medians = [max(x["median_ms"] for x in v) for _, v in sorted(by_run.items())]   # the slower rank
+        peaks = {}
+        for r in good:
+            peaks[r["rank"]] = max(peaks.get(r["rank"], 0), r["peak_reserved"])
+        waits = sum(r.get("waits", 0) for r in good)
+        host_waits = sum(r.get("host_waits", 0) for r in good)
+        losses = {(r["run"], r["rank"]): r["losses"] for r in good}
+        if alloc == "native":
+            native_losses[mode] = losses
+        diff = None
+        if alloc != "native" and mode in native_losses and losses:
+            ref = {rk: l for (_, rk), l in native_losses[mode].items()}   # each rank's own data
+            diffs = [abs(a - b) for (_, rk), l in losses.items() if rk in ref for a, b in zip(l, ref[rk])]
+            diff = max(diffs) if diffs else None
+        c = {"mode": mode, "allocator": alloc, "runs": len(by_run), "errors": [e["error"] for e in errs],
+             "median_ms": statistics.median(medians) if medians else None, "run_medians_ms": medians,
+             "peak_reserved_mib": {str(k): v / 2**20 for k, v in sorted(peaks.items())},
+             "waits": waits, "host_waits": host_waits, "max_loss_diff_vs_native": diff}
+        summary["configs"].append(c)
+        if errs:
+            summary["ok"] = False
+        print("| %s %s | %d%s | %s (%s) | %s | %s | %s | %s |" % (
+            mode.upper(), alloc, len(by_run), " (%d failed)" % len(errs) if errs else "",
+            "%.1f" % c["median_ms"] if medians else "-", _spread(medians),
+            ", ".join("%.1f" % m for m in medians),
+            " / ".join("%.0f" % v for v in c["peak_reserved_mib"].values()),
+            "%d (%d on the host)" % (waits, host_waits) if alloc == "rap" else "-",
+            "-" if diff is None else "max |diff| %.2g" % diff))
+    for c in summary["configs"]:
+        for e in c["errors"][:2]:
+            print("error in %s %s: %s" % (c["mode"], c["allocator"], e))
+    # The targets: rap's median within native's spread (at most its slowest run), peak reserved at
+    # most native's on every rank. Reported, not asserted: the machine decides.
+    by = {(c["mode"], c["allocator"]): c for c in summary["configs"]}
+    for mode in ("ddp", "fsdp"):
+        n, a = by.get((mode, "native")), by.get((mode, "rap"))
+        if not n or not a or not n["run_medians_ms"] or not a["run_medians_ms"]:
+            print("%s: no training run of native and rap both finished: nothing to compare" % mode.upper())
+            summary["ok"] = False
+            continue
+        fast = a["median_ms"] <= max(n["run_medians_ms"])
+        small = all(a["peak_reserved_mib"].get(k, 0) <= v for k, v in n["peak_reserved_mib"].items())
+        summary["target_" + mode] = {"time": fast, "memory": small}
+        print("%s: rap's median %.1f ms %s native's slowest run %.1f ms (native median %.1f); peak "
+              "reserved %s native's on every rank; rap's waits %d" % (
+                  mode.upper(), a["median_ms"], "<=" if fast else ">", max(n["run_medians_ms"]),
+                  n["median_ms"], "<=" if small else "NOT <=", a["waits"]))
+    # The registration test, the bad input, the single-process record_stream hand-off.
+    nccl = _load_all(out, "nccl_rank*.json")
+    lines = _nccl_log_lines(out)
+    registered_lines = [l for l in lines if not re.search(r"dereg|fail|error", l, re.I)]
+    summary["nccl"] = {"ranks": nccl, "log_lines": lines[:40], "log_says_registered": bool(registered_lines)}
+    for r in nccl:
+        if "error" in r:
+            print("NCCL registration, rank %d: %s" % (r["rank"], r["error"]))
+            continue
+        print("NCCL registration, rank %d: registrable %s, all-reduce equal %s, DDP grads equal %s, "
+              "all-reduce 256 MiB %.2f ms registered vs %.2f ms native (%s)" % (
+                  r["rank"], r["registrable"], r["all_reduce_equal"], r["ddp_grads_equal"],
+                  r["all_reduce_ms_registered"], r["all_reduce_ms_native"],
+                  "<=" if r["all_reduce_ms_registered"] <= r["all_reduce_ms_native"] else ">"))
+    print("NCCL's log (NCCL_DEBUG_SUBSYS=REG): %d lines about registration%s" % (
+        len(lines), ", e.g.:" if lines else " (none: not registered, or this NCCL logs nothing)"))
+    for l in registered_lines[:4]:
+        print("  " + l[:200])
+    summary["ok"] &= bool(nccl) and all(r.get("ok") for r in nccl) and bool(registered_lines)
+    bad = _load_all(out, "nccl_bad.json")
+    if bad:
+        summary["bad"] = bad[0]
+        print("bad input, a MemPool over rap's default spec: refused %s: %s" % (
+            bad[0].get("refused"), bad[0].get("sentence", bad[0].get("error", ""))[:300]))
+        summary["ok"] &= bool(bad[0].get("ok"))
+    for alloc in ("native", "rap"):
+        h = _load_all(out, "handoff_%s.json" % alloc)
+        if h:
+            summary["handoff_" + alloc] = h[0]
+            print("record_stream hand-off (one process), %s: held %.0f MiB, median wall %.3f s, right %s" % (
+                alloc, h[0]["max_reserved"] / 2**20, h[0]["median_wall_s"], h[0]["acc"] == h[0]["acc_expected"]))
+    h = summary.get("handoff_rap")
+    if h:
+        summary["ok"] &= h["max_reserved"] <= 1 << 30 and h["acc"] == h["acc_expected"]
+    with open(os.path.join(out, "distributed.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print("all checks: %s (JSON: %s)" % ("passed" if summary["ok"] else "FAILED", os.path.join(out, "distributed.json")))
+    return 0 if summary["ok"] else 1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("command", choices=("train", "nccl", "bad", "report"))
+    ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    ap.add_argument("--allocator", default="native", choices=("native", "rap", "registered"))
+    ap.add_argument("--trial", dest="run", type=int, default=0,
+                    help="which run of the benchmark (not --run: torchrun would take it for its --run-path)")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    return {"train": cmd_train, "nccl": cmd_nccl, "bad": cmd_bad, "report": cmd_report}[args.command](args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

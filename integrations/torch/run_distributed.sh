@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# run_distributed.sh — torch.distributed on rap, on a machine with two GPUs, over a carried
+# device-build/ (make device-build): one command that runs everything and prints one table.
+#   bash integrations/torch/run_distributed.sh            (OUT=dir for the results; default <repo>/out)
+# RAP_DIST_RUNS=N rounds (default 5); each round launches, with torchrun on 2 GPUs, PyTorch's
+# allocator, rap's default (rap.torch.enable()) and DDP on registered rap memory, in that order
+# (interleaved, so the machine's drift falls on every configuration alike); native and rap each
+# run DDP then FSDP2 in one process. Then the NCCL registration test (NCCL_DEBUG=INFO, subsystem
+# REG, logged to $OUT/nccl-reg.*), the bad-input check, and the single-process record_stream
+# hand-off native and on rap's default. Writes $OUT/distributed.json and $OUT/distributed_log.txt;
+# the table is the last thing printed. Exit status 1 if a check failed.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+here=$root/integrations/torch
+out=${OUT:-$root/out}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+build=${RAP_BUILD_DIR:-$root/device-build}
+export RAP_TORCH_LIB=${RAP_TORCH_LIB:-$build/integrations/torch/librap_torch.so}
+export PYTHONPATH=$here${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=:4096:8 TOKENIZERS_PARALLELISM=false
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+py=${PYTHON:-python3}
+runs=${RAP_DIST_RUNS:-5}
+log=$out/distributed_log.txt
+: >"$log"
+if [ ! -f "$RAP_TORCH_LIB" ]; then
+  echo "run_distributed.sh: $RAP_TORCH_LIB is missing: run make device-build first" | tee -a "$log"
+  exit 1
+fi
+rm -f "$out"/train_*.json "$out"/nccl_*.json "$out"/nccl-reg.* "$out"/handoff_*.json
+trun() {   # torchrun on two GPUs, a fresh rendezvous port each time
+  timeout "${RAP_DIST_TIMEOUT:-120}" "$py" -m torch.distributed.run --standalone --nproc_per_node 2 \
+    "$here/bench_distributed.py" "$@" --out "$out" >>"$log" 2>&1
+  echo "=== exit $? ($*)" >>"$log"
+}
+t0=$SECONDS
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
+  "$py" -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'; } >>"$log" 2>&1
+for i in $(seq 1 "$runs"); do
+  for a in native rap registered; do
+    trun train --allocator "$a" --trial "$i"
+  done
+  echo "round $i of $runs done after $((SECONDS - t0)) s" | tee -a "$log"
+done
+NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,REG,NVLS NCCL_DEBUG_FILE="$out/nccl-reg.%h.%p.log" trun nccl
+"$py" "$here/bench_distributed.py" bad --out "$out" >>"$log" 2>&1
+for a in native rap; do
+  timeout 120 "$py" "$here/test_torch.py" handoff --allocator "$a" --iters 100 --out "$out" >>"$log" 2>&1
+done
+echo "all runs done after $((SECONDS - t0)) s" | tee -a "$log"
+"$py" "$here/bench_distributed.py" report --out "$out" 2>>"$log" | tee "$out/distributed_table.md"
+exit "${PIPESTATUS[0]}"

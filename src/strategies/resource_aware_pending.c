@@ -1,0 +1,215 @@
+/* resource_aware_pending.c — the ResourceAwarePool's pending memory coming back: fences (one event
+ * per resource per batch), their polling, the drain of passed blocks to the free index, host waits
+ * for every fence, and cross_resource=wait's device-side waits.
+ *
+ * A block deallocated on r carries r's open batch number; one event recorded later on r fences the
+ * whole batch, and once it has completed (and every use of the block has passed) the block is free
+ * for any resource. Nothing here is on the pair's way but fence_or_poll's rare calls.
+ */
+#include "strategies/resource_aware_pool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- uses --------------------------------------------------------------------------------------- */
+
+void rapi_ra_free_uses_slow(ra_pool *p, ra_block *b) {
+  for (rapi_use *u = b->uses, *next; u != NULL; u = next) {
+    next = u->next;
+    if (per_block(u->rs)) u->rs->r->ops->use_drop(u->rs->r, u->tag);
+    u->rs->uses_out--;
+    rapi_slab_free(&p->use_recs, u);
+  }
+  b->uses = NULL;
+}
+
+bool rapi_ra_uses_passed(const ra_block *b) {
+  for (const rapi_use *u = b->uses; u != NULL; u = u->next)
+    if (per_block(u->rs) ? u->rs->r->ops->use_passed(u->rs->r, u->tag) != 1 : !passed(u->rs, u->tag))
+      return false;
+  return true;
+}
+
+bool rapi_ra_has_per_block_use(const ra_block *b) {
+  for (const rapi_use *u = b->uses; u != NULL; u = u->next)
+    if (per_block(u->rs)) return true;
+  return false;
+}
+
+/* ---- fences ------------------------------------------------------------------------------------- */
+
+/* Records one event on rs covering every block that carries its open batch. Not while rs captures
+ * a graph: the event would be a node of the graph, and its batch stays open until the capture
+ * ends (its blocks stay rs's meanwhile). */
+int rapi_ra_fence_open(ra_pool *p, rstate *rs) {
+  if (rs->sync || !rs->open_dirty || capturing(rs)) return RAP_OK;
+  if (rs->fcount == rs->fcap) {
+    size_t cap = rs->fcap ? rs->fcap * 2 : 8;
+    fence *f = rapi_malloc(cap * sizeof *f);
+    if (f == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for events",
+                                    rap_allocator_name(p->bp.self));
+    for (size_t i = 0; i < rs->fcount; i++) f[i] = rs->fences[(rs->fhead + i) % rs->fcap];
+    free(rs->fences);
+    rs->fences = f;
+    rs->fhead = 0;
+    rs->fcap = cap;
+  }
+  rapi_event *ev;
+  int st = rs->r->ops->record(rs->r, &ev);
+  if (st != RAP_OK) return st;
+  rs->fences[(rs->fhead + rs->fcount++) % rs->fcap] = (fence){rs->open, ev};
+  RAPI_TRACE("fence", p->bp.self, rs->r, NULL, rs->open_count, ",\"batch\":%llu",
+             (unsigned long long)rs->open);
+  if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG)))
+    rap_log(RAP_LOG_DEBUG, "%s: fenced batch %llu (%zu pending blocks) on %s resource #%llu",
+            rap_allocator_name(p->bp.self), (unsigned long long)rs->open, rs->open_count,
+            rs->r->ops->kind, (unsigned long long)rs->r->id);
+  rs->open++;
+  rs->open_dirty = false;
+  rs->open_count = 0;
+  return RAP_OK;
+}
+
+/* Moves rs->done past every fence that has completed, head first. */
+int rapi_ra_query_fences(rstate *rs) {
+  while (rs->fcount > 0) {
+    fence *f = &rs->fences[rs->fhead];
+    int q = rs->r->ops->query(f->ev);
+    if (q < 0) return q;
+    if (q == 0) break;
+    rs->done = f->batch;
+    rs->r->ops->event_release(f->ev);
+    rs->fhead = (rs->fhead + 1) % rs->fcap;
+    rs->fcount--;
+  }
+  return RAP_OK;
+}
+
+static rapi_event *fence_event(rstate *rs, uint64_t tag) {
+  for (size_t i = 0; i < rs->fcount; i++) {
+    fence *f = &rs->fences[(rs->fhead + i) % rs->fcap];
+    if (f->batch >= tag) return f->ev;
+  }
+  return NULL;
+}
+
+/* ---- polling ------------------------------------------------------------------------------------ */
+
+/* Returns every pending block of rs whose owner batch and uses have passed to the free index. */
+void rapi_ra_drain(ra_pool *p, rstate *rs) {
+  ra_block *b = rs->fifo_head;
+  while (b != NULL && passed(rs, b->tag)) {
+    ra_block *next = b->fifo_next;
+    if (rapi_ra_uses_passed(b)) {
+      drop_pending(p, rs, b);
+      RAPI_TRACE("ready", p->bp.self, rs->r, b->base.ptr, b->base.size, ",\"pb\":%zu", rs->pending_bytes);
+      free_uses(p, b);
+      b->owner = NULL;
+      rapi_bp_make_free(&p->bp, &b->base);
+    }   /* else it waits on a use elsewhere; blocks behind it need not */
+    b = next;
+  }
+}
+
+/* A resource whose events fail (a stream in error) keeps its pending blocks, is logged, and does
+ * not stop the others from coming back; the first failure is returned for callers that care. */
+int rapi_ra_poll_all(ra_pool *p, bool record) {
+  int first = RAP_OK;
+  for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next) {
+    int st = record ? rapi_ra_fence_open(p, rs) : RAP_OK;
+    if (st == RAP_OK) st = rapi_ra_query_fences(rs);
+    if (st != RAP_OK) {
+      rap_log(RAP_LOG_WARN, "%s: polling a %s resource failed: %s", rap_allocator_name(p->bp.self),
+              rs->r->ops->kind, rap_last_error());
+      if (first == RAP_OK) first = st;
+    }
+  }
+  for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next) rapi_ra_drain(p, rs);
+  return first;
+}
+
+/* Host-side wait for every fence: before out of memory and at teardown. The locks this thread
+ * holds are let go while it waits (rapi_host_wait), so the pool may change meanwhile: each round
+ * polls afresh, waits for one resource's newest fence, and callers start over after it. A queue's
+ * own work cannot wait for that queue: it is skipped, and its blocks stay pending. */
+int rapi_ra_wait_all(ra_pool *p) {
+  uintptr_t skipped[16];   /* resources a queue's work may not wait for (rapi_host_wait: BUSY) */
+  unsigned nskipped = 0;
+  for (unsigned round = 0; round < 64; round++) {
+    int st = rapi_ra_poll_all(p, true);
+    if (st != RAP_OK) return st;
+    rstate *rs = p->by_key;
+    for (; rs != NULL; rs = rs->hh.next) {
+      bool skip = rs->fcount == 0 || rs->r == rapi_current_queue;
+      for (unsigned i = 0; i < nskipped && !skip; i++) skip = skipped[i] == rs->key;
+      if (!skip) break;
+    }
+    if (rs == NULL) return RAP_OK;
+    st = rapi_host_wait(rs->fences[(rs->fhead + rs->fcount - 1) % rs->fcap].ev);
+    if (st == RAP_ERR_BUSY && nskipped < 16) skipped[nskipped++] = rs->key;
+    else if (st != RAP_OK) return st;
+  }
+  return rapi_ra_poll_all(p, false);
+}
+
+/* ---- cross_resource=wait -------------------------------------------------------------------- */
+
+/* Makes rs wait for one event: queued on rs where the kinds allow, else on the host (with this
+ * thread's locks let go, which sets *host_waited: the caller must start over). */
+static int wait_event(ra_pool *p, rstate *rs, rapi_event *ev, bool *host_waited) {
+  int st = rs->r->ops->wait(rs->r, ev);
+  if (RAPI_UNLIKELY(rapi_tracing()) && st >= 0)
+    rapi_trace("wait", p->bp.self, rs->r, NULL, 0, ",\"on\":%llu,\"host\":%s", (unsigned long long)ev->r->id,
+               st == RAPI_HOST_WAIT ? "true" : "false");
+  if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG)) && st >= 0)
+    rap_log(RAP_LOG_DEBUG, "cross_resource=wait: %s resource #%llu waits for %s resource #%llu %s",
+            rs->r->ops->kind, (unsigned long long)rs->r->id, ev->r->ops->kind,
+            (unsigned long long)ev->r->id, st == RAPI_HOST_WAIT ? "on the host" : "(queued)");
+  if (st >= 0) p->waits++;
+  if (st != RAPI_HOST_WAIT) return st;
+  p->host_waits++;
+  *host_waited = true;
+  return rapi_host_wait(ev);
+}
+
+/* Makes rs wait until owner's batch and every use of b have passed. After a host wait it returns
+ * at once: b may have changed hands meanwhile. RAP_ERR_BUSY: the wait would be for the queue whose
+ * work this thread is running. */
+int rapi_ra_wait_for_block(ra_pool *p, rstate *rs, rstate *owner, ra_block *b, bool *host_waited) {
+  int st = RAP_OK;
+  if (owner != rs && !passed(owner, b->tag) && capturing(owner)) return RAP_ERR_BUSY;
+  for (rapi_use *u = b->uses; u != NULL; u = u->next)
+    if (!per_block(u->rs) && u->rs != rs && !passed(u->rs, u->tag) && capturing(u->rs))
+      return RAP_ERR_BUSY;
+  if (owner != rs && !passed(owner, b->tag)) {
+    if (b->tag == owner->open) st = rapi_ra_fence_open(p, owner);
+    rapi_event *ev = st == RAP_OK ? fence_event(owner, b->tag) : NULL;
+    if (ev) st = wait_event(p, rs, ev, host_waited);
+  }
+  for (rapi_use *u = b->uses; u != NULL && st == RAP_OK && !*host_waited; u = u->next) {
+    if (per_block(u->rs) || u->rs == rs || passed(u->rs, u->tag)) continue;
+    if (u->tag == u->rs->open) st = rapi_ra_fence_open(p, u->rs);
+    rapi_event *ev = st == RAP_OK ? fence_event(u->rs, u->tag) : NULL;
+    if (ev) st = wait_event(p, rs, ev, host_waited);
+  }
+  return st;
+}
+
+/* Finds the pending block that fits and was freed first, among every owner's oldest (rs's own
+ * blocks count only if they have uses: the others it could take already): the one whose work is
+ * most likely done, so the wait is the shortest. */
+ra_block *rapi_ra_find_waitable(ra_pool *p, rstate *rs, size_t size, rstate **owner) {
+  ra_block *best = NULL;
+  for (rstate *o = p->by_key; o != NULL; o = o->hh.next) {
+    unsigned n = 0;
+    for (ra_block *f = o->fifo_head; f != NULL && n < 64; f = f->fifo_next, n++) {
+      if (f->base.size < size || (o == rs && f->uses == NULL) || rapi_ra_has_per_block_use(f)) continue;
+      if (best == NULL || f->seq < best->seq) {
+        best = f;
+        *owner = o;
+      }
+      break;
+    }
+  }
+  return best;
+}

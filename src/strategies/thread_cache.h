@@ -1,0 +1,179 @@
+/* thread_cache.h — what ThreadCache's two files share: the records, a thread's cache and its
+ * slots and bins, the calling thread's ways to its caches, and the inline steps of the hot path.
+ *
+ * thread_cache.c is the strategy (allocate, deallocate, the cold calls, init and fini);
+ * thread_cache_caches.c keeps the caches (finding or making a thread's cache, taking a slot, trims,
+ * blocks on their way back to the parent, a thread's end). The second calls nothing in the first.
+ * Locking rules are at the top of thread_cache.c.
+ */
+#ifndef RAP_THREAD_CACHE_H
+#define RAP_THREAD_CACHE_H
+
+#include "rap_internal.h"
+
+#include <sched.h>
+
+#define TC_SLOTS 8         /* resources one thread's cache keeps bins for at once */
+#define TC_WAYS 4          /* instances a thread finds without any lock */
+#define TC_MAX_CLASSES 96
+
+enum { TC_LIVE = 1, TC_CACHED, TC_XFREED, TC_GOING };
+
+typedef struct tc_cache tc_cache;
+typedef struct tc_rec {   /* one cache line each (the slab aligns them): no two threads share one */
+  void *ptr;
+  struct tc_rec *next;       /* in a bin, an xfree list or a batch being flushed */
+  rap_resource *r;           /* allocated on; a cached block is pending on it */
+  tc_cache *owner;           /* the cache it returns to */
+  unsigned cls;
+  int state;                 /* atomic: TC_LIVE, ... */
+  int recorded;              /* atomic: used on another resource too (rap_record_resource) */
+} tc_rec;
+
+typedef struct tc_bin {
+  tc_rec *head;
+  size_t n;
+} tc_bin;
+
+typedef struct tc_slot {
+  rap_resource *r;           /* NULL: unused */
+  uint64_t used;             /* the cache's tick at its last use: the least recent goes first */
+  tc_bin *bins;              /* one per class */
+} tc_slot;
+
+typedef struct thread_cache thread_cache;
+typedef struct tc_thread tc_thread;
+struct tc_cache {
+  /* Its own thread's, on every call: kept off the lines other threads write. */
+  int busy;                  /* atomic: its thread is inside, on its way without the spin */
+  int walking;               /* atomic: another thread holds the spin and walks it (or slow_only) */
+  int spin;                  /* atomic: the walkers' lock, and its thread's when walking is set */
+  int slow_only;             /* no membarrier here: its thread always takes the spin */
+  size_t bytes;              /* cached in the bins (their blocks: the bins' counts) */
+  uint64_t tick;
+  size_t misses, trims;      /* its thread's visits to the lock, for the debug log at the end */
+  tc_slot slots[TC_SLOTS];
+  char gap1[64];
+  /* Other threads': each free of a block this cache handed out reads abandoned and pushes. */
+  tc_rec *xfree;             /* atomic: blocks freed by other threads */
+  int abandoned;             /* atomic: its thread ended */
+  char gap2[64];
+  thread_cache *tc;
+  tc_thread *thread;         /* the thread it belongs to, under registry; NULL when abandoned */
+  tc_cache *inst_next;       /* the instance's list, under list_lock */
+  tc_cache *thread_next;     /* the thread's list, under registry */
+};
+
+struct thread_cache {
+  pthread_mutex_t lock;      /* the parent, the slab, the map's writes, the watch list */
+  pthread_mutex_t list_lock; /* the list of caches */
+  rap_allocator *self, *inner;
+  rap_resource *host;        /* the manager's host resource: what a NULL resource means */
+  uint64_t id;               /* never reused: a thread's ways hold ids, not pointers alone */
+  rapi_ptr_map map;
+  rapi_slab recs;
+  tc_cache *caches;
+  rapi_watch_set watched;   /* resources whose destroy must flush the caches first */
+  size_t align;
+  unsigned shift;            /* log2(align) */
+  unsigned ncls;
+  size_t max_size;           /* largest request cached: bigger ones go to the parent under the lock */
+  size_t cap_bytes;          /* per thread */
+  size_t cap_blocks;         /* per bin */
+  size_t cls_size[TC_MAX_CLASSES];
+};
+
+/* ---- threads --------------------------------------------------------------------------------- */
+
+struct tc_thread {
+  uint64_t id[TC_WAYS];
+  tc_cache *c[TC_WAYS];
+  unsigned next;
+  tc_cache *caches;          /* every cache of this thread, under registry */
+  bool keyed;
+};
+extern _Thread_local tc_thread rapi_tc_tls;   /* the calling thread's ways to its caches */
+/* Tests only: runs while a batch is on its way to the parent; runs when a resource's end waits for
+ * such a batch; caches made while set always take the spin (as where there is no membarrier). */
+extern void (*rapi_tc_transit_hook)(void);
+extern void (*rapi_tc_settle_hook)(void);
+extern bool rapi_tc_spin_only;
+
+/* A cache's spin: a leaf lock, never held while anything else is taken or the parent is called. */
+void rapi_tc_spin_wait(tc_cache *c);   /* contended: spins, then yields, until it has the spin */
+static inline void spin_lock(tc_cache *c) {
+  if (RAPI_UNLIKELY(__atomic_exchange_n(&c->spin, 1, __ATOMIC_ACQUIRE))) rapi_tc_spin_wait(c);
+}
+static inline void spin_unlock(tc_cache *c) { __atomic_store_n(&c->spin, 0, __ATOMIC_RELEASE); }
+
+/* Its own thread's way into a cache, with no atomic read-modify-write: store busy, then see that
+ * no walker is there. A walker (another thread that must read or change the cache: a release, a
+ * check, a resource's end) takes the spin, sets walking, and makes every thread pass a full
+ * barrier (membarrier(2)) before it looks at busy: so either it sees this thread's busy and waits
+ * for it to leave, or this thread sees walking and goes the slow way, under the spin. Where there
+ * is no membarrier, walking stays set and the thread always takes the spin. The guard of plain
+ * pools (rap_internal.h) is built the same way. */
+static inline bool cache_enter(tc_cache *c) {
+  __atomic_store_n(&c->busy, 1, __ATOMIC_RELAXED);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);   /* the other half of the barrier is membarrier's */
+  if (RAPI_LIKELY(__atomic_load_n(&c->walking, __ATOMIC_ACQUIRE) == 0)) return true;
+  __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+  return false;
+}
+static inline void cache_leave(tc_cache *c) { __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE); }
+
+static inline tc_cache *my_cache(const thread_cache *t) {
+  tc_thread *th = &rapi_tc_tls;
+  uint64_t id = t->id;
+  if (RAPI_LIKELY(th->id[0] == id)) return th->c[0];   /* a thread with one instance: one compare */
+  for (int i = 1; i < TC_WAYS; i++)
+    if (th->id[i] == id) return th->c[i];
+  return NULL;
+}
+
+/* ---- slots and bins, under the cache's spin ---------------------------------------------------- */
+
+static inline tc_slot *slot_find(tc_cache *c, rap_resource *r) {
+  for (int i = 0; i < TC_SLOTS; i++)
+    if (c->slots[i].r == r) {
+      c->slots[i].used = ++c->tick;
+      return &c->slots[i];
+    }
+  return NULL;
+}
+
+/* The newest block of a bin that has one, out of the cache's counts. */
+static inline tc_rec *bin_pop(thread_cache *t, tc_cache *c, tc_bin *b, unsigned cls) {
+  tc_rec *rec = b->head;
+  b->head = rec->next;
+  b->n--;
+  c->bytes -= t->cls_size[cls];
+  return rec;
+}
+
+static inline void bin_push(thread_cache *t, tc_cache *c, tc_slot *s, tc_rec *rec) {
+  tc_bin *b = &s->bins[rec->cls];
+  rec->next = b->head;
+  b->head = rec;
+  b->n++;
+  c->bytes += t->cls_size[rec->cls];
+}
+
+/* ---- thread_cache_caches.c ---------------------------------------------------------------------- */
+
+/* Under c's spin: a slot for r (the least recently used one's blocks go to *out). */
+tc_slot  *rapi_tc_slot_assign(thread_cache *t, tc_cache *c, rap_resource *r, tc_rec **out);
+/* Under c's spin: other threads' frees into c's bins (or *out). */
+void      rapi_tc_drain_xfree(thread_cache *t, tc_cache *c, tc_rec **out);
+/* Under c's spin: c back within its bounds, the surplus to *out. */
+void      rapi_tc_trim(thread_cache *t, tc_cache *c, tc_slot *s, unsigned cls, tc_rec **out);
+void      rapi_tc_flush_batch(thread_cache *t, tc_rec **batch);   /* to the parent, under lock */
+void      rapi_tc_flush_all(thread_cache *t, rap_resource *r);    /* every cache's blocks (of r) */
+/* Under list_lock: every cache of t held by a walker (its spin taken, its thread out), and let go. */
+void      rapi_tc_walk_begin(thread_cache *t);
+void      rapi_tc_walk_end(thread_cache *t);
+tc_cache *rapi_tc_cache_get(thread_cache *t);   /* the calling thread's cache, found or made */
+/* Every cache of t back to the parent, unlinked from its thread and freed; their counts summed. */
+void      rapi_tc_caches_free(thread_cache *t, size_t *caches, size_t *misses, size_t *trims);
+
+#endif
