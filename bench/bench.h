@@ -233,6 +233,8 @@ void wl_xmalloc(void);
 void wl_mstress(void);
 void wl_s(void);        /* sleep.c; nothing without CUDA */
 void wl_x_host(void);   /* ipc.c */
+void wl_p(void);        /* plan.c */
+void wl_p_host(void);   /* plan.c */
 void wl_x(void);        /* ipc.c; nothing without CUDA */
 int  ipc_importer_main(const char *kind);   /* ipc.c: rap-bench --ipc-importer KIND */
 #endif

@@ -100,6 +100,8 @@ static const struct workload {
     {"s", 1, wl_s, "sleep and wake over DEVICE_VMM: backup and restore against a plain copy"},
     {"x-host", 0, wl_x_host, "memory across processes, host memory: per block, opening a pool"},
     {"x", 1, wl_x, "memory across processes, device memory: per block, opening a pool, CUDA IPC"},
+    {"p", 1, wl_p, "the Planned strategy: a hit and a miss per pair, device memory"},
+    {"p-host", 0, wl_p_host, "the Planned strategy: a hit and a miss per pair, host memory"},
 };
 
 static void load_torch_plugin(void) {
@@ -186,11 +188,12 @@ static void usage(FILE *f) {
           "               g       two GPUs: device 0's memory from device 1's stream, a hand-off\n"
           "               f       a recorded trace (a GPT-2 training step from PyTorch's memory\n"
           "                       history; RAP_BENCH_TRACE_F names another), device memory\n"
+          "               p       the Planned strategy: a hit, a miss in step, a miss lost, per pair\n"
           "               f1..f6  the harder recorded traces in bench/traces/ (bench/record-traces.sh;\n"
           "                       RAP_BENCH_TRACES names another folder): activation checkpointing,\n"
           "                       a 1F1B pipeline on two streams, a mixture of experts, generate\n"
           "                       serving, rank 0 of FSDP2, rank 0 of DDP; device memory\n"
-          "               b-host, c-host, e-host, e-x-host, f-host, f1-host..f6-host: the same over\n"
+          "               b-host, c-host, e-host, e-x-host, f-host, f1-host..f6-host, p-host: the same over\n"
           "                       host memory\n"
           "               larson, xmalloc, mstress: the multi-thread tests of CPU allocators\n"
           "                       (blocks handed between threads), host memory, at --threads\n"

@@ -719,6 +719,7 @@ extern const rap_strategy rapi_thread_cache_strategy;
 extern const rap_strategy rapi_size_limiter_strategy;
 extern const rap_strategy rapi_fixed_pool_strategy;
 extern const rap_strategy rapi_dynamic_pool_list_strategy;
+extern const rap_strategy rapi_planned_strategy;           /* planned.c: Planned(plan=FILE) */
 extern const rap_strategy rapi_stream_ordered_strategy;   /* platforms/stream_ordered.c */
 extern const rap_strategy rapi_host_vmm_strategy;         /* platforms/vmm.c: HostVmm */
 extern const rap_strategy rapi_device_vmm_strategy;       /* platforms/vmm_device.c: DeviceVmm */

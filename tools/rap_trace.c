@@ -3,6 +3,8 @@
  *   rap-trace summary TRACE                     events, allocators, resources, peaks
  *   rap-trace replay TRACE --spec SPEC [...]    the user's calls again, through any allocator
  *   rap-trace plot TRACE -o FILE.svg|FILE.html  a memory timeline (trace_plot.c)
+ *   rap-trace plan TRACE -o PLAN                a placement of an iteration's allocations
+ *                                               (trace_plan.c), for the Planned strategy
  *
  * Replay takes the user's calls (depth 0) of one allocator (--allocator NAME; every allocator's by
  * default) and makes them, in the trace's order, on an allocator built from SPEC in a fresh
@@ -15,6 +17,7 @@
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime */
 #include "trace_read.h"
 #include "trace_plot.h"
+#include "trace_plan.h"
 
 #include <rap/rap.h>
 
@@ -31,6 +34,8 @@ static int usage(FILE *f) {
           "       rap-trace replay TRACE --spec SPEC [--allocator NAME] [--resources host_async|cuda]\n"
           "                        [--max-resources N (256)] [--json]\n"
           "       rap-trace plot TRACE -o FILE.svg|FILE.html [--allocator NAME] [--title TEXT]\n"
+          "       rap-trace plan TRACE -o PLAN [--allocator NAME] [--alignment N (256)] [--skip N (0)]\n"
+          "                        [--place-dynamic]\n"
           "       rap-trace --help | --version\n"
           "TRACE is a file written with RAP_TRACE=FILE (or rap_trace_start); docs/trace.md has its format.\n");
   return f == stderr ? 2 : 0;
@@ -266,6 +271,76 @@ static int replay(const trace *t, const replay_opts *o) {
   return rc;
 }
 
+/* ---- plan ------------------------------------------------------------------------------------ */
+
+typedef struct plan_cli {
+  const char *out, *allocator;
+  plan_opts o;
+} plan_cli;
+
+/* One domain per allocator (the one named, or every allocator with calls of its own). */
+static int plan(const trace *t, const plan_cli *c) {
+  plan_domain *d = calloc(t->nnames ? t->nnames : 1, sizeof *d);
+  char *has = calloc(t->nnames ? t->nnames : 1, 1);
+  size_t nd = 0;
+  int rc = 1;
+  if (d == NULL || has == NULL) {
+    fprintf(stderr, "rap-trace: out of memory\n");
+    goto out;
+  }
+  int only = -1;
+  if (c->allocator != NULL && (only = trace_name(t, c->allocator)) < 0) {
+    fprintf(stderr, "rap-trace: the trace has no allocator '%s'\n", c->allocator);
+    goto out;
+  }
+  for (size_t i = 0; i < t->n; i++)
+    if (t->ev[i].kind == TE_ALLOC && t->ev[i].d == 0) has[t->ev[i].a] = 1;
+  for (size_t a = 0; a < t->nnames; a++) {
+    if (!has[a] || (only >= 0 && (int)a != only)) continue;
+    char err[512];
+    if (plan_build(t, (int)a, &c->o, &d[nd], err, sizeof err) != 0) {
+      fprintf(stderr, "rap-trace: %s\n", err);
+      goto out;
+    }
+    nd++;
+  }
+  if (nd == 0) {
+    fprintf(stderr, "rap-trace: the trace has no user allocation to plan\n");
+    goto out;
+  }
+  FILE *f = fopen(c->out, "w");
+  if (f == NULL) {
+    fprintf(stderr, "rap-trace: cannot write '%s'\n", c->out);
+    goto out;
+  }
+  int wr = plan_write(f, d, nd);
+  if (fclose(f) != 0 || wr != 0) {
+    fprintf(stderr, "rap-trace: writing '%s' failed\n", c->out);
+    goto out;
+  }
+  for (size_t k = 0; k < nd; k++) {
+    char ar[32], lp[32];
+    mib(ar, sizeof ar, (double)d[k].arena);
+    mib(lp, sizeof lp, (double)d[k].live_peak);
+    printf("plan of '%s': %zu allocations an iteration (%s, %zu iterations), %zu placed on %zu "
+           "stream%s\n  arena %s for %s live at most (%.4f), placed by %s\n", d[k].name, d[k].n,
+           d[k].by_steps ? "from step lines" : "the sequence's period", d[k].iterations, d[k].placed,
+           d[k].streams, d[k].streams == 1 ? "" : "s", ar, lp,
+           d[k].live_peak ? (double)d[k].arena / (double)d[k].live_peak : 1.0, d[k].order ? d[k].order : "-");
+  }
+  for (size_t k = 0; k < nd; k++)
+    if (d[k].iterations < 2)
+      printf("  note: '%s' was seen repeating %zu whole time%s; a plan serves what recurs (training "
+             "iterations), and a trace of a few iterations is a safer base\n", d[k].name,
+             d[k].iterations, d[k].iterations == 1 ? "" : "s");
+  rc = 0;
+out:
+  for (size_t k = 0; k < nd; k++) plan_domain_free(&d[k]);
+  free(d);
+  free(has);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return usage(stderr);
   if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) return usage(stdout);
@@ -278,10 +353,15 @@ int main(int argc, char **argv) {
   const char *path = argv[2];
   replay_opts ro = {NULL, NULL, "host_async", 0, 256};
   plot_opts po = {NULL, NULL, NULL};
+  plan_cli pc = {NULL, NULL, {256, 0, 0}};
   for (int i = 3; i < argc; i++) {
     const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(arg, "--json") == 0) {
       ro.json = 1;
+      continue;
+    }
+    if (strcmp(arg, "--place-dynamic") == 0) {
+      pc.o.dynamic = 1;
       continue;
     }
     if (val == NULL) {
@@ -290,7 +370,7 @@ int main(int argc, char **argv) {
     }
     i++;
     if (strcmp(arg, "--spec") == 0) ro.spec = val;
-    else if (strcmp(arg, "--allocator") == 0) ro.allocator = po.allocator = val;
+    else if (strcmp(arg, "--allocator") == 0) ro.allocator = po.allocator = pc.allocator = val;
     else if (strcmp(arg, "--resources") == 0) ro.resources = val;
     else if (strcmp(arg, "--max-resources") == 0) {
       char *end;
@@ -301,14 +381,27 @@ int main(int argc, char **argv) {
       }
       ro.max_resources = (size_t)v;
     }
-    else if (strcmp(arg, "-o") == 0) po.out = val;
+    else if (strcmp(arg, "-o") == 0) po.out = pc.out = val;
+    else if (strcmp(arg, "--alignment") == 0 || strcmp(arg, "--skip") == 0) {
+      char *end;
+      unsigned long long v = strtoull(val, &end, 10);
+      int align = arg[2] == 'a';
+      if (*val == '\0' || *end != '\0' || (align && (v == 0 || (v & (v - 1)) != 0 || v > (1ull << 30)))) {
+        fprintf(stderr, "rap-trace: %s is %s, not '%s'\n", arg,
+                align ? "a power of two up to 1 GiB" : "a number of iterations", val);
+        return 2;
+      }
+      if (align) pc.o.alignment = v;
+      else pc.o.skip_iterations = (size_t)v;
+    }
     else if (strcmp(arg, "--title") == 0) po.title = val;
     else {
       fprintf(stderr, "rap-trace: unknown option '%s'\n", arg);
       return usage(stderr);
     }
   }
-  if (strcmp(cmd, "summary") != 0 && strcmp(cmd, "replay") != 0 && strcmp(cmd, "plot") != 0) {
+  if (strcmp(cmd, "summary") != 0 && strcmp(cmd, "replay") != 0 && strcmp(cmd, "plot") != 0 &&
+      strcmp(cmd, "plan") != 0) {
     fprintf(stderr, "rap-trace: unknown command '%s'\n", cmd);
     return usage(stderr);
   }
@@ -319,6 +412,10 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "replay") == 0 && strcmp(ro.resources, "host_async") != 0 &&
       strcmp(ro.resources, "cuda") != 0) {
     fprintf(stderr, "rap-trace: --resources is host_async or cuda, not '%s'\n", ro.resources);
+    return 2;
+  }
+  if (strcmp(cmd, "plan") == 0 && pc.out == NULL) {
+    fprintf(stderr, "rap-trace: plan wants -o PLAN (the plan file to write)\n");
     return 2;
   }
   if (strcmp(cmd, "plot") == 0 && po.out == NULL) {
@@ -333,6 +430,7 @@ int main(int argc, char **argv) {
   }
   int rc = strcmp(cmd, "summary") == 0 ? summary(&t)
            : strcmp(cmd, "replay") == 0 ? replay(&t, &ro)
+           : strcmp(cmd, "plan") == 0   ? plan(&t, &pc)
                                         : trace_plot(&t, &po);
   trace_free(&t);
   return rc;

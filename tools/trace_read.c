@@ -29,7 +29,7 @@ struct kmap_item {
 
 const char *const te_kind_names[TE_KINDS] = {"alloc", "dealloc", "refused", "oom", "pending",
                                              "ready", "reuse", "fence", "wait", "grow", "release",
-                                             "other"};
+                                             "step", "other"};
 
 /* The index of an allocator name, added when new; -1 past 65 535 names or out of memory. */
 static int intern(trace *t, const char *s, size_t len) {

@@ -26,6 +26,7 @@ static const rap_strategy *const builtins[] = {
     &rapi_pinned_strategy,
     &rapi_host_vmm_strategy,
     &rapi_device_vmm_strategy,
+    &rapi_planned_strategy,
 };
 
 const rap_strategy *rapi_registry_builtin(const char *name) {
