@@ -5,6 +5,7 @@
  * the manager's lock; allocate and deallocate never do, they go straight to the strategy's table.
  */
 #include "rap_internal.h"
+#include "platforms/vmm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -482,7 +483,20 @@ int rap_allocator_set_peer_access(rap_allocator *a, int device, int enable) {
 int rap_pointer_registrable(rap_manager *rm, const void *ptr) {
   if (rm == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_pointer_registrable: manager is NULL");
   rap_allocator *a = NULL;
-  if (rap_allocator_find(rm, ptr, &a) != RAP_OK)
+  if (rap_allocator_find(rm, ptr, &a) != RAP_OK) {
+    /* Not a block's start (a tensor's view, a bucket inside a block): the growable platform whose
+     * reserved range holds it answers for its memory. */
+    rapi_held held;
+    rapi_lock(&rm->lock, &held);
+    for (rap_allocator *x = rm->allocators; x != NULL && a == NULL; x = x->next) {
+      const rapi_platform *p = x->platform;
+      if (p != NULL && p->root == x && p->source == RAPI_SOURCE_VMM && p->vmm != NULL &&
+          (const char *)ptr >= p->vmm->base && (const char *)ptr < p->vmm->base + p->vmm->reserve)
+        a = x;
+    }
+    rapi_unlock(&held);
+  }
+  if (a == NULL)
     return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_pointer_registrable: no allocator of this "
                      "manager handed out %p", ptr);
   char who[64];

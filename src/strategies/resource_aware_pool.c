@@ -175,17 +175,22 @@ static int finish_allocate(ra_pool *p, rstate *rs, ra_block *b, size_t bytes, vo
  * then grows for it), so the pool first fences and polls, as on a miss, and the caller looks
  * again. At most once per RAPI_EAGER_FENCE deallocations anywhere in the pool: each poll records
  * an event on every resource with an open batch. */
-static RAPI_NOINLINE bool poll_first_slow(ra_pool *p) {
+static RAPI_NOINLINE bool poll_first_slow(ra_pool *p, const rstate *rs, size_t size) {
   p->poor_polled = p->free_seq;
+  /* For the caller's own pending memory, only when it is at least a MiB (the scale of the poor
+   * fit's margin): a stream churning small blocks of its own reuses them in its order and records
+   * no event, poor fit or not. */
+  size_t own_floor = size > ((size_t)1 << 20) ? size : (size_t)1 << 20;
+  if (p->bp.pending_bytes - rs->pending_bytes < size && rs->pending_bytes < own_floor) return false;
   (void)rapi_ra_poll_all(p, true);
   return true;
 }
 
-static inline bool poll_first(ra_pool *p, size_t size, size_t fit) {
+static inline bool poll_first(ra_pool *p, const rstate *rs, size_t size, size_t fit) {
   if (RAPI_LIKELY(p->bp.pending_bytes < size) || fit - size < ((size_t)1 << 20) ||
       fit / 2 < size || p->free_seq - p->poor_polled < RAPI_EAGER_FENCE)
     return false;
-  return poll_first_slow(p);
+  return poll_first_slow(p, rs, size);
 }
 
 /* The better fit of r's own pending blocks (reused with no event: r's stream order makes it safe)
@@ -207,11 +212,11 @@ again:
   if (b == NULL || b->base.size > size) {
     rapi_block *f = rapi_bp_find_free(&p->bp, size);
     if (f != NULL && (b == NULL || f->size < b->base.size)) {
-      if (RAPI_UNLIKELY(poll_first(p, size, f->size))) goto again;
+      if (RAPI_UNLIKELY(poll_first(p, rs, size, f->size))) goto again;
       return ra_of(rapi_bp_take_this(&p->bp, f, size));
     }
   }
-  if (b != NULL && RAPI_UNLIKELY(poll_first(p, size, b->base.size))) goto again;
+  if (b != NULL && RAPI_UNLIKELY(poll_first(p, rs, size, b->base.size))) goto again;
   if (b != NULL) {
     bool hot = b == rs->hot;
     ra_block *rem = take_pending(p, rs, b, size);

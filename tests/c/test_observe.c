@@ -232,6 +232,9 @@ RAP_TEST(Observe, RegistrableRefusesMemoryNcclCannotRegister) {
   RAP_CHECK_STR(rap_last_error(), "'pool'");
   RAP_CHECK_STATUS(rap_pointer_registrable(rm, q), RAP_ERR_UNSUPPORTED);
   RAP_CHECK_STR(rap_last_error(), "host memory");
+  /* A pointer inside a block (a view, a bucket) is the same memory: the platform's range answers. */
+  RAP_CHECK_STATUS(rap_pointer_registrable(rm, (char *)q + 1024), RAP_ERR_UNSUPPORTED);
+  RAP_CHECK_STR(rap_last_error(), "host memory");
   int x;
   RAP_CHECK_STATUS(rap_pointer_registrable(rm, &x), RAP_ERR_UNKNOWN_POINTER);
   RAP_CHECK_STATUS(rap_pointer_registrable(NULL, p), RAP_ERR_INVALID);
