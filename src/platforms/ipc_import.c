@@ -1,0 +1,702 @@
+/* ipc_import.c — memory across processes, the importer's half: opening in this process a block
+ * another process exported (rap_ipc_import) and telling it when the block is closed here
+ * (rap_ipc_close). The exporter's half (the control block, the tickets, the ipc resource, export,
+ * revoke) is ipc.c; what both share is ipc.h.
+ *
+ * This file holds the importer's state, one per manager (rapi_ipc_importer): an importer opens an
+ * exporter's control block once per pool (pidfd_getfd), reserves the pool's range once, maps each
+ * mapping the first time a block needs it, and serves later blocks from what it mapped. It claims
+ * a ticket by compare and swap at import; its close sets the ticket closed at once on the host, by
+ * a job on a CPU queue, or by an interprocess event recorded on a CUDA stream. For a StreamOrdered
+ * pool it opens the pool's handle once and imports each allocation once while blocks of it are
+ * open here (stream_ordered.c makes the CUDA calls). The manager's end closes what is still open
+ * (rapi_ipc_manager_fini).
+ */
+#include "platforms/ipc.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* ---- the importer ------------------------------------------------------------------------------ */
+
+typedef struct imp_extent {       /* one row of the exporter's table, as mapped here */
+  uint64_t serial;                /* 0: nothing mapped here for this row */
+  uint64_t offset, size;
+  unsigned refs;                  /* open blocks that use it */
+} imp_extent;
+
+typedef struct imp_event {        /* an interprocess event this process recorded for a close */
+  void *event;
+  unsigned char handle[64];
+  unsigned ticket;
+  uint64_t word;                  /* the ticket's word it was recorded for */
+  struct imp_event *next;
+} imp_event;
+
+/* A pool's allocation imported here (cudaMemPoolImportPointer) while blocks of it are open: freed
+ * at the close of its last one, after the work of the earlier closes (notes: their events). */
+typedef struct imp_note {
+  unsigned ticket;
+  uint64_t word;                  /* the ticket's word when its event was recorded */
+  imp_event *e;
+} imp_note;
+
+typedef struct imp_alloc {
+  uint64_t id;                    /* the exporter's id of the allocation */
+  char *ptr;                      /* imported here */
+  unsigned refs;                  /* open imports of blocks in it */
+  imp_note *notes;
+  unsigned nnotes, cap;
+  struct imp_alloc *next;
+} imp_alloc;
+
+typedef struct imp_pool {
+  uint64_t pool_id;
+  int32_t pid;
+  int pidfd;
+  ipc_ctl *ctl;                   /* the exporter's control block, mapped here */
+  uint32_t kind;
+  int device;                     /* device kind: the device here */
+  char *base, *raw;               /* the range reserved here (raw: host, with slack) */
+  size_t reserve, raw_size;
+  imp_extent *rows;               /* IPC_EXTENTS */
+  imp_event *events;
+  void *mempool;                  /* a pool's: the exporter's pool imported here */
+  uint64_t granted;               /* a pool's: other devices given access to it here (bits) */
+  imp_alloc *allocs;              /* a pool's: its allocations imported here */
+  struct imp_pool *next;
+} imp_pool;
+
+typedef struct imp_ticket {
+  unsigned ticket;
+  uint64_t word;                  /* CLAIMED by this process */
+  rap_resource *r;                /* given at import: a close without one closes there */
+  struct imp_ticket *next;
+} imp_ticket;
+
+typedef struct imp_block {
+  void *ptr;                      /* key */
+  imp_pool *pool;
+  imp_ticket *tickets;            /* one per import of the block still open */
+  unsigned *rows, nrows;
+  imp_alloc *alloc;               /* a pool's block: the allocation it lies in */
+  UT_hash_handle hh;
+} imp_block;
+
+struct rapi_ipc_importer {
+  pthread_mutex_t lock;
+  imp_pool *pools;
+  imp_block *blocks;
+};
+
+static pthread_mutex_t importer_make_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct rapi_ipc_importer *importer(rap_manager *rm) {
+  pthread_mutex_lock(&importer_make_lock);
+  if (rm->ipc == NULL) {
+    struct rapi_ipc_importer *im = rapi_calloc(1, sizeof *im);
+    if (im != NULL) pthread_mutex_init(&im->lock, NULL);
+    rm->ipc = im;
+  }
+  pthread_mutex_unlock(&importer_make_lock);
+  return rm->ipc;
+}
+
+/* This process's start time, read once per process (a forked child reads its own). */
+static uint64_t my_start(void) {
+  static _Atomic uint64_t cached_pid_start[2];
+  uint64_t pid = (uint64_t)getpid(), start = 0;
+  if (cached_pid_start[0] == pid) return cached_pid_start[1];
+  char state;
+  if (!rapi_ipc_process_info((uint32_t)pid, &start, &state)) return 0;
+  cached_pid_start[1] = start;
+  cached_pid_start[0] = pid;
+  return start;
+}
+
+static int pidfd_open_(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
+static int pidfd_getfd_(int pidfd, int fd) { return (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0); }
+
+static int getfd_fail(int err, int32_t pid, const char *what) {
+  if (err == EPERM || err == EACCES)
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_import: pidfd_getfd on process %d (%s): %s; "
+                     "taking another process's file descriptor needs ptrace permission over it: "
+                     "the same user, and where Yama's ptrace_scope is 1 the importer must be an "
+                     "ancestor of the exporter, or the exporter calls prctl(PR_SET_PTRACER, "
+                     "importer's pid); or CAP_SYS_PTRACE", pid, what, strerror(err));
+  if (err == ENOSYS)
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_import: pidfd_getfd needs Linux 5.6 or later");
+  if (err == EBADF)
+    return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the pool this descriptor names is gone "
+                     "from process %d (its %s is closed)", pid, what);
+  return rapi_fail(RAP_ERR_BACKEND, "rap_ipc_import: pidfd_getfd on process %d (%s): %s", pid, what,
+                   strerror(err));
+}
+
+static void pool_free(imp_pool *p) {
+  if (p->rows != NULL && p->base != NULL)
+    for (unsigned i = 0; i < IPC_EXTENTS; i++) {
+      imp_extent *e = &p->rows[i];
+      if (e->serial == 0) continue;
+      if (p->kind == RAPI_IPC_DEVICE) (void)rapi_ipc_device_unmap(p->base + e->offset, e->size);
+      else (void)mmap(p->base + e->offset, e->size, PROT_NONE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    }
+  if (p->base != NULL) {
+    if (p->kind == RAPI_IPC_DEVICE) rapi_ipc_device_unreserve(p->base, p->reserve);
+    else munmap(p->raw, p->raw_size);
+  }
+  while (p->allocs != NULL) {   /* none is left open by a manager's end; a failed import's */
+    imp_alloc *a = p->allocs;
+    p->allocs = a->next;
+    free(a->notes);
+    free(a);
+  }
+  if (p->mempool != NULL) rapi_ipc_pool_close(p->device, p->mempool);
+  if (p->ctl != NULL) munmap(p->ctl, sizeof(ipc_ctl));
+  if (p->pidfd >= 0) close(p->pidfd);
+  free(p->rows);
+  free(p);
+}
+
+/* Opens the exporter's control block and reserves its range here: the same few calls whatever
+ * the pool's size. */
+static int pool_open(const ipc_desc *d, imp_pool **out) {
+  imp_pool *p = rapi_calloc(1, sizeof *p);
+  if (p == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
+  p->pidfd = -1;
+  p->pid = d->pid;
+  p->pool_id = d->pool_id;
+  int st = RAP_OK;
+  if ((p->rows = rapi_calloc(IPC_EXTENTS, sizeof *p->rows)) == NULL) {
+    st = rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
+  } else if ((p->pidfd = pidfd_open_(d->pid)) < 0) {
+    int err = errno;
+    st = err == ESRCH ? rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the exporting process %d "
+                                  "is gone", d->pid)
+                      : rapi_fail(err == ENOSYS ? RAP_ERR_UNSUPPORTED : RAP_ERR_BACKEND,
+                                  "rap_ipc_import: pidfd_open(%d): %s", d->pid, strerror(err));
+  } else {
+    int fd = pidfd_getfd_(p->pidfd, d->ctl_fd);
+    struct stat sb;
+    if (fd < 0) {
+      st = getfd_fail(errno, d->pid, "the pool's shared table");
+    } else {
+      void *m = fstat(fd, &sb) == 0 && (size_t)sb.st_size >= sizeof(ipc_ctl)
+                    ? mmap(NULL, sizeof(ipc_ctl), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                    : MAP_FAILED;
+      close(fd);
+      p->ctl = m == MAP_FAILED ? NULL : m;
+      if (p->ctl == NULL || LOAD(&p->ctl->magic) != IPC_MAGIC || p->ctl->pool_id != d->pool_id ||
+          p->ctl->version != IPC_VERSION || !LOAD(&p->ctl->alive))
+        st = rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the pool this descriptor names was "
+                       "destroyed in process %d", d->pid);
+    }
+  }
+  if (st == RAP_OK) {
+    p->kind = p->ctl->kind;
+    p->reserve = p->ctl->reserve;
+    if (p->kind != RAPI_IPC_HOST) {
+      char bus[33];
+      memcpy(bus, p->ctl->bus_id, 32);
+      bus[32] = '\0';
+      st = rapi_ipc_device_by_bus_id(bus, &p->device);
+    }
+    if (st == RAP_OK && p->kind == RAPI_IPC_POOL) {
+      /* The pool's shareable handle, taken from the exporter as its mappings' are. */
+      int fd = pidfd_getfd_(p->pidfd, p->ctl->pool_fd);
+      if (fd < 0) {
+        st = getfd_fail(errno, p->pid, "the pool's handle");
+      } else {
+        st = rapi_ipc_pool_open(p->device, fd, &p->mempool);
+        close(fd);
+        /* The number was still the pool's: the exporter marks the table gone before closing it. */
+        if (st == RAP_OK && !LOAD(&p->ctl->alive))
+          st = rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the pool this descriptor names was "
+                         "destroyed in process %d", p->pid);
+      }
+    } else if (st == RAP_OK && p->kind == RAPI_IPC_DEVICE) {
+      st = rapi_ipc_device_reserve(p->device, p->reserve, p->ctl->granularity, &p->base);
+    } else if (st == RAP_OK) {
+      p->raw_size = p->reserve + p->ctl->granularity;
+      p->raw = mmap(NULL, p->raw_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p->raw == MAP_FAILED) {
+        p->raw = NULL;
+        st = rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: reserving %zu bytes of addresses: %s",
+                       p->reserve, strerror(errno));
+      } else {
+        p->base = (char *)rapi_align_up((uintptr_t)p->raw, p->ctl->granularity);
+      }
+    }
+  }
+  if (st != RAP_OK) {
+    pool_free(p);
+    return st;
+  }
+  *out = p;
+  return RAP_OK;
+}
+
+/* Maps row i of the exporter's table here (serial: what the row said when read). */
+static int row_map(imp_pool *p, unsigned i, uint64_t serial) {
+  ipc_extent *x = &p->ctl->extents[i];
+  uint64_t off = x->offset, size = x->size;
+  int32_t xfd = x->fd;
+  if (off > p->reserve || size > p->reserve - off)
+    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: the exporter's table is corrupt");
+  int fd = -1, st = RAP_OK;
+  char *addr = p->base + off;
+  /* export=fabric (or auto where fabric worked): the fabric handle, which needs no descriptor of
+   * the exporter's (the route across nodes); the POSIX descriptor where this process cannot
+   * import it (no IMEX channel here). */
+  bool fabric = p->kind == RAPI_IPC_DEVICE && (p->ctl->handle_types & RAPI_IPC_FABRIC);
+  if (fabric) {
+    unsigned char handle[sizeof x->fabric];
+    memcpy(handle, x->fabric, sizeof handle);
+    st = rapi_ipc_device_map(p->device, addr, size, -1, handle);
+    fabric = st == RAP_OK;
+    if (!fabric && xfd < 0) return st;
+    if (!fabric)
+      rap_log(RAP_LOG_INFO, "rap_ipc_import: a fabric handle of process %d was refused here (%s); "
+              "its POSIX descriptor instead", p->pid, rap_last_error());
+    st = RAP_OK;
+  }
+  if (!fabric && xfd >= 0 && (fd = pidfd_getfd_(p->pidfd, xfd)) < 0)
+    return getfd_fail(errno, p->pid, "a mapping");
+  if (!fabric && p->kind == RAPI_IPC_DEVICE) {
+    st = fd >= 0 ? rapi_ipc_device_map(p->device, addr, size, fd, NULL)
+                 : rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: the exporter's table names neither a "
+                             "descriptor nor a fabric handle for a mapping (corrupt)");
+  } else if (!fabric && (fd < 0 || mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                                        fd, 0) == MAP_FAILED)) {
+    st = rapi_fail(RAP_ERR_BACKEND, "rap_ipc_import: mapping %llu bytes of process %d's memory: %s",
+                   (unsigned long long)size, p->pid, fd < 0 ? "no descriptor" : strerror(errno));
+  }
+  if (fd >= 0) close(fd);
+  if (st != RAP_OK) return st;
+  /* The descriptor number was still the row's while taken: the exporter clears the row before it
+   * closes the descriptor, and a cleared row or a gone pool now means it may not have been. */
+  if (LOAD(&x->serial) != serial || !LOAD(&p->ctl->alive)) {
+    if (p->kind == RAPI_IPC_DEVICE) (void)rapi_ipc_device_unmap(addr, size);
+    else (void)mmap(addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the exporter gave the memory back while "
+                     "it was being opened");
+  }
+  p->rows[i] = (imp_extent){serial, off, size, 0};
+  return RAP_OK;
+}
+
+/* A row mapped here that the exporter gave back, used by no open block: unmapped now. Its last
+ * block's close passed before the exporter let it go, so nothing queued here touches it. */
+static void row_settle(imp_pool *p, unsigned i) {
+  imp_extent *e = &p->rows[i];
+  if (e->serial == 0 || e->refs > 0 || LOAD(&p->ctl->extents[i].serial) == e->serial) return;
+  if (p->kind == RAPI_IPC_DEVICE) (void)rapi_ipc_device_unmap(p->base + e->offset, e->size);
+  else (void)mmap(p->base + e->offset, e->size, PROT_NONE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  e->serial = 0;
+}
+
+/* Every row that covers [off, off+size) mapped here and counted for the block. */
+static int rows_take(imp_pool *p, uint64_t off, uint64_t size, unsigned **rows, unsigned *n) {
+  uint64_t end = off + (size ? size : 1), covered = 0;
+  unsigned top = LOAD(&p->ctl->extents_top), cap = 4, k = 0;
+  unsigned *got = rapi_malloc(cap * sizeof *got);
+  int st = got ? RAP_OK : rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
+  for (unsigned i = 0; i < top && i < IPC_EXTENTS && st == RAP_OK; i++) {
+    uint64_t serial = LOAD(&p->ctl->extents[i].serial);
+    if (serial == 0) continue;
+    uint64_t xo = p->ctl->extents[i].offset, xs = p->ctl->extents[i].size;
+    if (xo >= end || xo + xs <= off) continue;
+    if (p->rows[i].serial != serial) {
+      row_settle(p, i);
+      if (p->rows[i].serial != 0) {
+        st = rapi_fail(RAP_ERR_BUSY, "rap_ipc_import: the exporter mapped new memory where a "
+                       "block still open here lies; close it first");
+        break;
+      }
+      if ((st = row_map(p, i, serial)) != RAP_OK) break;
+    }
+    if (k == cap) {
+      unsigned *more = rapi_realloc(got, 2 * cap * sizeof *got);
+      if (more == NULL) {
+        st = rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
+        break;
+      }
+      got = more;
+      cap *= 2;
+    }
+    got[k++] = i;
+    p->rows[i].refs++;
+    covered += (xo + xs < end ? xo + xs : end) - (xo > off ? xo : off);
+  }
+  if (st == RAP_OK && covered != end - off)
+    st = rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the exporter no longer maps the block");
+  if (st != RAP_OK) {
+    for (unsigned j = 0; j < k; j++) {
+      p->rows[got[j]].refs--;
+      row_settle(p, got[j]);
+    }
+    free(got);
+    return st;
+  }
+  *rows = got;
+  *n = k;
+  return RAP_OK;
+}
+
+/* The allocation a claimed ticket of a pool names, imported here the first time a block of it is
+ * opened; one more open import of it. */
+static int alloc_take(imp_pool *p, const ipc_ticket *t, imp_alloc **out) {
+  uint64_t id = t->alloc;
+  imp_alloc *a = p->allocs;
+  while (a != NULL && a->id != id) a = a->next;
+  if (a == NULL) {
+    unsigned char data[64];
+    memcpy(data, t->data, sizeof data);
+    if ((a = rapi_calloc(1, sizeof *a)) == NULL)
+      return rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
+    void *ptr = NULL;
+    int st = rapi_ipc_pool_import(p->device, p->mempool, data, &ptr);
+    if (st != RAP_OK) {
+      free(a);
+      return st;
+    }
+    a->id = id;
+    a->ptr = ptr;
+    a->next = p->allocs;
+    p->allocs = a;
+  }
+  a->refs++;
+  *out = a;
+  return RAP_OK;
+}
+
+static void alloc_drop(imp_pool *p, imp_alloc *a) {
+  imp_alloc **pp = &p->allocs;
+  while (*pp != a) pp = &(*pp)->next;
+  *pp = a->next;
+  free(a->notes);
+  free(a);
+}
+
+/* Frees an allocation imported here, its last block closing on r (a CUDA resource; NULL: on the
+ * host, waited for): after the work of earlier closes of its blocks on other streams, whose
+ * events are still the ones the exporter waits for (a ticket that moved on has passed). */
+static int alloc_free(imp_pool *p, imp_alloc *a, rap_resource *r) {
+  void **events = a->nnotes ? rapi_malloc(a->nnotes * sizeof *events) : NULL;
+  if (a->nnotes && events == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_ipc_close: out of host memory");
+  unsigned n = 0;
+  for (unsigned i = 0; i < a->nnotes; i++)
+    if (LOAD(&p->ctl->tickets[a->notes[i].ticket].word) == a->notes[i].word)
+      events[n++] = a->notes[i].e->event;
+  int st = rapi_ipc_pool_free(p->device, a->ptr, r, events, n);
+  free(events);
+  return st;
+}
+
+/* Notes the event of a close that left blocks of a open; notes whose tickets moved on go. */
+static int alloc_note(imp_pool *p, imp_alloc *a, unsigned ticket, uint64_t word, imp_event *e) {
+  unsigned k = 0;
+  for (unsigned i = 0; i < a->nnotes; i++)
+    if (LOAD(&p->ctl->tickets[a->notes[i].ticket].word) == a->notes[i].word) a->notes[k++] = a->notes[i];
+  a->nnotes = k;
+  if (k == a->cap) {
+    unsigned cap = a->cap ? 2 * a->cap : 4;
+    imp_note *more = rapi_realloc(a->notes, cap * sizeof *more);
+    if (more == NULL) return RAP_ERR_NOMEM;
+    a->notes = more;
+    a->cap = cap;
+  }
+  a->notes[a->nnotes++] = (imp_note){ticket, word, e};
+  return RAP_OK;
+}
+
+static int claim(imp_pool *p, const ipc_desc *d, uint64_t *claimed) {
+  if (!LOAD(&p->ctl->alive))
+    return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the pool this descriptor names was "
+                     "destroyed in process %d", d->pid);
+  ipc_ticket *t = &p->ctl->tickets[d->ticket];
+  uint64_t w = LOAD(&t->word);
+  if (tw_serial(w) != d->serial || tw_state(w) == T_FREE)
+    return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the block this descriptor names is no "
+                     "longer exported by process %d (freed there, or a stale descriptor)", d->pid);
+  if (tw_state(w) == T_REVOKED)
+    return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: process %d revoked this descriptor "
+                     "(rap_ipc_revoke) before it was imported", d->pid);
+  if (tw_state(w) != T_SENT)
+    return rapi_fail(RAP_ERR_BUSY, "rap_ipc_import: this descriptor was imported already (by "
+                     "process %u); each importer needs a descriptor of its own (rap_ipc_export "
+                     "again)", tw_pid(w));
+  if (t->offset != d->offset || t->size != d->size)
+    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: the descriptor does not match what process "
+                     "%d exported (forged)", d->pid);
+  uint64_t to = tword(d->serial, (uint32_t)getpid(), T_CLAIMED);
+  if (!cas(&t->word, w, to))
+    return rapi_fail(RAP_ERR_BUSY, "rap_ipc_import: another importer took this descriptor first");
+  STORE(&t->start, my_start());
+  *claimed = to;
+  return RAP_OK;
+}
+
+static void unclaim(imp_pool *p, unsigned ticket, uint64_t claimed) {
+  (void)cas(&p->ctl->tickets[ticket].word, claimed, tword(tw_serial(claimed), 0, T_SENT));
+}
+
+int rap_ipc_import(rap_manager *rm, const rap_ipc_desc *desc, rap_resource *r, void **out) {
+  if (rm == NULL || desc == NULL || out == NULL)
+    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: manager, descriptor or out is NULL");
+  if (r != NULL && r->rm != rm)
+    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: the resource belongs to another manager");
+  ipc_desc d;
+  int st = rapi_ipc_desc_read("rap_ipc_import", desc, &d);
+  if (st != RAP_OK) return st;
+  if (d.pid == (int32_t)getpid())
+    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: the block was exported by this process "
+                     "(pid %d); use its pointer here: import is for other processes", d.pid);
+  struct rapi_ipc_importer *im = importer(rm);
+  if (im == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
+  rapi_held held;
+  rapi_lock(&im->lock, &held);
+  imp_pool *p = im->pools;
+  while (p != NULL && (p->pid != d.pid || p->pool_id != d.pool_id)) p = p->next;
+  if (p == NULL && (st = pool_open(&d, &p)) == RAP_OK) {
+    p->next = im->pools;
+    im->pools = p;
+  }
+  if (st == RAP_OK && p->kind == RAPI_IPC_POOL && r != NULL && r->ops->record != NULL &&
+      strcmp(r->ops->kind, "cuda") != 0)
+    st = rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: a block of a StreamOrdered pool is used and "
+                   "closed on a CUDA stream or on the host, not on a %s resource", r->ops->kind);
+  if (st == RAP_OK && p->kind == RAPI_IPC_POOL)
+    st = rapi_ipc_pool_reach(p->device, p->mempool, r, &p->granted);
+  uint64_t claimed = 0;
+  if (st == RAP_OK) st = claim(p, &d, &claimed);
+  imp_block *b = NULL;
+  imp_ticket *tk = NULL;
+  imp_alloc *al = NULL;
+  if (st == RAP_OK && p->kind == RAPI_IPC_POOL) st = alloc_take(p, &p->ctl->tickets[d.ticket], &al);
+  void *ptr = st != RAP_OK ? NULL : al != NULL ? al->ptr + d.offset : p->base + d.offset;
+  if (st == RAP_OK) {
+    tk = rapi_calloc(1, sizeof *tk);
+    HASH_FIND_PTR(im->blocks, &ptr, b);
+    if (tk == NULL) st = rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
+  }
+  if (st == RAP_OK && b == NULL) {
+    imp_block *nb = rapi_calloc(1, sizeof *nb);
+    if (nb == NULL) st = rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
+    if (st == RAP_OK && al == NULL) st = rows_take(p, d.offset, d.size, &nb->rows, &nb->nrows);
+    bool added = false;
+    if (st == RAP_OK) {
+      nb->ptr = ptr;
+      nb->pool = p;
+      nb->alloc = al;
+      RAPI_HASH_TRY(added, HASH_ADD_PTR(im->blocks, ptr, nb));
+      if (!added) {
+        for (unsigned j = 0; j < nb->nrows; j++) p->rows[nb->rows[j]].refs--;
+        free(nb->rows);
+        st = rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
+      }
+    }
+    if (added) b = nb;
+    else free(nb);
+  }
+  if (st == RAP_OK) {
+    tk->ticket = d.ticket;
+    tk->word = claimed;
+    tk->r = r;
+    tk->next = b->tickets;
+    b->tickets = tk;
+    *out = ptr;
+  } else {
+    free(tk);
+    if (al != NULL && --al->refs == 0) {   /* imported for this block alone: given back */
+      if (rapi_ipc_pool_free(p->device, al->ptr, NULL, NULL, 0) != RAP_OK)
+        rap_log(RAP_LOG_WARN, "rap_ipc_import: giving back an allocation it imported: %s",
+                rap_last_error());
+      alloc_drop(p, al);
+    }
+    if (claimed != 0) unclaim(p, d.ticket, claimed);
+  }
+  rapi_unlock(&held);
+  return st;
+}
+
+/* ---- close ------------------------------------------------------------------------------------- */
+
+typedef struct close_job {
+  uint64_t *word;
+  uint64_t from, to;
+} close_job;
+
+static void close_on_queue(void *arg) {
+  close_job *j = arg;
+  (void)cas(j->word, j->from, j->to);
+  free(j);
+}
+
+/* Tells the exporter the block is closed, in r's order: at once on the host, by an interprocess
+ * event on a CUDA stream (device memory), else by a job queued on r (a CPU queue; a stream's host
+ * function for host memory, which kernels do not reach). */
+static int signal_close(imp_pool *p, imp_ticket *tk, rap_resource *r, imp_event **used) {
+  ipc_ticket *t = &p->ctl->tickets[tk->ticket];
+  uint64_t serial = tw_serial(tk->word);
+  uint32_t pid = tw_pid(tk->word);
+  if (r == NULL || r->ops->record == NULL) {
+    (void)cas(&t->word, tk->word, tword(serial, pid, T_DONE));
+    return RAP_OK;
+  }
+  if (p->kind != RAPI_IPC_HOST && strcmp(r->ops->kind, "cuda") == 0) {
+    imp_event *e = p->events;   /* one whose ticket moved on may be recorded again */
+    while (e != NULL && LOAD(&p->ctl->tickets[e->ticket].word) == e->word) e = e->next;
+    bool made = e == NULL;
+    if (made && (e = rapi_calloc(1, sizeof *e)) == NULL)
+      return rapi_fail(RAP_ERR_NOMEM, "rap_ipc_close: out of host memory");
+    int st = rapi_ipc_event_record(r, e->handle, &e->event);
+    if (st != RAP_OK) {
+      if (made) free(e);
+      return st;
+    }
+    e->ticket = tk->ticket;
+    e->word = tword(serial, pid, T_EVENT);
+    if (made) {
+      e->next = p->events;
+      p->events = e;
+    }
+    memcpy(t->event, e->handle, sizeof t->event);
+    (void)cas(&t->word, tk->word, e->word);
+    *used = e;
+    return RAP_OK;
+  }
+  close_job *j = rapi_malloc(sizeof *j);
+  if (j == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_ipc_close: out of host memory");
+  *j = (close_job){&t->word, tword(serial, pid, T_CLOSING), tword(serial, pid, T_DONE)};
+  if (!cas(&t->word, tk->word, j->from)) {   /* the exporter took it back: nothing to tell */
+    free(j);
+    return RAP_OK;
+  }
+  int st = rap_resource_submit(r, close_on_queue, j);
+  if (st != RAP_OK) {
+    free(j);
+    (void)cas(&t->word, tword(serial, pid, T_CLOSING), tk->word);
+  }
+  return st;
+}
+
+static void block_forget(struct rapi_ipc_importer *im, imp_block *b) {
+  for (unsigned j = 0; j < b->nrows; j++) {
+    b->pool->rows[b->rows[j]].refs--;
+    row_settle(b->pool, b->rows[j]);
+  }
+  HASH_DEL(im->blocks, b);
+  free(b->rows);
+  free(b);
+}
+
+/* Closes the newest open import of b on r (a CUDA stream, the host, NULL: the host). A pool's block
+ * that is the last open one of its allocation frees the imported allocation first, in r's order,
+ * so that the exporter's free, which waits for this close, comes after it (CUDA's rule). */
+static int close_one(struct rapi_ipc_importer *im, imp_block *b, rap_resource *r) {
+  imp_ticket *tk = b->tickets;
+  imp_pool *p = b->pool;
+  imp_alloc *al = b->alloc;
+  bool cuda = r != NULL && r->ops->record != NULL && strcmp(r->ops->kind, "cuda") == 0;
+  if (al != NULL && r != NULL && r->ops->record != NULL && !cuda)
+    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_close: a block of a StreamOrdered pool is closed on "
+                     "a CUDA stream or on the host, not on a %s resource", r->ops->kind);
+  bool last = al != NULL && al->refs == 1;
+  int st = last ? alloc_free(p, al, cuda ? r : NULL) : RAP_OK;
+  if (st != RAP_OK) return st;
+  imp_event *used = NULL;
+  st = signal_close(p, tk, al != NULL && !cuda ? NULL : r, &used);
+  if (st != RAP_OK && last) {
+    /* The allocation is given back already: the close is told once r's work is done. */
+    rap_log(RAP_LOG_WARN, "rap_ipc_close: %s; waiting for the stream instead", rap_last_error());
+    (void)rap_resource_synchronize(r);
+    ipc_ticket *t = &p->ctl->tickets[tk->ticket];
+    (void)cas(&t->word, tk->word, tword(tw_serial(tk->word), tw_pid(tk->word), T_DONE));
+    st = RAP_OK;
+  }
+  if (st != RAP_OK) return st;
+  if (last) {
+    alloc_drop(p, al);
+  } else if (al != NULL) {
+    al->refs--;
+    if (used != NULL && alloc_note(p, al, tk->ticket, used->word, used) != RAP_OK)
+      (void)rap_resource_synchronize(r);   /* no room to note it: its work is done instead */
+  }
+  b->tickets = tk->next;
+  free(tk);
+  if (b->tickets == NULL) block_forget(im, b);
+  return RAP_OK;
+}
+
+int rap_ipc_close(rap_manager *rm, void *ptr, rap_resource *r) {
+  if (rm == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_ipc_close: manager is NULL");
+  if (r != NULL && r->rm != rm)
+    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_close: the resource belongs to another manager");
+  struct rapi_ipc_importer *im = rm->ipc;
+  imp_block *b = NULL;
+  rapi_held held;
+  if (im != NULL) {
+    rapi_lock(&im->lock, &held);
+    HASH_FIND_PTR(im->blocks, &ptr, b);
+  }
+  if (b == NULL) {
+    if (im != NULL) rapi_unlock(&held);
+    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_ipc_close: %p is not a block this manager "
+                     "imported, or it was closed already", ptr);
+  }
+  int st = close_one(im, b, r != NULL ? r : b->tickets->r);
+  rapi_unlock(&held);
+  return st;
+}
+
+/* The manager goes, its resources synchronized: what is still open here is closed (its work has
+ * passed), events are waited for and the exporter told, and every pool is let go. */
+void rapi_ipc_manager_fini(rap_manager *rm) {
+  struct rapi_ipc_importer *im = rm->ipc;
+  if (im == NULL) return;
+  imp_block *b, *tmp;
+  HASH_ITER(hh, im->blocks, b, tmp) {
+    if (b->tickets == NULL) {
+      block_forget(im, b);
+      continue;
+    }
+    rap_log(RAP_LOG_WARN, "rap_manager_destroy: an imported block at %p was not closed; closed "
+              "now", b->ptr);
+    bool gone = false;
+    while (!gone && b->tickets != NULL) {
+      gone = b->tickets->next == NULL;   /* the last close forgets b */
+      if (close_one(im, b, NULL) == RAP_OK) continue;
+      rap_log(RAP_LOG_WARN, "rap_manager_destroy: %s", rap_last_error());
+      imp_ticket *tk = b->tickets;   /* told as closed: this process's work on it is done */
+      imp_event *used = NULL;
+      (void)signal_close(b->pool, tk, NULL, &used);
+      if (b->alloc != NULL && --b->alloc->refs == 0) alloc_drop(b->pool, b->alloc);
+      b->tickets = tk->next;
+      free(tk);
+      if (b->tickets == NULL) block_forget(im, b);
+    }
+  }
+  while (im->pools != NULL) {
+    imp_pool *p = im->pools;
+    im->pools = p->next;
+    while (p->events != NULL) {
+      imp_event *e = p->events;
+      p->events = e->next;
+      ipc_ticket *t = &p->ctl->tickets[e->ticket];
+      if (rapi_ipc_event_synchronize(e->event) == RAP_OK)
+        (void)cas(&t->word, e->word, tword(tw_serial(e->word), tw_pid(e->word), T_DONE));
+      rapi_ipc_event_destroy(e->event);
+      free(e);
+    }
+    pool_free(p);
+  }
+  pthread_mutex_destroy(&im->lock);
+  free(im);
+  rm->ipc = NULL;
+}
