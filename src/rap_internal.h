@@ -615,7 +615,7 @@ struct rap_manager {
   rap_resource host;               /* the one synchronous host resource */
   rap_resource *resources;         /* created resources */
   uint64_t next_seq, next_resource_id;
-  struct rapi_ipc_importer *ipc;   /* pools of other processes opened here (platforms/ipc.c) */
+  struct rapi_ipc_importer *ipc;   /* pools of other processes opened here (platforms/ipc_import.c) */
 };
 
 /* ---- platforms/platform.c: the questions the platform record answers -----------------------
@@ -634,7 +634,7 @@ int  rapi_platform_registrable(rap_allocator *a, const char *who);
  * platform's record must be set. */
 int  rapi_gpu_peers_option(rap_allocator *self, int owner, rap_options *opts);
 
-/* ---- platforms/ipc.c: what the manager's destroy calls, after its resources are synchronized:
+/* ---- platforms/ipc_import.c: what the manager's destroy calls, after its resources are synchronized:
  * closes every block and pool this manager imported from other processes. */
 void rapi_ipc_manager_fini(rap_manager *rm);
 
