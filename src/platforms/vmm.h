@@ -149,7 +149,8 @@ int  rapi_ipc_extent_add(rapi_vmm *v, rapi_vmm_extent *e);
 void rapi_ipc_extent_remove(rapi_vmm *v, rapi_vmm_extent *e);
 /* The importer's side of a backend: reserve a range, map what an exporter's descriptor of one
  * mapping names at addr (fd: a descriptor this process owns, which the call does not close;
- * fabric: a device's fabric handle), give back. The host's is in ipc_import.c, the device's in vmm_device.c. */
+ * fabric: a device's fabric handle), give back. The host's is in ipc_import.c, the device's in
+ * vmm_device.c. */
 int  rapi_ipc_device_reserve(int device, size_t size, size_t granularity, char **base);
 void rapi_ipc_device_unreserve(char *base, size_t size);
 int  rapi_ipc_device_map(int device, char *addr, size_t size, int fd, const unsigned char *fabric);
