@@ -98,14 +98,20 @@ static void subscribe(void *arg) {
   pthread_mutex_unlock(&l->m);
 }
 
+/* Under the owner's lock as a notification is, and under the list's lock as a notification's
+ * callbacks are: an unobserve that returned has taken the subscription out, and the replay stops. */
 static void replay(void *arg, void *base, size_t size) {
   subscription *s = arg;
   if (s->status != RAP_OK) return;
   rap_segment_event ev = {RAP_SEGMENT_MAP, base, size, base, size, s->l->device, 1};
-  const rap_allocator *outer = notifying;
-  notifying = s->a;
-  s->fn(&ev, s->user);
-  notifying = outer;
+  pthread_mutex_lock(&s->l->m);
+  if (find(s->l, s->fn, s->user) >= 0) {
+    const rap_allocator *outer = notifying;
+    notifying = s->a;
+    s->fn(&ev, s->user);
+    notifying = outer;
+  }
+  pthread_mutex_unlock(&s->l->m);
 }
 
 static int refused_inside(const rap_allocator *a, const char *fn) {

@@ -60,7 +60,7 @@ static int parse_heuristic(rapi_bp *bp, const char *text) {
 }
 
 /* Segment observers (core/observe.c): a pool's segments are its chunks, walked under the lock its
- * calls run under (a wrapper's above it; a plain pool is its caller's). A sleeping pool has none
+ * calls run under (a wrapper's above it; a plain pool is its caller's). A pool asleep has none
  * mapped: it replays nothing, and tells observers when it sleeps and wakes. */
 static void bp_walk(rap_allocator *a, void *ctx, void (*locked)(void *arg),
                     void (*visit)(void *arg, void *base, size_t size), void *arg) {
@@ -68,7 +68,10 @@ static void bp_walk(rap_allocator *a, void *ctx, void (*locked)(void *arg),
   rapi_held held = {0};
   if (a->guard_lock != NULL) rapi_lock(a->guard_lock, &held);
   locked(arg);
-  for (rapi_chunk *c = bp->chunks; c != NULL && !bp->asleep; c = c->next) visit(arg, c->base, c->size);
+  /* Chunks are mapped until the sleep unmaps them (it tells observers first): a pool on its way
+   * to sleep (RAPI_SLEEPING, which may yet fail and wake) replays them. */
+  for (rapi_chunk *c = bp->chunks; c != NULL && bp->asleep < RAPI_ASLEEP_BACKUP; c = c->next)
+    visit(arg, c->base, c->size);
   if (a->guard_lock != NULL) rapi_unlock(&held);
 }
 
