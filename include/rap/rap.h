@@ -231,9 +231,10 @@ int  rap_ipc_revoke(rap_allocator *a, const rap_ipc_desc *desc);   /* exporter: 
  * is. fn runs under the allocator's lock, on the thread that mapped or unmapped: it must not call
  * into the allocator's chain (observe and unobserve from fn are RAP_ERR_BUSY; to ask whether the
  * memory is registrable there, use rap_allocator_registrable(a), which takes no lock, not
- * rap_pointer_registrable, which looks the pointer up under the locks fn runs under). After unobserve
- * returns fn is not called again. RAP_ERR_UNSUPPORTED for an allocator without segments of its
- * own (wrappers, DEVICE: observe the pool or the platform), RAP_ERR_EXISTS for (fn, user) twice.
+ * rap_pointer_registrable, which looks the pointer up under the locks fn runs under). After
+ * unobserve returns fn is not called again. RAP_ERR_UNSUPPORTED for an allocator without segments
+ * of its own (wrappers, DEVICE: observe the pool or the platform), RAP_ERR_EXISTS for (fn, user)
+ * twice.
  * ------------------------------------------------------------------------------------------- */
 typedef enum rap_segment_kind {
   RAP_SEGMENT_MAP = 1,      /* a new segment [base, base + size) */
