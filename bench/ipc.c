@@ -18,6 +18,8 @@
 #include "bench.h"
 
 #include <rap/rap.h>
+#include <execinfo.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -47,7 +49,19 @@ static int read_all(int fd, void *p, size_t n) {
   return 0;
 }
 
+/* The importer's crash says where it was (its stderr is the bench's). */
+static void importer_crashed(int sig) {
+  static const char msg[] = "rap-bench importer: crashed; its stack:\n";
+  void *frames[64];
+  (void)!write(2, msg, sizeof msg - 1);
+  backtrace_symbols_fd(frames, backtrace(frames, 64), 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 int ipc_importer_main(const char *kind) {
+  signal(SIGSEGV, importer_crashed);
+  signal(SIGBUS, importer_crashed);
   uint32_t n = 0;
   int fd = -1;
   pid_t pid = 0;
@@ -66,7 +80,10 @@ int ipc_importer_main(const char *kind) {
 #endif
   if (strcmp(kind, "rap") == 0) {
     rap_manager *rm = NULL;
-    if (rap_manager_create(&rm) != RAP_OK) return 2;
+    if (rap_manager_create(&rm) != RAP_OK) {
+      fprintf(stderr, "rap-bench importer: %s\n", rap_last_error());
+      return 2;
+    }
     t0 = now_ns();
     for (uint32_t i = 0; i < n && st == 0; i++) {
       if (i == 1) t1 = now_ns();
@@ -172,6 +189,17 @@ static void importer_end(importer *im) {
   waitpid(im->pid, &status, 0);
 }
 
+/* Ends an importer that failed and says how it ended: its own sentence went to stderr. */
+static const char *importer_failed(importer *im) {
+  static char why[96];
+  close(im->in);
+  int status = 0;
+  if (waitpid(im->pid, &status, 0) != im->pid) snprintf(why, sizeof why, "the importer process failed");
+  else if (WIFSIGNALED(status)) snprintf(why, sizeof why, "the importer process was killed by signal %d", WTERMSIG(status));
+  else snprintf(why, sizeof why, "the importer process failed (exit status %d)", WEXITSTATUS(status));
+  return why;
+}
+
 /* rap: n blocks of size from spec, exported (ns per block) and imported in the importer. */
 static void rap_per_block(const char *wl, const char *who, const char *spec, uint32_t n, size_t size,
                           const char *cas) {
@@ -195,8 +223,10 @@ static void rap_per_block(const char *wl, const char *who, const char *spec, uin
   double r[3];
   if (st != RAP_OK) {
     add_skip(wl, "%s: %s", who, rap_last_error());
-  } else if (importer_start(&im, "rap") != 0 || importer_run(&im, recs, n, -1, r) != 0) {
-    add_skip(wl, "%s: the importer process failed", who);
+  } else if (importer_start(&im, "rap") != 0) {
+    add_skip(wl, "%s: the importer process could not start", who);
+  } else if (importer_run(&im, recs, n, -1, r) != 0) {
+    add_skip(wl, "%s: %s", who, importer_failed(&im));
   } else {
     char c[64];
     add_one(wl, cas, who, "export ns/block", (t1 - t0) / n, 1);
@@ -217,9 +247,12 @@ static void rap_per_block(const char *wl, const char *who, const char *spec, uin
 static void rap_open(const char *wl, const char *platform, size_t size, const char *gb) {
   char spec[256], cas[64];
   bool so = strcmp(platform, "StreamOrdered") == 0;
+  /* StreamOrdered: chunks of at most 4 GiB, the largest allocation it exports (stream_ordered.c),
+   * the pool filled to size by one 3 GiB block in each further chunk. */
+  size_t first = so && size > 4 * GiB ? 4 * GiB : size;
   if (so)
     snprintf(spec, sizeof spec, "ResourceAwarePool(StreamOrdered(pool=new, export=posix), "
-             "initial_size=%zuMiB)", size / MiB);
+             "initial_size=%zuMiB, next_size=4GiB)", first / MiB);
   else
     snprintf(spec, sizeof spec, "ResourceAwarePool(%s(export=posix, reserve=%zuGiB), initial_size=%zuMiB)",
              platform, 2 * size / GiB, size / MiB);
@@ -229,20 +262,28 @@ static void rap_open(const char *wl, const char *platform, size_t size, const ch
   if (rap_manager_create(&rm) != RAP_OK) return;
   unsigned char rec[REC] = {0};
   snprintf(cas, sizeof cas, "open a pool of %s", gb);
-  if (rap_allocator_make_spec(rm, "x", spec, &pool) != RAP_OK || rap_allocate(pool, &p, MiB, NULL) != RAP_OK ||
-      rap_ipc_export(pool, p, (rap_ipc_desc *)rec) != RAP_OK) {
+  void *fill[16] = {NULL};
+  int st = rap_allocator_make_spec(rm, "x", spec, &pool);
+  if (st == RAP_OK) st = rap_allocate(pool, &p, MiB, NULL);
+  for (size_t k = 0, held = first; st == RAP_OK && held < size && k < 16; k++, held += 4 * GiB)
+    st = rap_allocate(pool, &fill[k], 3 * GiB, NULL);
+  if (st != RAP_OK || rap_ipc_export(pool, p, (rap_ipc_desc *)rec) != RAP_OK) {
     add_skip(wl, "%s: %s", cas, rap_last_error());
   } else {
     importer im;
     double r[3];
-    if (importer_start(&im, "rap") != 0 || importer_run(&im, rec, 1, -1, r) != 0) {
-      add_skip(wl, "%s: the importer process failed", cas);
+    if (importer_start(&im, "rap") != 0) {
+      add_skip(wl, "%s: the importer process could not start", cas);
+    } else if (importer_run(&im, rec, 1, -1, r) != 0) {
+      add_skip(wl, "%s (%s): %s", cas, so ? "StreamOrdered" : platform, importer_failed(&im));
     } else {
       add_one(wl, cas, so ? "rap StreamOrdered" : "rap", "ms", r[0] / 1e6, 1);
       importer_end(&im);
     }
   }
   if (p) rap_deallocate(pool, p, NULL);
+  for (int k = 0; k < 16; k++)
+    if (fill[k]) rap_deallocate(pool, fill[k], NULL);
   rap_manager_destroy(rm);
 }
 
@@ -292,7 +333,9 @@ static void legacy_per_block(const char *wl, uint32_t n, size_t size, const char
 
 /* CUDA's pool IPC: one pool made with the POSIX handle type, its handle opened once (the
  * importer takes the descriptor with pidfd_getfd), one exported pointer per block. */
-static void pool_per_block(const char *wl, uint32_t n, size_t size, const char *cas) {
+/* CUDA's pool IPC: n allocations of size from a pool made with a POSIX handle, each exported with
+ * cudaMemPoolExportPointer; open_only: one, and only its first import (the pool's opening). */
+static void pool_per_block(const char *wl, uint32_t n, size_t size, const char *cas, int open_only) {
   struct cudaMemPoolProps props;
   memset(&props, 0, sizeof props);
   props.allocType = cudaMemAllocationTypePinned;
@@ -322,8 +365,13 @@ static void pool_per_block(const char *wl, uint32_t n, size_t size, const char *
   if (st != 0) {
     (void)cudaGetLastError();
     add_skip(wl, "CUDA pool IPC: an allocation or export failed");
-  } else if (importer_start(&im, "pool") != 0 || importer_run(&im, recs, n, fd, r) != 0) {
-    add_skip(wl, "CUDA pool IPC: the importer process failed");
+  } else if (importer_start(&im, "pool") != 0) {
+    add_skip(wl, "CUDA pool IPC: the importer process could not start");
+  } else if (importer_run(&im, recs, n, fd, r) != 0) {
+    add_skip(wl, "CUDA pool IPC, %s: %s", cas, importer_failed(&im));
+  } else if (open_only) {
+    add_one(wl, cas, "cudaMemPoolImportPointer", "ms", r[0] / 1e6, 0);
+    importer_end(&im);
   } else {
     add_one(wl, cas, "cudaMemPoolExportPointer", "export ns/block", (t1 - t0) / n, 0);
     add_one(wl, cas, "cudaMemPoolImportPointer", "import ns/block", r[1], 0);
@@ -347,7 +395,7 @@ void wl_x(void) {
   rap_per_block("x", "rap StreamOrdered",
                 "ResourceAwarePool(StreamOrdered(pool=new, export=posix), initial_size=2GiB)", n, MiB, cas);
   legacy_per_block("x", n, MiB, cas, 0);
-  pool_per_block("x", n, MiB, cas);
+  pool_per_block("x", n, MiB, cas, 0);
   size_t f = 0, t = 0;
   if (cudaMemGetInfo(&f, &t) != cudaSuccess) (void)cudaGetLastError();
   size_t sizes[] = {GiB, 16 * GiB, 64 * GiB};
@@ -363,6 +411,7 @@ void wl_x(void) {
     rap_open("x", "DeviceVmm", sizes[k], names[k]);
     rap_open("x", "StreamOrdered", sizes[k], names[k]);
     legacy_per_block("x", 1, sizes[k], c, 1);
+    pool_per_block("x", 1, sizes[k], c, 1);
   }
 }
 #endif

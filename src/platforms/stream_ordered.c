@@ -118,7 +118,12 @@ static void index_remove(stream_ordered *s, so_rec *rec) {
 }
 
 /* ipc.c asks, when a pool over this one exports [ptr, ptr+bytes): the allocation it lies in and
- * that allocation's export data, made at its first export and kept. */
+ * that allocation's export data, made at its first export and kept. An allocation above
+ * RAPI_SO_EXPORT_MAX is not exported: on the H100 with driver 580.159.04 an importer's
+ * cudaMemPoolImportPointer of one pool allocation of 5 632 MiB or more (5 120 MiB worked) ends the
+ * importing process with a segmentation fault inside the driver, CUDA's own pool IPC alike
+ * (docs/DESIGN.md). */
+#define RAPI_SO_EXPORT_MAX ((size_t)4 << 30)
 static int so_locate(rap_allocator *self, void *ptr, size_t bytes, rapi_ipc_place *out) {
   stream_ordered *s = self->state;
   rapi_held held;
@@ -131,6 +136,17 @@ static int so_locate(rap_allocator *self, void *ptr, size_t bytes, rapi_ipc_plac
     rapi_unlock(&held);
     return rapi_fail(RAP_ERR_INVALID, "rap_ipc_export: [%p, +%zu) is not inside one live allocation "
                      "of '%s'", ptr, bytes, rap_allocator_name(self));
+  }
+  if (size > RAPI_SO_EXPORT_MAX) {
+    rapi_unlock(&held);
+    char sz[32];
+    rapi_format_size(sz, sizeof sz, size);
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_export: [%p, +%zu) lies in an allocation of %s of "
+                     "'%s'; CUDA's pool IPC crashes the importing process on allocations above about "
+                     "5 GiB (cudaMemPoolImportPointer, driver 580), so StreamOrdered exports from "
+                     "allocations of at most 4 GiB: keep the pool's chunks at most that (initial_size=, "
+                     "next_size=), or use DeviceVmm(export=posix), which has no such limit",
+                     ptr, bytes, sz, rap_allocator_name(self));
   }
   int st = RAP_OK;
   if (!rec->exported) {

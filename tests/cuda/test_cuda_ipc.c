@@ -300,3 +300,36 @@ RAP_TEST(CudaIpcBadInput, StreamOrderedRefusesWhatCannotCross) {
   RAP_CHECK_EQ(pending_after_poll(pool), 0);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* CUDA's pool IPC ends the importing process inside the driver on allocations above about 5 GiB
+ * (driver 580): a StreamOrdered pool exports from allocations of at most 4 GiB — the largest
+ * imports in another process and is closed there — and refuses a block of a larger one, its pool
+ * unchanged. */
+RAP_TEST(CudaIpcBadInput, StreamOrderedExportsAllocationsOfAtMostFourGiB) {
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess || free_bytes < ((size_t)12 << 30))
+    RAP_SKIP("needs a GPU with 12 GiB free");
+  rap_manager *rm = NULL;
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  rap_allocator *four = make_or_skip(rm, "four", "ResourceAwarePool(StreamOrdered(pool=new, export=posix), "
+                                                  "initial_size=4GiB, next_size=2MiB)");
+  rap_allocator *six = make_or_skip(rm, "six", "ResourceAwarePool(StreamOrdered(pool=new, export=posix), "
+                                                 "initial_size=6GiB, next_size=2MiB)");
+  void *a = NULL, *b = NULL;
+  RAP_CHECK_OK(rap_allocate(four, &a, MIB, NULL));
+  RAP_CHECK_OK(rap_allocate(six, &b, MIB, NULL));
+  rap_ipc_desc d;
+  RAP_CHECK_OK(rap_ipc_export(four, a, &d));
+  peer p;
+  peer_start(&p);
+  PEER_OK(&p, "close %llu host", import(&p, &d, "host"));
+  peer_end(&p, true);
+  rap_stats before = stats(six);
+  RAP_CHECK_STATUS(rap_ipc_export(six, b, &d), RAP_ERR_UNSUPPORTED);
+  RAP_CHECK_STR(rap_last_error(), "at most 4 GiB");
+  same_stats(before, stats(six));
+  RAP_CHECK_OK(rap_deallocate(four, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(six, b, NULL));
+  RAP_CHECK_EQ(pending_after_poll(four), 0);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
