@@ -38,7 +38,8 @@ cupy.cuda.set_pinned_memory_allocator: page-locked host memory from a rap pool o
 (RAP_CUPY_PINNED_SPEC; default "QuickPool(PINNED, initial_size=16MiB, next_size=2MiB,
 heuristic=never)").
 
-Across processes: with the pool over DeviceVmm(export=posix), share(array) gives a picklable
+Across processes: with the pool over DeviceVmm(export=posix) (or StreamOrdered(pool=new,
+export=posix): blocks of allocations of at most 4 GiB), share(array) gives a picklable
 handle and open(handle) in another process an array over the same memory, which returns to the
 sender's pool only after the receiver's array is gone (see share and open).
 
@@ -390,7 +391,8 @@ IpcHandle.__doc__ = """What share() returns and open() takes: rap's 64-byte desc
 from the block's start), the sender's device number and PCI bus id (to find the same GPU in the
 receiver), and the IPC handle of an event recorded on the sender's current stream."""
 
-_SHARE_HINT = ('the device\'s pool must be over DeviceVmm(export=posix), e.g. rap_cupy.enable('
+_SHARE_HINT = ('the device\'s pool must be over DeviceVmm(export=posix) or StreamOrdered(pool=new, '
+               'export=posix), e.g. rap_cupy.enable('
                '"ResourceAwarePool(DeviceVmm(device={device}, export=posix), initial_size=64MiB)")')
 
 
@@ -512,7 +514,7 @@ def _wrap_ipc_get_mem_handle():
             raise RuntimeError(
                 "rap_cupy: cupy.cuda.runtime.ipcGetMemHandle cannot share memory of rap's pool "
                 "(%s): use rap_cupy.share(array) in this process and rap_cupy.open(handle) in the "
-                "other (the pool over DeviceVmm(export=posix))" % (e,)) from e
+                "other (the pool over DeviceVmm(export=posix) or StreamOrdered(pool=new, export=posix))" % (e,)) from e
 
     ipcGetMemHandle._rap_wrapped = True
     ipcGetMemHandle.__doc__ = original.__doc__

@@ -17,4 +17,6 @@ RAP_CUPY_STREAM_SOURCE=python run quick
 # Arrays across processes: rap_cupy.share/open over an exporting platform, with a spawned child.
 RAP_CUPY_SPEC="ResourceAwarePool(DeviceVmm(device={device}, export=posix), initial_size=64MiB, next_size=2MiB, heuristic=never)" \
   run ipc
+RAP_CUPY_SPEC="ResourceAwarePool(StreamOrdered(device={device}, pool=new, export=posix), initial_size=64MiB, next_size=2MiB, heuristic=never)" \
+  run ipc --tag streamordered
 finish

@@ -540,7 +540,7 @@ def cmd_ipc(args):
                bool(r.get("child_write_seen")) and r.get("second_open_error") is not None and
                "rap_cupy.share" in err and r.get("pending_while_held_MiB", 0) >= 4 and
                r.get("pending_after_drop_MiB") == 0 and r.get("child_exit") == 0)
-    dump(args.out, "cupy_ipc", r)
+    dump(args.out, "cupy_ipc" + (args.tag and "_" + args.tag), r)
     return 0 if r["ok"] else 1
 
 
@@ -641,7 +641,12 @@ def cmd_summarize(args):
         ok = False
         lines.append("pool test: results missing")
     ip = load(args.out, "cupy_ipc")
-    if ip:
+    if ip is None:
+        ok = False
+        lines.append("ipc test: results missing")
+    for ip in (ip, load(args.out, "cupy_ipc_streamordered")):
+        if ip is None:
+            continue
         ok &= bool(ip["ok"])
         lines.append("across processes (share/open over %s): %s; values arrived %s, child's write "
                      "seen %s, strided view %s, second open refused: %s; pending while the child "
@@ -651,9 +656,6 @@ def cmd_summarize(args):
                         (ip.get("second_open_error") or "no")[:120],
                         ip.get("pending_while_held_MiB", -1), ip.get("pending_after_drop_MiB", -1),
                         (ip.get("cupy_ipc_error") or "no error")[:160]))
-    else:
-        ok = False
-        lines.append("ipc test: results missing")
     lines.append("RESULT: " + ("PASS" if ok else "FAIL"))
     print("\n".join(lines))
     return 0 if ok else 1
@@ -666,6 +668,7 @@ def main():
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--elements", type=int, default=1 << 20)
     ap.add_argument("--which", default="bytes")
+    ap.add_argument("--tag", default="")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     return globals()["cmd_" + args.command](args) or 0

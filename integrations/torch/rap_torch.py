@@ -605,7 +605,8 @@ import collections as _collections
 IpcHandle = _collections.namedtuple(
     "IpcHandle", "desc nbytes dtype shape stride offset device uuid event requires_grad")
 
-_SHARE_HINT = ('the device\'s pool must be over DeviceVmm(export=posix), e.g. rap_torch.enable('
+_SHARE_HINT = ('the device\'s pool must be over DeviceVmm(export=posix) or StreamOrdered(pool=new, '
+               'export=posix), e.g. rap_torch.enable('
                '"ResourceAwarePool(DeviceVmm(device={device}, export=posix), initial_size=64MiB)")')
 
 

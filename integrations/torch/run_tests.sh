@@ -45,4 +45,6 @@ RAP_TORCH_SPEC="ResourceAwarePool(DEVICE_VMM::{device}, initial_size=64MiB, next
 # CUDA tensors across processes: torch.multiprocessing and share/open over an exporting platform.
 RAP_TORCH_SPEC="ResourceAwarePool(DeviceVmm(device={device}, export=posix), initial_size=64MiB, next_size=2MiB, heuristic=never)" \
   run ipc
+RAP_TORCH_SPEC="ResourceAwarePool(StreamOrdered(device={device}, pool=new, export=posix), initial_size=64MiB, next_size=2MiB, heuristic=never)" \
+  run ipc --tag streamordered
 finish

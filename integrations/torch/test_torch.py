@@ -8,6 +8,7 @@
   fraction           set_per_process_memory_fraction (limit, refusals) and empty_cache
   sleep              rap_torch.sleep/wake over DEVICE_VMM: training goes on bit-equal after it
   ipc                torch.multiprocessing and rap_torch.share/open over DeviceVmm(export=posix)
+                     (--tag streamordered: over StreamOrdered(pool=new, export=posix))
   summarize          compares the results and prints the table; exit status 1 on a failure
 and test_torch_users.py's: stats, compile, handoff, mempool, model (see there).
 Each command writes <out>/<name>.json.
@@ -542,7 +543,7 @@ def cmd_ipc(args):
     the sentence naming the spec to use."""
     import torch
     if not torch.cuda.is_available():
-        dump(args, "ipc", {"skipped": "no CUDA device"})
+        dump(args, "ipc" + (args.tag and "_" + args.tag), {"skipped": "no CUDA device"})
         return 0
     import rap_torch
     import torch.multiprocessing as mp
@@ -570,7 +571,8 @@ def cmd_ipc(args):
     r["ok"] = (r["values_arrived"] and r["receiver_write_seen"] and r["open_values"] and
                r["second_open_error"] is not None and r["pending_while_held_MiB"] >= 4 and
                r["pending_after_drop_MiB"] == 0 and r["child_exit"] == 0)
-    dump(args, "ipc", r)
+    r["spec"] = os.environ.get("RAP_TORCH_SPEC", "")
+    dump(args, "ipc" + (args.tag and "_" + args.tag), r)
     return 0 if r["ok"] else 1
 
 
@@ -680,17 +682,18 @@ def cmd_summarize(args):
     elif os.environ.get("RAP_TEST_ONLY") is None:
         ok = False
         lines.append("memory fraction: results missing")
-    ip = load(args.out, "ipc")
-    if ip and "skipped" not in ip:
-        ok &= bool(ip.get("ok"))
-        lines.append("across processes (torch.multiprocessing and share/open over DeviceVmm(export=posix)): "
-                     "values arrived %s, receiver's write seen %s, open %s, held while the receiver "
-                     "kept it %.1f MiB pending, after it dropped it %.1f MiB; second open refused: %s"
-                     % (ip["values_arrived"], ip["receiver_write_seen"], ip["open_values"],
-                        ip["pending_while_held_MiB"], ip["pending_after_drop_MiB"],
-                        (ip["second_open_error"] or "no")[:120]))
-    elif ip is not None:
-        lines.append("across processes: skipped: " + ip["skipped"])
+    for name, over in (("ipc", "DeviceVmm(export=posix)"), ("ipc_streamordered", "StreamOrdered(pool=new, export=posix)")):
+        ip = load(args.out, name)
+        if ip and "skipped" not in ip:
+            ok &= bool(ip.get("ok"))
+            lines.append("across processes (torch.multiprocessing and share/open over %s): "
+                         "values arrived %s, receiver's write seen %s, open %s, held while the receiver "
+                         "kept it %.1f MiB pending, after it dropped it %.1f MiB; second open refused: %s"
+                         % (over, ip["values_arrived"], ip["receiver_write_seen"], ip["open_values"],
+                            ip["pending_while_held_MiB"], ip["pending_after_drop_MiB"],
+                            (ip["second_open_error"] or "no")[:120]))
+        elif ip is not None:
+            lines.append("across processes over %s: skipped: %s" % (over, ip["skipped"]))
     sl = load(args.out, "sleep")
     if sl and "skipped" not in sl:
         good = all(sl.get(k) for k in ("losses_equal", "state_bit_equal", "pointers_kept",
