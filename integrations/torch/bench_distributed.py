@@ -2,8 +2,9 @@
 NCCL's registration of rap memory. Run on a machine with two GPUs by run_distributed.sh, which
 launches each run with torchrun and then prints one table.
 
-  torchrun --standalone --nproc_per_node 2 bench_distributed.py train --allocator native|rap|registered --out DIR --trial N
-      DDP then FSDP2 (registered: DDP only) training of a 6-layer GPT-2 (transformers' config,
+  torchrun --standalone --nproc_per_node 2 bench_distributed.py train --allocator native|rap|registered [--registered] --out DIR --trial N
+      DDP then FSDP2 (registered: DDP only; native --registered: then the registered DDP in the same
+      process) training of a 6-layer GPT-2 (transformers' config,
       random weights), batch 8 x 512, bf16, AdamW, 30 steps: median step ms of steps 5-29, peak
       reserved, losses, and rap's cross-stream waits. native: PyTorch's allocator; rap:
       rap.torch.enable() with its default spec (or RAP_TORCH_SPEC); registered: PyTorch's
@@ -129,23 +130,28 @@ class _null:
 
 
 def cmd_train(args):
+    """One process: native runs DDP then FSDP2 and then, with --registered, DDP on registered rap
+    memory (PyTorch's allocator either way: one launch fewer per round); rap runs DDP then FSDP2
+    on rap's default; registered alone runs only its DDP."""
     alloc = args.allocator
     torch, dist, rank, _ = _init("rap" if alloc == "rap" else "native")
+    runs = [] if alloc == "registered" else [("ddp", alloc), ("fsdp", alloc)]
+    if alloc == "registered" or (alloc == "native" and args.registered):
+        runs.append(("ddp", "registered"))
     pool = None
-    if alloc == "registered":
-        import rap_torch
-        pool = torch.cuda.MemPool(rap_torch.allocator(rap_torch.NCCL_SPEC))
-        rap_torch.register_mem_pool(pool)
-    modes = ["ddp"] if alloc == "registered" else ["ddp", "fsdp"]
-    for mode in modes:
-        r = {"mode": mode, "allocator": alloc, "rank": rank, "run": args.run}
+    for mode, a in runs:
+        r = {"mode": mode, "allocator": a, "rank": rank, "run": args.run}
         try:
-            r = _one(torch, dist, rank, mode, alloc, pool)
+            if a == "registered" and pool is None:
+                import rap_torch
+                pool = torch.cuda.MemPool(rap_torch.allocator(rap_torch.NCCL_SPEC))
+                rap_torch.register_mem_pool(pool)
+            r = _one(torch, dist, rank, mode, a, pool if a == "registered" else None)
             r["run"] = args.run
         except Exception as e:  # noqa: BLE001 - reported in the table
             r["error"] = "%s: %s" % (type(e).__name__, str(e)[:500])
             r["traceback"] = traceback.format_exc()[-2000:]
-        _dump(args.out, "train_%s_%s_run%d_rank%d" % (mode, alloc, args.run, rank), r)
+        _dump(args.out, "train_%s_%s_run%d_rank%d" % (mode, a, args.run, rank), r)
     _release_pool(torch, dist, pool)
     pool = None   # the last reference: ~MemPool runs now, while the group is alive
     gc.collect()
@@ -391,6 +397,8 @@ def main():
     ap.add_argument("command", choices=("train", "nccl", "bad", "report"))
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--allocator", default="native", choices=("native", "rap", "registered"))
+    ap.add_argument("--registered", action="store_true",
+                    help="with --allocator native: then DDP on registered rap memory in the same process")
     ap.add_argument("--trial", dest="run", type=int, default=0,
                     help="which run of the benchmark (not --run: torchrun would take it for its --run-path)")
     args = ap.parse_args()

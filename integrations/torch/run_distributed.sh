@@ -3,11 +3,12 @@
 # device-build/ (make device-build): one command that runs everything and prints one table.
 #   bash integrations/torch/run_distributed.sh            (OUT=dir for the results; default <repo>/out)
 # RAP_DIST_RUNS=N rounds (default 5); each round launches, with torchrun on 2 GPUs, PyTorch's
-# allocator, rap's default (rap.torch.enable()) and DDP on registered rap memory, in that order
-# (interleaved, so the machine's drift falls on every configuration alike); native and rap each
-# run DDP then FSDP2 in one process. Then the NCCL registration test (NCCL_DEBUG=INFO, subsystem
-# REG, logged to $OUT/nccl-reg.*), the bad-input check, and the single-process record_stream
-# hand-off native and on rap's default. Writes $OUT/distributed.json and $OUT/distributed_log.txt;
+# allocator (DDP, FSDP2, then DDP on registered rap memory, which runs on PyTorch's allocator
+# too, in one process) and rap's default (rap.torch.enable(): DDP then FSDP2), in that order
+# (interleaved, so the machine's drift falls on every configuration alike). Before them: the NCCL registration test (NCCL_DEBUG=INFO,
+# subsystem REG, logged to $OUT/nccl-reg.*), the bad-input check, and the single-process
+# record_stream hand-off native and on rap's default. RAP_DIST_BUDGET_S=S starts no round after
+# S seconds (the table says how many ran). Writes $OUT/distributed.json and $OUT/distributed_log.txt;
 # the table is the last thing printed. Exit status 1 if a check failed.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -37,16 +38,22 @@ trun() {   # torchrun on two GPUs, a fresh rendezvous port each time
 t0=$SECONDS
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
   "$py" -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'; } >>"$log" 2>&1
-for i in $(seq 1 "$runs"); do
-  for a in native rap registered; do
-    trun train --allocator "$a" --trial "$i"
-  done
-  echo "round $i of $runs done after $((SECONDS - t0)) s" | tee -a "$log"
-done
+# The checks first (short), then the rounds: a round starts only while RAP_DIST_BUDGET_S seconds
+# (default unlimited) have not passed, so that a time-limited machine still gets the table back.
 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,REG,NVLS NCCL_DEBUG_FILE="$out/nccl-reg.%h.%p.log" trun nccl
 "$py" "$here/bench_distributed.py" bad --out "$out" >>"$log" 2>&1
 for a in native rap; do
   timeout 120 "$py" "$here/test_torch.py" handoff --allocator "$a" --iters 100 --out "$out" >>"$log" 2>&1
+done
+echo "checks done after $((SECONDS - t0)) s" | tee -a "$log"
+for i in $(seq 1 "$runs"); do
+  if [ -n "${RAP_DIST_BUDGET_S:-}" ] && [ $((SECONDS - t0)) -ge "$RAP_DIST_BUDGET_S" ]; then
+    echo "round $i of $runs not started: RAP_DIST_BUDGET_S=$RAP_DIST_BUDGET_S s have passed" | tee -a "$log"
+    break
+  fi
+  trun train --allocator native --registered --trial "$i"
+  trun train --allocator rap --trial "$i"
+  echo "round $i of $runs done after $((SECONDS - t0)) s" | tee -a "$log"
 done
 echo "all runs done after $((SECONDS - t0)) s" | tee -a "$log"
 "$py" "$here/bench_distributed.py" report --out "$out" 2>>"$log" | tee "$out/distributed_table.md"
