@@ -1,6 +1,8 @@
 /* test_core.c — status codes, the manager's registry and names, platform allocators, Fault, and
  * the logger's leak report. Options are in test_options.c, custom strategies in
  * test_custom_strategy.c. */
+#include "events/fence_ring.h"
+#include "gate.h"
 #include "rap_internal.h"
 #include "test_util.h"
 
@@ -421,4 +423,55 @@ RAP_TEST(Slab, LineSizedRecordsStartOnALine) {
   }
   rapi_slab_destroy(&lines);
   rapi_slab_destroy(&packed);
+}
+
+/* Fence rings: fences pass oldest first, and the order holds across the ring's end and its growth. */
+RAP_TEST(FenceRing, PassesInOrderAcrossItsEndAndGrowth) {
+  rap_manager *rm = tu_manager();
+  rap_resource *q;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &q));
+  rapi_fence_ring fr = {0};
+  uint64_t done = 0;
+  RAP_CHECK(rapi_fence_ring_newest(&fr) == NULL);
+  RAP_CHECK(rapi_fence_ring_find(&fr, 1) == NULL);
+  static gate g[3];
+  for (int i = 0; i < 3; i++) gate_init(&g[i]);
+  RAP_CHECK_OK(rap_resource_submit(q, gate_job, &g[0]));
+  for (uint64_t b = 1; b <= 6; b++) RAP_CHECK_OK(rapi_fence_ring_record(&fr, q, b, NULL));
+  RAP_CHECK_OK(rapi_fence_ring_query(&fr, q, &done));
+  RAP_CHECK_EQ(done, 0);
+  RAP_CHECK_EQ(fr.count, 6);
+  gate_open(&g[0]);
+  RAP_CHECK_OK(rap_resource_synchronize(q));
+  RAP_CHECK_OK(rapi_fence_ring_query(&fr, q, &done));
+  RAP_CHECK_EQ(done, 6);
+  RAP_CHECK_EQ(fr.count, 0);
+  RAP_CHECK_EQ(fr.head, 6);   /* the next fences wrap round the end of 8 */
+  RAP_CHECK_OK(rap_resource_submit(q, gate_job, &g[1]));
+  for (uint64_t b = 7; b <= 9; b++) RAP_CHECK_OK(rapi_fence_ring_record(&fr, q, b, NULL));
+  RAP_CHECK_OK(rap_resource_submit(q, gate_job, &g[2]));
+  for (uint64_t b = 10; b <= 16; b++) RAP_CHECK_OK(rapi_fence_ring_record(&fr, q, b, NULL));
+  RAP_CHECK_EQ(fr.count, 10);
+  RAP_CHECK_EQ(fr.cap, 16);
+  rapi_event *e8 = rapi_fence_ring_find(&fr, 8), *e11 = rapi_fence_ring_find(&fr, 11);
+  RAP_CHECK(e8 == fr.f[(fr.head + 1) % fr.cap].ev);    /* batch 8's own fence */
+  RAP_CHECK(e11 == fr.f[(fr.head + 4) % fr.cap].ev);
+  RAP_CHECK(rapi_fence_ring_newest(&fr) == fr.f[(fr.head + 9) % fr.cap].ev);
+  RAP_CHECK(rapi_fence_ring_find(&fr, 17) == NULL);   /* not fenced yet */
+  gate_open(&g[1]);
+  RAP_CHECK_OK(rapi_host_wait(e8));
+  RAP_CHECK_OK(rapi_fence_ring_query(&fr, q, &done));
+  RAP_CHECK_EQ(done, 9);   /* the fences behind the closed gate stay */
+  RAP_CHECK_EQ(fr.count, 7);
+  gate_open(&g[2]);
+  RAP_CHECK_OK(rap_resource_synchronize(q));
+  RAP_CHECK_OK(rapi_fence_ring_query(&fr, q, &done));
+  RAP_CHECK_EQ(done, 16);
+  RAP_CHECK_EQ(fr.count, 0);
+  RAP_CHECK_OK(rapi_fence_ring_record(&fr, q, 17, NULL));
+  rapi_fence_ring_fini(&fr, q);   /* its event goes back to the queue */
+  RAP_CHECK(fr.f == NULL && fr.count == 0 && fr.cap == 0);
+  for (int i = 0; i < 3; i++) gate_destroy(&g[i]);
+  RAP_CHECK_OK(rap_resource_destroy(q));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
 }
