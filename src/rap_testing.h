@@ -22,6 +22,17 @@ RAP_API_BEGIN
 int  rap_fault_configure(rap_allocator *fault, const char *options);
 int  rap_fault_requests(rap_allocator *fault, size_t *out);   /* allocation requests seen so far */
 
+/* A host_async queue as a test that holds queues with gates sees it, at one moment: unfinished
+ * counts the jobs submitted and not yet run to their end; host_blocked says a thread outside every
+ * queue waits for this queue to reach a point it has not reached (a pool waiting on the host for
+ * an event, rap_resource_synchronize); worker_blocked says this queue's worker waits for another
+ * host_async queue to reach a point that one has not reached (a queued wait). */
+typedef struct rap_host_async_view {
+  size_t unfinished;
+  bool host_blocked, worker_blocked;
+} rap_host_async_view;
+int  rap_host_async_view_of(rap_resource *r, rap_host_async_view *out);
+
 RAP_API_END
 #ifdef __cplusplus
 }

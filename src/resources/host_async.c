@@ -9,6 +9,7 @@
  * queue to reach a point behind themselves: that answers RAP_ERR_BUSY instead of hanging.
  */
 #include "rap_internal.h"
+#include "rap_testing.h"
 
 #include <stdlib.h>
 
@@ -26,7 +27,16 @@ typedef struct host_async {
   job *head, *tail;
   uint64_t submitted, completed;
   bool stopping;
+  /* For rap_host_async_view (tests): threads outside every queue waiting here, and the furthest
+   * point they wait for; and where this queue's worker waits for another queue (under lock, with a
+   * reference the waiting job holds). */
+  unsigned host_waiters;
+  uint64_t host_wait_seq;
+  rap_resource *worker_waits_on;
+  uint64_t worker_wait_seq;
 } host_async;
+
+static const rapi_resource_ops host_async_ops;
 
 static void *worker(void *arg) {
   host_async *q = arg;
@@ -77,8 +87,33 @@ static int wait_for(host_async *q, uint64_t seq, const char *fn) {
     return rapi_fail(RAP_ERR_BUSY, "%s: a host_async queue's own work cannot wait for the queue "
                      "to pass itself", fn);
   }
-  while (q->completed < seq) pthread_cond_wait(&q->done, &q->lock);
+  if (q->completed >= seq) {
+    pthread_mutex_unlock(&q->lock);
+    return RAP_OK;
+  }
+  host_async *worker = NULL;   /* the queue whose worker this is, if it is a host_async one */
+  if (rapi_current_queue == NULL) {
+    q->host_waiters++;
+    if (seq > q->host_wait_seq) q->host_wait_seq = seq;
+  } else if (rapi_current_queue->ops == &host_async_ops) {
+    worker = (host_async *)rapi_current_queue;
+  }
   pthread_mutex_unlock(&q->lock);
+  if (worker != NULL) {   /* not nested in q's lock: two workers may wait for each other's queue */
+    pthread_mutex_lock(&worker->lock);
+    worker->worker_waits_on = &q->base;
+    worker->worker_wait_seq = seq;
+    pthread_mutex_unlock(&worker->lock);
+  }
+  pthread_mutex_lock(&q->lock);
+  while (q->completed < seq) pthread_cond_wait(&q->done, &q->lock);
+  if (rapi_current_queue == NULL && --q->host_waiters == 0) q->host_wait_seq = 0;
+  pthread_mutex_unlock(&q->lock);
+  if (worker != NULL) {
+    pthread_mutex_lock(&worker->lock);
+    worker->worker_waits_on = NULL;
+    pthread_mutex_unlock(&worker->lock);
+  }
   return RAP_OK;
 }
 
@@ -178,6 +213,31 @@ static const rapi_resource_ops host_async_ops = {
     .event_release = ha_event_release,
     .wait = ha_wait,
 };
+
+/* Waiters leave only once the queue reached their point, so a waiter is still blocked exactly when
+ * the furthest point of those still here is not reached. */
+int rap_host_async_view_of(rap_resource *r, rap_host_async_view *out) {
+  if (r == NULL || out == NULL || r->ops != &host_async_ops)
+    return rapi_fail(RAP_ERR_INVALID,
+                     "rap_host_async_view_of: not a host_async resource, or out is NULL");
+  host_async *q = (host_async *)r;
+  pthread_mutex_lock(&q->lock);
+  out->unfinished = (size_t)(q->submitted - q->completed);
+  out->host_blocked = q->host_waiters > 0 && q->completed < q->host_wait_seq;
+  rap_resource *other = q->worker_waits_on;
+  uint64_t seq = q->worker_wait_seq;
+  if (other != NULL) rapi_resource_ref(other);   /* alive: the waiting job holds a reference */
+  pthread_mutex_unlock(&q->lock);
+  out->worker_blocked = false;
+  if (other != NULL) {
+    host_async *o = (host_async *)other;
+    pthread_mutex_lock(&o->lock);
+    out->worker_blocked = o->completed < seq;
+    pthread_mutex_unlock(&o->lock);
+    rapi_resource_unref(other);
+  }
+  return RAP_OK;
+}
 
 int rap_resource_create_host_async(rap_manager *rm, rap_resource **out) {
   if (rm == NULL || out == NULL)

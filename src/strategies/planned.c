@@ -15,6 +15,7 @@
  * live entry owns every cell it covers.
  */
 #include "planned.h"
+#include "events/fence_ring.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,18 +27,12 @@
  * of the plan for blocks that live on). It starts lost. */
 #define PL_LOST 4
 
-typedef struct pl_fence {
-  uint64_t batch;
-  rapi_event *ev;
-} pl_fence;
-
 typedef struct pl_res {
   rap_resource *r;                /* NULL: the slot is unused */
   uintptr_t key;
   bool sync, open_dirty;          /* sync: the host, every point of it has passed */
   uint64_t open, done;            /* batches <= done have passed; open is not fenced yet */
-  pl_fence *fences;               /* ring of recorded batches not known to have passed */
-  size_t fhead, fcount, fcap;
+  rapi_fence_ring fences;         /* recorded batches not known to have passed */
   size_t live, current, hwm;      /* planned blocks it owns, their bytes */
 } pl_res;
 
@@ -104,47 +99,16 @@ static int fence_open(planned *p, pl_res *rs) {
   if (rs->sync || !rs->open_dirty) return RAP_OK;
   if (__atomic_load_n(&rs->r->capturing, __ATOMIC_RELAXED))
     return rapi_fail(RAP_ERR_BUSY, "%s: the resource is capturing a graph", nm(p));
-  if (rs->fcount == rs->fcap) {
-    size_t cap = rs->fcap ? rs->fcap * 2 : 8;
-    pl_fence *f = rapi_malloc(cap * sizeof *f);
-    if (f == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for events", nm(p));
-    for (size_t i = 0; i < rs->fcount; i++) f[i] = rs->fences[(rs->fhead + i) % rs->fcap];
-    free(rs->fences);
-    rs->fences = f;
-    rs->fhead = 0;
-    rs->fcap = cap;
-  }
-  rapi_event *ev;
-  int st = rs->r->ops->record(rs->r, &ev);
+  int st = rapi_fence_ring_record(&rs->fences, rs->r, rs->open, p->self);
   if (st != RAP_OK) return st;
-  rs->fences[(rs->fhead + rs->fcount++) % rs->fcap] = (pl_fence){rs->open, ev};
   RAPI_TRACE("fence", p->self, rs->r, NULL, 0, ",\"batch\":%llu", (unsigned long long)rs->open);
   rs->open++;
   rs->open_dirty = false;
   return RAP_OK;
 }
 
-static int query_fences(pl_res *rs) {
-  while (rs->fcount > 0) {
-    pl_fence *f = &rs->fences[rs->fhead];
-    int q = rs->r->ops->query(f->ev);
-    if (q < 0) return q;
-    if (q == 0) break;
-    rs->done = f->batch;
-    rs->r->ops->event_release(f->ev);
-    rs->fhead = (rs->fhead + 1) % rs->fcap;
-    rs->fcount--;
-  }
-  return RAP_OK;
-}
-
-static rapi_event *fence_event(pl_res *rs, uint64_t tag) {
-  for (size_t i = 0; i < rs->fcount; i++) {
-    pl_fence *f = &rs->fences[(rs->fhead + i) % rs->fcap];
-    if (f->batch >= tag) return f->ev;
-  }
-  return NULL;
-}
+/* Moves rs->done past every fence that has completed, oldest first. */
+static int query_fences(pl_res *rs) { return rapi_fence_ring_query(&rs->fences, rs->r, &rs->done); }
 
 /* Makes rs's later work wait until resource slot s has passed batch tag: RAP_OK when it has
  * passed or the wait is queued on rs; RAP_ERR_BUSY where only a host wait would do. */
@@ -154,7 +118,7 @@ static int wait_for(planned *p, pl_res *rs, unsigned s, uint64_t tag) {
   if (!o->sync && tag == o->open && o->open_dirty) st = fence_open(p, o);
   if (st == RAP_OK) st = query_fences(o);
   if (st != RAP_OK || passed(o, tag)) return st;
-  rapi_event *ev = fence_event(o, tag);
+  rapi_event *ev = rapi_fence_ring_find(&o->fences, tag);
   if (ev == NULL) return RAP_ERR_BUSY;
   st = rs->r->ops->wait(rs->r, ev);
   if (st == RAPI_HOST_WAIT) return RAP_ERR_BUSY;
@@ -374,7 +338,7 @@ RAPI_GUARDED_ENTRY(static int, pl_allocate, "rap_allocate", ((planned *)state)->
 static int wait_extra_use(planned *p, pl_res *u) {
   u->open_dirty = true;
   int st = fence_open(p, u);
-  if (st == RAP_OK && u->fcount > 0) st = rapi_host_wait(u->fences[(u->fhead + u->fcount - 1) % u->fcap].ev);
+  if (st == RAP_OK && u->fences.count > 0) st = rapi_host_wait(rapi_fence_ring_newest(&u->fences));
   if (st == RAP_OK) st = query_fences(u);
   return st;
 }
@@ -515,8 +479,8 @@ static int settle(planned *p) {
     pl_res *rs = &p->res[s];
     if (rs->r == NULL || rs->sync) continue;
     int st = fence_open(p, rs);
-    if (st == RAP_OK && rs->fcount > 0 && rs->r != rapi_current_queue)
-      st = rapi_host_wait(rs->fences[(rs->fhead + rs->fcount - 1) % rs->fcap].ev);
+    if (st == RAP_OK && rs->fences.count > 0 && rs->r != rapi_current_queue)
+      st = rapi_host_wait(rapi_fence_ring_newest(&rs->fences));
     if (st == RAP_OK) st = query_fences(rs);
     if (st != RAP_OK && first == RAP_OK) first = st;
   }
@@ -537,9 +501,7 @@ static void pl_fini(rap_allocator *self, void *state) {
   for (size_t s = 0; s < PL_MAX_RES; s++) {
     pl_res *rs = &p->res[s];
     if (rs->r == NULL) continue;
-    for (; rs->fcount > 0; rs->fcount--, rs->fhead = (rs->fhead + 1) % rs->fcap)
-      rs->r->ops->event_release(rs->fences[rs->fhead].ev);
-    free(rs->fences);
+    rapi_fence_ring_fini(&rs->fences, rs->r);
     rap_resource_unwatch(rs->r, self);
   }
   if (p->arena != NULL) (void)rap_deallocate(p->parent, p->arena, NULL);
@@ -586,7 +548,7 @@ static int pl_release_body(void *state) {
       if (rs->r == NULL || rs->sync) continue;
       int st = fence_open(p, rs);
       if (st == RAP_OK) st = query_fences(rs);
-      all &= st == RAP_OK && rs->fcount == 0;
+      all &= st == RAP_OK && rs->fences.count == 0;
     }
     if (all) {
       int st = rap_deallocate(p->parent, p->arena, NULL);
@@ -700,9 +662,7 @@ static int pl_resource_gone(void *state, rap_resource *r, int commit) {
   for (size_t s = 0; s < p->plan.streams; s++)
     if (p->bind[s] == me) p->bind[s] = 0;
   for (size_t i = 0; i < p->plan.n; i++) p->uses[i] &= ~((uint64_t)1 << (me - 1));
-  for (; rs->fcount > 0; rs->fcount--, rs->fhead = (rs->fhead + 1) % rs->fcap)
-    rs->r->ops->event_release(rs->fences[rs->fhead].ev);
-  free(rs->fences);
+  rapi_fence_ring_fini(&rs->fences, rs->r);
   memset(rs, 0, sizeof *rs);
   p->last = NULL;
   return RAP_OK;

@@ -43,21 +43,8 @@ bool rapi_ra_has_per_block_use(const ra_block *b) {
  * ends (its blocks stay rs's meanwhile). */
 int rapi_ra_fence_open(ra_pool *p, rstate *rs) {
   if (rs->sync || !rs->open_dirty || capturing(rs)) return RAP_OK;
-  if (rs->fcount == rs->fcap) {
-    size_t cap = rs->fcap ? rs->fcap * 2 : 8;
-    fence *f = rapi_malloc(cap * sizeof *f);
-    if (f == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for events",
-                                    rap_allocator_name(p->bp.self));
-    for (size_t i = 0; i < rs->fcount; i++) f[i] = rs->fences[(rs->fhead + i) % rs->fcap];
-    free(rs->fences);
-    rs->fences = f;
-    rs->fhead = 0;
-    rs->fcap = cap;
-  }
-  rapi_event *ev;
-  int st = rs->r->ops->record(rs->r, &ev);
+  int st = rapi_fence_ring_record(&rs->fences, rs->r, rs->open, p->bp.self);
   if (st != RAP_OK) return st;
-  rs->fences[(rs->fhead + rs->fcount++) % rs->fcap] = (fence){rs->open, ev};
   RAPI_TRACE("fence", p->bp.self, rs->r, NULL, rs->open_count, ",\"batch\":%llu",
              (unsigned long long)rs->open);
   if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG)))
@@ -68,29 +55,6 @@ int rapi_ra_fence_open(ra_pool *p, rstate *rs) {
   rs->open_dirty = false;
   rs->open_count = 0;
   return RAP_OK;
-}
-
-/* Moves rs->done past every fence that has completed, head first. */
-int rapi_ra_query_fences(rstate *rs) {
-  while (rs->fcount > 0) {
-    fence *f = &rs->fences[rs->fhead];
-    int q = rs->r->ops->query(f->ev);
-    if (q < 0) return q;
-    if (q == 0) break;
-    rs->done = f->batch;
-    rs->r->ops->event_release(f->ev);
-    rs->fhead = (rs->fhead + 1) % rs->fcap;
-    rs->fcount--;
-  }
-  return RAP_OK;
-}
-
-static rapi_event *fence_event(rstate *rs, uint64_t tag) {
-  for (size_t i = 0; i < rs->fcount; i++) {
-    fence *f = &rs->fences[(rs->fhead + i) % rs->fcap];
-    if (f->batch >= tag) return f->ev;
-  }
-  return NULL;
 }
 
 /* ---- polling ------------------------------------------------------------------------------------ */
@@ -140,12 +104,12 @@ int rapi_ra_wait_all(ra_pool *p) {
     if (st != RAP_OK) return st;
     rstate *rs = p->by_key;
     for (; rs != NULL; rs = rs->hh.next) {
-      bool skip = rs->fcount == 0 || rs->r == rapi_current_queue;
+      bool skip = rs->fences.count == 0 || rs->r == rapi_current_queue;
       for (unsigned i = 0; i < nskipped && !skip; i++) skip = skipped[i] == rs->key;
       if (!skip) break;
     }
     if (rs == NULL) return RAP_OK;
-    st = rapi_host_wait(rs->fences[(rs->fhead + rs->fcount - 1) % rs->fcap].ev);
+    st = rapi_host_wait(rapi_fence_ring_newest(&rs->fences));
     if (st == RAP_ERR_BUSY && nskipped < 16) skipped[nskipped++] = rs->key;
     else if (st != RAP_OK) return st;
   }
@@ -183,13 +147,13 @@ int rapi_ra_wait_for_block(ra_pool *p, rstate *rs, rstate *owner, ra_block *b, b
       return RAP_ERR_BUSY;
   if (owner != rs && !passed(owner, b->tag)) {
     if (b->tag == owner->open) st = rapi_ra_fence_open(p, owner);
-    rapi_event *ev = st == RAP_OK ? fence_event(owner, b->tag) : NULL;
+    rapi_event *ev = st == RAP_OK ? rapi_fence_ring_find(&owner->fences, b->tag) : NULL;
     if (ev) st = wait_event(p, rs, ev, host_waited);
   }
   for (rapi_use *u = b->uses; u != NULL && st == RAP_OK && !*host_waited; u = u->next) {
     if (per_block(u->rs) || u->rs == rs || passed(u->rs, u->tag)) continue;
     if (u->tag == u->rs->open) st = rapi_ra_fence_open(p, u->rs);
-    rapi_event *ev = st == RAP_OK ? fence_event(u->rs, u->tag) : NULL;
+    rapi_event *ev = st == RAP_OK ? rapi_fence_ring_find(&u->rs->fences, u->tag) : NULL;
     if (ev) st = wait_event(p, rs, ev, host_waited);
   }
   return st;

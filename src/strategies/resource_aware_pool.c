@@ -145,7 +145,7 @@ static RAPI_INLINE void fence_or_poll(ra_pool *p, rstate *rs) {
   int st = RAP_OK;
   if (rs->open_count >= RAPI_EAGER_FENCE) {
     st = rapi_ra_fence_open(p, rs);
-  } else if (rs->fcount > 0 && (++rs->ticks & (RAPI_EAGER_FENCE - 1)) == 0) {
+  } else if (rs->fences.count > 0 && (++rs->ticks & (RAPI_EAGER_FENCE - 1)) == 0) {
     st = rapi_ra_query_fences(rs);
     if (st == RAP_OK) rapi_ra_drain(p, rs);
   }
@@ -592,9 +592,7 @@ static int ra_init(rap_allocator *self, void *state, rap_options *opts) {
 
 /* Drops rs: its events go back to its resource, and the resource stops listing this pool. */
 static void forget(ra_pool *p, rstate *rs) {
-  for (size_t i = 0; i < rs->fcount; i++)
-    rs->r->ops->event_release(rs->fences[(rs->fhead + i) % rs->fcap].ev);
-  free(rs->fences);
+  rapi_fence_ring_fini(&rs->fences, rs->r);
   HASH_DELETE(hh, p->by_key, rs);
   if (p->last == rs) p->last = NULL;
   for (unsigned i = 0; i < RA_RECENT; i++)

@@ -11,6 +11,7 @@
 #ifndef RAP_RESOURCE_AWARE_POOL_H
 #define RAP_RESOURCE_AWARE_POOL_H
 
+#include "events/fence_ring.h"
 #include "pool/pool.h"
 
 /* Pending blocks in one resource's open batch that make the pool fence the batch at once. */
@@ -44,11 +45,6 @@ typedef struct rapi_use {
   struct rapi_use *next;
 } rapi_use;
 
-typedef struct fence {
-  uint64_t batch;
-  rapi_event *ev;
-} fence;
-
 struct rstate {
   rap_resource *r;
   uintptr_t key;
@@ -57,8 +53,7 @@ struct rstate {
   bool open_dirty;                /* something carries the open batch number */
   size_t open_count;              /* pending blocks of the open batch */
   unsigned ticks;                 /* deallocations, to poll now and then */
-  fence *fences;                  /* ring of recorded batches not known to have passed */
-  size_t fhead, fcount, fcap;
+  rapi_fence_ring fences;         /* recorded batches not known to have passed */
   ra_block *fifo_head, *fifo_tail;
   ra_block *hot;                  /* the last block freed here: pending, in the FIFO, not indexed */
   const ra_block *split_head;     /* the last hot block split for a smaller request, and what was */
@@ -164,12 +159,16 @@ static inline void free_uses(ra_pool *p, ra_block *b) {
 bool       rapi_ra_uses_passed(const ra_block *b);       /* every use of b has passed */
 bool       rapi_ra_has_per_block_use(const ra_block *b);
 int        rapi_ra_fence_open(ra_pool *p, rstate *rs);   /* one event for rs's open batch */
-int        rapi_ra_query_fences(rstate *rs);             /* done moves past completed fences */
 void       rapi_ra_drain(ra_pool *p, rstate *rs);        /* passed pending blocks to the free index */
 int        rapi_ra_poll_all(ra_pool *p, bool record);    /* every resource: fence, query, drain */
 int        rapi_ra_wait_all(ra_pool *p);                 /* host wait for every fence */
 /* cross_resource=wait: rs waits for owner's batch and b's uses; the oldest fitting pending block */
 int        rapi_ra_wait_for_block(ra_pool *p, rstate *rs, rstate *owner, ra_block *b, bool *host_waited);
 ra_block  *rapi_ra_find_waitable(ra_pool *p, rstate *rs, size_t size, rstate **owner);
+
+/* Moves rs->done past every fence that has completed, oldest first. */
+static inline int rapi_ra_query_fences(rstate *rs) {
+  return rapi_fence_ring_query(&rs->fences, rs->r, &rs->done);
+}
 
 #endif

@@ -12,7 +12,8 @@ typedef struct gate {
   pthread_mutex_t m;
   pthread_cond_t c;
   bool open;
-  int passed;   /* jobs that went through */
+  int passed;    /* jobs that went through */
+  int waiting;   /* jobs waiting at the gate now */
 } gate;
 
 static inline void gate_init(gate *g) {
@@ -20,6 +21,7 @@ static inline void gate_init(gate *g) {
   pthread_cond_init(&g->c, NULL);
   g->open = false;
   g->passed = 0;
+  g->waiting = 0;
 }
 
 static inline void gate_open(gate *g) {
@@ -27,6 +29,14 @@ static inline void gate_open(gate *g) {
   g->open = true;
   pthread_cond_broadcast(&g->c);
   pthread_mutex_unlock(&g->m);
+}
+
+/* Whether a job waits at the gate, closed: its queue cannot move until the gate opens. */
+static inline bool gate_holding(gate *g) {
+  pthread_mutex_lock(&g->m);
+  bool held = !g->open && g->waiting > 0;
+  pthread_mutex_unlock(&g->m);
+  return held;
 }
 
 static inline int gate_passed(gate *g) {
@@ -40,7 +50,9 @@ static inline int gate_passed(gate *g) {
 static inline void gate_job(void *arg) {
   gate *g = arg;
   pthread_mutex_lock(&g->m);
+  g->waiting++;
   while (!g->open) pthread_cond_wait(&g->c, &g->m);
+  g->waiting--;
   g->passed++;
   pthread_mutex_unlock(&g->m);
 }

@@ -1,10 +1,14 @@
 /* test_core.c — status codes, the manager's registry and names, platform allocators, Fault, and
  * the logger's leak report. Options are in test_options.c, custom strategies in
  * test_custom_strategy.c. */
+#include "events/fence_ring.h"
+#include "gate.h"
 #include "rap_internal.h"
+#include "rap_testing.h"
 #include "test_util.h"
 
 #include <rap/strategy.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -421,4 +425,114 @@ RAP_TEST(Slab, LineSizedRecordsStartOnALine) {
   }
   rapi_slab_destroy(&lines);
   rapi_slab_destroy(&packed);
+}
+
+/* Fence rings: fences pass oldest first; the order holds across the ring's end and its growth. */
+RAP_TEST(FenceRing, PassesInOrderAcrossItsEndAndGrowth) {
+  rap_manager *rm = tu_manager();
+  rap_resource *q;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &q));
+  rapi_fence_ring fr = {0};
+  uint64_t done = 0;
+  RAP_CHECK(rapi_fence_ring_newest(&fr) == NULL);
+  RAP_CHECK(rapi_fence_ring_find(&fr, 1) == NULL);
+  static gate g[3];
+  for (int i = 0; i < 3; i++) gate_init(&g[i]);
+  RAP_CHECK_OK(rap_resource_submit(q, gate_job, &g[0]));
+  for (uint64_t b = 1; b <= 6; b++) RAP_CHECK_OK(rapi_fence_ring_record(&fr, q, b, NULL));
+  RAP_CHECK_OK(rapi_fence_ring_query(&fr, q, &done));
+  RAP_CHECK_EQ(done, 0);
+  RAP_CHECK_EQ(fr.count, 6);
+  gate_open(&g[0]);
+  RAP_CHECK_OK(rap_resource_synchronize(q));
+  RAP_CHECK_OK(rapi_fence_ring_query(&fr, q, &done));
+  RAP_CHECK_EQ(done, 6);
+  RAP_CHECK_EQ(fr.count, 0);
+  RAP_CHECK_EQ(fr.head, 6);   /* the next fences wrap round the end of 8 */
+  RAP_CHECK_OK(rap_resource_submit(q, gate_job, &g[1]));
+  for (uint64_t b = 7; b <= 9; b++) RAP_CHECK_OK(rapi_fence_ring_record(&fr, q, b, NULL));
+  RAP_CHECK_OK(rap_resource_submit(q, gate_job, &g[2]));
+  for (uint64_t b = 10; b <= 16; b++) RAP_CHECK_OK(rapi_fence_ring_record(&fr, q, b, NULL));
+  RAP_CHECK_EQ(fr.count, 10);
+  RAP_CHECK_EQ(fr.cap, 16);
+  rapi_event *e8 = rapi_fence_ring_find(&fr, 8), *e11 = rapi_fence_ring_find(&fr, 11);
+  RAP_CHECK(e8 == fr.f[(fr.head + 1) % fr.cap].ev);    /* batch 8's own fence */
+  RAP_CHECK(e11 == fr.f[(fr.head + 4) % fr.cap].ev);
+  RAP_CHECK(rapi_fence_ring_newest(&fr) == fr.f[(fr.head + 9) % fr.cap].ev);
+  RAP_CHECK(rapi_fence_ring_find(&fr, 17) == NULL);   /* not fenced yet */
+  gate_open(&g[1]);
+  RAP_CHECK_OK(rapi_host_wait(e8));
+  RAP_CHECK_OK(rapi_fence_ring_query(&fr, q, &done));
+  RAP_CHECK_EQ(done, 9);   /* the fences behind the closed gate stay */
+  RAP_CHECK_EQ(fr.count, 7);
+  gate_open(&g[2]);
+  RAP_CHECK_OK(rap_resource_synchronize(q));
+  RAP_CHECK_OK(rapi_fence_ring_query(&fr, q, &done));
+  RAP_CHECK_EQ(done, 16);
+  RAP_CHECK_EQ(fr.count, 0);
+  RAP_CHECK_OK(rapi_fence_ring_record(&fr, q, 17, NULL));
+  rapi_fence_ring_fini(&fr, q);   /* its event goes back to the queue */
+  RAP_CHECK(fr.f == NULL && fr.count == 0 && fr.cap == 0);
+  for (int i = 0; i < 3; i++) gate_destroy(&g[i]);
+  RAP_CHECK_OK(rap_resource_destroy(q));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* Until the view says want, or a bounded number of looks (then false): the waiter may not be there
+ * yet. */
+static bool view_until(rap_resource *r, bool host, bool want) {
+  for (long i = 0; i < 100000000L; i++) {
+    rap_host_async_view v;
+    if (rap_host_async_view_of(r, &v) != RAP_OK) return false;
+    if ((host ? v.host_blocked : v.worker_blocked) == want) return true;
+    sched_yield();
+  }
+  return false;
+}
+
+static void *sync_thread(void *arg) { return (void *)(intptr_t)rap_resource_synchronize(arg); }
+
+/* A host_async queue's view for tests: who waits for it, and for whom its worker waits. */
+RAP_TEST(HostAsync, ViewSaysWhoWaits) {
+  rap_manager *rm = tu_manager();
+  rap_resource *q1, *q2;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &q1));
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &q2));
+  rap_host_async_view v;
+  rap_resource *host;
+  RAP_CHECK_OK(rap_resource_host(rm, &host));
+  RAP_CHECK_STATUS(rap_host_async_view_of(host, &v), RAP_ERR_INVALID);
+  RAP_CHECK_STATUS(rap_host_async_view_of(q1, NULL), RAP_ERR_INVALID);
+  static gate g[2];
+  for (int i = 0; i < 2; i++) gate_init(&g[i]);
+  RAP_CHECK_OK(rap_resource_submit(q1, gate_job, &g[0]));
+  RAP_CHECK_OK(rap_host_async_view_of(q1, &v));
+  RAP_CHECK_EQ(v.unfinished, 1);
+  RAP_CHECK(!v.host_blocked && !v.worker_blocked);
+  pthread_t t;
+  RAP_CHECK(pthread_create(&t, NULL, sync_thread, q1) == 0);
+  RAP_CHECK(view_until(q1, true, true));   /* the synchronize waits at the gate */
+  gate_open(&g[0]);
+  void *st;
+  pthread_join(t, &st);
+  RAP_CHECK_EQ((int)(intptr_t)st, RAP_OK);
+  RAP_CHECK_OK(rap_host_async_view_of(q1, &v));
+  RAP_CHECK(v.unfinished == 0 && !v.host_blocked);
+  /* q2's worker waits for q1's event (a queued wait): q2's view says so, q1's has no host waiter */
+  RAP_CHECK_OK(rap_resource_submit(q1, gate_job, &g[1]));
+  rapi_event *ev;
+  RAP_CHECK_OK(q1->ops->record(q1, &ev));
+  RAP_CHECK_OK(q2->ops->wait(q2, ev));
+  RAP_CHECK(view_until(q2, false, true));
+  RAP_CHECK_OK(rap_host_async_view_of(q1, &v));
+  RAP_CHECK(!v.host_blocked && !v.worker_blocked && v.unfinished == 1);
+  gate_open(&g[1]);
+  RAP_CHECK_OK(rap_resource_synchronize(q2));
+  RAP_CHECK_OK(rap_host_async_view_of(q2, &v));
+  RAP_CHECK(v.unfinished == 0 && !v.worker_blocked);
+  q1->ops->event_release(ev);
+  for (int i = 0; i < 2; i++) gate_destroy(&g[i]);
+  RAP_CHECK_OK(rap_resource_destroy(q1));
+  RAP_CHECK_OK(rap_resource_destroy(q2));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
 }

@@ -551,9 +551,10 @@ static void *ps_allocator(void *arg) {
     EXPECT_ST(rep, st, RAP_OK);
     if (st != RAP_OK) ring[k].p = NULL;
     else ps_check(sh, ring[k].p, ring[k].n);
-    if (i > 100000) break;   /* bounded even if the freer never ends */
   }
-  if (t->id == 0) ps_drain(sh, rep);   /* the freer is done: nothing comes after this */
+  /* Allocator 0 stops only once the freer is done (no count bounds it: a bound let it stop while
+   * a slow freer still boxed blocks that nobody then freed), so nothing comes after this drain. */
+  if (t->id == 0) ps_drain(sh, rep);
   for (unsigned k = 0; k < PS_RING; k++)
     if (ring[k].p != NULL) EXPECT_ST(rep, rap_deallocate(sh->tc, ring[k].p, NULL), RAP_OK);
   return NULL;
