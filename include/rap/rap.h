@@ -241,7 +241,10 @@ typedef enum rap_segment_kind {
   RAP_SEGMENT_GROW = 2,     /* the segment grew at its end by [addr, addr + bytes): size is the new size */
   RAP_SEGMENT_SHRINK = 3,   /* [addr, addr + bytes) at the segment's end is about to go; size is still
                                the old size (if less went, a GROW of what stayed follows) */
-  RAP_SEGMENT_UNMAP = 4     /* the whole segment is about to go */
+  RAP_SEGMENT_UNMAP = 4,    /* the whole segment is about to go */
+  RAP_SEGMENT_HOLE = 5,     /* pages of [addr, addr + bytes), inside the segment, may be unmapped
+                               after this (a pool giving back free pages; the segment stays) */
+  RAP_SEGMENT_FILL = 6      /* [addr, addr + bytes), inside the segment, is mapped again */
 } rap_segment_kind;
 typedef struct rap_segment_event {
   int kind;                 /* rap_segment_kind */

@@ -105,7 +105,7 @@ static inline bool sole(const ra_pool *p) { return !p->cross_wait && HASH_COUNT(
  * free neighbour needs it. */
 static bool joins(const ra_pool *p, const rstate *owner, const ra_block *nb, size_t freed) {
   if (nb->base.state == RAPI_PENDING) return nb->owner == owner && nb->uses == NULL;
-  return nb->base.state == RAPI_FREE && nb->base.size <= 4 * freed &&
+  return nb->base.state == RAPI_FREE && nb->base.size <= 4 * freed && !nb->base.holes &&
          !(p->bp.resizable != NULL && &nb->base == nb->base.chunk->last) && sole(p);
 }
 
@@ -235,7 +235,7 @@ static inline size_t blocked_for(const ra_pool *p, const rstate *rs) {
 }
 
 static inline bool joinable(const rstate *rs, const rapi_block *b) {
-  return b->state == RAPI_FREE ||
+  return (b->state == RAPI_FREE && !b->holes) ||
          (b->state == RAPI_PENDING && ra_of_const(b)->owner == rs && ra_of_const(b)->uses == NULL);
 }
 
