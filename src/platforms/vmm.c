@@ -412,23 +412,46 @@ static rapi_vmm_extent *extent_from(rapi_vmm *v, const char *addr) {
   return e;
 }
 
+/* Whether e is a piece unmap_inside gives back, and whether n continues e's run (touching, and a
+ * backend that takes runs). */
+static bool goes(const rapi_vmm_extent *e, const char *lo, const char *hi) {
+  return !e->asleep && e->addr >= lo && extent_end(e) <= hi;
+}
+static bool joins_run(const rapi_vmm *v, const rapi_vmm_extent *e, const rapi_vmm_extent *n) {
+  return v->ops->runs && n != NULL && n->addr == extent_end(e);
+}
+
 int rapi_vmm_unmap_inside(rap_allocator *a, void *lo, void *hi, size_t *bytes) {
   rapi_tracked *p = a->state;
   rapi_vmm *v = p->impl;
   rapi_held held;
   rapi_lock(&p->lock, &held);
   int st = RAP_OK;
-  for (rapi_vmm_extent *e = extent_from(v, lo); e != NULL && e->addr < (char *)hi; e = e->next) {
-    if (e->asleep || e->addr < (char *)lo || extent_end(e) > (char *)hi) continue;
-    rapi_segment_notify(v->self, RAP_SEGMENT_UNMAP, e->addr, e->size, e->addr, e->size);
-    if ((st = backend_unmap(v, e->addr, e->size, &e->share, true)) != RAP_OK) {
-      rapi_segment_notify(v->self, RAP_SEGMENT_MAP, e->addr, e->size, e->addr, e->size);   /* kept */
+  rapi_vmm_extent *e = extent_from(v, lo);
+  while (e != NULL && e->addr < (char *)hi) {
+    if (!goes(e, lo, hi)) {
+      e = e->next;
+      continue;
+    }
+    rapi_vmm_extent *last = e;
+    size_t run = e->size;
+    while (joins_run(v, last, last->next) && goes(last->next, lo, hi)) {
+      last = last->next;
+      run += last->size;
+    }
+    rapi_vmm_extent *stop = last->next;
+    for (rapi_vmm_extent *u = e; u != stop; u = u->next)
+      rapi_segment_notify(v->self, RAP_SEGMENT_UNMAP, u->addr, u->size, u->addr, u->size);
+    if ((st = backend_unmap(v, e->addr, run, &e->share, true)) != RAP_OK) {
+      for (rapi_vmm_extent *u = e; u != stop; u = u->next)   /* kept */
+        rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
       break;
     }
-    e->asleep = true;
-    v->mapped -= e->size;
-    *bytes += e->size;
-    v->hint = e;
+    for (rapi_vmm_extent *u = e; u != stop; u = u->next) u->asleep = true;
+    v->mapped -= run;
+    *bytes += run;
+    v->hint = last;
+    e = stop;
   }
   rapi_unlock(&held);
   return st;
@@ -442,17 +465,31 @@ int rapi_vmm_map_inside(rap_allocator *a, void *lo, void *hi, size_t *bytes) {
   int st = RAP_OK;
   rapi_vmm_extent *from = extent_from(v, lo), *e = from;
   size_t done = 0;
-  for (; e != NULL && e->addr < (char *)hi; e = e->next) {
-    if (!e->asleep) continue;
-    if ((st = backend_map(v, e->addr, e->size, &e->share)) != RAP_OK) break;
-    e->asleep = false;
-    e->fresh = true;
-    v->mapped += e->size;
-    done += e->size;
-    v->hint = e;
+  while (e != NULL && e->addr < (char *)hi) {
+    if (!e->asleep) {
+      e = e->next;
+      continue;
+    }
+    rapi_vmm_extent *last = e;
+    size_t run = e->size;
+    while (joins_run(v, last, last->next) && last->next->asleep && last->next->addr < (char *)hi) {
+      last = last->next;
+      run += last->size;
+    }
+    if ((st = backend_map(v, e->addr, run, &e->share)) != RAP_OK) break;
+    rapi_vmm_extent *stop = last->next;
+    for (rapi_vmm_extent *u = e; u != stop; u = u->next) {
+      u->asleep = false;
+      u->fresh = true;
+    }
+    v->mapped += run;
+    done += run;
+    v->hint = last;
+    e = stop;
   }
   if (v->mapped > v->mapped_hwm) v->mapped_hwm = v->mapped;
-  /* Observers hear of what was mapped once all of it was; a failure unmaps it again. */
+  /* Observers hear of what was mapped once all of it was; a failure unmaps it again (a piece at a
+   * time: a backend that took a run takes its parts). */
   for (rapi_vmm_extent *u = from; u != NULL && u != e; u = u->next) {
     if (!u->fresh) continue;
     u->fresh = false;
@@ -657,7 +694,7 @@ static void host_unreserve(rapi_vmm *v) {
             strerror(errno));
 }
 
-static const rapi_vmm_backend host_backend = {host_map, host_unmap, host_unreserve};
+static const rapi_vmm_backend host_backend = {host_map, host_unmap, host_unreserve, true};
 
 /* HostVmm(export=posix): each mapping is its own memfd mapped shared at its place in the range, so
  * that another process can map the same pages (ipc.c); giving it back puts the reservation
@@ -689,7 +726,8 @@ static int host_share_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share
   return RAP_OK;
 }
 
-static const rapi_vmm_backend host_share_backend = {host_share_map, host_share_unmap, host_unreserve};
+static const rapi_vmm_backend host_share_backend = {host_share_map, host_share_unmap, host_unreserve,
+                                                     false};
 
 /* HostVmm(reserve=SIZE, granularity=SIZE): reserve defaults to twice the host's memory (address
  * space is cheap, and the slack keeps holes left by freed allocations from filling the range), the

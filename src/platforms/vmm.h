@@ -33,6 +33,9 @@ typedef struct rapi_vmm_backend {
   int  (*map)(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share);
   int  (*unmap)(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share);
   void (*unreserve)(rapi_vmm *v);
+  /* map and unmap also take a run of touching extents in one call, with no share (the host's
+   * plain backend): pages inside an allocation go back and come again a run per call. */
+  bool runs;
 } rapi_vmm_backend;
 
 typedef struct rapi_vmm_extent {

@@ -358,7 +358,7 @@ static void device_unreserve(rapi_vmm *v) {
   }
 }
 
-static const rapi_vmm_backend device_backend = {device_map, device_unmap, device_unreserve};
+static const rapi_vmm_backend device_backend = {device_map, device_unmap, device_unreserve, false};
 
 /* The device's granularities and total memory, with the device current. */
 static int device_sizes(rapi_vmm *v, size_t *least, size_t *recommended, size_t *total) {
