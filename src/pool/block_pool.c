@@ -221,12 +221,13 @@ static bool inside(const rapi_bp *bp, const char *ptr, size_t size, char **lo, c
   return *hi > *lo && (size_t)(*hi - *lo) >= bp->unmap_free;
 }
 
-static RAPI_NOINLINE void punch(rapi_bp *bp, rapi_block *b) {
+/* The whole pieces inside [from, from + n), a part of the free block b, go back. */
+static void punch_in(rapi_bp *bp, rapi_block *b, char *from, size_t n) {
   /* By default only where giving back needs no wait: a pool fenced by events, or a platform with
    * nothing to settle (a device synchronize for every free block would cost more than it saves). */
   if (!bp->unmap_given && !bp->fenced && bp->resizable->settle != NULL) return;
   char *lo, *hi;
-  if (!inside(bp, b->ptr, b->size, &lo, &hi)) return;
+  if (!inside(bp, from, n, &lo, &hi)) return;
   rapi_chunk *c = b->chunk;
   settle(bp);
   rapi_segment_notify(bp->self, RAP_SEGMENT_HOLE, c->base, c->size, lo, (size_t)(hi - lo));
@@ -245,6 +246,36 @@ static RAPI_NOINLINE void punch(rapi_bp *bp, rapi_block *b) {
   bp->actual -= bytes;
 }
 
+static RAPI_NOINLINE void punch(rapi_bp *bp, rapi_block *b) { punch_in(bp, b, b->ptr, b->size); }
+
+/* Every free block large enough gives its pieces back; of skip, the block about to be taken,
+ * only what lies outside [keep_lo, keep_hi) (keep_lo NULL: none of it). */
+static RAPI_NOINLINE void punch_all(rapi_bp *bp, rapi_block *skip, char *keep_lo, char *keep_hi) {
+  if (skip != NULL && keep_lo != NULL) {   /* skip's bytes outside what is about to be taken */
+    if (keep_lo > skip->ptr) punch_in(bp, skip, skip->ptr, (size_t)(keep_lo - skip->ptr));
+    if (keep_hi < skip->ptr + skip->size) punch_in(bp, skip, keep_hi, (size_t)(skip->ptr + skip->size - keep_hi));
+  }
+  if (bp->list) {
+    for (rapi_block *b = bp->free.heads[0][0]; b != NULL; b = b->link_next)
+      if (b != skip && b->size >= bp->unmap_free) punch(bp, b);
+    return;
+  }
+  for (unsigned fl = 0; fl < RAPI_FL_COUNT; fl++) {
+    if (!(bp->free.fl_bitmap & ((uint64_t)1 << fl))) continue;
+    for (unsigned sl = 0; sl < RAPI_SL_COUNT; sl++)
+      for (rapi_block *b = bp->free.heads[fl][sl]; b != NULL; b = b->link_next)
+        if (b != skip && b->size >= bp->unmap_free) punch(bp, b);
+  }
+}
+/* Before the pool maps `more` bytes (growth, or pieces mapped again): where that would take what
+ * it holds past its peak, the free pieces go back first, so the peak rises only by what the live
+ * bytes need. Below the peak nothing goes back, and nothing costs a call. */
+static inline void before_mapping(rapi_bp *bp, size_t more, rapi_block *skip, char *keep_lo,
+                                  char *keep_hi) {
+  if (bp->unmap_free != SIZE_MAX && bp->actual + more > bp->actual_hwm)
+    punch_all(bp, skip, keep_lo, keep_hi);
+}
+
 int rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size) {
   rapi_chunk *c = b->chunk;
   size_t piece = bp->resizable->piece;
@@ -252,6 +283,7 @@ int rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size) {
   char *hi = (char *)rapi_align_up((uintptr_t)(b->ptr + size), piece);
   if (lo < c->base) lo = c->base;   /* a piece is never shared by two chunks: they are mappings */
   if (hi > c->base + c->size) hi = c->base + c->size;
+  before_mapping(bp, (size_t)(hi - lo), b, lo, hi);
   size_t bytes = 0;
   int st = bp->resizable->map_inside(bp->parent, lo, hi, &bytes);
   if (st != RAP_OK) return st;
@@ -382,14 +414,7 @@ void rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b) {
  * bitmap update. Neither neighbour was a whole chunk, since b lies beside it. */
 /* Preconditions are asserted here and on other slow paths (RAP_DEBUG=1), not on the pair's path,
  * where even a cold branch changes what the compiler inlines. */
-static rapi_block *make_free(rapi_bp *bp, rapi_block *b);
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b) {
-  b = make_free(bp, b);
-  if (RAPI_UNLIKELY(b->size >= bp->unmap_free)) punch(bp, b);
-  return b;
-}
-
-static RAPI_INLINE rapi_block *make_free(rapi_bp *bp, rapi_block *b) {
   RAPI_ASSERT(b->state != RAPI_FREE);
   rapi_block *entry = NULL;
   size_t entry_size = 0;
@@ -431,6 +456,7 @@ int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
   if (bp->resizable != NULL) usable = rapi_align_up(usable, bp->resizable->granularity);
   size_t pad = bp->parent_alignment >= bp->alignment ? 0 : bp->alignment - bp->parent_alignment;
   size_t request = usable + pad;
+  if (bp->resizable != NULL) before_mapping(bp, request, NULL, NULL, NULL);
   void *base = NULL;
   int st = rap_allocate(bp->parent, &base, request, NULL);
   if (st != RAP_OK) return st;
@@ -548,6 +574,7 @@ static int grow_in_place(rapi_bp *bp, size_t size, rapi_block **out) {
   rapi_block *b = have ? last : rapi_slab_alloc(&bp->block_recs);
   if (b == NULL) return RAP_ERR_NOMEM;
   size_t bytes = c->size;
+  before_mapping(bp, add, have ? last : NULL, NULL, NULL);
   int st = add > SIZE_MAX / 4 - c->size ? RAP_ERR_NOMEM
                                           : bp->resizable->resize(bp->parent, c->base, &bytes, c->size + add);
   if (st != RAP_OK || bytes <= c->size) {
@@ -710,6 +737,11 @@ size_t rapi_bp_release(rapi_bp *bp) {
   size_t released = release_whole_chunks(bp);
   if (bp->resizable != NULL)
     for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) released += trim_tail(bp, c, 0);
+  if (bp->unmap_free != SIZE_MAX) {   /* and the pieces inside free blocks */
+    size_t held = bp->actual;
+    punch_all(bp, NULL, NULL, NULL);
+    released += held - bp->actual;
+  }
   return released;
 }
 

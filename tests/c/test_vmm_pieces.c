@@ -1,6 +1,6 @@
 /* test_vmm_pieces.c — free pages given back from inside a chunk: a pool over HostVmm(piece=)
- * unmaps the whole pieces inside a large free block (unmap_free=) and maps them again before it
- * hands the bytes out. Proven on what the kernel holds (mincore), on the platform's mapped bytes
+ * unmaps the whole pieces inside its large free blocks (unmap_free=) when it would otherwise map
+ * past its peak, and on rap_release, and maps them again before it hands the bytes out. Proven on what the kernel holds (mincore), on the platform's mapped bytes
  * and backend calls, on the pool's held bytes, on observers (told before an unmap, after a map:
  * the callbacks touch the bytes), and on the failure paths: a map refused (a status, the pool
  * consistent, a retry served), an unmap refused, a sleep and wake, a release, bad options.
@@ -53,9 +53,8 @@ static size_t resident(const void *p, size_t n) {
   return got;
 }
 
-/* One chunk of 16 granules: a small block, a large one of 8, one of 6.5, the free granule left.
- * The large one starts half way into a piece, so that 7 of the 9 pieces it meets lie wholly
- * inside it; nothing else free is as large as half of it. */
+/* One chunk of 16 granules, full: a small block, a large one of 8, one of 7.5. The large one
+ * starts half way into a piece, so that 7 of the 9 pieces it meets lie wholly inside it. */
 typedef struct layout {
   char *a, *big, *c;
 } layout;
@@ -64,7 +63,7 @@ static layout lay_out(rap_allocator *pool) {
   layout l;
   l.a = tu_alloc(pool, G / 2);
   l.big = tu_alloc(pool, 8 * G);
-  l.c = tu_alloc(pool, 13 * G / 2);
+  l.c = tu_alloc(pool, 15 * G / 2);
   RAP_CHECK(l.big == l.a + G / 2 && l.c == l.big + 8 * G);
   RAP_CHECK(((uintptr_t)l.a & (G - 1)) == 0);
   tu_fill(l.big, 8 * G, 7);   /* the kernel holds every page of it */
@@ -82,7 +81,11 @@ RAP_TEST(VmmPieces, FreePiecesInsideAChunkGoBackAndComeBackOnReuse) {
     RAP_CHECK_EQ(pool_before, 1 * MiB);
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     RAP_CHECK_EQ(resident(l.a + G, 7 * G), 7 * G / page);
+    size_t m_free = maps(rm);
     RAP_CHECK_OK(rap_deallocate(pool, l.big, NULL));
+    RAP_CHECK_EQ(held(pool), pool_before);   /* below the peak a free costs no call */
+    RAP_CHECK_EQ(maps(rm), m_free);
+    RAP_CHECK_OK(rap_release(pool));
     /* The seven whole pieces inside went: the platform maps less, the pool holds less, the kernel
      * holds none of their pages; the half pieces at the ends stay (the neighbours use them). */
     RAP_CHECK_EQ(held(pool), pool_before - 7 * G);   /* first: QuickPool merges its last free here */
@@ -102,6 +105,7 @@ RAP_TEST(VmmPieces, FreePiecesInsideAChunkGoBackAndComeBackOnReuse) {
     TU_CHECK(pool);
     /* A small request out of the free block maps only the pieces it lies in. */
     RAP_CHECK_OK(rap_deallocate(pool, again, NULL));
+    RAP_CHECK_OK(rap_release(pool));
     RAP_CHECK_EQ(held(pool), pool_before - 7 * G);
     RAP_CHECK_EQ(mapped(rm), before - 7 * G);
     char *small = tu_alloc(pool, 4 * G);
@@ -123,12 +127,40 @@ RAP_TEST(VmmPieces, FreePiecesInsideAChunkGoBackAndComeBackOnReuse) {
   }
 }
 
+/* The policy: a free below the peak keeps its pages (no call); when the pool would map past its
+ * peak (here growth for a request no free block fits), the free pieces go back first, so the peak
+ * rises only by what the request needs. */
+RAP_TEST(VmmPieces, MappingPastThePeakGivesFreePiecesBackFirst) {
+  const char *strategies[] = {"ResourceAwarePool", "QuickPool", "DynamicPoolList"};
+  for (unsigned s = 0; s < 3; s++) {
+    rap_manager *rm = tu_manager();
+    rap_allocator *pool = pieces(rm, strategies[s], 4 * MiB, "initial_size=1MiB next_size=1MiB");
+    layout l = lay_out(pool);
+    RAP_CHECK_OK(rap_deallocate(pool, l.big, NULL));
+    RAP_CHECK_EQ(held(pool), 16 * G);
+    RAP_CHECK_EQ(mapped(rm), 16 * G);
+    char *x = tu_alloc(pool, 9 * G);   /* no free block fits: the chunk grows by 16 granules */
+    RAP_CHECK(x == l.a + 16 * G);
+    RAP_CHECK_EQ(held(pool), 32 * G - 7 * G);
+    RAP_CHECK_EQ(mapped(rm), 32 * G - 7 * G);
+    RAP_CHECK_EQ(tu_stats(pool).actual_high_watermark, 32 * G - 7 * G);
+    tu_fill(x, 9 * G, 8);
+    TU_CHECK(pool);
+    RAP_CHECK_OK(rap_deallocate(pool, x, NULL));
+    RAP_CHECK_OK(rap_deallocate(pool, l.a, NULL));
+    RAP_CHECK_OK(rap_deallocate(pool, l.c, NULL));
+    TU_CHECK(pool);
+    RAP_CHECK_OK(rap_manager_destroy(rm));
+  }
+}
+
 RAP_TEST(VmmPieces, UnmapFreeSetsTheThresholdAndZeroTurnsItOff) {
   rap_manager *rm = tu_manager();
   rap_allocator *pool = pieces(rm, "QuickPool", 4 * MiB, "initial_size=1MiB unmap_free=512KiB");
   layout l = lay_out(pool);
   size_t before = mapped(rm);
   RAP_CHECK_OK(rap_deallocate(pool, l.big, NULL));
+  RAP_CHECK_OK(rap_release(pool));
   RAP_CHECK_EQ(held(pool), before);   /* 448 KiB of whole pieces inside: below 512 KiB */
   RAP_CHECK_EQ(mapped(rm), before);
   RAP_CHECK_OK(rap_deallocate(pool, l.a, NULL));
@@ -140,6 +172,7 @@ RAP_TEST(VmmPieces, UnmapFreeSetsTheThresholdAndZeroTurnsItOff) {
   l = lay_out(pool);
   before = mapped(rm);
   RAP_CHECK_OK(rap_deallocate(pool, l.big, NULL));
+  RAP_CHECK_OK(rap_release(pool));
   RAP_CHECK_EQ(mapped(rm), before);
   RAP_CHECK_OK(rap_deallocate(pool, l.a, NULL));
   RAP_CHECK_OK(rap_deallocate(pool, l.c, NULL));
@@ -154,6 +187,7 @@ RAP_TEST(VmmPieces, UnmapFreeSetsTheThresholdAndZeroTurnsItOff) {
   l = lay_out(pool);
   before = mapped(rm);
   RAP_CHECK_OK(rap_deallocate(pool, l.big, NULL));
+  RAP_CHECK_OK(rap_release(pool));
   RAP_CHECK_EQ(mapped(rm), before);
   RAP_CHECK_OK(rap_deallocate(pool, l.a, NULL));
   RAP_CHECK_OK(rap_deallocate(pool, l.c, NULL));
@@ -201,6 +235,7 @@ RAP_TEST(VmmPieces, ObserversHearOfHolesBeforeAndFillsAfter) {
   RAP_CHECK_OK(rap_allocator_observe(tu_get(rm, "v"), on_platform, &sv));
   int replayed = sv.n;
   RAP_CHECK_OK(rap_deallocate(pool, l.big, NULL));
+  RAP_CHECK_OK(rap_release(pool));
   RAP_CHECK_EQ(sp.hole, 1);
   RAP_CHECK_EQ(sp.hole_bytes, 7 * G);
   RAP_CHECK_EQ(sp.fill, 0);
@@ -227,6 +262,7 @@ RAP_TEST(VmmPieces, AMapRefusedGivesAStatusAndLeavesThePoolWhole) {
   layout l = lay_out(pool);
   size_t before = mapped(rm);
   RAP_CHECK_OK(rap_deallocate(pool, l.big, NULL));
+  RAP_CHECK_OK(rap_release(pool));
   size_t held_then = held(pool);
   RAP_CHECK_EQ(held_then, before - 7 * G);
   RAP_CHECK_EQ(mapped(rm), before - 7 * G);
@@ -259,6 +295,7 @@ RAP_TEST(VmmPieces, AResourceAwarePoolServesFromElsewhereWhenAMapIsRefused) {
   rap_allocator *pool = pieces(rm, "ResourceAwarePool", 4 * MiB, "initial_size=1MiB next_size=1MiB");
   layout l = lay_out(pool);
   RAP_CHECK_OK(rap_deallocate(pool, l.big, NULL));
+  RAP_CHECK_OK(rap_release(pool));
   void *x = NULL;
   rapi_vmm_fail_map_at(1);   /* the first look's map is refused; its second look maps */
   RAP_CHECK_OK(rap_allocate(pool, &x, 8 * G, NULL));
@@ -279,8 +316,9 @@ RAP_TEST(VmmPieces, AnUnmapRefusedKeepsThePagesAndTheCounts) {
   size_t before = mapped(rm), pool_before = held(pool);
   seen sp = {0};
   RAP_CHECK_OK(rap_allocator_observe(pool, on_pool, &sp));
+  RAP_CHECK_OK(rap_deallocate(pool, l.big, NULL));
   rapi_vmm_fail_unmap_at(1);
-  RAP_CHECK_OK(rap_deallocate(pool, l.big, NULL));   /* logged: the free itself succeeds */
+  RAP_CHECK_OK(rap_release(pool));   /* logged: the release itself succeeds */
   rapi_vmm_fail_unmap_at(0);
   RAP_CHECK_EQ(mapped(rm), before);
   RAP_CHECK_EQ(held(pool), pool_before);
@@ -302,7 +340,9 @@ RAP_TEST(VmmPieces, SleepAndWakeMapTheHolesAgain) {
   layout l = lay_out(pool);
   tu_fill(l.a, G / 2, 5);
   RAP_CHECK_OK(rap_deallocate(pool, l.big, NULL));
+  RAP_CHECK_OK(rap_release(pool));
   RAP_CHECK_EQ(held(pool), mapped(rm));
+  RAP_CHECK(held(pool) < 1 * MiB);
   RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_BACKUP));
   RAP_CHECK_OK(rap_allocator_wake(pool));
   /* The wake maps every piece of the chunk: the pool counts them all again, has no holes left
@@ -315,6 +355,7 @@ RAP_TEST(VmmPieces, SleepAndWakeMapTheHolesAgain) {
   RAP_CHECK_EQ(maps(rm), m0);
   tu_fill(again, 8 * G, 6);
   RAP_CHECK_OK(rap_deallocate(pool, again, NULL));   /* and holes come again afterwards */
+  RAP_CHECK_OK(rap_release(pool));
   RAP_CHECK_EQ(held(pool), mapped(rm));
   RAP_CHECK(held(pool) < 1 * MiB);
   TU_CHECK(pool);
