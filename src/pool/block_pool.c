@@ -206,10 +206,10 @@ void rapi_bp_unfree(rapi_bp *bp, rapi_block *b) {
 /* ---- pieces inside free blocks (a parent made with piece=: unmap_free) --------------------------
  * When the pool is about to map past its peak (before_mapping), and on a release, every free block
  * whose inside holds whole pieces of at least unmap_free bytes gives them back to the parent, and
- * is marked as having holes; the mark goes with its bytes through merges and
- * splits, and whoever takes bytes out of a block with holes maps their pieces again first. Only
- * free blocks ever have holes: a pending block never takes in a free one with holes (the
- * ResourceAwarePool's joins), so handing out used or pending memory needs no check. The pool's
+ * is marked as having holes; the mark goes with its bytes through merges and splits, and
+ * whoever takes bytes out of a block with holes maps their pieces again first. Only free blocks
+ * ever have holes: the ResourceAwarePool maps a free block with holes whole again before a
+ * pending one takes it in, so handing out used or pending memory needs no check. The pool's
  * actual bytes count mapped memory: a chunk's unmapped bytes are taken off. */
 
 static void settle(rapi_bp *bp);
