@@ -147,6 +147,7 @@ void wl_b(void) {
       {P_RAP, "rap StreamOrdered", "StreamOrdered(pool=new, release_threshold=max)", 0},
       /* over the growable platform: one chunk that grows at its end, 2 MiB granules */
       {P_RAP, "rap ResourceAwarePool DEVICE_VMM", "ResourceAwarePool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB)", 0},
+      {P_RAP, "rap ResourceAwarePool DEVICE_VMM pieces", "ResourceAwarePool(DeviceVmm(piece=2MiB), initial_size=2MiB, next_size=2MiB)", 0},
       {P_RAP, "rap QuickPool DEVICE_VMM", "QuickPool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB)", 0},
       {P_RAP, "rap DynamicPoolList DEVICE_VMM", "DynamicPoolList(DEVICE_VMM, initial_size=2MiB, next_size=2MiB)", 0},
       {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0}, {P_TORCH, 0, 0, 0},
@@ -163,6 +164,7 @@ void wl_b_host(void) {
       {P_RAP, "rap DynamicPoolList", "DynamicPoolList(HOST, initial_size=1MiB, next_size=1MiB)", 1},
       {P_RAP, "rap ResourceAwarePool HOST_VMM", "ResourceAwarePool(HOST_VMM, initial_size=2MiB, next_size=2MiB)", 1},
       {P_RAP, "rap QuickPool HOST_VMM", "QuickPool(HOST_VMM, initial_size=2MiB, next_size=2MiB)", 1},
+      {P_RAP, "rap ResourceAwarePool HOST_VMM pieces", "ResourceAwarePool(HostVmm(piece=2MiB), initial_size=2MiB, next_size=2MiB)", 1},
       {P_RAP, "rap DynamicPoolList HOST_VMM", "DynamicPoolList(HOST_VMM, initial_size=2MiB, next_size=2MiB)", 1},
       {P_MALLOC, 0, 0, 0}, {P_MIMALLOC, 0, 0, 0}, {P_TCMALLOC, 0, 0, 0},
   };
@@ -355,6 +357,7 @@ static const pdesc f_peers[] = {
     {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
     {P_RAP, "rap StreamOrdered", "StreamOrdered(pool=new, release_threshold=max)", 0},
     {P_RAP, "rap ResourceAwarePool DEVICE_VMM", "ResourceAwarePool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
+    {P_RAP, "rap ResourceAwarePool DEVICE_VMM pieces", "ResourceAwarePool(DeviceVmm(piece=2MiB), initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
     {P_RAP, "rap QuickPool DEVICE_VMM", "QuickPool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
     {P_RAP, "rap DynamicPoolList DEVICE_VMM", "DynamicPoolList(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
     {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0}, {P_TORCH, 0, 0, 0},
@@ -367,6 +370,7 @@ static const pdesc f_host_peers[] = {
     {P_RAP, "rap QuickPool", "QuickPool(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)", 1},
     {P_RAP, "rap DynamicPoolList", "DynamicPoolList(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)", 1},
     {P_RAP, "rap ResourceAwarePool HOST_VMM", "ResourceAwarePool(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
+    {P_RAP, "rap ResourceAwarePool HOST_VMM pieces", "ResourceAwarePool(HostVmm(piece=2MiB), initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
     {P_RAP, "rap QuickPool HOST_VMM", "QuickPool(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
     {P_RAP, "rap DynamicPoolList HOST_VMM", "DynamicPoolList(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
     {P_MALLOC, 0, 0, 0},

@@ -315,6 +315,16 @@ typedef struct rapi_resizable {
   void (*backup_free)(rap_allocator *a, rapi_backup *bk);
   int  (*copy)(rap_allocator *a, void *dst, const void *src, size_t n, bool to_host);
   int  (*copy_finish)(rap_allocator *a);
+  /* Pages inside a live allocation (docs/DESIGN.md, "Free pages inside a chunk"): a platform made
+   * with piece= maps growth in pieces at multiples of `piece` (0: it cannot, and the three are
+   * NULL). unmap_inside gives back every mapped piece wholly inside [lo, hi) (observers of the
+   * platform told first), stopping at the first failure; map_inside maps again every unmapped
+   * piece that meets [lo, hi), all or nothing; both add the bytes they changed to *bytes.
+   * unmapped_inside counts the unmapped bytes of pieces wholly inside [lo, hi). */
+  size_t piece;
+  int  (*unmap_inside)(rap_allocator *a, void *lo, void *hi, size_t *bytes);
+  int  (*map_inside)(rap_allocator *a, void *lo, void *hi, size_t *bytes);
+  size_t (*unmapped_inside)(rap_allocator *a, void *lo, void *hi);
 } rapi_resizable;
 
 /* The platform contract: what the memory at the bottom of a chain is and what it can do. A

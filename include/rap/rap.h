@@ -226,8 +226,9 @@ int  rap_ipc_revoke(rap_allocator *a, const rap_ipc_desc *desc);   /* exporter: 
  * RDMA registration) follows it. fn(ev, user) is called for each chunk of a pool (QuickPool,
  * DynamicPoolList, ResourceAwarePool) or each mapping of a growable platform (DEVICE_VMM,
  * HOST_VMM) when it is mapped or grows (after) and before it shrinks or is unmapped (a sleep, a
- * release, the allocator's destroy), so that a registrant can deregister first; rap never unmaps
- * memory without telling its observers. observe replays a MAP (replay 1) for every segment there
+ * release, the allocator's destroy), so that a registrant can deregister first; a pool over a
+ * platform made with piece= tells HOLE before free pages inside a chunk go and FILL after they are
+ * mapped again. rap never unmaps memory without telling its observers. observe replays a MAP (replay 1) for every segment there
  * is. fn runs under the allocator's lock, on the thread that mapped or unmapped: it must not call
  * into the allocator's chain (observe and unobserve from fn are RAP_ERR_BUSY; to ask whether the
  * memory is registrable there, use rap_allocator_registrable(a), which takes no lock, not
@@ -241,7 +242,10 @@ typedef enum rap_segment_kind {
   RAP_SEGMENT_GROW = 2,     /* the segment grew at its end by [addr, addr + bytes): size is the new size */
   RAP_SEGMENT_SHRINK = 3,   /* [addr, addr + bytes) at the segment's end is about to go; size is still
                                the old size (if less went, a GROW of what stayed follows) */
-  RAP_SEGMENT_UNMAP = 4     /* the whole segment is about to go */
+  RAP_SEGMENT_UNMAP = 4,    /* the whole segment is about to go */
+  RAP_SEGMENT_HOLE = 5,     /* pages of [addr, addr + bytes), inside the segment, may be unmapped
+                               after this (a pool giving back free pages; the segment stays) */
+  RAP_SEGMENT_FILL = 6      /* [addr, addr + bytes), inside the segment, is mapped again */
 } rap_segment_kind;
 typedef struct rap_segment_event {
   int kind;                 /* rap_segment_kind */

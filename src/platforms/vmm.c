@@ -27,7 +27,20 @@ int rapi_vmm_options(rap_allocator *self, rap_options *opts, rapi_vmm_sizes *out
   out->has_granularity = rapi_options_given(opts, "granularity");
   int st = rap_options_get_size(opts, "reserve", &out->reserve);
   if (st == RAP_OK) st = rap_options_get_size(opts, "granularity", &out->granularity);
+  if (st == RAP_OK) st = rap_options_get_size(opts, "piece", &out->piece);
   return st;
+}
+
+int rapi_vmm_check_piece(rap_allocator *self, size_t piece, size_t granularity, bool exporting) {
+  const char *who = rap_allocator_name(self);
+  if (piece == 0) return RAP_OK;
+  if (exporting)
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: option 'piece' (pages given back from inside "
+                     "allocations) cannot go with export=: other processes map whole mappings", who);
+  if (!rapi_is_pow2(piece) || piece % granularity != 0 || piece > ((size_t)1 << 40))
+    return rapi_fail(RAP_ERR_INVALID, "%s: option 'piece' must be 0 or a power of two, a multiple "
+                     "of the granularity (%zu) and at most 1TiB, not %zu", who, granularity, piece);
+  return RAP_OK;
 }
 
 int rapi_vmm_check_sizes(rap_allocator *self, size_t least, size_t *reserve, size_t granularity) {
@@ -54,12 +67,18 @@ static _Thread_local long map_countdown, unmap_countdown;
 void rapi_vmm_fail_map_at(long nth) { map_countdown = nth; }
 void rapi_vmm_fail_unmap_at(long nth) { unmap_countdown = nth; }
 
-/* A sleep's unmaps go through here, for the test seam. */
-static int sleep_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
-  if (RAPI_UNLIKELY(unmap_countdown > 0) && --unmap_countdown == 0)
+/* Every unmap goes through here, counted; a sleep's and one inside an allocation take the test
+ * seam (seam true). */
+static int backend_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share, bool seam) {
+  if (seam && RAPI_UNLIKELY(unmap_countdown > 0) && --unmap_countdown == 0)
     return rapi_fail(RAP_ERR_BACKEND, "%s: unmapping %p failed (injected)",
                      rap_allocator_name(v->self), (void *)addr);
+  v->unmap_calls++;
   return v->ops->unmap(v, addr, size, share);
+}
+
+static int sleep_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
+  return backend_unmap(v, addr, size, share, true);
 }
 
 /* Every map goes through here, so that the test seam covers growth and wake alike. */
@@ -70,6 +89,7 @@ static int backend_map(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *sha
     return rapi_fail(RAP_ERR_NOMEM, "%s: mapping %s at %p failed: out of memory (injected)",
                      rap_allocator_name(v->self), sz, (void *)addr);
   }
+  v->map_calls++;
   return v->ops->map(v, addr, size, share);
 }
 
@@ -93,7 +113,7 @@ static int map_extent(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *aft
   e->fresh = false;
   /* An exporting platform publishes the mapping, so that importers can open it (ipc.c). */
   if (v->ipc != NULL && (st = rapi_ipc_extent_add(v, e)) != RAP_OK) {
-    (void)v->ops->unmap(v, addr, size, &e->share);
+    (void)backend_unmap(v, addr, size, &e->share, false);
     free(e);
     return st;
   }
@@ -114,12 +134,13 @@ static int map_extent(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *aft
 static int unmap_extent(rapi_vmm *v, rapi_vmm_extent *e) {
   if (v->ipc != NULL) rapi_ipc_extent_remove(v, e);   /* importers stop opening it first */
   if (!e->asleep) rapi_segment_notify(v->self, RAP_SEGMENT_UNMAP, e->addr, e->size, e->addr, e->size);
-  int st = e->asleep ? RAP_OK : v->ops->unmap(v, e->addr, e->size, &e->share);
+  int st = e->asleep ? RAP_OK : backend_unmap(v, e->addr, e->size, &e->share, false);
   if (st != RAP_OK) {
     rapi_segment_notify(v->self, RAP_SEGMENT_MAP, e->addr, e->size, e->addr, e->size);   /* kept */
     return st;
   }
   if (!e->asleep) v->mapped -= e->size;
+  if (v->hint == e) v->hint = NULL;
   if (e->prev) e->prev->next = e->next;
   else v->first = e->next;
   if (e->next) e->next->prev = e->prev;
@@ -151,10 +172,15 @@ static int unmap_range(rapi_vmm *v, char *from, char *to) {
 /* Maps [addr, addr+size) after `after`: one extent, or on an exporting platform pieces of at most
  * RAPI_IPC_PIECE, so that an importer maps only the pieces a block lies in and opening a pool
  * costs the same whatever its size (ipc.c). On failure the pieces this call made go back. */
+/* With piece= the pieces lie at multiples of it, so that a pool knows where they are. */
 static int map_run(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *after) {
   size_t piece = v->ipc != NULL ? rapi_align_up(RAPI_IPC_PIECE, v->granularity) : size;
   for (size_t done = 0; done < size;) {
     size_t n = size - done < piece ? size - done : piece;
+    if (v->piece != 0) {
+      size_t to_next = v->piece - (size_t)((uintptr_t)(addr + done) & (v->piece - 1));
+      n = size - done < to_next ? size - done : to_next;
+    }
     int st = map_extent(v, addr + done, n, after);
     if (st != RAP_OK) {
       (void)unmap_range(v, addr, addr + done);
@@ -326,8 +352,9 @@ int rapi_vmm_resume(rap_allocator *a, void *ptr) {
     if (e->addr < (char *)ptr || !e->asleep) continue;
     size_t run = e->size;
     rapi_vmm_extent *last = e;
-    while (last->next != NULL && last->next->asleep && last->next->addr == extent_end(last) &&
-           last->next->addr < end) {
+    /* With piece= each piece stays its own mapping, so that it can go back alone again. */
+    while (v->piece == 0 && last->next != NULL && last->next->asleep &&
+           last->next->addr == extent_end(last) && last->next->addr < end) {
       last = last->next;
       run += last->size;
     }
@@ -335,6 +362,7 @@ int rapi_vmm_resume(rap_allocator *a, void *ptr) {
     rapi_vmm_extent *stop = last->next;
     while (e->next != stop) {   /* the run's records become e's */
       rapi_vmm_extent *n = e->next;
+      if (v->hint == n) v->hint = NULL;
       e->next = n->next;
       if (n->next) n->next->prev = e;
       else v->last = e;
@@ -354,7 +382,7 @@ int rapi_vmm_resume(rap_allocator *a, void *ptr) {
       rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
       continue;
     }
-    if (v->ops->unmap(v, u->addr, u->size, &u->share) != RAP_OK) {   /* kept: valid */
+    if (backend_unmap(v, u->addr, u->size, &u->share, false) != RAP_OK) {   /* kept: valid */
       rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
       continue;
     }
@@ -363,6 +391,147 @@ int rapi_vmm_resume(rap_allocator *a, void *ptr) {
   }
   rapi_unlock(&held);
   return st;
+}
+
+/* ---- pages inside a live allocation: pieces unmapped and mapped again in place -----------------
+ * A pool over a platform made with piece= gives back the pieces wholly inside a large free block
+ * of a chunk, and maps them again before it hands the bytes out. An unmapped piece stays in the
+ * list, asleep, as a sleeping allocation's do: its addresses stay the allocation's, a shrink or a
+ * free forgets it without a backend call, and a wake maps it again with the rest. */
+
+/* The first extent that ends above addr, looked for from the hint (pools work near where they
+ * worked last), or NULL. */
+static rapi_vmm_extent *extent_from(rapi_vmm *v, const char *addr) {
+  rapi_vmm_extent *e = v->hint != NULL ? v->hint : v->first;
+  if (e == NULL) return NULL;
+  if (extent_end(e) > addr) {
+    while (e->prev != NULL && extent_end(e->prev) > addr) e = e->prev;
+    return e;
+  }
+  while (e != NULL && extent_end(e) <= addr) e = e->next;
+  return e;
+}
+
+/* Whether e is a piece unmap_inside gives back, and whether n continues e's run (touching, and a
+ * backend that takes runs). */
+static bool goes(const rapi_vmm_extent *e, const char *lo, const char *hi) {
+  return !e->asleep && e->addr >= lo && extent_end(e) <= hi;
+}
+static bool joins_run(const rapi_vmm *v, const rapi_vmm_extent *e, const rapi_vmm_extent *n) {
+  return v->ops->runs && n != NULL && n->addr == extent_end(e);
+}
+
+int rapi_vmm_unmap_inside(rap_allocator *a, void *lo, void *hi, size_t *bytes) {
+  rapi_tracked *p = a->state;
+  rapi_vmm *v = p->impl;
+  rapi_held held;
+  rapi_lock(&p->lock, &held);
+  int st = RAP_OK;
+  rapi_vmm_extent *e = extent_from(v, lo);
+  while (e != NULL && e->addr < (char *)hi) {
+    if (!goes(e, lo, hi)) {
+      e = e->next;
+      continue;
+    }
+    rapi_vmm_extent *last = e;
+    size_t run = e->size;
+    while (joins_run(v, last, last->next) && goes(last->next, lo, hi)) {
+      last = last->next;
+      run += last->size;
+    }
+    rapi_vmm_extent *stop = last->next;
+    for (rapi_vmm_extent *u = e; u != stop; u = u->next)
+      rapi_segment_notify(v->self, RAP_SEGMENT_UNMAP, u->addr, u->size, u->addr, u->size);
+    if ((st = backend_unmap(v, e->addr, run, &e->share, true)) != RAP_OK) {
+      for (rapi_vmm_extent *u = e; u != stop; u = u->next)   /* kept */
+        rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
+      break;
+    }
+    for (rapi_vmm_extent *u = e; u != stop; u = u->next) u->asleep = true;
+    v->mapped -= run;
+    *bytes += run;
+    v->hint = last;
+    e = stop;
+  }
+  rapi_unlock(&held);
+  return st;
+}
+
+int rapi_vmm_map_inside(rap_allocator *a, void *lo, void *hi, size_t *bytes) {
+  rapi_tracked *p = a->state;
+  rapi_vmm *v = p->impl;
+  rapi_held held;
+  rapi_lock(&p->lock, &held);
+  int st = RAP_OK;
+  rapi_vmm_extent *from = extent_from(v, lo), *e = from;
+  size_t done = 0;
+  while (e != NULL && e->addr < (char *)hi) {
+    if (!e->asleep) {
+      e = e->next;
+      continue;
+    }
+    rapi_vmm_extent *last = e;
+    size_t run = e->size;
+    while (joins_run(v, last, last->next) && last->next->asleep && last->next->addr < (char *)hi) {
+      last = last->next;
+      run += last->size;
+    }
+    if ((st = backend_map(v, e->addr, run, &e->share)) != RAP_OK) break;
+    rapi_vmm_extent *stop = last->next;
+    for (rapi_vmm_extent *u = e; u != stop; u = u->next) {
+      u->asleep = false;
+      u->fresh = true;
+    }
+    v->mapped += run;
+    done += run;
+    v->hint = last;
+    e = stop;
+  }
+  if (v->mapped > v->mapped_hwm) v->mapped_hwm = v->mapped;
+  /* Observers hear of what was mapped once all of it was; a failure unmaps it again (a piece at a
+   * time: a backend that took a run takes its parts). */
+  for (rapi_vmm_extent *u = from; u != NULL && u != e; u = u->next) {
+    if (!u->fresh) continue;
+    u->fresh = false;
+    if (st == RAP_OK) {
+      rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
+      continue;
+    }
+    if (backend_unmap(v, u->addr, u->size, &u->share, false) != RAP_OK) {   /* kept: valid */
+      rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
+      continue;
+    }
+    u->asleep = true;
+    v->mapped -= u->size;
+    done -= u->size;
+  }
+  *bytes += done;
+  rapi_unlock(&held);
+  return st;
+}
+
+size_t rapi_vmm_unmapped_inside(rap_allocator *a, void *lo, void *hi) {
+  rapi_tracked *p = a->state;
+  rapi_vmm *v = p->impl;
+  rapi_held held;
+  rapi_lock(&p->lock, &held);
+  size_t n = 0;
+  for (rapi_vmm_extent *e = extent_from(v, lo); e != NULL && e->addr < (char *)hi; e = e->next)
+    if (e->asleep && e->addr >= (char *)lo && extent_end(e) <= (char *)hi) n += e->size;
+  rapi_unlock(&held);
+  return n;
+}
+
+int rapi_vmm_calls(rap_allocator *a, size_t *maps, size_t *unmaps) {
+  if (a == NULL || a->platform == NULL || a->platform->vmm == NULL || a->platform->root != a)
+    return RAP_ERR_INVALID;
+  rapi_tracked *p = a->state;
+  rapi_held held;
+  rapi_lock(&p->lock, &held);
+  *maps = a->platform->vmm->map_calls;
+  *unmaps = a->platform->vmm->unmap_calls;
+  rapi_unlock(&held);
+  return RAP_OK;
 }
 
 /* HostVmm's backup is plain host memory (through the seam, so tests can fail it) and memcpy. */
@@ -427,6 +596,12 @@ int rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v) {
   v->resizable.backup_free = host_backup_free;
   v->resizable.copy = host_copy;
   v->resizable.copy_finish = host_copy_finish;
+  if (v->piece != 0) {
+    v->resizable.piece = v->piece;
+    v->resizable.unmap_inside = rapi_vmm_unmap_inside;
+    v->resizable.map_inside = rapi_vmm_map_inside;
+    v->resizable.unmapped_inside = rapi_vmm_unmapped_inside;
+  }
   int st = rapi_tracked_init(state, self, v, vmm_raw_alloc, vmm_raw_free, false, v->granularity);
   if (st != RAP_OK) {
     saved.ops->unreserve(&saved);
@@ -519,7 +694,7 @@ static void host_unreserve(rapi_vmm *v) {
             strerror(errno));
 }
 
-static const rapi_vmm_backend host_backend = {host_map, host_unmap, host_unreserve};
+static const rapi_vmm_backend host_backend = {host_map, host_unmap, host_unreserve, true};
 
 /* HostVmm(export=posix): each mapping is its own memfd mapped shared at its place in the range, so
  * that another process can map the same pages (ipc.c); giving it back puts the reservation
@@ -551,7 +726,8 @@ static int host_share_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share
   return RAP_OK;
 }
 
-static const rapi_vmm_backend host_share_backend = {host_share_map, host_share_unmap, host_unreserve};
+static const rapi_vmm_backend host_share_backend = {host_share_map, host_share_unmap, host_unreserve,
+                                                     false};
 
 /* HostVmm(reserve=SIZE, granularity=SIZE): reserve defaults to twice the host's memory (address
  * space is cheap, and the slack keeps holes left by freed allocations from filling the range), the
@@ -581,7 +757,8 @@ static int host_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
     if (rapi_host_memory_info(&free_bytes, &total) != RAP_OK || total == 0) total = (size_t)16 << 30;
     reserve = total * 2;
   }
-  if ((st = rapi_vmm_check_sizes(self, page > 0 ? (size_t)page : 4096, &reserve, gran)) != RAP_OK)
+  if ((st = rapi_vmm_check_sizes(self, page > 0 ? (size_t)page : 4096, &reserve, gran)) != RAP_OK ||
+      (st = rapi_vmm_check_piece(self, asked.piece, gran, mode != 0)) != RAP_OK)
     return st;
   rapi_vmm *v = rapi_calloc(1, sizeof *v);
   if (v == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
@@ -602,6 +779,7 @@ static int host_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
   v->base = (char *)rapi_align_up((uintptr_t)v->raw, gran);
   v->reserve = reserve;
   v->granularity = gran;
+  v->piece = asked.piece;
   if ((st = rapi_vmm_start(self, state, v)) != RAP_OK) return st;
   v->segments.device = -1;   /* host memory */
   if (mode == 0) return st;

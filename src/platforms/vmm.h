@@ -33,6 +33,9 @@ typedef struct rapi_vmm_backend {
   int  (*map)(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share);
   int  (*unmap)(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share);
   void (*unreserve)(rapi_vmm *v);
+  /* map and unmap also take a run of touching extents in one call, with no share (the host's
+   * plain backend): pages inside an allocation go back and come again a run per call. */
+  bool runs;
 } rapi_vmm_backend;
 
 typedef struct rapi_vmm_extent {
@@ -55,7 +58,13 @@ struct rapi_vmm {
   uint64_t peers;                  /* device backend: other devices given access (bits), mapped
                                       with every extent (rapi_device_vmm_peer) */
   rapi_vmm_extent *first, *last;
+  rapi_vmm_extent *hint;           /* the extent a range call last touched, where the next looks
+                                      first (NULL: from the start) */
   size_t extents, mapped, mapped_hwm;   /* mapped: what is mapped now (asleep extents are not) */
+  size_t piece;                    /* piece=: growth maps in pieces at multiples of this, which a
+                                      pool may give back from inside a chunk; 0: one mapping per
+                                      growth */
+  size_t map_calls, unmap_calls;   /* backend calls made, for tests and the bench */
   void *copy;                      /* device backend: the streams backup and restore copy on */
   unsigned handle_types;           /* export=: RAPI_IPC_POSIX | RAPI_IPC_FABRIC, 0 for none */
   bool rdma;                       /* device, export=: gpuDirectRDMACapable asked of cuMemCreate */
@@ -70,7 +79,7 @@ struct rapi_vmm {
  * checked: none stands for "absent"): shared by both platforms so that their options read alike
  * (peers= is DeviceVmm's own). */
 typedef struct rapi_vmm_sizes {
-  size_t reserve, granularity;
+  size_t reserve, granularity, piece;
   bool has_reserve, has_granularity;
 } rapi_vmm_sizes;
 int  rapi_vmm_options(rap_allocator *self, rap_options *opts, rapi_vmm_sizes *out);
@@ -79,6 +88,9 @@ int  rapi_vmm_no_parent(rap_allocator *self);
 /* Checks a granularity against the backend's least one (a power of two, a multiple of it) and
  * rounds the reserve up to it: RAP_ERR_INVALID with a sentence for a bad value. */
 int  rapi_vmm_check_sizes(rap_allocator *self, size_t least, size_t *reserve, size_t granularity);
+/* Checks piece= against the granularity (0, or a power of two and a multiple of it) and refuses it
+ * on an exporting platform, whose mappings importers hold: RAP_ERR_INVALID or UNSUPPORTED. */
+int  rapi_vmm_check_piece(rap_allocator *self, size_t piece, size_t granularity, bool exporting);
 /* Starts the platform over a range the backend has reserved (v from rapi_malloc, filled in):
  * the tracked body, the alignment, the resizable contract. On failure the range is given back and
  * v freed. */
@@ -93,8 +105,15 @@ int  rapi_vmm_resume(rap_allocator *a, void *ptr);
 /* A test's seam: the nth map from now (growth or a wake; 1: the next) on this thread fails with
  * RAP_ERR_NOMEM, as on a device whose memory another process took; 0 turns it off. */
 void rapi_vmm_fail_map_at(long nth);
-/* The same for the nth unmap of a sleep (a driver that fails cuMemUnmap): RAP_ERR_BACKEND. */
+/* The same for the nth unmap of a sleep or of pages inside an allocation (a driver that fails
+ * cuMemUnmap): RAP_ERR_BACKEND. */
 void rapi_vmm_fail_unmap_at(long nth);
+/* Pages inside live allocations (rapi_resizable.unmap_inside, map_inside, unmapped_inside). */
+int  rapi_vmm_unmap_inside(rap_allocator *a, void *lo, void *hi, size_t *bytes);
+int  rapi_vmm_map_inside(rap_allocator *a, void *lo, void *hi, size_t *bytes);
+size_t rapi_vmm_unmapped_inside(rap_allocator *a, void *lo, void *hi);
+/* A test's and the bench's count of backend map and unmap calls made by platform a so far. */
+int  rapi_vmm_calls(rap_allocator *a, size_t *maps, size_t *unmaps);
 
 /* The tracked body's methods, but the engine's fini, stats and peaks (what is mapped). */
 #define RAPI_VMM_METHODS                                                                           \

@@ -358,7 +358,7 @@ static void device_unreserve(rapi_vmm *v) {
   }
 }
 
-static const rapi_vmm_backend device_backend = {device_map, device_unmap, device_unreserve};
+static const rapi_vmm_backend device_backend = {device_map, device_unmap, device_unreserve, false};
 
 /* The device's granularities and total memory, with the device current. */
 static int device_sizes(rapi_vmm *v, size_t *least, size_t *recommended, size_t *total) {
@@ -386,13 +386,16 @@ static int device_reserve(rapi_vmm *v, const rapi_vmm_sizes *sz) {
    * platform never maps in less. */
   if (v->handle_types && gran < recommended) gran = recommended;
   size_t reserve = sz->has_reserve ? sz->reserve : total * 2;   /* slack for holes, as HostVmm (vmm.c) */
-  if ((st = rapi_vmm_check_sizes(v->self, least, &reserve, gran)) != RAP_OK) return st;
+  if ((st = rapi_vmm_check_sizes(v->self, least, &reserve, gran)) != RAP_OK ||
+      (st = rapi_vmm_check_piece(v->self, sz->piece, gran, v->handle_types != 0)) != RAP_OK)
+    return st;
   CUdeviceptr base = 0;
   CUresult r = drv.reserve(&base, reserve, gran, 0, 0);
   if (r != CUDA_SUCCESS) return cu_fail(v, "cuMemAddressReserve", r, reserve);
   v->base = (char *)(uintptr_t)base;
   v->reserve = reserve;
   v->granularity = gran;
+  v->piece = sz->piece;
   return RAP_OK;
 }
 

@@ -94,6 +94,9 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list,
   if (st == RAP_OK) st = rap_options_get_size(opts, "next_size", &bp->next_size);
   if (st == RAP_OK) st = rap_options_get_size(opts, "alignment", &bp->alignment);
   if (st == RAP_OK) st = rap_options_get_string(opts, "heuristic", &heuristic);
+  bp->unmap_given = rapi_options_given(opts, "unmap_free");
+  size_t unmap_free = 0;
+  if (st == RAP_OK) st = rap_options_get_size(opts, "unmap_free", &unmap_free);
   if (st != RAP_OK) return st;
   if (!rapi_is_pow2(bp->alignment) || bp->alignment > ((size_t)1 << 30))
     return rapi_fail(RAP_ERR_INVALID, "%s: option 'alignment' must be a power of two up to 1GiB, "
@@ -110,6 +113,15 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list,
    * would not pass resize on. */
   const rapi_resizable *rz = bp->parent->resizable;
   if (rz != NULL && rz->granularity >= bp->alignment) bp->resizable = rz;
+  /* unmap_free: pieces inside free blocks go back where the parent maps in pieces; by default
+   * any whole piece (see punch for when a default waits). 0 turns it off. */
+  bp->unmap_free = SIZE_MAX;
+  if (bp->resizable != NULL && rz->piece != 0 && (!bp->unmap_given || unmap_free != 0))
+    bp->unmap_free = bp->unmap_given ? (unmap_free > rz->piece ? unmap_free : rz->piece) : rz->piece;
+  else if (bp->unmap_given && unmap_free != 0)
+    return rapi_fail(RAP_ERR_INVALID, "%s: option 'unmap_free' needs a parent that maps in pieces "
+                     "(HostVmm or DeviceVmm made with piece=), not '%s'", rap_allocator_name(self),
+                     rap_allocator_name(bp->parent));
   bp->max_request = SIZE_MAX / 4;
   if (rapi_map_init(&bp->used) != RAP_OK)
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
@@ -191,6 +203,119 @@ void rapi_bp_unfree(rapi_bp *bp, rapi_block *b) {
   unindex_free(bp, b);
 }
 
+/* ---- pieces inside free blocks (a parent made with piece=: unmap_free) --------------------------
+ * When the pool is about to map past its peak (before_mapping), and on a release, every free block
+ * whose inside holds whole pieces of at least unmap_free bytes gives them back to the parent, and
+ * is marked as having holes; the mark goes with its bytes through merges and splits, and
+ * whoever takes bytes out of a block with holes maps their pieces again first. Only free blocks
+ * ever have holes: the ResourceAwarePool maps a free block with holes whole again before a
+ * pending one takes it in, so handing out used or pending memory needs no check. The pool's
+ * actual bytes count mapped memory: a chunk's unmapped bytes are taken off. */
+
+static void settle(rapi_bp *bp);
+
+/* Where the whole pieces inside [ptr, ptr + size) lie. */
+static bool inside(const rapi_bp *bp, const char *ptr, size_t size, char **lo, char **hi) {
+  size_t piece = bp->resizable->piece;
+  *lo = (char *)rapi_align_up((uintptr_t)ptr, piece);
+  *hi = (char *)((uintptr_t)(ptr + size) & ~(uintptr_t)(piece - 1));
+  return *hi > *lo && (size_t)(*hi - *lo) >= bp->unmap_free;
+}
+
+/* The whole pieces inside [from, from + n), a part of the free block b, go back. */
+static void punch_in(rapi_bp *bp, rapi_block *b, char *from, size_t n) {
+  /* By default only where giving back needs no wait: a pool fenced by events, or a platform with
+   * nothing to settle (a device synchronize for every free block would cost more than it saves). */
+  if (!bp->unmap_given && !bp->fenced && bp->resizable->settle != NULL) return;
+  char *lo, *hi;
+  if (!inside(bp, from, n, &lo, &hi)) return;
+  rapi_chunk *c = b->chunk;
+  settle(bp);
+  rapi_segment_notify(bp->self, RAP_SEGMENT_HOLE, c->base, c->size, lo, (size_t)(hi - lo));
+  size_t bytes = 0;
+  int st = bp->resizable->unmap_inside(bp->parent, lo, hi, &bytes);
+  if (st != RAP_OK)
+    rap_log(RAP_LOG_WARN, "%s: giving back free pages inside a chunk of '%s' failed: %s",
+            rap_allocator_name(bp->self), rap_allocator_name(bp->parent), rap_last_error());
+  if (bytes == 0) {   /* nothing went (all gone before, or the first failed): as it was */
+    if (!b->holes)
+      rapi_segment_notify(bp->self, RAP_SEGMENT_FILL, c->base, c->size, lo, (size_t)(hi - lo));
+    return;
+  }
+  b->holes = 1;
+  c->unmapped += bytes;
+  bp->actual -= bytes;
+}
+
+static RAPI_NOINLINE void punch(rapi_bp *bp, rapi_block *b) { punch_in(bp, b, b->ptr, b->size); }
+
+/* Every free block large enough gives its pieces back; of skip, the block about to be taken,
+ * only what lies outside [keep_lo, keep_hi) (keep_lo NULL: none of it). */
+static RAPI_NOINLINE void punch_all(rapi_bp *bp, rapi_block *skip, char *keep_lo, char *keep_hi) {
+  if (skip != NULL && keep_lo != NULL) {   /* skip's bytes outside what is about to be taken */
+    if (keep_lo > skip->ptr) punch_in(bp, skip, skip->ptr, (size_t)(keep_lo - skip->ptr));
+    if (keep_hi < skip->ptr + skip->size) punch_in(bp, skip, keep_hi, (size_t)(skip->ptr + skip->size - keep_hi));
+  }
+  if (bp->list) {
+    for (rapi_block *b = bp->free.heads[0][0]; b != NULL; b = b->link_next)
+      if (b != skip && b->size >= bp->unmap_free) punch(bp, b);
+    return;
+  }
+  for (unsigned fl = 0; fl < RAPI_FL_COUNT; fl++) {
+    if (!(bp->free.fl_bitmap & ((uint64_t)1 << fl))) continue;
+    for (unsigned sl = 0; sl < RAPI_SL_COUNT; sl++)
+      for (rapi_block *b = bp->free.heads[fl][sl]; b != NULL; b = b->link_next)
+        if (b != skip && b->size >= bp->unmap_free) punch(bp, b);
+  }
+}
+/* Before the pool maps `more` bytes (growth, or pieces mapped again): where that would take what
+ * it holds past its peak, the free pieces go back first, so the peak rises only by what the live
+ * bytes need. Below the peak nothing goes back, and nothing costs a call. */
+static inline void before_mapping(rapi_bp *bp, size_t more, rapi_block *skip, char *keep_lo,
+                                  char *keep_hi) {
+  if (bp->unmap_free != SIZE_MAX && bp->actual + more > bp->actual_hwm)
+    punch_all(bp, skip, keep_lo, keep_hi);
+}
+
+int rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size) {
+  rapi_chunk *c = b->chunk;
+  size_t piece = bp->resizable->piece;
+  char *lo = (char *)((uintptr_t)b->ptr & ~(uintptr_t)(piece - 1));
+  char *hi = (char *)rapi_align_up((uintptr_t)(b->ptr + size), piece);
+  if (lo < c->base) lo = c->base;   /* a piece is never shared by two chunks: they are mappings */
+  if (hi > c->base + c->size) hi = c->base + c->size;
+  before_mapping(bp, (size_t)(hi - lo), b, lo, hi);
+  size_t bytes = 0;
+  int st = bp->resizable->map_inside(bp->parent, lo, hi, &bytes);
+  if (st != RAP_OK) return st;
+  if (bytes == 0) return RAP_OK;
+  c->unmapped -= bytes;
+  bp->actual += bytes;
+  if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
+  rapi_segment_notify(bp->self, RAP_SEGMENT_FILL, c->base, c->size, lo, (size_t)(hi - lo));
+  return RAP_OK;
+}
+
+/* A chunk's end went back (c->size is the new size): its unmapped pieces there went with it,
+ * which actual, lowered by every byte of the end, did not count as mapped. Also after a resume,
+ * which maps every piece of the chunk again. */
+static void holes_cut(rapi_bp *bp, rapi_chunk *c) {
+  if (c->unmapped == 0) return;
+  size_t stay = bp->resizable->unmapped_inside(bp->parent, c->base, c->base + c->size);
+  bp->actual += c->unmapped - stay;
+  c->unmapped = stay;
+}
+
+void rapi_bp_holes_filled(rapi_bp *bp) {
+  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
+    if (c->unmapped == 0) continue;
+    holes_cut(bp, c);   /* what the parent still has unmapped (a resume that failed half way) */
+    if (c->unmapped == 0)
+      for (rapi_block *b = c->first; b != NULL; b = b->next) b->holes = 0;
+  }
+  if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
+}
+
 /* ---- blocks ----------------------------------------------------------------------------------- */
 
 rapi_block *rapi_bp_split_slow(rapi_bp *bp, rapi_block *b, size_t size) {
@@ -200,6 +325,7 @@ rapi_block *rapi_bp_split_slow(rapi_bp *bp, rapi_block *b, size_t size) {
   if (bp->record_size > sizeof *rem) memset(rem + 1, 0, bp->record_size - sizeof *rem);
   rem->ptr = b->ptr + size;
   rem->size = b->size - size;
+  rem->holes = b->holes;
   rem->chunk = b->chunk;
   rem->prev = b;
   rem->next = b->next;
@@ -221,6 +347,7 @@ rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size) {
 }
 
 rapi_block *rapi_bp_take_this(rapi_bp *bp, rapi_block *b, size_t size) {
+  if (RAPI_UNLIKELY(b->holes) && rapi_bp_fill_slow(bp, b, size) != RAP_OK) return NULL;
   releasable_add(bp, b, -1);
   size_t old_size = b->size;
   rapi_block *rem = rapi_bp_split(bp, b, size);
@@ -231,6 +358,7 @@ rapi_block *rapi_bp_take_this(rapi_bp *bp, rapi_block *b, size_t size) {
   } else {
     free_remove(bp, b);
   }
+  b->holes = 0;
   return b;
 }
 
@@ -274,6 +402,7 @@ void rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b) {
   RAPI_ASSERT(b->next != NULL && b->next->chunk == b->chunk && b->ptr + b->size == b->next->ptr);
   rapi_block *n = b->next;
   b->size += n->size;
+  b->holes |= n->holes;
   b->next = n->next;
   if (n->next) n->next->prev = b;
   else b->chunk->last = b;
@@ -328,6 +457,7 @@ int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
   if (bp->resizable != NULL) usable = rapi_align_up(usable, bp->resizable->granularity);
   size_t pad = bp->parent_alignment >= bp->alignment ? 0 : bp->alignment - bp->parent_alignment;
   size_t request = usable + pad;
+  if (bp->resizable != NULL) before_mapping(bp, request, NULL, NULL, NULL);
   void *base = NULL;
   int st = rap_allocate(bp->parent, &base, request, NULL);
   if (st != RAP_OK) return st;
@@ -429,8 +559,11 @@ static int grow_in_place(rapi_bp *bp, size_t size, rapi_block **out) {
   rapi_block *last = c->last;
   size_t have = last->state == RAPI_FREE ? last->size : 0;
   if (have >= size) {   /* the index's search can pass over a last block that fits: no mapping */
+    int st = last->holes ? rapi_bp_fill_slow(bp, last, size) : RAP_OK;
+    if (st != RAP_OK) return st;
     unindex_free(bp, last);
-    rapi_block *rem = rapi_bp_split(bp, last, size);
+    rapi_block *rem = rapi_bp_split(bp, last, size);   /* the remainder keeps the mark */
+    last->holes = 0;
     if (rem) index_free(bp, rem);
     *out = last;
     return RAP_OK;
@@ -442,6 +575,7 @@ static int grow_in_place(rapi_bp *bp, size_t size, rapi_block **out) {
   rapi_block *b = have ? last : rapi_slab_alloc(&bp->block_recs);
   if (b == NULL) return RAP_ERR_NOMEM;
   size_t bytes = c->size;
+  before_mapping(bp, add, have ? last : NULL, NULL, NULL);
   int st = add > SIZE_MAX / 4 - c->size ? RAP_ERR_NOMEM
                                           : bp->resizable->resize(bp->parent, c->base, &bytes, c->size + add);
   if (st != RAP_OK || bytes <= c->size) {
@@ -465,7 +599,12 @@ static int grow_in_place(rapi_bp *bp, size_t size, rapi_block **out) {
   note_resize(bp, c, bytes, "grow");
   rapi_segment_notify(bp->self, RAP_SEGMENT_GROW, c->base, c->size, c->base + c->size - added, added);
   b->state = RAPI_FREE;
+  if (b->holes && (st = rapi_bp_fill_slow(bp, b, size)) != RAP_OK) {
+    index_free(bp, b);   /* kept free, grown: the next request may fit */
+    return st;
+  }
   rapi_block *rem = rapi_bp_split(bp, b, size);
+  b->holes = 0;
   if (rem) index_free(bp, rem);
   *out = b;
   return RAP_OK;
@@ -512,6 +651,7 @@ static size_t trim_tail(rapi_bp *bp, rapi_chunk *c, size_t keep) {
   unindex_free(bp, last);   /* not a whole chunk: the counters of releasable chunks stay */
   last->size -= cut;
   note_resize(bp, c, bytes, "release");
+  holes_cut(bp, c);
   if (last->size > 0) {
     index_free(bp, last);
   } else {
@@ -557,7 +697,7 @@ static void drop_chunk(rapi_bp *bp, rapi_chunk *c) {
   if (c->prev) c->prev->next = c->next;
   else bp->chunks = c->next;
   if (c->next) c->next->prev = c->prev;
-  bp->actual -= c->size;
+  bp->actual -= c->size - c->unmapped;   /* its unmapped pieces were not counted */
   bp->usable -= c->usable;
   bp->chunk_count--;
   RAPI_TRACE("release", bp->self, NULL, c->base, c->size, ",\"held\":%zu", bp->actual);
@@ -598,6 +738,11 @@ size_t rapi_bp_release(rapi_bp *bp) {
   size_t released = release_whole_chunks(bp);
   if (bp->resizable != NULL)
     for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) released += trim_tail(bp, c, 0);
+  if (bp->unmap_free != SIZE_MAX) {   /* and the pieces inside free blocks */
+    size_t held = bp->actual;
+    punch_all(bp, NULL, NULL, NULL);
+    released += held - bp->actual;
+  }
   return released;
 }
 
@@ -647,6 +792,7 @@ static bool shrink_free_chunk(rapi_bp *bp, size_t want) {
   unindex_free(bp, b);
   b->size -= c->size - bytes;
   note_resize(bp, c, bytes, "release");
+  holes_cut(bp, c);
   index_free(bp, b);
   return true;
 }

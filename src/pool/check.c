@@ -71,10 +71,16 @@ static int check_chunk(rapi_bp *bp, rapi_chunk *c, size_t sums[4], size_t counts
                        b->requested, b->size);
       *requested += b->requested;
     }
+    if (b->holes && b->state != RAPI_FREE)
+      return CORRUPT("%s: block %p has unmapped pieces but is not free (state %d)", who,
+                     (void *)b->ptr, b->state);
     sums[b->state] += b->size;
     counts[b->state]++;
     tiled += b->size;
   }
+  if (c->unmapped > c->size)
+    return CORRUPT("%s: chunk %p: %zu of its %zu bytes unmapped", who, (void *)c->base, c->unmapped,
+                   c->size);
   if (tiled != c->usable)
     return CORRUPT("%s: chunk %p: blocks tile %zu of %zu bytes", who, (void *)c->base, tiled, c->usable);
   return RAP_OK;
@@ -119,7 +125,7 @@ int rapi_bp_check(rapi_bp *bp) {
     int st = check_chunk(bp, c, sums, counts, &requested);
     if (st != RAP_OK) return st;
     chunks++;
-    actual += c->size;
+    actual += c->size - c->unmapped;
     if (c->first->state == RAPI_FREE && rapi_bp_whole_chunk(c->first)) {
       rel_bytes += c->size;
       rel_chunks++;

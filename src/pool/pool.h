@@ -37,11 +37,13 @@ struct rapi_block {
   rapi_chunk *chunk;
   uint16_t fl, sl;                   /* index class while indexed */
   uint8_t state;
+  uint8_t holes;                     /* free only: some pieces inside may be unmapped (unmap_free) */
 };
 struct rapi_chunk {
   char *base;                        /* what the parent returned */
   size_t size;                       /* bytes asked of the parent */
   size_t usable;                     /* bytes the blocks tile, from the first aligned address */
+  size_t unmapped;                   /* bytes of pieces inside it given back (unmap_free) */
   rapi_block *first, *last;           /* last: where a resizable parent's growth lands */
   rapi_chunk *prev, *next;
 };
@@ -82,6 +84,10 @@ typedef struct rapi_bp {
   bool fenced;                       /* its free blocks are past every use (events: the
                                         ResourceAwarePool): memory goes back without a settle */
   bool list;                         /* DynamicPoolList: free blocks in an address-ordered list */
+  bool unmap_given;                  /* unmap_free= was given (else it waits for fenced or no settle) */
+  size_t unmap_free;                 /* a free block with this many bytes of whole pieces inside
+                                        gives them back (SIZE_MAX: never); actual counts mapped
+                                        bytes only */
   rapi_ptr_map used;                 /* live blocks by address */
   rapi_block *deferred;              /* at most one block in state DEFERRED */
   rapi_chunk *chunks;
@@ -105,7 +111,9 @@ void  rapi_bp_fini(rapi_bp *bp);
 void  rapi_bp_notify_chunks(rapi_bp *bp, int kind);
 /* Rounds a request to the pool's block size; RAP_ERR_NOMEM for sizes no pool can hold. */
 int   rapi_bp_round(rapi_bp *bp, size_t bytes, size_t *out);
-rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size);     /* from the free index, split */
+/* From the free index, split; NULL also when the pieces of a block with holes could not be mapped
+ * again (the block stays free and the status is in rap_last_error). */
+rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size);
 rapi_block *rapi_bp_find_free(rapi_bp *bp, size_t size);     /* what take_free would take */
 rapi_block *rapi_bp_take_this(rapi_bp *bp, rapi_block *b, size_t size);   /* b from find_free */
 int   rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out);
@@ -132,6 +140,10 @@ void  rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b);       /* counters and use
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
 void  rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b);        /* b takes in b->next's bytes */
 void  rapi_bp_unfree(rapi_bp *bp, rapi_block *b);             /* a free block out of the index */
+/* Maps again the pieces of b's first size bytes (b has holes): a status, b unchanged on failure. */
+int   rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size);
+/* After a wake mapped every piece again: no block has holes, the chunks count as mapped. */
+void  rapi_bp_holes_filled(rapi_bp *bp);
 size_t rapi_bp_release(rapi_bp *bp);                          /* wholly free chunks; bytes returned */
 void  rapi_bp_after_free(rapi_bp *bp, rapi_block *merged);   /* runs the coalesce heuristic */
 void  rapi_bp_flush(rapi_bp *bp, bool heuristic);   /* merges the deferred block */

@@ -108,6 +108,7 @@ int rapi_bp_sleep(rapi_bp *bp, int mode) {
     char why[512];
     snprintf(why, sizeof why, "%s", rap_last_error());
     resume_to(bp, failed);
+    rapi_bp_holes_filled(bp);   /* the resumes mapped the pieces inside free blocks too */
     rapi_bp_notify_chunks(bp, RAP_SEGMENT_MAP);
     if (mode == RAP_SLEEP_BACKUP && copy_runs(bp, false) != RAP_OK)
       rap_log(RAP_LOG_ERROR, "%s: restoring after a failed sleep: %s", rap_allocator_name(bp->self),
@@ -149,6 +150,7 @@ int rapi_bp_wake(rapi_bp *bp) {
                      "kept, and wake may be tried again", rap_allocator_name(bp->self), why);
   }
   bp->asleep = RAPI_AWAKE;
+  rapi_bp_holes_filled(bp);   /* the resumes mapped the pieces inside free blocks too */
   rapi_bp_notify_chunks(bp, RAP_SEGMENT_MAP);
   return RAP_OK;
 }

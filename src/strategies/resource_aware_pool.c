@@ -114,10 +114,26 @@ static void take_in(ra_pool *p, rstate *owner, ra_block *nb) {
   else rapi_bp_unfree(&p->bp, &nb->base);
 }
 
+/* Pending blocks never have unmapped pieces (unmap_free): a free block with holes is mapped whole
+ * again before it joins one; if that fails it stays free and apart (the status is logged). */
+static RAPI_NOINLINE bool fill_to_join(ra_pool *p, ra_block *nb) {
+  if (rapi_bp_fill_slow(&p->bp, &nb->base, nb->base.size) != RAP_OK) {
+    rap_log(RAP_LOG_WARN, "%s: mapping free pages again failed: %s", rap_allocator_name(p->bp.self),
+            rap_last_error());
+    return false;
+  }
+  nb->base.holes = 0;
+  return true;
+}
+
+static inline bool ready_to_join(ra_pool *p, ra_block *nb) {
+  return RAPI_LIKELY(!nb->base.holes) || fill_to_join(p, nb);
+}
+
 static RAPI_INLINE ra_block *merge_pending(ra_pool *p, rstate *owner, ra_block *b) {
   size_t freed = b->base.size;
   ra_block *prev = ra_of(b->base.prev);
-  if (prev != NULL && joins(p, owner, prev, freed)) {
+  if (prev != NULL && joins(p, owner, prev, freed) && ready_to_join(p, prev)) {
     take_in(p, owner, prev);
     rapi_bp_absorb_next(&p->bp, &prev->base);
     b = prev;
@@ -129,7 +145,7 @@ static RAPI_INLINE ra_block *merge_pending(ra_pool *p, rstate *owner, ra_block *
    * merge its block every time. With several resources pending pieces merge as before: kept apart
    * there they fragment (the 4-stream trace holds 4 % more). */
   bool kept_apart = next != NULL && b == owner->split_head && next == owner->split_rem && sole(p);
-  if (next != NULL && !kept_apart && joins(p, owner, next, freed)) {
+  if (next != NULL && !kept_apart && joins(p, owner, next, freed) && ready_to_join(p, next)) {
     take_in(p, owner, next);
     rapi_bp_absorb_next(&p->bp, &b->base);
   }
@@ -267,6 +283,8 @@ static ra_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
   if (lo != NULL) {
     uint64_t tag = 0, seq = 0;
     rapi_block *end = hi->next;
+    for (rapi_block *x = lo; x != end; x = x->next)
+      if (x->state == RAPI_FREE && !ready_to_join(p, ra_of(x))) return NULL;
     for (rapi_block *x = lo; x != end; x = x->next) {
       if (x->state == RAPI_PENDING) {
         ra_block *rx = ra_of(x);

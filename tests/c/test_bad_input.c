@@ -170,6 +170,9 @@ MAKE(c_make_vmm_granularity, "x", "HostVmm", NULL, "granularity=3000")
 MAKE(c_make_vmm_reserve_zero, "x", "HostVmm", NULL, "reserve=0")
 MAKE(c_make_vmm_peers, "x", "HostVmm", NULL, "peers=1")
 MAKE(c_make_vmm_parent, "x", "HostVmm", "HOST", NULL)
+MAKE(c_make_vmm_piece, "x", "HostVmm", NULL, "piece=3MiB")
+MAKE(c_make_vmm_piece_export, "x", "HostVmm", NULL, "piece=2MiB export=posix")
+MAKE(c_make_unmap_free_plain, "x", "QuickPool", "HOST", "unmap_free=2MiB")
 CALL(c_check_null, return rap_allocator_check(NULL);)
 
 CALL(c_record_null_alloc, return rap_record_resource(NULL, b->rp, b->q);)
@@ -350,6 +353,9 @@ static const row rows[] = {
     {"rap_allocator_make", "HostVmm reserve=0", RAP_ERR_INVALID, "'reserve'", c_make_vmm_reserve_zero},
     {"rap_allocator_make", "HostVmm peers= (host memory)", RAP_ERR_UNSUPPORTED, "'peers'", c_make_vmm_peers},
     {"rap_allocator_make", "HostVmm with a parent", RAP_ERR_INVALID, "takes no parent", c_make_vmm_parent},
+    {"rap_allocator_make", "HostVmm piece not a power of two", RAP_ERR_INVALID, "'piece'", c_make_vmm_piece},
+    {"rap_allocator_make", "HostVmm piece= with export=", RAP_ERR_UNSUPPORTED, "'piece'", c_make_vmm_piece_export},
+    {"rap_allocator_make", "a pool's unmap_free= over a platform without pieces", RAP_ERR_INVALID, "'unmap_free'", c_make_unmap_free_plain},
     {"rap_allocator_check", "NULL allocator", RAP_ERR_INVALID, "rap_allocator_check", c_check_null},
     {"rap_record_resource", "NULL allocator", RAP_ERR_INVALID, "rap_record_resource", c_record_null_alloc},
     {"rap_record_resource", "NULL resource", RAP_ERR_INVALID, "rap_record_resource", c_record_null_res},

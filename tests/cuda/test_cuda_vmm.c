@@ -243,3 +243,102 @@ RAP_TEST(CudaVmm, RegistrableMemoryIsDeviceVmmWithExport) {
   RAP_CHECK_OK(rap_deallocate(dev, c, NULL));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* DeviceVmm(piece=): on rap_release the whole pieces inside a large free block go back to the
+ * device (its free memory rises, the platform maps less, the pool holds less; a free alone below
+ * the peak gives nothing back) and are mapped again when the block is handed out, where a kernel writes and reads all of it. Observers of the platform hear of each
+ * piece, before its unmap and after its map. The host runs the same engine (test_vmm_pieces.c). */
+typedef struct piece_events {
+  int map, unmap;
+} piece_events;
+
+static void count_pieces(const rap_segment_event *ev, void *user) {
+  piece_events *pe = user;
+  if (ev->replay) return;
+  if (ev->kind == RAP_SEGMENT_MAP) pe->map++;
+  if (ev->kind == RAP_SEGMENT_UNMAP) pe->unmap++;
+}
+
+RAP_TEST(CudaVmm, PiecesInsideAFreeBlockGoBackAndComeBack) {
+  rap_manager *rm = manager();
+  rap_allocator *pool = make_or_skip(rm, "pool", "ResourceAwarePool(DeviceVmm(piece=2MiB), "
+                                                 "initial_size=136MiB, next_size=2MiB)");
+  rap_allocator *vmm = rap_allocator_parent(pool);
+  size_t g = rap_allocator_alignment(vmm);
+  if (g != 2 * MiB) {
+    RAP_CHECK_OK(rap_manager_destroy(rm));
+    RAP_SKIP("the device's granularity is %zu, not the 2 MiB piece this test is sized for", g);
+  }
+  char *a, *big, *c, *again;
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&a, g / 2, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&big, 64 * g, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&c, 7 * g / 2, NULL));   /* the chunk is full */
+  RAP_CHECK(big == a + g / 2 && c == big + 64 * g);
+  RAP_CHECK(gpu_fill(0, a, g / 2, 0x1A) == 0);
+  RAP_CHECK(gpu_fill(0, big, 64 * g, 0x2B) == 0);
+  RAP_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  piece_events pe = {0, 0};
+  RAP_CHECK_OK(rap_allocator_observe(vmm, count_pieces, &pe));
+  size_t mapped = stats(vmm).actual_bytes, held = stats(pool).actual_bytes;
+  size_t free_before = 0, free_after = 0, total = 0;
+  RAP_CHECK(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
+  RAP_CHECK_OK(rap_deallocate(pool, big, NULL));   /* the host resource: free at once */
+  RAP_CHECK_EQ(stats(vmm).actual_bytes, mapped);   /* below the peak: kept */
+  RAP_CHECK_OK(rap_release(pool));
+  RAP_CHECK(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
+  RAP_CHECK_EQ(stats(vmm).actual_bytes, mapped - 63 * g);
+  RAP_CHECK_EQ(stats(pool).actual_bytes, held - 63 * g);
+  RAP_CHECK_EQ(pe.unmap, 63);
+  RAP_CHECK(free_after >= free_before + 32 * g);   /* the device has the pages back */
+  RAP_CHECK(gpu_all_bytes(a, g / 2, 0x1A));       /* what stays mapped is intact */
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&again, 64 * g, NULL));
+  RAP_CHECK(again == big);
+  RAP_CHECK_EQ(stats(vmm).actual_bytes, mapped);
+  RAP_CHECK_EQ(stats(pool).actual_bytes, held);
+  RAP_CHECK_EQ(pe.map, 63);   /* each piece its own mapping again, so it can go alone later */
+  RAP_CHECK(gpu_fill(0, again, 64 * g, 0x3C) == 0);
+  RAP_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  RAP_CHECK(gpu_all_bytes(again, 64 * g, 0x3C));
+  RAP_CHECK(gpu_all_bytes(a, g / 2, 0x1A));
+  RAP_CHECK_OK(rap_allocator_unobserve(vmm, count_pieces, &pe));
+  RAP_CHECK_OK(rap_deallocate(pool, again, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* A QuickPool tracks no streams: giving back needs a device synchronize, so it does so only when
+ * unmap_free= asks, and then synchronizes first (queued work on the pages ends). */
+RAP_TEST(CudaVmm, PiecesUnderAQuickPoolOnlyWhenAsked) {
+  for (int asked = 0; asked < 2; asked++) {
+    rap_manager *rm = manager();
+    rap_allocator *pool = make_or_skip(rm, "pool", asked ? "QuickPool(DeviceVmm(piece=2MiB), "
+                                                           "initial_size=40MiB, unmap_free=2MiB)"
+                                                         : "QuickPool(DeviceVmm(piece=2MiB), "
+                                                           "initial_size=40MiB)");
+    rap_allocator *vmm = rap_allocator_parent(pool);
+    size_t g = rap_allocator_alignment(vmm);
+    if (g != 2 * MiB) {
+      RAP_CHECK_OK(rap_manager_destroy(rm));
+      RAP_SKIP("the device's granularity is %zu, not the 2 MiB piece this test is sized for", g);
+    }
+    char *a, *big, *c;
+    RAP_CHECK_OK(rap_allocate(pool, (void **)&a, g / 2, NULL));
+    RAP_CHECK_OK(rap_allocate(pool, (void **)&big, 16 * g, NULL));
+    RAP_CHECK_OK(rap_allocate(pool, (void **)&c, 7 * g / 2, NULL));   /* the chunk is full */
+    RAP_CHECK(gpu_fill(0, big, 16 * g, 0x4D) == 0);   /* queued: the synchronize waits for it */
+    size_t mapped = stats(vmm).actual_bytes;
+    RAP_CHECK_OK(rap_deallocate(pool, big, NULL));
+    RAP_CHECK_OK(rap_release(pool));   /* no free end, no free chunk: only pieces could go */
+    RAP_CHECK_OK(rap_allocator_check(pool));
+    size_t now = stats(vmm).actual_bytes;
+    if (asked) RAP_CHECK(now < mapped);
+    else RAP_CHECK_EQ(now, mapped);
+    RAP_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+    RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+    RAP_CHECK_OK(rap_manager_destroy(rm));
+  }
+}
