@@ -5,11 +5,12 @@
 # RAP_DIST_RUNS=N rounds (default 5); each round launches, with torchrun on 2 GPUs, PyTorch's
 # allocator (DDP, FSDP2, then DDP on registered rap memory, which runs on PyTorch's allocator
 # too, in one process) and rap's default (rap.torch.enable(): DDP then FSDP2), in that order
-# (interleaved, so the machine's drift falls on every configuration alike). Before them: the NCCL registration test (NCCL_DEBUG=INFO,
-# subsystem REG, logged to $OUT/nccl-reg.*), the bad-input check, and the single-process
-# record_stream hand-off native and on rap's default. RAP_DIST_BUDGET_S=S starts no round after
-# S seconds (the table says how many ran). Writes $OUT/distributed.json and $OUT/distributed_log.txt;
-# the table is the last thing printed. Exit status 1 if a check failed.
+# (interleaved, so the machine's drift falls on every configuration alike). Before them: the NCCL
+# registration test (NCCL_DEBUG=INFO, subsystem REG, logged to $OUT/nccl-reg.*), the bad-input
+# check, and the single-process record_stream hand-off native and on rap's default.
+# RAP_DIST_BUDGET_S=S starts no round after S seconds (the table says how many ran). Writes
+# $OUT/distributed.json and $OUT/distributed_log.txt; the table is the last thing printed. Exit
+# status 1 if a check failed.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here=$root/integrations/torch
