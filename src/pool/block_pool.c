@@ -249,8 +249,15 @@ static void punch_in(rapi_bp *bp, rapi_block *b, char *from, size_t n) {
 
 static RAPI_NOINLINE void punch(rapi_bp *bp, rapi_block *b) { punch_in(bp, b, b->ptr, b->size); }
 
+/* Whether b lies wholly in [keep_lo, keep_hi) of skip's chunk: about to be mapped and taken. */
+static bool kept(const rapi_block *b, const rapi_block *skip, const char *keep_lo, const char *keep_hi) {
+  return skip != NULL && keep_lo != NULL && b->chunk == skip->chunk && b->ptr >= keep_lo &&
+         b->ptr + b->size <= keep_hi;
+}
+
 /* Every free block large enough gives its pieces back; of skip, the block about to be taken,
- * only what lies outside [keep_lo, keep_hi) (keep_lo NULL: none of it). */
+ * only what lies outside [keep_lo, keep_hi) (keep_lo NULL: none of it), and none of a free block
+ * wholly inside that range (a span of blocks about to be joined). */
 static RAPI_NOINLINE void punch_all(rapi_bp *bp, rapi_block *skip, char *keep_lo, char *keep_hi) {
   if (skip != NULL && keep_lo != NULL) {   /* skip's bytes outside what is about to be taken */
     if (keep_lo > skip->ptr) punch_in(bp, skip, skip->ptr, (size_t)(keep_lo - skip->ptr));
@@ -258,14 +265,14 @@ static RAPI_NOINLINE void punch_all(rapi_bp *bp, rapi_block *skip, char *keep_lo
   }
   if (bp->list) {
     for (rapi_block *b = bp->free.heads[0][0]; b != NULL; b = b->link_next)
-      if (b != skip && b->size >= bp->unmap_free) punch(bp, b);
+      if (b != skip && b->size >= bp->unmap_free && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
     return;
   }
   for (unsigned fl = 0; fl < RAPI_FL_COUNT; fl++) {
     if (!(bp->free.fl_bitmap & ((uint64_t)1 << fl))) continue;
     for (unsigned sl = 0; sl < RAPI_SL_COUNT; sl++)
       for (rapi_block *b = bp->free.heads[fl][sl]; b != NULL; b = b->link_next)
-        if (b != skip && b->size >= bp->unmap_free) punch(bp, b);
+        if (b != skip && b->size >= bp->unmap_free && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
   }
 }
 /* Before the pool maps `more` bytes (growth, or pieces mapped again): where that would take what

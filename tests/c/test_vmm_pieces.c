@@ -7,6 +7,7 @@
  * DEVICE_VMM runs the same engine (tests/cuda/test_cuda_vmm.c).
  */
 #define _DEFAULT_SOURCE 1   /* mincore */
+#include "gate.h"
 #include "test_util.h"
 
 #include <stdio.h>
@@ -18,6 +19,7 @@
 void rapi_vmm_fail_map_at(long nth);     /* platforms/vmm.c: the nth map from now is refused */
 void rapi_vmm_fail_unmap_at(long nth);   /* and the nth unmap of a sleep or inside an allocation */
 int  rapi_vmm_calls(rap_allocator *a, size_t *maps, size_t *unmaps);
+size_t rapi_vmm_unmapped_inside(rap_allocator *a, void *lo, void *hi);
 
 #define KiB ((size_t)1024)
 #define MiB (KiB * 1024)
@@ -382,4 +384,49 @@ RAP_TEST(VmmPieces, BadOptionsSayWhich) {
   RAP_CHECK_STR(rap_last_error(), "piece=");
   RAP_CHECK_OK(rap_allocator_make(rm, "p", "QuickPool", "HOST", "unmap_free=0", &a));   /* off: fine */
   RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* A resource's own pending block joined with two free neighbours that both have holes, past the
+ * peak: mapping the second neighbour's pieces must not give back the first's, which is about to
+ * be handed out in the joined block. Every byte handed out is mapped. */
+RAP_TEST(VmmPieces, PendingJoinedWithTwoFreeNeighboursWithHolesIsMappedWhole) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = pieces(rm, "ResourceAwarePool", 4 * MiB, "initial_size=1MiB next_size=1MiB");
+  rap_resource *r1;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &r1));
+  gate g;
+  gate_init(&g);
+  /* One chunk of 16 granules: a (1) | f1 (4) | p (1/2) | f2 (4) | rest (6.5), all used. */
+  char *a = tu_alloc(pool, G);
+  char *f1 = tu_alloc(pool, 4 * G);
+  void *p = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &p, G / 2, r1));
+  char *f2 = tu_alloc(pool, 4 * G);
+  char *rest = tu_alloc(pool, 13 * G / 2);
+  RAP_CHECK(f1 == a + G && (char *)p == f1 + 4 * G && f2 == (char *)p + G / 2 && rest == f2 + 4 * G);
+  RAP_CHECK_EQ(held(pool), 16 * G);
+  RAP_CHECK_OK(rap_resource_submit(r1, gate_job, &g));   /* r1 busy: p stays pending */
+  RAP_CHECK_OK(rap_deallocate(pool, p, r1));   /* its free neighbours are over 4 times its size */
+  RAP_CHECK_OK(rap_deallocate(pool, f1, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, f2, NULL));
+  RAP_CHECK_OK(rap_release(pool));   /* f1's 4 whole pieces and f2's 3 go back */
+  RAP_CHECK_EQ(held(pool), 9 * G);
+  RAP_CHECK_EQ(tu_stats(pool).pending_bytes, G / 2);
+  /* No free block holds 8 granules, r1's pending block with both neighbours does: r1 takes them
+   * joined. Mapping f1's pieces stays below the peak; f2's then goes past it. */
+  void *x = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &x, 8 * G, r1));
+  RAP_CHECK(x == (void *)f1);
+  RAP_CHECK_EQ(rapi_vmm_unmapped_inside(tu_get(rm, "v"), f1, f1 + 9 * G), 0);
+  TU_CHECK(pool);
+  RAP_CHECK_EQ(held(pool), mapped(rm));
+  if (rapi_vmm_unmapped_inside(tu_get(rm, "v"), f1, f1 + 9 * G) == 0) tu_fill(x, 8 * G, 5);
+  gate_open(&g);
+  RAP_CHECK_OK(rap_resource_synchronize(r1));
+  RAP_CHECK_OK(rap_deallocate(pool, x, r1));
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, rest, NULL));
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+  gate_destroy(&g);
 }
