@@ -63,15 +63,27 @@ static int parse_heuristic(rapi_bp *bp, const char *text) {
  * calls run under (a wrapper's above it; a plain pool is its caller's). A pool asleep has none
  * mapped: it replays nothing, and tells observers when it sleeps and wakes. */
 static void bp_walk(rap_allocator *a, void *ctx, void (*locked)(void *arg),
-                    void (*visit)(void *arg, void *base, size_t size), void *arg) {
+                    void (*visit)(void *arg, int kind, void *base, size_t size, void *addr,
+                                  size_t bytes),
+                    void *arg) {
   rapi_bp *bp = ctx;
   rapi_held held = {0};
   if (a->guard_lock != NULL) rapi_lock(a->guard_lock, &held);
   locked(arg);
   /* Chunks are mapped until the sleep unmaps them (it tells observers first): a pool on its way
    * to sleep (RAPI_SLEEPING, which may yet fail and wake) replays them. */
-  for (rapi_chunk *c = bp->chunks; c != NULL && bp->asleep < RAPI_ASLEEP_BACKUP; c = c->next)
-    visit(arg, c->base, c->size);
+  for (rapi_chunk *c = bp->chunks; c != NULL && bp->asleep < RAPI_ASLEEP_BACKUP; c = c->next) {
+    visit(arg, RAP_SEGMENT_MAP, c->base, c->size, c->base, c->size);
+    /* Free pages given back inside it (unmap_free): a HOLE for the whole pieces of each block with
+     * holes, as the pool told when they went, so that a late observer knows them too. */
+    for (rapi_block *b = c->first; c->unmapped != 0 && b != NULL; b = b->next) {
+      if (!b->holes) continue;
+      size_t piece = bp->resizable->piece;
+      char *lo = (char *)rapi_align_up((uintptr_t)b->ptr, piece);
+      char *hi = (char *)((uintptr_t)(b->ptr + b->size) & ~(uintptr_t)(piece - 1));
+      if (hi > lo) visit(arg, RAP_SEGMENT_HOLE, c->base, c->size, lo, (size_t)(hi - lo));
+    }
+  }
   if (a->guard_lock != NULL) rapi_unlock(&held);
 }
 

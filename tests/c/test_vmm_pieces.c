@@ -430,3 +430,42 @@ RAP_TEST(VmmPieces, PendingJoinedWithTwoFreeNeighboursWithHolesIsMappedWhole) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
   gate_destroy(&g);
 }
+
+typedef struct late {
+  int map, hole, replayed_hole;
+  size_t hole_bytes;
+} late;
+
+static void on_late(const rap_segment_event *ev, void *user) {
+  late *s = user;
+  if (ev->kind == RAP_SEGMENT_MAP) s->map++;
+  if (ev->kind == RAP_SEGMENT_HOLE) {
+    s->hole++;
+    s->hole_bytes += ev->bytes;
+    s->replayed_hole += ev->replay;
+  }
+}
+
+/* An observer that comes after free pages went hears of them in the replay: the chunk's MAP, then
+ * a HOLE over them (a registrant of the whole chunk would otherwise take unmapped pages for
+ * mapped ones). */
+RAP_TEST(VmmPieces, ALateObserverHearsOfTheHolesInTheReplay) {
+  const char *strategies[] = {"ResourceAwarePool", "QuickPool", "DynamicPoolList"};
+  for (unsigned s = 0; s < 3; s++) {
+    rap_manager *rm = tu_manager();
+    rap_allocator *pool = pieces(rm, strategies[s], 4 * MiB, "initial_size=1MiB next_size=1MiB");
+    layout l = lay_out(pool);
+    RAP_CHECK_OK(rap_deallocate(pool, l.big, NULL));
+    RAP_CHECK_OK(rap_release(pool));   /* 7 whole pieces inside go */
+    late lt = {0};
+    RAP_CHECK_OK(rap_allocator_observe(pool, on_late, &lt));
+    RAP_CHECK_EQ(lt.map, 1);
+    RAP_CHECK_EQ(lt.hole, 1);
+    RAP_CHECK_EQ(lt.replayed_hole, 1);
+    RAP_CHECK_EQ(lt.hole_bytes, 7 * G);
+    RAP_CHECK_OK(rap_allocator_unobserve(pool, on_late, &lt));
+    RAP_CHECK_OK(rap_deallocate(pool, l.a, NULL));
+    RAP_CHECK_OK(rap_deallocate(pool, l.c, NULL));
+    RAP_CHECK_OK(rap_manager_destroy(rm));
+  }
+}
