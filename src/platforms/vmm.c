@@ -497,7 +497,7 @@ int rapi_vmm_map_inside(rap_allocator *a, void *lo, void *hi, size_t *bytes) {
       rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
       continue;
     }
-    if (backend_unmap(v, u->addr, u->size, &u->share, false) != RAP_OK) {   /* kept: valid */
+    if (backend_unmap(v, u->addr, u->size, &u->share, true) != RAP_OK) {   /* kept: valid */
       rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
       continue;
     }

@@ -306,11 +306,11 @@ int rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size) {
   before_mapping(bp, (size_t)(hi - lo), b, lo, hi);
   size_t bytes = 0;
   int st = bp->resizable->map_inside(bp->parent, lo, hi, &bytes);
-  if (st != RAP_OK) return st;
-  if (bytes == 0) return RAP_OK;
+  /* A failure undoes its maps, but a piece whose undoing was refused stays mapped: held again. */
   c->unmapped -= bytes;
   bp->actual += bytes;
   if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
+  if (st != RAP_OK || bytes == 0) return st;
   rapi_segment_notify(bp->self, RAP_SEGMENT_FILL, c->base, c->size, lo, (size_t)(hi - lo));
   return RAP_OK;
 }

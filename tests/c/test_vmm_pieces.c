@@ -469,3 +469,41 @@ RAP_TEST(VmmPieces, ALateObserverHearsOfTheHolesInTheReplay) {
     RAP_CHECK_OK(rap_manager_destroy(rm));
   }
 }
+
+/* A map of pieces refused half way is undone; where undoing it is refused too, the piece that
+ * stays mapped is counted as held again: the pool's held bytes stay the platform's mapped ones. */
+RAP_TEST(VmmPieces, AMapUndoneOnlyInPartKeepsHeldEqualToMapped) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = pieces(rm, "QuickPool", 4 * MiB, "initial_size=1MiB next_size=1MiB");
+  char *x1 = tu_alloc(pool, 4 * G);
+  char *u = tu_alloc(pool, G);
+  char *x2 = tu_alloc(pool, 4 * G);
+  char *rest = tu_alloc(pool, 7 * G);
+  RAP_CHECK(((uintptr_t)x1 & (G - 1)) == 0 && u == x1 + 4 * G && x2 == u + G && rest == x2 + 4 * G);
+  RAP_CHECK_OK(rap_deallocate(pool, x1, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, x2, NULL));
+  RAP_CHECK_OK(rap_release(pool));   /* x1's 4 pieces and x2's 4 go */
+  RAP_CHECK_OK(rap_deallocate(pool, u, NULL));   /* one free block, holes in two runs */
+  RAP_CHECK_EQ(held(pool), 8 * G);
+  RAP_CHECK_EQ(mapped(rm), 8 * G);
+  /* Taking it maps x1's run, then x2's is refused; of x1's run undone, the first piece's unmap is
+   * refused: it stays mapped. The pool serves the request by growing. */
+  rapi_vmm_fail_map_at(2);
+  rapi_vmm_fail_unmap_at(1);
+  void *y = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &y, 9 * G, NULL));
+  rapi_vmm_fail_map_at(0);
+  rapi_vmm_fail_unmap_at(0);
+  RAP_CHECK(y != (void *)x1);
+  RAP_CHECK_EQ(held(pool), mapped(rm));
+  TU_CHECK(pool);
+  char *z = tu_alloc(pool, 9 * G);   /* the rest of the block maps; all of it is touchable */
+  RAP_CHECK(z == x1);
+  tu_fill(z, 9 * G, 3);
+  RAP_CHECK_EQ(held(pool), mapped(rm));
+  RAP_CHECK_OK(rap_deallocate(pool, z, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, y, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, rest, NULL));
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
