@@ -403,11 +403,14 @@ struct rap_allocator {
 
 /* ---- core/observe.c: segment observers (rap_allocator_observe) --------------------------------
  * An owner of segments sets a->segments at init; walk takes the lock its notifications run under,
- * calls locked(arg) (which subscribes), visits every segment there is, and lets the lock go.
+ * calls locked(arg) (which subscribes), visits every segment there is (kind RAP_SEGMENT_MAP; a pool
+ * with free pages given back follows a chunk's MAP with a RAP_SEGMENT_HOLE for each range of them),
+ * and lets the lock go.
  * rapi_segment_notify tells a's observers (one atomic load when there are none). */
 typedef struct rapi_segments {
   void (*walk)(rap_allocator *a, void *ctx, void (*locked)(void *arg),
-               void (*visit)(void *arg, void *base, size_t size), void *arg);
+               void (*visit)(void *arg, int kind, void *base, size_t size, void *addr, size_t bytes),
+               void *arg);
   int device;                     /* the device the segments are on, -1 for the host; or
                                      RAPI_SEGMENT_DEVICE_OF_PARENT: the chain's root decides */
 } rapi_segments;

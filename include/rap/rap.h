@@ -229,7 +229,7 @@ int  rap_ipc_revoke(rap_allocator *a, const rap_ipc_desc *desc);   /* exporter: 
  * release, the allocator's destroy), so that a registrant can deregister first; a pool over a
  * platform made with piece= tells HOLE before free pages inside a chunk go and FILL after they are
  * mapped again. rap never unmaps memory without telling its observers. observe replays a MAP (replay 1) for every segment there
- * is. fn runs under the allocator's lock, on the thread that mapped or unmapped: it must not call
+ * is, and a HOLE (replay 1) for each range of a chunk whose free pages went. fn runs under the allocator's lock, on the thread that mapped or unmapped: it must not call
  * into the allocator's chain (observe and unobserve from fn are RAP_ERR_BUSY; to ask whether the
  * memory is registrable there, use rap_allocator_registrable(a), which takes no lock, not
  * rap_pointer_registrable, which looks the pointer up under the locks fn runs under). After
@@ -254,7 +254,7 @@ typedef struct rap_segment_event {
   void *addr;               /* the bytes this event is about (MAP, UNMAP: the whole segment) */
   size_t bytes;
   int device;               /* the device the memory is on, -1 for host memory */
-  int replay;               /* 1: a MAP replayed by rap_allocator_observe */
+  int replay;               /* 1: a MAP (or a chunk's HOLE) replayed by rap_allocator_observe */
 } rap_segment_event;
 typedef void (*rap_segment_fn)(const rap_segment_event *ev, void *user);
 int  rap_allocator_observe(rap_allocator *a, rap_segment_fn fn, void *user);

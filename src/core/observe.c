@@ -100,10 +100,10 @@ static void subscribe(void *arg) {
 
 /* Under the owner's lock as a notification is, and under the list's lock as a notification's
  * callbacks are: an unobserve that returned has taken the subscription out, and the replay stops. */
-static void replay(void *arg, void *base, size_t size) {
+static void replay(void *arg, int kind, void *base, size_t size, void *addr, size_t bytes) {
   subscription *s = arg;
   if (s->status != RAP_OK) return;
-  rap_segment_event ev = {RAP_SEGMENT_MAP, base, size, base, size, s->l->device, 1};
+  rap_segment_event ev = {kind, base, size, addr, bytes, s->l->device, 1};
   pthread_mutex_lock(&s->l->m);
   if (find(s->l, s->fn, s->user) >= 0) {
     const rap_allocator *outer = notifying;

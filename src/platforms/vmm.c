@@ -497,7 +497,7 @@ int rapi_vmm_map_inside(rap_allocator *a, void *lo, void *hi, size_t *bytes) {
       rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
       continue;
     }
-    if (backend_unmap(v, u->addr, u->size, &u->share, false) != RAP_OK) {   /* kept: valid */
+    if (backend_unmap(v, u->addr, u->size, &u->share, true) != RAP_OK) {   /* kept: valid */
       rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
       continue;
     }
@@ -572,14 +572,16 @@ static int host_copy_finish(rap_allocator *a) {
 /* ---- segment observers: a growable platform's segments are its mappings ------------------------ */
 
 static void vmm_walk(rap_allocator *a, void *ctx, void (*locked)(void *arg),
-                     void (*visit)(void *arg, void *base, size_t size), void *arg) {
+                     void (*visit)(void *arg, int kind, void *base, size_t size, void *addr,
+                                   size_t bytes),
+                     void *arg) {
   rapi_tracked *p = a->state;
   rapi_vmm *v = ctx;
   rapi_held held;
   rapi_lock(&p->lock, &held);
   locked(arg);
   for (rapi_vmm_extent *e = v->first; e != NULL; e = e->next)
-    if (!e->asleep) visit(arg, e->addr, e->size);
+    if (!e->asleep) visit(arg, RAP_SEGMENT_MAP, e->addr, e->size, e->addr, e->size);
   rapi_unlock(&held);
 }
 

@@ -63,15 +63,27 @@ static int parse_heuristic(rapi_bp *bp, const char *text) {
  * calls run under (a wrapper's above it; a plain pool is its caller's). A pool asleep has none
  * mapped: it replays nothing, and tells observers when it sleeps and wakes. */
 static void bp_walk(rap_allocator *a, void *ctx, void (*locked)(void *arg),
-                    void (*visit)(void *arg, void *base, size_t size), void *arg) {
+                    void (*visit)(void *arg, int kind, void *base, size_t size, void *addr,
+                                  size_t bytes),
+                    void *arg) {
   rapi_bp *bp = ctx;
   rapi_held held = {0};
   if (a->guard_lock != NULL) rapi_lock(a->guard_lock, &held);
   locked(arg);
   /* Chunks are mapped until the sleep unmaps them (it tells observers first): a pool on its way
    * to sleep (RAPI_SLEEPING, which may yet fail and wake) replays them. */
-  for (rapi_chunk *c = bp->chunks; c != NULL && bp->asleep < RAPI_ASLEEP_BACKUP; c = c->next)
-    visit(arg, c->base, c->size);
+  for (rapi_chunk *c = bp->chunks; c != NULL && bp->asleep < RAPI_ASLEEP_BACKUP; c = c->next) {
+    visit(arg, RAP_SEGMENT_MAP, c->base, c->size, c->base, c->size);
+    /* Free pages given back inside it (unmap_free): a HOLE for the whole pieces of each block with
+     * holes, as the pool told when they went, so that a late observer knows them too. */
+    for (rapi_block *b = c->first; c->unmapped != 0 && b != NULL; b = b->next) {
+      if (!b->holes) continue;
+      size_t piece = bp->resizable->piece;
+      char *lo = (char *)rapi_align_up((uintptr_t)b->ptr, piece);
+      char *hi = (char *)((uintptr_t)(b->ptr + b->size) & ~(uintptr_t)(piece - 1));
+      if (hi > lo) visit(arg, RAP_SEGMENT_HOLE, c->base, c->size, lo, (size_t)(hi - lo));
+    }
+  }
   if (a->guard_lock != NULL) rapi_unlock(&held);
 }
 
@@ -249,8 +261,15 @@ static void punch_in(rapi_bp *bp, rapi_block *b, char *from, size_t n) {
 
 static RAPI_NOINLINE void punch(rapi_bp *bp, rapi_block *b) { punch_in(bp, b, b->ptr, b->size); }
 
+/* Whether b lies wholly in [keep_lo, keep_hi) of skip's chunk: about to be mapped and taken. */
+static bool kept(const rapi_block *b, const rapi_block *skip, const char *keep_lo, const char *keep_hi) {
+  return skip != NULL && keep_lo != NULL && b->chunk == skip->chunk && b->ptr >= keep_lo &&
+         b->ptr + b->size <= keep_hi;
+}
+
 /* Every free block large enough gives its pieces back; of skip, the block about to be taken,
- * only what lies outside [keep_lo, keep_hi) (keep_lo NULL: none of it). */
+ * only what lies outside [keep_lo, keep_hi) (keep_lo NULL: none of it), and none of a free block
+ * wholly inside that range (a span of blocks about to be joined). */
 static RAPI_NOINLINE void punch_all(rapi_bp *bp, rapi_block *skip, char *keep_lo, char *keep_hi) {
   if (skip != NULL && keep_lo != NULL) {   /* skip's bytes outside what is about to be taken */
     if (keep_lo > skip->ptr) punch_in(bp, skip, skip->ptr, (size_t)(keep_lo - skip->ptr));
@@ -258,14 +277,14 @@ static RAPI_NOINLINE void punch_all(rapi_bp *bp, rapi_block *skip, char *keep_lo
   }
   if (bp->list) {
     for (rapi_block *b = bp->free.heads[0][0]; b != NULL; b = b->link_next)
-      if (b != skip && b->size >= bp->unmap_free) punch(bp, b);
+      if (b != skip && b->size >= bp->unmap_free && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
     return;
   }
   for (unsigned fl = 0; fl < RAPI_FL_COUNT; fl++) {
     if (!(bp->free.fl_bitmap & ((uint64_t)1 << fl))) continue;
     for (unsigned sl = 0; sl < RAPI_SL_COUNT; sl++)
       for (rapi_block *b = bp->free.heads[fl][sl]; b != NULL; b = b->link_next)
-        if (b != skip && b->size >= bp->unmap_free) punch(bp, b);
+        if (b != skip && b->size >= bp->unmap_free && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
   }
 }
 /* Before the pool maps `more` bytes (growth, or pieces mapped again): where that would take what
@@ -287,11 +306,11 @@ int rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size) {
   before_mapping(bp, (size_t)(hi - lo), b, lo, hi);
   size_t bytes = 0;
   int st = bp->resizable->map_inside(bp->parent, lo, hi, &bytes);
-  if (st != RAP_OK) return st;
-  if (bytes == 0) return RAP_OK;
+  /* A failure undoes its maps, but a piece whose undoing was refused stays mapped: held again. */
   c->unmapped -= bytes;
   bp->actual += bytes;
   if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
+  if (st != RAP_OK || bytes == 0) return st;
   rapi_segment_notify(bp->self, RAP_SEGMENT_FILL, c->base, c->size, lo, (size_t)(hi - lo));
   return RAP_OK;
 }

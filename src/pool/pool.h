@@ -140,7 +140,9 @@ void  rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b);       /* counters and use
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
 void  rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b);        /* b takes in b->next's bytes */
 void  rapi_bp_unfree(rapi_bp *bp, rapi_block *b);             /* a free block out of the index */
-/* Maps again the pieces of b's first size bytes (b has holes): a status, b unchanged on failure. */
+/* Maps again the pieces of the size bytes from b's start (b has holes; size may run on over the
+ * blocks after b in its chunk, whose free ones keep their pieces meanwhile): a status, b unchanged
+ * on failure. */
 int   rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size);
 /* After a wake mapped every piece again: no block has holes, the chunks count as mapped. */
 void  rapi_bp_holes_filled(rapi_bp *bp);

@@ -283,8 +283,19 @@ static ra_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
   if (lo != NULL) {
     uint64_t tag = 0, seq = 0;
     rapi_block *end = hi->next;
-    for (rapi_block *x = lo; x != end; x = x->next)
-      if (x->state == RAPI_FREE && !ready_to_join(p, ra_of(x))) return NULL;
+    /* The free parts with holes are mapped in one call over the whole span: mapped one at a time,
+     * a later part's mapping could go past the peak and give back the pieces of one mapped before
+     * it, which would then be handed out unmapped. */
+    bool holes = false;
+    for (rapi_block *x = lo; x != end; x = x->next) holes |= x->state == RAPI_FREE && x->holes;
+    if (RAPI_UNLIKELY(holes)) {
+      if (rapi_bp_fill_slow(&p->bp, lo, (size_t)(hi->ptr + hi->size - lo->ptr)) != RAP_OK) {
+        rap_log(RAP_LOG_WARN, "%s: mapping free pages again failed: %s",
+                rap_allocator_name(p->bp.self), rap_last_error());
+        return NULL;
+      }
+      for (rapi_block *x = lo; x != end; x = x->next) x->holes = 0;
+    }
     for (rapi_block *x = lo; x != end; x = x->next) {
       if (x->state == RAPI_PENDING) {
         ra_block *rx = ra_of(x);

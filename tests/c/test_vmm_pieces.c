@@ -7,6 +7,7 @@
  * DEVICE_VMM runs the same engine (tests/cuda/test_cuda_vmm.c).
  */
 #define _DEFAULT_SOURCE 1   /* mincore */
+#include "gate.h"
 #include "test_util.h"
 
 #include <stdio.h>
@@ -18,6 +19,7 @@
 void rapi_vmm_fail_map_at(long nth);     /* platforms/vmm.c: the nth map from now is refused */
 void rapi_vmm_fail_unmap_at(long nth);   /* and the nth unmap of a sleep or inside an allocation */
 int  rapi_vmm_calls(rap_allocator *a, size_t *maps, size_t *unmaps);
+size_t rapi_vmm_unmapped_inside(rap_allocator *a, void *lo, void *hi);
 
 #define KiB ((size_t)1024)
 #define MiB (KiB * 1024)
@@ -381,5 +383,127 @@ RAP_TEST(VmmPieces, BadOptionsSayWhich) {
                    RAP_ERR_INVALID);
   RAP_CHECK_STR(rap_last_error(), "piece=");
   RAP_CHECK_OK(rap_allocator_make(rm, "p", "QuickPool", "HOST", "unmap_free=0", &a));   /* off: fine */
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* A resource's own pending block joined with two free neighbours that both have holes, past the
+ * peak: mapping the second neighbour's pieces must not give back the first's, which is about to
+ * be handed out in the joined block. Every byte handed out is mapped. */
+RAP_TEST(VmmPieces, PendingJoinedWithTwoFreeNeighboursWithHolesIsMappedWhole) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = pieces(rm, "ResourceAwarePool", 4 * MiB, "initial_size=1MiB next_size=1MiB");
+  rap_resource *r1;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &r1));
+  gate g;
+  gate_init(&g);
+  /* One chunk of 16 granules: a (1) | f1 (4) | p (1/2) | f2 (4) | rest (6.5), all used. */
+  char *a = tu_alloc(pool, G);
+  char *f1 = tu_alloc(pool, 4 * G);
+  void *p = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &p, G / 2, r1));
+  char *f2 = tu_alloc(pool, 4 * G);
+  char *rest = tu_alloc(pool, 13 * G / 2);
+  RAP_CHECK(f1 == a + G && (char *)p == f1 + 4 * G && f2 == (char *)p + G / 2 && rest == f2 + 4 * G);
+  RAP_CHECK_EQ(held(pool), 16 * G);
+  RAP_CHECK_OK(rap_resource_submit(r1, gate_job, &g));   /* r1 busy: p stays pending */
+  RAP_CHECK_OK(rap_deallocate(pool, p, r1));   /* its free neighbours are over 4 times its size */
+  RAP_CHECK_OK(rap_deallocate(pool, f1, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, f2, NULL));
+  RAP_CHECK_OK(rap_release(pool));   /* f1's 4 whole pieces and f2's 3 go back */
+  RAP_CHECK_EQ(held(pool), 9 * G);
+  RAP_CHECK_EQ(tu_stats(pool).pending_bytes, G / 2);
+  /* No free block holds 8 granules, r1's pending block with both neighbours does: r1 takes them
+   * joined. Mapping f1's pieces stays below the peak; f2's then goes past it. */
+  void *x = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &x, 8 * G, r1));
+  RAP_CHECK(x == (void *)f1);
+  RAP_CHECK_EQ(rapi_vmm_unmapped_inside(tu_get(rm, "v"), f1, f1 + 9 * G), 0);
+  TU_CHECK(pool);
+  RAP_CHECK_EQ(held(pool), mapped(rm));
+  if (rapi_vmm_unmapped_inside(tu_get(rm, "v"), f1, f1 + 9 * G) == 0) tu_fill(x, 8 * G, 5);
+  gate_open(&g);
+  RAP_CHECK_OK(rap_resource_synchronize(r1));
+  RAP_CHECK_OK(rap_deallocate(pool, x, r1));
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, rest, NULL));
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+  gate_destroy(&g);
+}
+
+typedef struct late {
+  int map, hole, replayed_hole;
+  size_t hole_bytes;
+} late;
+
+static void on_late(const rap_segment_event *ev, void *user) {
+  late *s = user;
+  if (ev->kind == RAP_SEGMENT_MAP) s->map++;
+  if (ev->kind == RAP_SEGMENT_HOLE) {
+    s->hole++;
+    s->hole_bytes += ev->bytes;
+    s->replayed_hole += ev->replay;
+  }
+}
+
+/* An observer that comes after free pages went hears of them in the replay: the chunk's MAP, then
+ * a HOLE over them (a registrant of the whole chunk would otherwise take unmapped pages for
+ * mapped ones). */
+RAP_TEST(VmmPieces, ALateObserverHearsOfTheHolesInTheReplay) {
+  const char *strategies[] = {"ResourceAwarePool", "QuickPool", "DynamicPoolList"};
+  for (unsigned s = 0; s < 3; s++) {
+    rap_manager *rm = tu_manager();
+    rap_allocator *pool = pieces(rm, strategies[s], 4 * MiB, "initial_size=1MiB next_size=1MiB");
+    layout l = lay_out(pool);
+    RAP_CHECK_OK(rap_deallocate(pool, l.big, NULL));
+    RAP_CHECK_OK(rap_release(pool));   /* 7 whole pieces inside go */
+    late lt = {0};
+    RAP_CHECK_OK(rap_allocator_observe(pool, on_late, &lt));
+    RAP_CHECK_EQ(lt.map, 1);
+    RAP_CHECK_EQ(lt.hole, 1);
+    RAP_CHECK_EQ(lt.replayed_hole, 1);
+    RAP_CHECK_EQ(lt.hole_bytes, 7 * G);
+    RAP_CHECK_OK(rap_allocator_unobserve(pool, on_late, &lt));
+    RAP_CHECK_OK(rap_deallocate(pool, l.a, NULL));
+    RAP_CHECK_OK(rap_deallocate(pool, l.c, NULL));
+    RAP_CHECK_OK(rap_manager_destroy(rm));
+  }
+}
+
+/* A map of pieces refused half way is undone; where undoing it is refused too, the piece that
+ * stays mapped is counted as held again: the pool's held bytes stay the platform's mapped ones. */
+RAP_TEST(VmmPieces, AMapUndoneOnlyInPartKeepsHeldEqualToMapped) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = pieces(rm, "QuickPool", 4 * MiB, "initial_size=1MiB next_size=1MiB");
+  char *x1 = tu_alloc(pool, 4 * G);
+  char *u = tu_alloc(pool, G);
+  char *x2 = tu_alloc(pool, 4 * G);
+  char *rest = tu_alloc(pool, 7 * G);
+  RAP_CHECK(((uintptr_t)x1 & (G - 1)) == 0 && u == x1 + 4 * G && x2 == u + G && rest == x2 + 4 * G);
+  RAP_CHECK_OK(rap_deallocate(pool, x1, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, x2, NULL));
+  RAP_CHECK_OK(rap_release(pool));   /* x1's 4 pieces and x2's 4 go */
+  RAP_CHECK_OK(rap_deallocate(pool, u, NULL));   /* one free block, holes in two runs */
+  RAP_CHECK_EQ(held(pool), 8 * G);
+  RAP_CHECK_EQ(mapped(rm), 8 * G);
+  /* Taking it maps x1's run, then x2's is refused; of x1's run undone, the first piece's unmap is
+   * refused: it stays mapped. The pool serves the request by growing. */
+  rapi_vmm_fail_map_at(2);
+  rapi_vmm_fail_unmap_at(1);
+  void *y = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &y, 9 * G, NULL));
+  rapi_vmm_fail_map_at(0);
+  rapi_vmm_fail_unmap_at(0);
+  RAP_CHECK(y != (void *)x1);
+  RAP_CHECK_EQ(held(pool), mapped(rm));
+  TU_CHECK(pool);
+  char *z = tu_alloc(pool, 9 * G);   /* the rest of the block maps; all of it is touchable */
+  RAP_CHECK(z == x1);
+  tu_fill(z, 9 * G, 3);
+  RAP_CHECK_EQ(held(pool), mapped(rm));
+  RAP_CHECK_OK(rap_deallocate(pool, z, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, y, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, rest, NULL));
+  TU_CHECK(pool);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
