@@ -114,20 +114,28 @@ static void take_in(ra_pool *p, rstate *owner, ra_block *nb) {
   else rapi_bp_unfree(&p->bp, &nb->base);
 }
 
-/* Pending blocks never have unmapped pieces (unmap_free): a free block with holes is mapped whole
- * again before it joins one; if that fails it stays free and apart (the status is logged). */
-static RAPI_NOINLINE bool fill_to_join(ra_pool *p, ra_block *nb) {
-  if (rapi_bp_fill_slow(&p->bp, &nb->base, nb->base.size) != RAP_OK) {
+/* Pending blocks never have unmapped pieces (unmap_free): the free blocks with holes in
+ * [lo, end) are mapped again in one call over the whole span before any of it joins a pending
+ * block (one at a time, a later mapping could go past the peak and give back the pieces of one
+ * mapped before it); if that fails they stay free and apart (the status is logged). */
+static RAPI_NOINLINE bool fill_to_join(ra_pool *p, rapi_block *lo, rapi_block *end) {
+  rapi_block *hi = lo;
+  while (hi->next != end) hi = hi->next;
+  if (rapi_bp_fill_slow(&p->bp, lo, (size_t)(hi->ptr + hi->size - lo->ptr)) != RAP_OK) {
     rap_log(RAP_LOG_WARN, "%s: mapping free pages again failed: %s", rap_allocator_name(p->bp.self),
             rap_last_error());
     return false;
   }
-  nb->base.holes = 0;
+  for (rapi_block *x = lo; x != end; x = x->next) x->holes = 0;
   return true;
 }
 
+static RAPI_NOINLINE bool fill_block_to_join(ra_pool *p, ra_block *nb) {
+  return fill_to_join(p, &nb->base, nb->base.next);
+}
+
 static inline bool ready_to_join(ra_pool *p, ra_block *nb) {
-  return RAPI_LIKELY(!nb->base.holes) || fill_to_join(p, nb);
+  return RAPI_LIKELY(!nb->base.holes) || fill_block_to_join(p, nb);
 }
 
 static RAPI_INLINE ra_block *merge_pending(ra_pool *p, rstate *owner, ra_block *b) {
@@ -283,19 +291,9 @@ static ra_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
   if (lo != NULL) {
     uint64_t tag = 0, seq = 0;
     rapi_block *end = hi->next;
-    /* The free parts with holes are mapped in one call over the whole span: mapped one at a time,
-     * a later part's mapping could go past the peak and give back the pieces of one mapped before
-     * it, which would then be handed out unmapped. */
     bool holes = false;
     for (rapi_block *x = lo; x != end; x = x->next) holes |= x->state == RAPI_FREE && x->holes;
-    if (RAPI_UNLIKELY(holes)) {
-      if (rapi_bp_fill_slow(&p->bp, lo, (size_t)(hi->ptr + hi->size - lo->ptr)) != RAP_OK) {
-        rap_log(RAP_LOG_WARN, "%s: mapping free pages again failed: %s",
-                rap_allocator_name(p->bp.self), rap_last_error());
-        return NULL;
-      }
-      for (rapi_block *x = lo; x != end; x = x->next) x->holes = 0;
-    }
+    if (RAPI_UNLIKELY(holes) && !fill_to_join(p, lo, end)) return NULL;
     for (rapi_block *x = lo; x != end; x = x->next) {
       if (x->state == RAPI_PENDING) {
         ra_block *rx = ra_of(x);
