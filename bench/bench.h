@@ -49,6 +49,8 @@ typedef struct bench_peer {
 
 /* Peers (peers.c). Each returns 0, or -1 with a sentence in why[160]. */
 int peer_malloc(bench_peer *p, char *why);
+/* The ceiling of the threads workloads: each thread's own stacks of blocks, nothing shared. */
+int peer_local(bench_peer *p, char *why);
 /* mimalloc's mi_malloc/mi_free, from a libmimalloc.so.2 that mimalloc_load found. */
 int peer_mimalloc(bench_peer *p, char *why);
 /* spec: a rap spec, "QuickPool(HOST, alignment=16)"; the streams map to rap resources
@@ -134,7 +136,7 @@ void sample_stats(const double *v, int n, double *med, double *lo, double *hi);
 
 enum { P_MALLOC, P_MIMALLOC, P_RAP, P_CUDA_MALLOC, P_ASYNC_DEFAULT, P_ASYNC_FRESH, P_CUB, P_TORCH,
        P_TORCH_REC, P_RMM_POOL, P_RMM_ARENA, P_RMM_BINNING, P_RMM_ASYNC, P_RMM_CUDA, P_TCMALLOC,
-       P_UMPIRE_QP, P_UMPIRE_TS };
+       P_UMPIRE_QP, P_UMPIRE_TS, P_LOCAL };
 
 /* RMM's resources are compiled in only where scripts/fetch-peers.sh placed RMM's sources before the
  * build; rmm_note says which RMM, or why there is none (said once, in main). */

@@ -6,6 +6,7 @@
 #include "bench.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <limits.h>
 #include <rap/rap.h>
 #include <stdbool.h>
@@ -49,6 +50,83 @@ int peer_malloc(bench_peer *p, char *why) {
   p->alloc = m_alloc;
   p->free = m_free;
   p->destroy = m_destroy;
+  return 0;
+}
+
+/* ---- the ceiling: each thread's own stacks of blocks --------------------------------------------- */
+
+/* Not an allocator anyone would ship: every thread keeps stacks of the blocks it freed, per
+ * power-of-two class, and touches nothing another thread writes (malloc only when a stack is empty
+ * or full). What it does per operation is what the fastest thread cache could do, so its scaling
+ * over threads is the machine's own: the cores' clocks falling as more of them run, caches and
+ * hyperthreads shared under the hypervisor. The threads workloads divide a pool's scaling by it. */
+#define LC_CLASSES 24
+#define LC_CAP 32
+
+typedef struct lc_stacks {
+  void *v[LC_CLASSES][LC_CAP];
+  unsigned n[LC_CLASSES];
+  int keyed;
+} lc_stacks;
+
+static __thread lc_stacks lc;
+static pthread_key_t lc_key;
+static pthread_once_t lc_once = PTHREAD_ONCE_INIT;
+static int lc_key_ok;
+
+static void lc_flush(lc_stacks *s) {
+  for (int c = 0; c < LC_CLASSES; c++)
+    while (s->n[c] > 0) free(s->v[c][--s->n[c]]);
+}
+
+static void lc_exit(void *v) { lc_flush(v); }
+static void lc_make_key(void) { lc_key_ok = pthread_key_create(&lc_key, lc_exit) == 0; }
+
+static inline unsigned lc_class(size_t n) { return n <= 16 ? 4u : 64u - (unsigned)__builtin_clzll(n - 1); }
+
+static int lc_alloc(void *ctx, void **p, size_t n, int s) {
+  (void)ctx, (void)s;
+  unsigned c = lc_class(n);
+  if (c < LC_CLASSES && lc.n[c] > 0) {
+    *p = lc.v[c][--lc.n[c]];
+    return 0;
+  }
+  *p = malloc(c < LC_CLASSES ? (size_t)1 << c : n);
+  return *p ? 0 : -1;
+}
+
+static int lc_free(void *ctx, void *p, size_t n, int s) {
+  (void)ctx, (void)s;
+  unsigned c = lc_class(n);
+  if (c < LC_CLASSES && lc.n[c] < LC_CAP) {
+    if (!lc.keyed) {   /* the thread's end gives its stacks back */
+      pthread_once(&lc_once, lc_make_key);
+      lc.keyed = lc_key_ok && pthread_setspecific(lc_key, &lc) == 0;
+      if (!lc.keyed) {
+        free(p);
+        return 0;
+      }
+    }
+    lc.v[c][lc.n[c]++] = p;
+    return 0;
+  }
+  free(p);
+  return 0;
+}
+
+static void lc_destroy(void *ctx) {
+  (void)ctx;
+  lc_flush(&lc);   /* the calling thread's; the workers' went back when they ended */
+}
+
+int peer_local(bench_peer *p, char *why) {
+  (void)why;
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "per-thread stacks (the ceiling)");
+  p->thread_safe = 1;
+  p->alloc = lc_alloc;
+  p->free = lc_free;
+  p->destroy = lc_destroy;
   return 0;
 }
 
@@ -544,6 +622,7 @@ static const char *pdesc_name(const pdesc *d) {
   case P_RMM_ASYNC: return "RMM cuda_async_memory_resource";
   case P_RMM_CUDA: return "RMM cuda_memory_resource";
   case P_TCMALLOC: return "tcmalloc";
+  case P_LOCAL: return "per-thread stacks (the ceiling)";
   case P_UMPIRE_QP: return "Umpire QuickPool";
   case P_UMPIRE_TS: return "Umpire ThreadSafe(QuickPool)";
   default: return "PyTorch caching allocator";
@@ -565,6 +644,7 @@ static int make_peer(const pdesc *d, bench_peer *p, char *why) {
   case P_RMM_ASYNC: return peer_rmm(p, &run_env, BENCH_RMM_ASYNC, why);
   case P_RMM_CUDA: return peer_rmm(p, &run_env, BENCH_RMM_CUDA, why);
   case P_TCMALLOC: return peer_tcmalloc(p, why);
+  case P_LOCAL: return peer_local(p, why);
   case P_UMPIRE_QP: return peer_umpire(p, &run_env, 0, why);
   case P_UMPIRE_TS: return peer_umpire(p, &run_env, 1, why);
   default:
@@ -588,7 +668,7 @@ int open_peer(const char *wl, const pdesc *d, bench_peer *p) {
     return -1;   /* no RMM in this build, or no GPU: said once in main */
   } else if ((d->kind == P_UMPIRE_QP || d->kind == P_UMPIRE_TS) && (!have_umpire || !run_env.have_gpu)) {
     return -1;   /* likewise for Umpire */
-  } else if (d->kind != P_MALLOC && d->kind != P_RAP && !run_env.have_gpu) {
+  } else if (d->kind != P_MALLOC && d->kind != P_LOCAL && d->kind != P_RAP && !run_env.have_gpu) {
     return -1;   /* the device workloads as a whole are reported skipped */
   }
   SKIP(what, "%s", why);
