@@ -7,7 +7,10 @@
 # too, in one process) and rap's default (rap.torch.enable(): DDP then FSDP2), in that order
 # (interleaved, so the machine's drift falls on every configuration alike). Before them: the NCCL
 # registration test (NCCL_DEBUG=INFO, subsystem REG, logged to $OUT/nccl-reg.*), the bad-input
-# check, and the single-process record_stream hand-off native and on rap's default.
+# check, the memory-fraction and empty_cache test (test_torch.py fraction, on one GPU), and the
+# single-process record_stream hand-off native and on rap's default.
+# RAP_DIST_VARIANTS="NAME=SPEC;NAME=SPEC" adds, to every round, rap on each other spec (RAP_TORCH_SPEC),
+# reported as "rap:NAME": a rule tried against the default in the same run.
 # RAP_DIST_BUDGET_S=S starts no round after S seconds (the table says how many ran). Writes
 # $OUT/distributed.json and $OUT/distributed_log.txt; the table is the last thing printed. Exit
 # status 1 if a check failed.
@@ -30,7 +33,7 @@ if [ ! -f "$RAP_TORCH_LIB" ]; then
   echo "run_distributed.sh: $RAP_TORCH_LIB is missing: run make device-build first" | tee -a "$log"
   exit 1
 fi
-rm -f "$out"/train_*.json "$out"/nccl_*.json "$out"/nccl-reg.* "$out"/handoff_*.json
+rm -f "$out"/train_*.json "$out"/nccl_*.json "$out"/nccl-reg.* "$out"/handoff_*.json "$out"/fraction.json
 trun() {   # torchrun on two GPUs, a fresh rendezvous port each time
   timeout "${RAP_DIST_TIMEOUT:-120}" "$py" -m torch.distributed.run --standalone --nproc_per_node 2 \
     "$here/bench_distributed.py" "$@" --out "$out" >>"$log" 2>&1
@@ -46,6 +49,8 @@ NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,REG,NVLS NCCL_DEBUG_FILE="$out/nccl-reg.%
 for a in native rap; do
   timeout 120 "$py" "$here/test_torch.py" handoff --allocator "$a" --iters 100 --out "$out" >>"$log" 2>&1
 done
+timeout 120 "$py" "$here/test_torch.py" fraction --out "$out" >>"$log" 2>&1
+echo "=== exit $? (fraction)" >>"$log"
 echo "checks done after $((SECONDS - t0)) s" | tee -a "$log"
 for i in $(seq 1 "$runs"); do
   if [ -n "${RAP_DIST_BUDGET_S:-}" ] && [ $((SECONDS - t0)) -ge "$RAP_DIST_BUDGET_S" ]; then
@@ -54,6 +59,11 @@ for i in $(seq 1 "$runs"); do
   fi
   trun train --allocator native --registered --trial "$i"
   trun train --allocator rap --trial "$i"
+  IFS=';' read -ra variants <<<"${RAP_DIST_VARIANTS:-}"
+  for v in "${variants[@]}"; do
+    [ -n "$v" ] || continue
+    RAP_TORCH_SPEC=${v#*=} trun train --allocator rap --variant "${v%%=*}" --trial "$i"
+  done
   echo "round $i of $runs done after $((SECONDS - t0)) s" | tee -a "$log"
 done
 echo "all runs done after $((SECONDS - t0)) s" | tee -a "$log"
