@@ -192,6 +192,13 @@ static int finish_allocate(ra_pool *p, rstate *rs, ra_block *b, size_t bytes, vo
   return RAP_OK;
 }
 
+/* Some resource has a recorded fence not yet known to have passed. */
+static bool fenced_pending(const ra_pool *p) {
+  for (const rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next)
+    if (rs->fences.count > 0) return true;
+  return false;
+}
+
 /* A poor fit: the best block the caller can take now is over twice the request and a MiB larger,
  * while the pool holds enough pending memory to serve it once its batches have passed (another
  * resource's, or the caller's own, which merges with its free neighbours only then). Cutting the
@@ -328,8 +335,18 @@ static RAPI_NOINLINE int ra_allocate_slow(ra_pool *p, rstate *rs, void **out, si
     /* A host wait let this thread's locks go: others may have used the room made in the map. */
     int room = rapi_bp_reserve(&p->bp);
     if (room != RAP_OK) return room;
-    (void)rapi_ra_poll_all(p, true);   /* a failing resource is logged; growing may still serve us */
-    ra_block *b = take_own_or_free(p, rs, size);
+    /* The fences already recorded first: a recorded event costs a driver call, and where the
+     * memory they bring back serves the request, the open batches need none yet. A failing
+     * resource is logged; growing may still serve us. */
+    ra_block *b = NULL;
+    if (round == 0 && fenced_pending(p)) {
+      (void)rapi_ra_poll_all(p, false);
+      b = take_own_or_free(p, rs, size);
+    }
+    if (b == NULL) {
+      (void)rapi_ra_poll_all(p, true);
+      b = take_own_or_free(p, rs, size);
+    }
     if (b == NULL && rs->pending_count > 0) b = take_own_joined(p, rs, size);
     /* Waiting serializes the waiter behind the owner; below wait_above the pool grows instead, so
      * as many streams as that memory allows run side by side. Nor does it wait while what rs

@@ -15,7 +15,9 @@
 #include "pool/pool.h"
 
 /* Pending blocks in one resource's open batch that make the pool fence the batch at once. */
+#ifndef RAPI_EAGER_FENCE
 #define RAPI_EAGER_FENCE 16
+#endif
 
 typedef struct rstate rstate;
 
