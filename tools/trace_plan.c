@@ -375,6 +375,17 @@ int plan_build(const trace *t, int a, const plan_opts *o, plan_domain *out, char
       goto out;
     }
     iters = (cs.n - start) / p;
+    /* A period seen once, late in a sequence that did other things for longer than a period
+     * before it, is no repetition: nothing says a next run follows it (serving). One iteration and
+     * a part after a short prefix (weights, a first step) is a run cut short, and planned. */
+    if (iters < 2 && start > p) {
+      snprintf(err, cap, "the %zu allocations of '%s' repeat only from allocation %zu on, and hold "
+               "one iteration of that period (%zu allocations) at most: nothing repeats, so a plan "
+               "would not serve a second run (serving with prompts of varying length is such a "
+               "trace; the ResourceAwarePool alone serves it); record two or more iterations, or "
+               "mark them with step lines (docs/trace.md)", cs.n, t->names[a], start, p);
+      goto out;
+    }
     if (o->skip_iterations >= iters) {
       snprintf(err, cap, "'%s' repeats %zu times; cannot skip %zu", t->names[a], iters, o->skip_iterations);
       goto out;

@@ -154,6 +154,37 @@ RAP_TEST(PlanBuild, PeriodFoundAfterAPrefix) {
   unlink(pp);
 }
 
+/* A period seen once and two thirds of it again, after more work that does not repeat than a
+ * period, is no repetition: the planner refuses with a sentence rather than plan a trace (serving,
+ * say) whose next run nothing says will follow it. */
+RAP_TEST(PlanBuild, OneIterationIsRefused) {
+  char tp[256];
+  tp_path(tp, sizeof tp, "once.jsonl");
+  tw w;
+  tw_open(&w, tp);
+  for (uint64_t i = 0; i < 16; i++) {   /* sixteen allocations that do not repeat, */
+    tw_alloc(&w, 1, 0x900000 + i * 0x1000, 50000 + i * 256);
+    tw_free(&w, 1, 0x900000 + i * 0x1000);
+  }
+  for (uint64_t i = 0; i < 20; i++) {   /* then twelve sizes, and the first eight of them again */
+    tw_alloc(&w, 1, 0x100000 + i * 0x1000, 1000 + (i % 12) * 256);
+    tw_free(&w, 1, 0x100000 + i * 0x1000);
+  }
+  RAP_CHECK(fclose(w.f) == 0);
+  trace t;
+  char err[512] = "";
+  RAP_CHECK(trace_load(tp, &t, err, sizeof err) == 0);
+  plan_opts o = {256, 0, 0};
+  int a = trace_name(&t, "torch");
+  RAP_CHECK(a >= 0);
+  plan_domain d;
+  RAP_CHECK(plan_build(&t, a, &o, &d, err, sizeof err) != 0);
+  if (strstr(err, "one iteration") == NULL) rap_test_fail(__FILE__, __LINE__, "refused with: %s", err);
+  trace_free(&t);
+  plan_domain_free(&d);
+  unlink(tp);
+}
+
 /* ---- serving ------------------------------------------------------------------------------------ */
 
 typedef struct pf {
