@@ -106,6 +106,13 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list,
   if (st == RAP_OK) st = rap_options_get_size(opts, "next_size", &bp->next_size);
   if (st == RAP_OK) st = rap_options_get_size(opts, "alignment", &bp->alignment);
   if (st == RAP_OK) st = rap_options_get_string(opts, "heuristic", &heuristic);
+  bp->max_split = SIZE_MAX;
+  if (st == RAP_OK && rapi_options_given(opts, "max_split")) {
+    st = rap_options_get_size(opts, "max_split", &bp->max_split);
+    if (st == RAP_OK && bp->max_split == 0)
+      return rapi_fail(RAP_ERR_INVALID, "%s: option 'max_split' must be a size above 0 (leave it "
+                       "out for no limit)", rap_allocator_name(self));
+  }
   bp->unmap_given = rapi_options_given(opts, "unmap_free");
   size_t unmap_free = 0;
   if (st == RAP_OK) st = rap_options_get_size(opts, "unmap_free", &unmap_free);
@@ -125,6 +132,13 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list,
    * would not pass resize on. */
   const rapi_resizable *rz = bp->parent->resizable;
   if (rz != NULL && rz->granularity >= bp->alignment) bp->resizable = rz;
+  /* A chunk that grows in place has one free tail that every growth joins: a small request that
+   * may not cut it would grow the chunk again and again. */
+  if (bp->resizable != NULL && bp->max_split != SIZE_MAX)
+    return rapi_fail(RAP_ERR_INVALID, "%s: option 'max_split' is for pools of separate chunks; over "
+                     "'%s' the chunk grows in place and its free tail is one block that a small "
+                     "request must be able to cut (give memory back with piece= and unmap_free= "
+                     "instead)", rap_allocator_name(self), rap_allocator_name(bp->parent));
   /* unmap_free: pieces inside free blocks go back where the parent maps in pieces; by default
    * any whole piece (see punch for when a default waits). 0 turns it off. */
   bp->unmap_free = SIZE_MAX;
@@ -357,7 +371,9 @@ rapi_block *rapi_bp_split_slow(rapi_bp *bp, rapi_block *b, size_t size) {
 }
 
 rapi_block *rapi_bp_find_free(rapi_bp *bp, size_t size) {
-  return bp->list ? rapi_list_find(&bp->free, size) : rapi_index_find(&bp->free, size);
+  rapi_block *b = bp->list ? rapi_list_find(&bp->free, size) : rapi_index_find(&bp->free, size);
+  /* The best fit is refused whole: a larger block would be refused too. */
+  return b != NULL && RAPI_UNLIKELY(!rapi_bp_may_cut(bp, b->size, size)) ? NULL : b;
 }
 
 rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size) {

@@ -79,6 +79,8 @@ typedef struct rapi_heuristic {
 typedef struct rapi_bp {
   rap_allocator *self, *parent;
   size_t alignment, initial_size, next_size, parent_alignment;
+  size_t max_split;                  /* max_split=: blocks this large are not cut for smaller
+                                        requests (SIZE_MAX: off); see rapi_bp_may_cut */
   rapi_heuristic heuristic;
   const rapi_resizable *resizable;   /* the parent's, when chunks can grow and shrink in place */
   bool fenced;                       /* its free blocks are past every use (events: the
@@ -114,6 +116,14 @@ int   rapi_bp_round(rapi_bp *bp, size_t bytes, size_t *out);
 /* From the free index, split; NULL also when the pieces of a block with holes could not be mapped
  * again (the block stays free and the status is in rap_last_error). */
 rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size);
+/* max_split=: whether a block of block_size bytes may serve a request of size bytes. A request
+ * below max_split takes no block of max_split or more (a large block stays whole for the large
+ * request that made it: activations, logits); a request of max_split or more takes a block at
+ * most next_size larger. Off (always true) unless the option was given. */
+static inline bool rapi_bp_may_cut(const rapi_bp *bp, size_t block_size, size_t size) {
+  if (RAPI_LIKELY(bp->max_split == SIZE_MAX) || block_size == size) return true;
+  return size < bp->max_split ? block_size < bp->max_split : block_size - size <= bp->next_size;
+}
 rapi_block *rapi_bp_find_free(rapi_bp *bp, size_t size);     /* what take_free would take */
 rapi_block *rapi_bp_take_this(rapi_bp *bp, rapi_block *b, size_t size);   /* b from find_free */
 int   rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out);

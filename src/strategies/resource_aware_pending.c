@@ -167,7 +167,9 @@ ra_block *rapi_ra_find_waitable(ra_pool *p, rstate *rs, size_t size, rstate **ow
   for (rstate *o = p->by_key; o != NULL; o = o->hh.next) {
     unsigned n = 0;
     for (ra_block *f = o->fifo_head; f != NULL && n < 64; f = f->fifo_next, n++) {
-      if (f->base.size < size || (o == rs && f->uses == NULL) || rapi_ra_has_per_block_use(f)) continue;
+      if (f->base.size < size || (o == rs && f->uses == NULL) || rapi_ra_has_per_block_use(f) ||
+          !rapi_bp_may_cut(&p->bp, f->base.size, size))
+        continue;
       if (best == NULL || f->seq < best->seq) {
         best = f;
         *owner = o;

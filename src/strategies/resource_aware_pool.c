@@ -239,6 +239,8 @@ static ra_block *take_own_or_free(ra_pool *p, rstate *rs, size_t size) {
 again:
   b = rs->hot;
   ra_block *ix = ra_of(rapi_index_find(&rs->pending, size));
+  if (ix != NULL && RAPI_UNLIKELY(!rapi_bp_may_cut(&p->bp, ix->base.size, size))) ix = NULL;
+  if (b != NULL && RAPI_UNLIKELY(!rapi_bp_may_cut(&p->bp, b->base.size, size))) b = NULL;
   if (b == NULL || b->base.size < size || (ix != NULL && ix->base.size < b->base.size)) b = ix;
   if (b == NULL || b->base.size > size) {
     rapi_block *f = rapi_bp_find_free(&p->bp, size);
@@ -289,7 +291,8 @@ static ra_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
     rapi_block *l = b, *h = b;
     while (l->prev && joinable(rs, l->prev)) total += (l = l->prev)->size;
     while (h->next && joinable(rs, h->next)) total += (h = h->next)->size;
-    if (total < size || (l == b && h == b) || total >= best) continue;
+    if (total < size || (l == b && h == b) || total >= best || !rapi_bp_may_cut(&p->bp, total, size))
+      continue;
     best = total;
     lo = l;
     hi = h;

@@ -570,3 +570,82 @@ RAP_TEST_POOLS(PoolBehaviour, ResourceQueriesWithoutTracking) {
   TU_CHECK(pool);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* ---- max_split ------------------------------------------------------------------------------- */
+
+/* A freed 8 MiB block stays whole for the next 8 MiB request: a 64 KiB request grows a chunk of
+ * its own rather than cut it (max_split=2MiB), and a 4 MiB request (at least max_split, but more
+ * than next_size smaller than the block) does too; 7.5 MiB takes it. A live block beside it keeps
+ * its chunk (8.5 MiB, no room beside them) from going back on a miss (a wholly free chunk would,
+ * as always). Without the option
+ * the small request cuts the large block. */
+RAP_TEST_POOLS(PoolBehaviour, MaxSplitKeepsALargeFreeBlockWhole) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", NULL,
+                                     "initial_size=8704KiB, next_size=1MiB, heuristic=never, max_split=2MiB");
+  rap_allocator *plain = tu_pool_make(rm, param, "plain", NULL,
+                                      "initial_size=8704KiB, next_size=1MiB, heuristic=never");
+  size_t MiB = (size_t)1 << 20;
+  void *big = tu_alloc(pool, 8 * MiB);
+  void *pin = tu_alloc(pool, 512 * 1024);
+  RAP_CHECK_OK(rap_deallocate(pool, big, NULL));
+  void *small = tu_alloc(pool, 64 * 1024);
+  RAP_CHECK((char *)small < (char *)big || (char *)small >= (char *)big + 8 * MiB);
+  TU_EXPECT(pool, chunk_count, 2);
+  void *mid = tu_alloc(pool, 4 * MiB);
+  RAP_CHECK((char *)mid < (char *)big || (char *)mid >= (char *)big + 8 * MiB);
+  TU_EXPECT(pool, chunk_count, 3);
+  void *again = tu_alloc(pool, 8 * MiB - MiB / 2);
+  RAP_CHECK(again == big);
+  TU_EXPECT(pool, chunk_count, 3);
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_deallocate(pool, again, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, mid, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, small, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, pin, NULL));
+  TU_CHECK(pool);
+
+  void *pbig = tu_alloc(plain, 8 * MiB);
+  void *ppin = tu_alloc(plain, 512 * 1024);
+  RAP_CHECK_OK(rap_deallocate(plain, pbig, NULL));
+  void *psmall = tu_alloc(plain, 64 * 1024);
+  RAP_CHECK((char *)psmall >= (char *)pbig && (char *)psmall < (char *)pbig + 8 * MiB);
+  TU_EXPECT(plain, chunk_count, 1);
+  RAP_CHECK_OK(rap_deallocate(plain, psmall, NULL));
+  RAP_CHECK_OK(rap_deallocate(plain, ppin, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* A parent with no room left for a small request's chunk: the pool gives back what is wholly
+ * free (the large block's chunk) and asks again, as on any failed growth, and the request is
+ * served. */
+RAP_TEST_POOLS(PoolBehaviour, MaxSplitStillServesWhenTheParentIsFull) {
+  rap_manager *rm = tu_manager();
+  size_t MiB = (size_t)1 << 20;
+  rap_allocator *cap = tu_make(rm, "cap", "SizeLimiter", rap_allocator_name(tu_parent(rm, param)),
+                               "limit=9MiB");
+  rap_allocator *pool = tu_pool_make(rm, param, "pool", "cap",
+                                     "initial_size=8MiB, next_size=2MiB, heuristic=never, max_split=2MiB");
+  void *big = tu_alloc(pool, 8 * MiB);
+  RAP_CHECK_OK(rap_deallocate(pool, big, NULL));
+  void *small = tu_alloc(pool, 64 * 1024);   /* 8 MiB + 2 MiB would pass the limit */
+  RAP_CHECK(small != NULL);
+  TU_EXPECT(pool, chunk_count, 1);   /* the 8 MiB chunk went back */
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_deallocate(pool, small, NULL));
+  (void)cap;
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* Bad input: 0, a word, and a pool over a platform whose chunk grows in place. */
+RAP_TEST(PoolBadInput, MaxSplitRefusals) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *a = NULL;
+  RAP_CHECK_EQ(rap_allocator_make(rm, "z", "QuickPool", "HOST", "max_split=0", &a), RAP_ERR_INVALID);
+  RAP_CHECK(strstr(rap_last_error(), "max_split") != NULL);
+  RAP_CHECK_EQ(rap_allocator_make(rm, "w", "QuickPool", "HOST", "max_split=big", &a), RAP_ERR_INVALID);
+  RAP_CHECK_EQ(rap_allocator_make(rm, "v", "ResourceAwarePool", "HOST_VMM", "max_split=64MiB", &a),
+               RAP_ERR_INVALID);
+  RAP_CHECK(strstr(rap_last_error(), "grows in place") != NULL);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}

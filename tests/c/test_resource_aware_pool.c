@@ -697,3 +697,23 @@ RAP_TEST(ResourceAwarePool, OneResourceBehindTheCpuHoldsAsLittleAsQuickPool) {
     rap_test_fail(__FILE__, __LINE__, "one resource behind the CPU: the ResourceAwarePool held %.3fx "
                   "what QuickPool held at peak (per seed:%s)", (double)ra_sum / (double)qp_sum, each);
 }
+
+/* max_split for a resource's own pending blocks: r1's freed 8 MiB block (pending on busy r1) is
+ * not cut for r1's 64 KiB request, which grows a chunk; r1's next 8 MiB request takes it back. */
+RAP_TEST(ResourceAwarePool, MaxSplitKeepsAnOwnPendingBlockWhole) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=8MiB, next_size=1MiB, heuristic=never, max_split=2MiB");
+  void *big = pending_on_busy_r1(&f, 8 * MiB);   /* pending: its chunk is not free to go back */
+  RAP_CHECK_EQ(stats_of(f.pool).pending_bytes, 8 * MiB);
+  void *small, *again;
+  RAP_CHECK_OK(rap_allocate(f.pool, &small, 64 * 1024, f.r1));
+  RAP_CHECK((char *)small < (char *)big || (char *)small >= (char *)big + 8 * MiB);
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 2);
+  RAP_CHECK_OK(rap_allocate(f.pool, &again, 8 * MiB, f.r1));
+  RAP_CHECK(again == big);
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 2);
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  RAP_CHECK_OK(rap_deallocate(f.pool, small, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, again, f.r1));
+  teardown(&f);
+}
