@@ -86,13 +86,17 @@ struct thread_cache {
 /* ---- threads --------------------------------------------------------------------------------- */
 
 struct tc_thread {
-  uint64_t id[TC_WAYS];
+  uint64_t id[TC_WAYS];       /* the instances, most recently found first (0: none) */
   tc_cache *c[TC_WAYS];
-  unsigned next;
   tc_cache *caches;          /* every cache of this thread, under registry */
   bool keyed;
 };
-extern _Thread_local tc_thread rapi_tc_tls;   /* the calling thread's ways to its caches */
+/* The calling thread's ways to its caches. The default TLS model: linked into a program (librap.a)
+ * the linker makes it an offset from the thread pointer; in librap.so it is a call to
+ * __tls_get_addr. Initial-exec would make that an offset too, but it puts the library's whole TLS
+ * (8 KiB, most of it the CUDA runtime's) in glibc's static reserve, which a librap.so loaded with
+ * dlopen (Python's ctypes) cannot get. */
+extern _Thread_local tc_thread rapi_tc_tls;
 /* Tests only: runs while a batch is on its way to the parent; runs when a resource's end waits for
  * such a batch; caches made while set always take the spin (as where there is no membarrier). */
 extern void (*rapi_tc_transit_hook)(void);
@@ -122,12 +126,21 @@ static inline bool cache_enter(tc_cache *c) {
 }
 static inline void cache_leave(tc_cache *c) { __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE); }
 
+/* The calling thread's cache of t, or NULL. The way found moves to the front, where the hot paths
+ * look (only its own thread reads or writes a thread's ways). */
 static inline tc_cache *my_cache(const thread_cache *t) {
   tc_thread *th = &rapi_tc_tls;
   uint64_t id = t->id;
   if (RAPI_LIKELY(th->id[0] == id)) return th->c[0];   /* a thread with one instance: one compare */
   for (int i = 1; i < TC_WAYS; i++)
-    if (th->id[i] == id) return th->c[i];
+    if (th->id[i] == id) {
+      tc_cache *c = th->c[i];
+      th->id[i] = th->id[0];
+      th->c[i] = th->c[0];
+      th->id[0] = id;
+      th->c[0] = c;
+      return c;
+    }
   return NULL;
 }
 

@@ -248,9 +248,12 @@ RAPI_NOINLINE tc_cache *rapi_tc_cache_get(thread_cache *t) {
   }
   pthread_mutex_unlock(&registry);
   if (c != NULL) {
-    unsigned w = rapi_tc_tls.next++ % TC_WAYS;
-    rapi_tc_tls.id[w] = t->id;
-    rapi_tc_tls.c[w] = c;
+    for (int w = TC_WAYS - 1; w > 0; w--) {   /* in front; the least recently found drops out */
+      rapi_tc_tls.id[w] = rapi_tc_tls.id[w - 1];
+      rapi_tc_tls.c[w] = rapi_tc_tls.c[w - 1];
+    }
+    rapi_tc_tls.id[0] = t->id;
+    rapi_tc_tls.c[0] = c;
   }
   return c;
 }
