@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 _Thread_local tc_thread rapi_tc_tls;
+tc_cache rapi_tc_nobody;   /* tp 0: matches no thread */
 static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
@@ -241,6 +242,7 @@ RAPI_NOINLINE tc_cache *rapi_tc_cache_get(thread_cache *t) {
       spin_lock(c);
       __atomic_store_n(&c->abandoned, 0, __ATOMIC_RELAXED);
       c->thread = &rapi_tc_tls;
+      __atomic_store_n(&c->tp, rapi_self_thread(), __ATOMIC_RELEASE);
       spin_unlock(c);
       c->thread_next = rapi_tc_tls.caches;
       rapi_tc_tls.caches = c;
@@ -258,6 +260,22 @@ RAPI_NOINLINE tc_cache *rapi_tc_cache_get(thread_cache *t) {
   return c;
 }
 
+/* c, the calling thread's cache of t, into the pair of by_tp entries at its thread pointer's hash,
+ * in an entry that no live thread of that pair holds; where both are held, nowhere (its thread
+ * then finds it through its ways). */
+void rapi_tc_publish(thread_cache *t, tc_cache *c) {
+  uintptr_t tp = rapi_self_thread();
+  size_t h = tp_home(tp) & ~(size_t)1;
+  for (size_t i = h; i <= h + 1; i++) {
+    tc_cache *e = __atomic_load_n(&t->by_tp[i], __ATOMIC_ACQUIRE);
+    if (e == c) return;
+    uintptr_t etp = __atomic_load_n(&e->tp, __ATOMIC_RELAXED);
+    if (etp != 0 && (tp_home(etp) & ~(size_t)1) == h) continue;   /* a live thread's of this pair */
+    if (__atomic_compare_exchange_n(&t->by_tp[i], &e, c, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+      return;
+  }
+}
+
 /* At a thread's end: its caches go back to their parents and wait, abandoned, for another thread. */
 static void thread_exit(void *arg) {
   tc_thread *th = arg;
@@ -271,6 +289,7 @@ static void thread_exit(void *arg) {
     __atomic_store_n(&c->abandoned, 1, __ATOMIC_RELAXED);
     c->thread = NULL;
     c->thread_next = NULL;
+    __atomic_store_n(&c->tp, 0, __ATOMIC_RELEASE);   /* its entries in by_tp match nobody now */
     take_cache(t, c, NULL, &out);
     spin_unlock(c);
     rapi_tc_flush_batch(t, &out);
