@@ -240,8 +240,8 @@ static inline void *rapi_map_get_home_shared(const rapi_ptr_map *m, const void *
   uintptr_t key = (uintptr_t)ptr;
   unsigned s1 = __atomic_load_n(&m->seq, __ATOMIC_ACQUIRE);
   const rapi_map_table *t = __atomic_load_n(&m->table, __ATOMIC_ACQUIRE);
-  size_t home = (size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> t->shift) & t->mask;
-  const rapi_map_slot *slot = &t->slots[home];
+  /* shift is 64 - log2(capacity): the product's top bits are a slot's index already. */
+  const rapi_map_slot *slot = &t->slots[(size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> t->shift)];
   if (RAPI_UNLIKELY(__atomic_load_n(&slot->key, __ATOMIC_RELAXED) != key || key == 0)) return NULL;
   void *found = __atomic_load_n(&slot->value, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_ACQUIRE);

@@ -195,7 +195,7 @@ static int tc_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
     if (RAPI_LIKELY(cache_enter(c))) {
       if (RAPI_LIKELY(c->slots[0].r == on)) {
         unsigned cls = class_of(t, bytes);
-        tc_bin *b = &c->slots[0].bins[cls];
+        tc_bin *b = &c->first_bins[cls];
         tc_rec *rec = b->head;
         if (RAPI_LIKELY(rec != NULL)) {
           b->head = rec->next;
@@ -359,7 +359,7 @@ static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
       if (RAPI_LIKELY(__atomic_load_n(&rec->state, __ATOMIC_RELAXED) == TC_LIVE &&
                       c->slots[0].r == on)) {
         unsigned cls = rec->cls;
-        tc_bin *b = &c->slots[0].bins[cls];
+        tc_bin *b = &c->first_bins[cls];
         __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);
         rec->next = b->head;
         b->head = rec;

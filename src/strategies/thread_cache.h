@@ -56,6 +56,9 @@ struct tc_cache {
   uint64_t tick;
   size_t misses, trims;      /* its thread's visits to the lock, for the debug log at the end */
   tc_slot slots[TC_SLOTS];
+  /* The first slot's bins, inline: the hot paths find a bin at a fixed offset from the cache, with
+   * no load of slots[0].bins between the cache and the block (the other slots' are one allocation). */
+  tc_bin first_bins[TC_MAX_CLASSES];
   char gap1[64];
   /* Other threads': each free of a block this cache handed out reads abandoned and pushes. */
   tc_rec *xfree;             /* atomic: blocks freed by other threads */

@@ -199,19 +199,20 @@ void rapi_tc_flush_all(thread_cache *t, rap_resource *r) {
 
 static void cache_free(tc_cache *c) {
   if (c == NULL) return;
-  free(c->slots[0].bins);   /* one allocation for every slot's bins */
+  free(c->slots[1].bins);   /* one allocation for the bins of every slot but the first */
   free(c);
 }
 
 static tc_cache *cache_new(thread_cache *t) {
   tc_cache *c = rapi_calloc(1, sizeof *c);
   if (c == NULL) return NULL;
-  tc_bin *bins = rapi_calloc((size_t)TC_SLOTS * t->ncls, sizeof *bins);
+  tc_bin *bins = rapi_calloc((size_t)(TC_SLOTS - 1) * t->ncls, sizeof *bins);
   if (bins == NULL) {
     free(c);
     return NULL;
   }
-  for (int i = 0; i < TC_SLOTS; i++) c->slots[i].bins = bins + (size_t)i * t->ncls;
+  c->slots[0].bins = c->first_bins;
+  for (int i = 1; i < TC_SLOTS; i++) c->slots[i].bins = bins + (size_t)(i - 1) * t->ncls;
   c->tc = t;
   c->slow_only = rapi_tc_spin_only || !rapi_membarrier_ready();
   c->walking = c->slow_only;
