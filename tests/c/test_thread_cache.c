@@ -2,7 +2,8 @@
  * concurrent callers and keeps, per thread, a cache of free blocks binned by resource and class.
  *
  * Options; size classes (four per power of two, at most a quarter more, counted by the stats;
- * max_size the largest request cached); the pending rule through the caches (a block freed on a
+ * max_size the largest request cached); hits that the inline paths leave out of line (a thread
+ * over several instances and resources); the pending rule through the caches (a block freed on a
  * busy queue, or recorded on one, reaches no other resource, also once the caches gave it back);
  * bad frees; frees on other threads, also after the allocating thread ended, and after rap_release
  * took the owner's bins; stats that see through the caches; a thread's exit and rap_release giving
