@@ -163,6 +163,10 @@ void wl_h(void) {
       {P_RAP, "rap QuickPool alignment=16", "QuickPool(HOST, alignment=16)", 0},
       {P_RAP, "rap ResourceAwarePool alignment=16", "ResourceAwarePool(HOST, alignment=16)", 0},
       {P_RAP, "rap DynamicPoolList alignment=16", "DynamicPoolList(HOST, alignment=16)", 0},
+      {P_RAP, "rap ThreadCache(ResourceAwarePool) alignment=16",
+       "ThreadCache(ResourceAwarePool(HOST, alignment=16), max_size=64MiB, cache_bytes=256MiB)", 0},
+      {P_RAP, "rap ThreadCache(QuickPool) alignment=16",
+       "ThreadCache(QuickPool(HOST, alignment=16), max_size=64MiB, cache_bytes=256MiB)", 0},
       {P_MIMALLOC, 0, 0, 0}, {P_TCMALLOC, 0, 0, 0},
   };
   static const size_t sizes[] = {64, 256, 1024, 4096, 16384, 65536};

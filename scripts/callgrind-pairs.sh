@@ -5,6 +5,7 @@
 # counts the whole program at N = 0 and at N = 100 000, and the difference over 100 000 is one
 # pair through the public entry points. Needs valgrind and a default build (make build).
 #   bash scripts/callgrind-pairs.sh [path/to/librap.a]     (default build/librap.a)
+# SIZES (default "256 65536 1048576 67108864") picks the sizes, in bytes.
 set -euo pipefail
 lib=${1:-build/librap.a}
 work=$(mktemp -d)
@@ -38,13 +39,17 @@ count() {
   awk '/^(summary|totals):/ {print $2; exit}' "$work/cg.out"
 }
 tc="max_size=64MiB, cache_bytes=256MiB"
-printf 'instructions per pair\tresource\t256 B\t64 KiB\t1 MiB\t64 MiB\n'
-for spec in "QuickPool(HOST)" "ResourceAwarePool(HOST)" "ThreadCache(QuickPool(HOST), $tc)" \
-            "ThreadCache(ResourceAwarePool(HOST), $tc)" "ThreadSafe(QuickPool(HOST))"; do
+sizes=${SIZES:-256 65536 1048576 67108864}
+printf 'instructions per pair\tresource'
+for size in $sizes; do printf '\t%s B' "$size"; done
+printf '\n'
+for spec in "QuickPool(HOST)" "DynamicPoolList(HOST)" "ResourceAwarePool(HOST)" \
+            "ThreadSafe(QuickPool(HOST))" "ThreadCache(QuickPool(HOST), $tc)" \
+            "ThreadCache(ResourceAwarePool(HOST), $tc)"; do
   for queue in 0 1; do
-    case "$spec" in QuickPool*|ThreadSafe*) [ $queue = 1 ] && continue ;; esac
-    line="$spec	$([ $queue = 1 ] && echo queue || echo host)"
-    for size in 256 65536 1048576 67108864; do
+    case "$spec" in QuickPool*|DynamicPool*|ThreadSafe*) [ $queue = 1 ] && continue ;; esac
+    line="$spec	$([ $queue = 1 ] && echo host_async || echo host)"
+    for size in $sizes; do
       a=$(count "$spec" $size 0 $queue)
       b=$(count "$spec" $size 100000 $queue)
       line="$line	$(( (b - a + 50000) / 100000 ))"

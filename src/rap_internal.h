@@ -232,6 +232,21 @@ static inline void *rapi_map_get_shared(const rapi_ptr_map *m, const void *ptr) 
   }
   return rapi_map_get_shared_slow(m, ptr);
 }
+/* The first half of rapi_map_get_shared alone: the record of ptr (not NULL) when it sits in its
+ * home slot and no change was under way, else NULL, which says nothing (ask rapi_map_get_shared).
+ * It makes no call, so that a hot path that sends every other case out of line saves no register.
+ * The map must be initialised (its table is never NULL). */
+static inline void *rapi_map_get_home_shared(const rapi_ptr_map *m, const void *ptr) {
+  uintptr_t key = (uintptr_t)ptr;
+  unsigned s1 = __atomic_load_n(&m->seq, __ATOMIC_ACQUIRE);
+  const rapi_map_table *t = __atomic_load_n(&m->table, __ATOMIC_ACQUIRE);
+  /* shift is 64 - log2(capacity): the product's top bits are a slot's index already. */
+  const rapi_map_slot *slot = &t->slots[(size_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> t->shift)];
+  if (RAPI_UNLIKELY(__atomic_load_n(&slot->key, __ATOMIC_RELAXED) != key || key == 0)) return NULL;
+  void *found = __atomic_load_n(&slot->value, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  return RAPI_LIKELY(__atomic_load_n(&m->seq, __ATOMIC_RELAXED) == s1 && (s1 & 1) == 0) ? found : NULL;
+}
 static inline void rapi_map_write_begin(rapi_ptr_map *m) {
   __atomic_store_n(&m->seq, m->seq + 1, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_RELEASE);

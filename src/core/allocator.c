@@ -209,13 +209,23 @@ static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t b
   return debugged(a, "rap_allocate", st);
 }
 
+/* A resource the allocator must refuse or check first: another manager's, a capturing one, a
+ * stream of a device without access: a branch each, none taken; the host resource (NULL) skips
+ * them. */
+static RAPI_INLINE bool resource_odd(const rap_allocator *a, const rap_resource *r) {
+  return RAPI_UNLIKELY(r->rm != a->rm) ||
+         RAPI_UNLIKELY(__atomic_load_n(&r->capturing, __ATOMIC_RELAXED) != 0) ||
+         RAPI_UNLIKELY(foreign_device(a, r) != 0);
+}
+
 /* An allocator with a handler for out of memory takes the checked path, which runs it: the
- * strategy's call is then the last thing here (a jump, with nothing kept across it). */
+ * strategy's call is then the last thing here (a jump, with nothing kept across it). Each test is
+ * its own branch, all predicted not taken: about 12 instructions with the host resource. */
 int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
-  if (RAPI_UNLIKELY(a == NULL || out == NULL ||
-                    (r != NULL && (r->rm != a->rm) | __atomic_load_n(&r->capturing, __ATOMIC_RELAXED) |
-                                      (foreign_device(a, r) != 0)) |
-                        rapi_slow_calls() | (__atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL)))
+  if (RAPI_UNLIKELY(a == NULL) || RAPI_UNLIKELY(out == NULL)) return allocate_checked(a, out, bytes, r);
+  if (r != NULL && resource_odd(a, r)) return allocate_checked(a, out, bytes, r);
+  if (RAPI_UNLIKELY(rapi_slow_calls() != 0) ||
+      RAPI_UNLIKELY(__atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL))
     return allocate_checked(a, out, bytes, r);
   return a->strategy->allocate(a->state, out, bytes, r);
 }
@@ -241,11 +251,9 @@ static RAPI_NOINLINE int deallocate_checked(rap_allocator *a, void *ptr, rap_res
 }
 
 int rap_deallocate(rap_allocator *a, void *ptr, rap_resource *r) {
-  if (RAPI_UNLIKELY(a == NULL || ptr == NULL ||
-                    (r != NULL && (r->rm != a->rm) | __atomic_load_n(&r->capturing, __ATOMIC_RELAXED) |
-                                      (foreign_device(a, r) != 0)) |
-                        rapi_slow_calls()))
-    return deallocate_checked(a, ptr, r);
+  if (RAPI_UNLIKELY(a == NULL) || RAPI_UNLIKELY(ptr == NULL)) return deallocate_checked(a, ptr, r);
+  if (r != NULL && resource_odd(a, r)) return deallocate_checked(a, ptr, r);
+  if (RAPI_UNLIKELY(rapi_slow_calls() != 0)) return deallocate_checked(a, ptr, r);
   return a->strategy->deallocate(a->state, ptr, r);
 }
 

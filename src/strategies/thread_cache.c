@@ -41,12 +41,14 @@ static uint64_t next_id = 1;   /* atomic: instances' ids, never reused */
 
 /* ---- classes --------------------------------------------------------------------------------- */
 
-/* Units of align: 1, 2, 3, 4, then four classes per power of two (5, 6, 7, 8, 10, 12, 14, 16, ...). */
-static inline unsigned class_of(const thread_cache *t, size_t bytes) {
-  size_t u = (bytes + t->align - 1) >> t->shift;
-  if (u <= 4) return (unsigned)(u == 0 ? 0 : u - 1);
-  unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)(u - 1));   /* 2^k < u <= 2^(k+1) */
-  return 4u + (k - 2u) * 4u + (unsigned)((u - 1 - ((size_t)1 << k)) >> (k - 2u));
+/* Units of align: 1, 2, 3, 4, then four classes per power of two (5, 6, 7, 8, 10, 12, 14, 16, ...).
+ * With v = units - 1 (bytes >= 1) and k the top bit of v | 4, the class is 4(k - 2) + (v >> (k - 2)):
+ * below 8 units that is v, and above, four per power of two. No branch: an OR, a bit scan, a
+ * shift and an add. */
+static RAPI_INLINE unsigned class_of(const thread_cache *t, size_t bytes) {
+  size_t v = (bytes - 1) >> t->shift;
+  unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)(v | 4));
+  return 4u * (k - 2u) + (unsigned)(v >> (k - 2u));
 }
 
 static size_t class_units(unsigned cls) {
@@ -112,8 +114,9 @@ static size_t refill_locked(thread_cache *t, tc_cache *c, unsigned cls, rap_reso
 
 /* ---- allocate and deallocate ------------------------------------------------------------------- */
 
-/* The calling thread's bin for (r, cls) was empty: blocks other threads freed, then a few blocks
- * from the parent (the first is the answer, the rest go to the bin). No bin lends to another class:
+/* Everything but the inline hit. First a hit the inline path does not look for (a way or a slot
+ * not the first); then, the calling thread's bin for (r, cls) being empty, blocks other threads
+ * freed, then a few blocks from the parent (the first is the answer, the rest go to the bin). No bin lends to another class:
  * a block that served a smaller class would come back to its own and leave the smaller one dry
  * for good, so that the thread would keep missing on a workload that repeats itself. */
 static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
@@ -121,8 +124,20 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
   if (RAPI_UNLIKELY(bytes - 1 >= t->max_size)) return locked_allocate(t, out, bytes, r);
   tc_cache *c = rapi_tc_cache_get(t);
   if (c == NULL) return locked_allocate(t, out, bytes, r);
+  rapi_tc_publish(t, c);   /* for the inline hit next time */
   unsigned cls = class_of(t, bytes);
   tc_rec *surplus = NULL, *rec = NULL;
+  if (RAPI_LIKELY(cache_enter(c))) {   /* a hit the inline path does not look for: another slot */
+    tc_slot *s = slot_find(c, r);
+    if (s != NULL && s->bins[cls].head != NULL) {
+      rec = bin_pop(t, c, &s->bins[cls], cls);
+      __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELAXED);
+      *out = rec->ptr;
+      cache_leave(c);
+      return RAP_OK;
+    }
+    cache_leave(c);
+  }
   spin_lock(c);
   c->misses++;
   rapi_tc_drain_xfree(t, c, &surplus);
@@ -167,24 +182,33 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
   return RAP_OK;
 }
 
-/* The hit: the calling thread's own cache, entered without the spin (cache_enter), and the
- * newest block of its bin for (r, class). Everything else goes to allocate_miss. */
+/* The hit, about 35 instructions: the calling thread's cache is in the instance's table at its
+ * thread pointer, the request is one the caches take (1 B to max_size), no walker is in the cache,
+ * its first slot serves r, and the bin of the class has a block. Anything else (a cache not in the
+ * table, another slot, an empty bin, a walker) goes to allocate_miss with the arguments as they came, so that the hit saves no register. */
 static int tc_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   thread_cache *t = state;
-  tc_cache *c = my_cache(t);
-  /* The arguments stay as they came, for allocate_miss: the hit needs no register saved. */
-  if (RAPI_LIKELY(c != NULL && bytes - 1 < t->max_size) && RAPI_LIKELY(cache_enter(c))) {
+  uintptr_t tp = rapi_self_thread(), its;
+  tc_cache *c = cache_by_tp(t, tp, &its);
+  if (RAPI_LIKELY(its == tp && bytes - 1 < t->max_size)) {
     rap_resource *on = r != NULL ? r : t->host;
-    unsigned cls = class_of(t, bytes);
-    tc_slot *s = c->slots[0].r == on ? &c->slots[0] : slot_find(c, on);
-    if (RAPI_LIKELY(s != NULL && s->bins[cls].head != NULL)) {
-      tc_rec *rec = bin_pop(t, c, &s->bins[cls], cls);
-      __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELAXED);
-      *out = rec->ptr;
+    if (RAPI_LIKELY(cache_enter(c))) {
+      if (RAPI_LIKELY(c->slots[0].r == on)) {
+        unsigned cls = class_of(t, bytes);
+        tc_bin *b = &c->first_bins[cls];
+        tc_rec *rec = b->head;
+        if (RAPI_LIKELY(rec != NULL)) {
+          b->head = rec->next;
+          b->n--;
+          c->bytes -= t->cls_size[cls];
+          __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELAXED);
+          *out = rec->ptr;
+          cache_leave(c);
+          return RAP_OK;
+        }
+      }
       cache_leave(c);
-      return RAP_OK;
     }
-    cache_leave(c);
   }
   return allocate_miss(t, out, bytes, r);
 }
@@ -292,20 +316,64 @@ static RAPI_NOINLINE int free_into_spun(thread_cache *t, tc_cache *c, tc_rec *re
   return free_into(t, c, rec, ptr, true);
 }
 
-static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
-  thread_cache *t = state;
+/* Everything but the inline free: a block not cached, freed on another resource or recorded on
+ * one, of another thread's cache, not live, whose slot is not the first, not in its home slot of
+ * the map (or the map changing), or a walker in the cache. */
+static RAPI_NOINLINE int deallocate_slow(thread_cache *t, void *ptr, rap_resource *r) {
   tc_rec *rec = rapi_map_get_shared(&t->map, ptr);
   if (RAPI_UNLIKELY(rec == NULL)) {   /* not cached: above max_size, or not ours */
     int st;
     RAPI_LOCKED(st, &t->lock, rap_deallocate(t->inner, ptr, r));
     return st;
   }
-  if (RAPI_UNLIKELY((r != NULL && r != rec->r) | __atomic_load_n(&rec->recorded, __ATOMIC_RELAXED)))
+  if ((r != NULL && r != rec->r) | __atomic_load_n(&rec->recorded, __ATOMIC_RELAXED))
     return deallocate_uncached(t, rec, ptr, r);
   tc_cache *c = my_cache(t);
-  if (RAPI_UNLIKELY(rec->owner != c)) return deallocate_foreign(t, rec, ptr);
-  if (RAPI_UNLIKELY(!cache_enter(c))) return free_into_spun(t, c, rec, ptr);
+  if (rec->owner != c) return deallocate_foreign(t, rec, ptr);
+  if (!cache_enter(c)) return free_into_spun(t, c, rec, ptr);
   return free_into(t, c, rec, ptr, false);
+}
+
+/* Past its bounds after a free into c (entered): the surplus goes back to the parent. */
+static RAPI_NOINLINE int free_trim(thread_cache *t, tc_cache *c, tc_slot *s, unsigned cls) {
+  tc_rec *surplus = NULL;
+  rapi_tc_trim(t, c, s, cls, &surplus);
+  c->trims++;
+  cache_leave(c);
+  rapi_tc_flush_batch(t, &surplus);
+  return RAP_OK;
+}
+
+/* The inline free, about 50 instructions, a third of them the map's lookup: a block of the
+ * calling thread's cache (the cache's thread pointer is the caller's), live, freed on its own resource (or NULL) and recorded on no
+ * other, whose resource has the cache's first slot, goes to the front of its bin. */
+static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
+  thread_cache *t = state;
+  tc_rec *rec = rapi_map_get_home_shared(&t->map, ptr);
+  if (RAPI_LIKELY(rec != NULL)) {
+    tc_cache *c = rec->owner;   /* one of t's caches: the caller's if its thread pointer is */
+    rap_resource *on = rec->r;
+    if (RAPI_LIKELY(__atomic_load_n(&c->tp, __ATOMIC_RELAXED) == rapi_self_thread() &&
+                    (r == NULL || r == on) &&
+                    !__atomic_load_n(&rec->recorded, __ATOMIC_RELAXED) && cache_enter(c))) {
+      if (RAPI_LIKELY(__atomic_load_n(&rec->state, __ATOMIC_RELAXED) == TC_LIVE &&
+                      c->slots[0].r == on)) {
+        unsigned cls = rec->cls;
+        tc_bin *b = &c->first_bins[cls];
+        __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);
+        rec->next = b->head;
+        b->head = rec;
+        size_t n = ++b->n;
+        size_t bytes = c->bytes += t->cls_size[cls];
+        if (RAPI_UNLIKELY(n > t->cap_blocks || bytes > t->cap_bytes))
+          return free_trim(t, c, &c->slots[0], cls);
+        cache_leave(c);
+        return RAP_OK;
+      }
+      cache_leave(c);
+    }
+  }
+  return deallocate_slow(t, ptr, r);
 }
 
 /* ---- the cold calls ---------------------------------------------------------------------------- */
@@ -535,6 +603,7 @@ static int tc_init(rap_allocator *self, void *state, rap_options *opts) {
   t->ncls = last + 1;
   for (unsigned k = 0; k < t->ncls; k++) t->cls_size[k] = class_units(k) << t->shift;
   t->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
+  for (size_t i = 0; i < (1u << TC_TP_BITS); i++) t->by_tp[i] = &rapi_tc_nobody;
   if (pthread_mutex_init(&t->lock, NULL) != 0)
     return rapi_fail(RAP_ERR_BACKEND, "%s: pthread_mutex_init failed", name);
   if (pthread_mutex_init(&t->list_lock, NULL) != 0) {

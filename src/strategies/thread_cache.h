@@ -16,6 +16,7 @@
 #define TC_SLOTS 8         /* resources one thread's cache keeps bins for at once */
 #define TC_WAYS 4          /* instances a thread finds without any lock */
 #define TC_MAX_CLASSES 96
+#define TC_TP_BITS 10      /* an instance's table of threads' caches: 1024 entries, in pairs */
 
 enum { TC_LIVE = 1, TC_CACHED, TC_XFREED, TC_GOING };
 
@@ -45,6 +46,8 @@ typedef struct thread_cache thread_cache;
 typedef struct tc_thread tc_thread;
 struct tc_cache {
   /* Its own thread's, on every call: kept off the lines other threads write. */
+  uintptr_t tp;              /* atomic: its thread's pointer (rapi_self_thread), 0 when abandoned;
+                                written only by that thread */
   int busy;                  /* atomic: its thread is inside, on its way without the spin */
   int walking;               /* atomic: another thread holds the spin and walks it (or slow_only) */
   int spin;                  /* atomic: the walkers' lock, and its thread's when walking is set */
@@ -53,6 +56,9 @@ struct tc_cache {
   uint64_t tick;
   size_t misses, trims;      /* its thread's visits to the lock, for the debug log at the end */
   tc_slot slots[TC_SLOTS];
+  /* The first slot's bins, inline: the hot paths find a bin at a fixed offset from the cache, with
+   * no load of slots[0].bins between the cache and the block (the other slots' are one allocation). */
+  tc_bin first_bins[TC_MAX_CLASSES];
   char gap1[64];
   /* Other threads': each free of a block this cache handed out reads abandoned and pushes. */
   tc_rec *xfree;             /* atomic: blocks freed by other threads */
@@ -81,18 +87,26 @@ struct thread_cache {
   size_t cap_bytes;          /* per thread */
   size_t cap_blocks;         /* per bin */
   size_t cls_size[TC_MAX_CLASSES];
+  /* atomic: threads' caches by their thread pointer, at its hash or the other entry of that pair;
+   * &rapi_tc_nobody (thread pointer 0) where none. A hint for the hot paths only: an entry is used
+   * only if the cache's tp is the caller's, so a stale or lost one costs a slow call, no more. */
+  tc_cache *by_tp[1u << TC_TP_BITS];
 };
 
 /* ---- threads --------------------------------------------------------------------------------- */
 
 struct tc_thread {
-  uint64_t id[TC_WAYS];
+  uint64_t id[TC_WAYS];       /* the instances, most recently found first (0: none) */
   tc_cache *c[TC_WAYS];
-  unsigned next;
   tc_cache *caches;          /* every cache of this thread, under registry */
   bool keyed;
 };
-extern _Thread_local tc_thread rapi_tc_tls;   /* the calling thread's ways to its caches */
+/* The calling thread's ways to its caches. The default TLS model: linked into a program (librap.a)
+ * the linker makes it an offset from the thread pointer; in librap.so it is a call to
+ * __tls_get_addr. Initial-exec would make that an offset too, but it puts the library's whole TLS
+ * (8 KiB, most of it the CUDA runtime's) in glibc's static reserve, which a librap.so loaded with
+ * dlopen (Python's ctypes) cannot get. */
+extern _Thread_local tc_thread rapi_tc_tls;
 /* Tests only: runs while a batch is on its way to the parent; runs when a resource's end waits for
  * such a batch; caches made while set always take the spin (as where there is no membarrier). */
 extern void (*rapi_tc_transit_hook)(void);
@@ -122,12 +136,42 @@ static inline bool cache_enter(tc_cache *c) {
 }
 static inline void cache_leave(tc_cache *c) { __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE); }
 
+extern tc_cache rapi_tc_nobody;   /* the empty entry of by_tp: no thread's */
+
+static RAPI_INLINE size_t tp_home(uintptr_t tp) {
+  return (size_t)(((uint64_t)tp * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - TC_TP_BITS));
+}
+
+/* The calling thread's cache of t (tp: its thread pointer) from the table, without TLS: the
+ * thread pointer is one load in a shared library too, where a thread-local variable is a call to
+ * __tls_get_addr that makes the hot path save every argument. *its is the cache's tp: not the
+ * caller's where the table has none for it (then ask my_cache). */
+static RAPI_INLINE tc_cache *cache_by_tp(const thread_cache *t, uintptr_t tp, uintptr_t *its) {
+  size_t h = tp_home(tp);
+  tc_cache *c = __atomic_load_n(&t->by_tp[h], __ATOMIC_ACQUIRE);
+  *its = __atomic_load_n(&c->tp, __ATOMIC_RELAXED);
+  if (RAPI_UNLIKELY(*its != tp)) {
+    c = __atomic_load_n(&t->by_tp[h ^ 1], __ATOMIC_ACQUIRE);
+    *its = __atomic_load_n(&c->tp, __ATOMIC_RELAXED);
+  }
+  return c;
+}
+
+/* The calling thread's cache of t, or NULL. The way found moves to the front, where the hot paths
+ * look (only its own thread reads or writes a thread's ways). */
 static inline tc_cache *my_cache(const thread_cache *t) {
   tc_thread *th = &rapi_tc_tls;
   uint64_t id = t->id;
   if (RAPI_LIKELY(th->id[0] == id)) return th->c[0];   /* a thread with one instance: one compare */
   for (int i = 1; i < TC_WAYS; i++)
-    if (th->id[i] == id) return th->c[i];
+    if (th->id[i] == id) {
+      tc_cache *c = th->c[i];
+      th->id[i] = th->id[0];
+      th->c[i] = th->c[0];
+      th->id[0] = id;
+      th->c[0] = c;
+      return c;
+    }
   return NULL;
 }
 
@@ -173,6 +217,7 @@ void      rapi_tc_flush_all(thread_cache *t, rap_resource *r);    /* every cache
 void      rapi_tc_walk_begin(thread_cache *t);
 void      rapi_tc_walk_end(thread_cache *t);
 tc_cache *rapi_tc_cache_get(thread_cache *t);   /* the calling thread's cache, found or made */
+void      rapi_tc_publish(thread_cache *t, tc_cache *c);   /* c (the caller's) into t's by_tp */
 /* Every cache of t back to the parent, unlinked from its thread and freed; their counts summed. */
 void      rapi_tc_caches_free(thread_cache *t, size_t *caches, size_t *misses, size_t *trims);
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 _Thread_local tc_thread rapi_tc_tls;
+tc_cache rapi_tc_nobody;   /* tp 0: matches no thread */
 static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
@@ -198,19 +199,20 @@ void rapi_tc_flush_all(thread_cache *t, rap_resource *r) {
 
 static void cache_free(tc_cache *c) {
   if (c == NULL) return;
-  free(c->slots[0].bins);   /* one allocation for every slot's bins */
+  free(c->slots[1].bins);   /* one allocation for the bins of every slot but the first */
   free(c);
 }
 
 static tc_cache *cache_new(thread_cache *t) {
   tc_cache *c = rapi_calloc(1, sizeof *c);
   if (c == NULL) return NULL;
-  tc_bin *bins = rapi_calloc((size_t)TC_SLOTS * t->ncls, sizeof *bins);
+  tc_bin *bins = rapi_calloc((size_t)(TC_SLOTS - 1) * t->ncls, sizeof *bins);
   if (bins == NULL) {
     free(c);
     return NULL;
   }
-  for (int i = 0; i < TC_SLOTS; i++) c->slots[i].bins = bins + (size_t)i * t->ncls;
+  c->slots[0].bins = c->first_bins;
+  for (int i = 1; i < TC_SLOTS; i++) c->slots[i].bins = bins + (size_t)(i - 1) * t->ncls;
   c->tc = t;
   c->slow_only = rapi_tc_spin_only || !rapi_membarrier_ready();
   c->walking = c->slow_only;
@@ -241,6 +243,7 @@ RAPI_NOINLINE tc_cache *rapi_tc_cache_get(thread_cache *t) {
       spin_lock(c);
       __atomic_store_n(&c->abandoned, 0, __ATOMIC_RELAXED);
       c->thread = &rapi_tc_tls;
+      __atomic_store_n(&c->tp, rapi_self_thread(), __ATOMIC_RELEASE);
       spin_unlock(c);
       c->thread_next = rapi_tc_tls.caches;
       rapi_tc_tls.caches = c;
@@ -248,11 +251,30 @@ RAPI_NOINLINE tc_cache *rapi_tc_cache_get(thread_cache *t) {
   }
   pthread_mutex_unlock(&registry);
   if (c != NULL) {
-    unsigned w = rapi_tc_tls.next++ % TC_WAYS;
-    rapi_tc_tls.id[w] = t->id;
-    rapi_tc_tls.c[w] = c;
+    for (int w = TC_WAYS - 1; w > 0; w--) {   /* in front; the least recently found drops out */
+      rapi_tc_tls.id[w] = rapi_tc_tls.id[w - 1];
+      rapi_tc_tls.c[w] = rapi_tc_tls.c[w - 1];
+    }
+    rapi_tc_tls.id[0] = t->id;
+    rapi_tc_tls.c[0] = c;
   }
   return c;
+}
+
+/* c, the calling thread's cache of t, into the pair of by_tp entries at its thread pointer's hash,
+ * in an entry that no live thread of that pair holds; where both are held, nowhere (its thread
+ * then finds it through its ways). */
+void rapi_tc_publish(thread_cache *t, tc_cache *c) {
+  uintptr_t tp = rapi_self_thread();
+  size_t h = tp_home(tp) & ~(size_t)1;
+  for (size_t i = h; i <= h + 1; i++) {
+    tc_cache *e = __atomic_load_n(&t->by_tp[i], __ATOMIC_ACQUIRE);
+    if (e == c) return;
+    uintptr_t etp = __atomic_load_n(&e->tp, __ATOMIC_RELAXED);
+    if (etp != 0 && (tp_home(etp) & ~(size_t)1) == h) continue;   /* a live thread's of this pair */
+    if (__atomic_compare_exchange_n(&t->by_tp[i], &e, c, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+      return;
+  }
 }
 
 /* At a thread's end: its caches go back to their parents and wait, abandoned, for another thread. */
@@ -268,6 +290,7 @@ static void thread_exit(void *arg) {
     __atomic_store_n(&c->abandoned, 1, __ATOMIC_RELAXED);
     c->thread = NULL;
     c->thread_next = NULL;
+    __atomic_store_n(&c->tp, 0, __ATOMIC_RELEASE);   /* its entries in by_tp match nobody now */
     take_cache(t, c, NULL, &out);
     spin_unlock(c);
     rapi_tc_flush_batch(t, &out);

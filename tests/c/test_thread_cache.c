@@ -2,7 +2,8 @@
  * concurrent callers and keeps, per thread, a cache of free blocks binned by resource and class.
  *
  * Options; size classes (four per power of two, at most a quarter more, counted by the stats;
- * max_size the largest request cached); the pending rule through the caches (a block freed on a
+ * max_size the largest request cached); hits that the inline paths leave out of line (a thread
+ * over several instances and resources); the pending rule through the caches (a block freed on a
  * busy queue, or recorded on one, reaches no other resource, also once the caches gave it back);
  * bad frees; frees on other threads, also after the allocating thread ended, and after rap_release
  * took the owner's bins; stats that see through the caches; a thread's exit and rap_release giving
@@ -420,6 +421,55 @@ RAP_TEST(ThreadCache, ReuseKeepsTheRoundingWithinAQuarter) {
     rap_test_fail(__FILE__, __LINE__, "a request of 1024 bytes counted %zu live bytes (more than "
                   "a quarter above its class)", live);
   RAP_CHECK_OK(rap_release(tc));
+  destroy_clean(rm);
+}
+
+/* ---- hits that the inline path sends out of line ----------------------------------------------- */
+
+/* The inline hit looks only at the thread's first way (instance) and its cache's first slot
+ * (resource): one thread over six instances (more than it keeps ways for) and eight resources (as
+ * many as a cache keeps slots for), interleaved, gets back on each resource the block it freed
+ * there, from its cache: the parents give out nothing more after the first round, and every cache
+ * stays consistent. */
+RAP_TEST(ThreadCache, HitsBeyondTheFirstInstanceAndResource) {
+  enum { INSTANCES = 6, RESOURCES = 8, ROUNDS = 3 };
+  rap_manager *rm = tu_manager();
+  rap_allocator *tc[INSTANCES];
+  rap_resource *r[RESOURCES];
+  void *last[INSTANCES][RESOURCES];
+  r[0] = NULL;   /* the host resource */
+  for (int j = 1; j < RESOURCES; j++) RAP_CHECK_OK(rap_resource_create_host_async(rm, &r[j]));
+  for (int k = 0; k < INSTANCES; k++) {
+    char name[16];
+    snprintf(name, sizeof name, "tc%d", k);
+    RAP_CHECK_OK(rap_allocator_make_spec(rm, name, "ThreadCache(" RAP16 ", max_size=64KiB)", &tc[k]));
+  }
+  /* Three instances fit the thread's ways (each found again in the one it has); six do not. */
+  for (int used = 3; used <= INSTANCES; used += 3) {
+    size_t parents = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+      for (int j = 0; j < RESOURCES; j++)
+        for (int k = 0; k < used; k++) {
+          void *p = NULL;
+          RAP_CHECK_OK(rap_allocate(tc[k], &p, 768, r[j]));
+          if (round > 0 && p != last[k][j])
+            rap_test_fail(__FILE__, __LINE__, "%d instances, round %d, instance %d, resource %d: "
+                          "%p is not the block freed there last, %p", used, round, k, j, p,
+                          last[k][j]);
+          last[k][j] = p;
+          RAP_CHECK_OK(rap_deallocate(tc[k], p, r[j]));
+        }
+      size_t given = 0;
+      for (int k = 0; k < used; k++) {
+        TU_CHECK(tc[k]);
+        given += tu_stats(rap_allocator_parent(tc[k])).allocation_count;
+      }
+      if (round > 0) RAP_CHECK_EQ(given, parents);   /* every block came from a cache */
+      parents = given;
+    }
+  }
+  for (int k = 0; k < INSTANCES; k++) RAP_CHECK_EQ(tu_stats(tc[k]).allocation_count, 0);
+  for (int j = 1; j < RESOURCES; j++) RAP_CHECK_OK(rap_resource_destroy(r[j]));
   destroy_clean(rm);
 }
 
