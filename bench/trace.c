@@ -349,12 +349,13 @@ static void recorded_trace(const char *wl, const char *path, const pdesc *peers,
   replay(wl, cas, peers, npeers, &t, 0, "the recorded trace");
 }
 
-/* Pools as rap_torch makes them (64 MiB, then 32 MiB chunks), over the growable platform by 2 MiB
- * granules, and the peers. */
+/* Pools as rap_torch makes them (64 MiB, then 32 MiB chunks; and with max_split=128MiB), over the
+ * growable platform by 2 MiB granules, and the peers. */
 static const pdesc f_peers[] = {
     {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
     {P_RAP, "rap QuickPool", "QuickPool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
     {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
+    {P_RAP, "rap ResourceAwarePool max_split", "ResourceAwarePool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never, max_split=128MiB)", 0},
     {P_RAP, "rap StreamOrdered", "StreamOrdered(pool=new, release_threshold=max)", 0},
     {P_RAP, "rap ResourceAwarePool DEVICE_VMM", "ResourceAwarePool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
     {P_RAP, "rap ResourceAwarePool DEVICE_VMM pieces", "ResourceAwarePool(DeviceVmm(piece=2MiB), initial_size=2MiB, next_size=2MiB, heuristic=never)", 0},
@@ -369,6 +370,7 @@ static const pdesc f_host_peers[] = {
     {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)", 1},
     {P_RAP, "rap QuickPool", "QuickPool(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)", 1},
     {P_RAP, "rap DynamicPoolList", "DynamicPoolList(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)", 1},
+    {P_RAP, "rap ResourceAwarePool max_split", "ResourceAwarePool(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never, max_split=128MiB)", 1},
     {P_RAP, "rap ResourceAwarePool HOST_VMM", "ResourceAwarePool(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
     {P_RAP, "rap ResourceAwarePool HOST_VMM pieces", "ResourceAwarePool(HostVmm(piece=2MiB), initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
     {P_RAP, "rap QuickPool HOST_VMM", "QuickPool(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)", 1},
