@@ -647,7 +647,7 @@ RAP_TEST(ResourceAwarePool, SameSizePairAfterASplitReusesTheBlockWhole) {
  * of its stream): some of its frees are pending, some have come back free. To that resource its
  * pending memory is as good as free, so random workloads of mixed sizes should hold what QuickPool
  * holds for the same calls (64 KiB chunks, so that the peak is not a matter of whole chunks): at
- * most 5 % more, summed over four seeds (docs/DESIGN.md, "The fit rule on one resource"). */
+ * most 5 % more, summed over four seeds (docs/DESIGN.md, "The fit rule"). */
 static void behind_the_cpu(uint64_t seed, size_t *ra_held, size_t *qp_held) {
   rap_manager *rm;
   RAP_CHECK_OK(rap_manager_create(&rm));
