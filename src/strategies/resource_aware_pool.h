@@ -140,7 +140,8 @@ static inline void add_pending(ra_pool *p, rstate *rs, ra_block *b, ra_block *af
  * two counts of the pool's alignment, the front's in the high half. r's own takes from the front
  * shrink them; another resource that would otherwise grow or wait takes an end back (take_lent).
  * Counting fewer than there are is always safe: those bytes then wait for r's batch, as r's do.
- * Invariant: a pending block with lent bytes has no uses, and its own bytes between them. */
+ * Invariant: a pending block with lent bytes has no uses, and they add up to at most its size
+ * (all of it, counted at its end, where its owner has taken every byte it freed). */
 #define RA_LENT_HALF (sizeof(size_t) * 4)
 #define RA_LENT_MAX ((((size_t)1) << RA_LENT_HALF) - 1)
 

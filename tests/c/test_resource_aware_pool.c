@@ -871,3 +871,84 @@ RAP_TEST_P(ResourceAwarePool, HostTakesLentBytesInsteadOfWaitingOnTheHost, host_
   teardown(f);
   free(f);
 }
+
+/* Random calls on three busy queues and the host (grow mode, fixed seeds): no block handed to one
+ * resource ever overlaps bytes another queue freed while its gate has stayed closed (lent bytes,
+ * which were free, may go to anyone; bytes a queue freed may not), and the pool's check holds after
+ * every call. Every 200 calls the gates open, the queues catch up, their pending memory comes
+ * back, and new gates close. */
+enum { LB_OPS = 2000, LB_LIVE = 64, LB_FREED = 256 };
+
+typedef struct lb_region {
+  char *p;
+  size_t n;
+} lb_region;
+
+RAP_TEST(ResourceAwarePool, RandomCallsNeverHandOutBytesABusyQueueFreed) {
+  for (unsigned seed = 1; seed <= 4; seed++) {
+    rap_manager *rm;
+    rap_allocator *pool;
+    rap_resource *q[3];
+    gate g[3];
+    RAP_CHECK_OK(rap_manager_create(&rm));
+    RAP_CHECK_OK(rap_allocator_make(rm, "rap", "ResourceAwarePool", "HOST",
+                                    "initial_size=256KiB next_size=256KiB heuristic=never", &pool));
+    for (int i = 0; i < 3; i++) {
+      RAP_CHECK_OK(rap_resource_create_host_async(rm, &q[i]));
+      gate_init(&g[i]);
+      RAP_CHECK_OK(rap_resource_submit(q[i], gate_job, &g[i]));
+    }
+    struct { char *p; size_t n; int r; } live[LB_LIVE];
+    int nlive = 0;
+    lb_region freed[3][LB_FREED];
+    int nfreed[3] = {0, 0, 0};
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull;
+    for (int op = 0; op < LB_OPS; op++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      unsigned v = (unsigned)(x >> 33);
+      int r = (int)(v % 4);   /* 3: the host */
+      if (nlive < LB_LIVE && (nlive == 0 || v % 100 < 55)) {
+        size_t n = (size_t)(1 + (v >> 8) % 192) * 256;
+        void *ptr;
+        RAP_CHECK_OK(rap_allocate(pool, &ptr, n, r < 3 ? q[r] : NULL));
+        for (int o = 0; o < 3; o++)
+          for (int k = 0; k < nfreed[o] && o != r; k++)
+            if (overlaps(ptr, n, freed[o][k].p, freed[o][k].n))
+              rap_test_fail(__FILE__, __LINE__, "seed %u call %d: %zu bytes for resource %d overlap bytes queue %d freed "
+                       "behind its closed gate", seed, op, n, r, o);
+        live[nlive].p = ptr;
+        live[nlive].n = n;
+        live[nlive++].r = r;
+      } else {
+        int k = (int)((v >> 8) % (unsigned)nlive);
+        int o = live[k].r;
+        RAP_CHECK_OK(rap_deallocate(pool, live[k].p, o < 3 ? q[o] : NULL));
+        if (o < 3 && nfreed[o] < LB_FREED) freed[o][nfreed[o]++] = (lb_region){live[k].p, live[k].n};
+        RAP_CHECK(o == 3 || nfreed[o] < LB_FREED);
+        live[k] = live[--nlive];
+      }
+      RAP_CHECK_OK(rap_allocator_check(pool));
+      if (op % 200 == 199) {   /* everything passes and comes back (fenced, then polled) */
+        for (int i = 0; i < 3; i++) gate_open(&g[i]);
+        for (int round = 0; round < 2; round++) {
+          for (int i = 0; i < 3; i++) RAP_CHECK_OK(rap_resource_synchronize(q[i]));
+          RAP_CHECK_OK(rap_release(pool));
+        }
+        RAP_CHECK_EQ(stats_of(pool).pending_bytes, 0);
+        for (int i = 0; i < 3; i++) {
+          gate_destroy(&g[i]);
+          gate_init(&g[i]);
+          RAP_CHECK_OK(rap_resource_submit(q[i], gate_job, &g[i]));
+          nfreed[i] = 0;
+        }
+      }
+    }
+    for (int k = 0; k < nlive; k++)
+      RAP_CHECK_OK(rap_deallocate(pool, live[k].p, live[k].r < 3 ? q[live[k].r] : NULL));
+    for (int i = 0; i < 3; i++) gate_open(&g[i]);
+    for (int i = 0; i < 3; i++) RAP_CHECK_OK(rap_resource_synchronize(q[i]));
+    RAP_CHECK_OK(rap_allocator_check(pool));
+    RAP_CHECK_OK(rap_manager_destroy(rm));
+    for (int i = 0; i < 3; i++) gate_destroy(&g[i]);
+  }
+}
