@@ -69,10 +69,31 @@ static inline rstate *lookup(ra_pool *p, rap_resource *r) {
 
 /* ---- pending blocks ------------------------------------------------------------------------- */
 
+/* A piece split off a pending block that holds only lent bytes: free again, merged with its free
+ * neighbours (a split-off record has no state yet: make_free wants one that is not free). */
+static void give_back(ra_pool *p, ra_block *x) {
+  x->base.state = RAPI_USED;
+  x->base.requested = 0;
+  x->owner = NULL;
+  rapi_bp_make_free(&p->bp, &x->base);
+}
+
+/* rem is what is left of a pending block with lent bytes (lent, as the block counted them) once
+ * its first cut bytes went to a user: the lent bytes at its front that the cut did not take stay
+ * lent, and so do those at its end (all of rem, where the cut took every byte the owner freed:
+ * such a remainder stays pending on the owner, as one that the owner's next request of its size
+ * takes, and another resource takes it back as it would a lent end). */
+static RAPI_NOINLINE void keep_lent(ra_pool *p, ra_block *rem, size_t lent, size_t cut) {
+  size_t lo = lent_lo(p, lent), hi = lent_hi(p, lent);
+  set_lent(p, rem, lo > cut ? lo - cut : 0, hi < rem->base.size ? hi : rem->base.size);
+}
+
 /* Hands a pending block of size >= size to a new user, splitting off a remainder that stays
  * pending on the same owner with the same batch, in the same place of the owner's FIFO: it never
- * becomes free for other resources before the owner has passed that batch. */
+ * becomes free for other resources before the owner has passed that batch (bytes lent to the block
+ * stay lent: take_lent). */
 static ra_block *take_pending(ra_pool *p, rstate *owner, ra_block *b, size_t size) {
+  size_t lent = b->base.requested;   /* read before drop_pending clears it */
   ra_block *at = drop_pending(p, owner, b);
   char *ptr = b->base.ptr;
   size_t whole = b->base.size;
@@ -81,6 +102,7 @@ static ra_block *take_pending(ra_pool *p, rstate *owner, ra_block *b, size_t siz
   if (rem) {
     rem->tag = b->tag;
     rem->seq = b->seq;
+    if (RAPI_UNLIKELY(lent != 0)) keep_lent(p, rem, lent, size);
     add_pending(p, owner, rem, at, false);
   }
   RAPI_TRACE("reuse", p->bp.self, owner->r, ptr, whole, ",\"pb\":%zu", owner->pending_bytes);
@@ -91,22 +113,21 @@ static ra_block *take_pending(ra_pool *p, rstate *owner, ra_block *b, size_t siz
 /* Merges b, just deallocated on owner, with neighbours pending on the same owner without uses.
  * The merged block takes b's batch, the newest: a neighbour waits a little longer, never less, and
  * the owner's pending memory does not fragment while nothing polls (a CPU running ahead).
- * While the owner is the only resource the pool knows (grow mode), a free neighbour of at most four
- * times b's size joins too, as QuickPool would merge it: to the owner it is all as good as free,
- * and kept apart the two kinds of pieces fragment (the fit rule, docs/DESIGN.md). Those bytes are
- * then pending on the owner: a resource that comes later has them once the owner passes this
- * batch. The bound keeps a small free from tying up a large free neighbour; a growable chunk's
- * free end stays free, for growth in place and for giving back; wait mode never joins, since a
- * later resource would wait for bytes that were free. */
-/* Grow mode, one resource known: when the fit rule takes free neighbours into pending blocks. */
+ * A free neighbour of at most four times b's size joins too, as QuickPool would merge it: to the
+ * owner it is all as good as free, and kept apart the two kinds of pieces fragment (the fit rule,
+ * docs/DESIGN.md). Those bytes are lent to the block, not the owner's: the owner takes them with
+ * the block, and another resource that would grow or wait for want of free memory takes them
+ * back (take_lent) without waiting for the owner's batch. The bound keeps a small free from
+ * tying up a large free neighbour; a growable chunk's free end stays free, for growth in place and
+ * for giving back. */
+/* Grow mode, one resource known: a block split off the hot block comes back alone (merge_pending). */
 static inline bool sole(const ra_pool *p) { return !p->cross_wait && HASH_COUNT(p->by_key) == 1; }
 
-/* Whether b's neighbour nb joins it (see merge_pending); the pool-wide test last, since only a
- * free neighbour needs it. */
+/* Whether b's neighbour nb joins it (see merge_pending). */
 static bool joins(const ra_pool *p, const rstate *owner, const ra_block *nb, size_t freed) {
   if (nb->base.state == RAPI_PENDING) return nb->owner == owner && nb->uses == NULL;
   return nb->base.state == RAPI_FREE && nb->base.size <= 4 * freed &&
-         !(p->bp.resizable != NULL && &nb->base == nb->base.chunk->last) && sole(p);
+         !(p->bp.resizable != NULL && &nb->base == nb->base.chunk->last);
 }
 
 static void take_in(ra_pool *p, rstate *owner, ra_block *nb) {
@@ -138,10 +159,23 @@ static inline bool ready_to_join(ra_pool *p, ra_block *nb) {
   return RAPI_LIKELY(!nb->base.holes) || fill_block_to_join(p, nb);
 }
 
+/* The lent bytes that a piece brings to the end of a block it joins on its far side: a free piece
+ * all of its own, a pending one all of its own where every byte of it is lent, else its lent end
+ * on that side (its other end is inside the merged block now: counted as the owner's). */
+static inline size_t lent_of(const ra_pool *p, const rapi_block *nb, bool front) {
+  if (nb->state == RAPI_FREE) return nb->size;
+  size_t lo = lent_lo(p, nb->requested), hi = lent_hi(p, nb->requested);
+  if (lo + hi >= nb->size) return nb->size;
+  return front ? lo : hi;
+}
+
 static RAPI_INLINE ra_block *merge_pending(ra_pool *p, rstate *owner, ra_block *b) {
-  size_t freed = b->base.size;
+  size_t freed = b->base.size, lo = 0, hi = 0;
+  bool merged = false;
   ra_block *prev = ra_of(b->base.prev);
   if (prev != NULL && joins(p, owner, prev, freed) && ready_to_join(p, prev)) {
+    lo = lent_of(p, &prev->base, true);
+    merged = true;
     take_in(p, owner, prev);
     rapi_bp_absorb_next(&p->bp, &prev->base);
     b = prev;
@@ -154,9 +188,12 @@ static RAPI_INLINE ra_block *merge_pending(ra_pool *p, rstate *owner, ra_block *
    * there they fragment (the 4-stream trace holds 4 % more). */
   bool kept_apart = next != NULL && b == owner->split_head && next == owner->split_rem && sole(p);
   if (next != NULL && !kept_apart && joins(p, owner, next, freed) && ready_to_join(p, next)) {
+    hi = lent_of(p, &next->base, false);
+    merged = true;
     take_in(p, owner, next);
     rapi_bp_absorb_next(&p->bp, &b->base);
   }
+  if (merged) set_lent(p, b, lo, hi);   /* else b's field is 0 (rapi_bp_unmark_used) */
   return b;
 }
 
@@ -304,6 +341,14 @@ static ra_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
     bool holes = false;
     for (rapi_block *x = lo; x != end; x = x->next) holes |= x->state == RAPI_FREE && x->holes;
     if (RAPI_UNLIKELY(holes) && !fill_to_join(p, lo, end)) return NULL;
+    /* Lent to the joined block: the free bytes at its ends and the lent ends of its end pieces. */
+    size_t lent_front = 0, lent_back = 0;
+    rapi_block *e = lo;
+    for (; e->state == RAPI_FREE; e = e->next) lent_front += e->size;
+    lent_front += lent_of(p, e, true);
+    for (e = hi; e->state == RAPI_FREE; e = e->prev) lent_back += e->size;
+    lent_back += lent_of(p, e, false);
+    if (lent_front + lent_back >= best) lent_front = 0, lent_back = best;   /* every byte lent */
     for (rapi_block *x = lo; x != end; x = x->next) {
       if (x->state == RAPI_PENDING) {
         ra_block *rx = ra_of(x);
@@ -318,6 +363,7 @@ static ra_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
     ra_block *joined = ra_of(lo);
     joined->tag = tag;
     joined->seq = seq;
+    set_lent(p, joined, lent_front, lent_back);
     ra_block *at = rs->fifo_tail;   /* FIFO tags never decrease: after the last not newer */
     while (at != NULL && at->tag > tag) at = at->fifo_prev;
     add_pending(p, rs, joined, at, false);
@@ -325,6 +371,62 @@ static ra_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
     return joined;
   }
   return NULL;
+}
+
+/* A miss of rs that would otherwise wait or grow: free bytes lent to another resource's pending
+ * block (merge_pending) are free memory all the same. The smallest lent end that holds the request
+ * (among each other resource's newest 256 pending blocks) is split off its block, which stays
+ * pending as it was, and rs takes the request from it; what rs does not take is free again. NULL
+ * when none fits, or with no host memory for a record (the pool is unchanged then). */
+static RAPI_NOINLINE ra_block *take_lent(ra_pool *p, rstate *rs, size_t size) {
+  ra_block *best = NULL;
+  rstate *owner = NULL;
+  size_t best_bytes = SIZE_MAX;
+  bool front = false;
+  for (rstate *o = p->by_key; o != NULL; o = o->hh.next) {
+    if (o == rs || o->pending_bytes - o->pending_uses_bytes < size) continue;
+    unsigned n = 0;
+    for (ra_block *f = o->fifo_tail; f != NULL && n < 256; f = f->fifo_prev, n++) {
+      if (f->base.requested == 0) continue;
+      size_t lo = lent_lo(p, f->base.requested), hi = lent_hi(p, f->base.requested);
+      if (lo >= size && lo < best_bytes) {
+        best = f, owner = o, best_bytes = lo, front = true;
+      }
+      if (hi >= size && hi < best_bytes) {
+        best = f, owner = o, best_bytes = hi, front = false;
+      }
+    }
+  }
+  if (best == NULL) return NULL;
+  size_t lent = best->base.requested;
+  size_t lo = lent_lo(p, lent), hi = lent_hi(p, lent);
+  size_t at_byte = front ? lo : best->base.size - hi;   /* where the lent end begins or ends */
+  bool hot = best == owner->hot;
+  ra_block *at = drop_pending(p, owner, best);
+  ra_block *give = best;
+  if (at_byte != 0 && at_byte != best->base.size) {
+    /* The lent end is split off; the record that keeps the rest goes back in best's place. */
+    rapi_block *cut = rapi_bp_split(&p->bp, &best->base, at_byte);
+    if (cut == NULL) {
+      best->base.requested = lent;
+      add_pending(p, owner, best, at, hot);
+      return NULL;
+    }
+    ra_block *keep = front ? ra_of(cut) : best;
+    give = front ? best : ra_of(cut);
+    keep->tag = best->tag;
+    keep->seq = best->seq;
+    set_lent(p, keep, front ? 0 : lo, front ? hi : 0);
+    add_pending(p, owner, keep, at, hot);
+  }   /* else every byte of best was lent: it goes whole */
+  give->base.state = RAPI_USED;   /* not free: give_back's merge must not take it in */
+  give->owner = NULL;
+  give->base.requested = 0;
+  RAPI_TRACE("ready", p->bp.self, owner->r, give->base.ptr, give->base.size, ",\"pb\":%zu",
+             owner->pending_bytes);
+  rapi_block *extra = rapi_bp_split(&p->bp, &give->base, size);
+  if (extra != NULL) give_back(p, ra_of(extra));
+  return give;
 }
 
 /* A miss: poll, then (wait mode) take another resource's block behind a queued wait, then grow,
@@ -351,6 +453,7 @@ static RAPI_NOINLINE int ra_allocate_slow(ra_pool *p, rstate *rs, void **out, si
       b = take_own_or_free(p, rs, size);
     }
     if (b == NULL && rs->pending_count > 0) b = take_own_joined(p, rs, size);
+    if (b == NULL && p->bp.pending_bytes - rs->pending_bytes >= size) b = take_lent(p, rs, size);
     /* Waiting serializes the waiter behind the owner; below wait_above the pool grows instead, so
      * as many streams as that memory allows run side by side. Nor does it wait while what rs
      * cannot take is at most wait_pending_above: a stream that runs ahead of the others (a
@@ -564,6 +667,11 @@ static int check_rstate(ra_pool *p, rstate *rs, size_t *pending, size_t *used, s
       return CORRUPT("%s: pending block %p is out of batch order", who, (void *)b->base.ptr);
     if ((b->fifo_next ? b->fifo_next->fifo_prev : rs->fifo_tail) != b)
       return CORRUPT("%s: a pending list is broken at %p", who, (void *)b->base.ptr);
+    size_t lent = b->base.requested;
+    if (lent != 0 && (b->uses != NULL || lent_lo(p, lent) + lent_hi(p, lent) > b->base.size))
+      return CORRUPT("%s: pending block %p counts %zu + %zu lent bytes in %zu%s", who,
+                     (void *)b->base.ptr, lent_lo(p, lent), lent_hi(p, lent), b->base.size,
+                     b->uses != NULL ? " and has uses" : "");
     last = b->tag;
     n++;
     bytes += b->base.size;

@@ -1,13 +1,16 @@
 /* test_resource_aware_pool.c — the ResourceAwarePool's pending semantics on host_async resources.
  * Every busy resource is held by a gate the test opens; no sleeps.
  */
+#define _GNU_SOURCE   /* syscall(SYS_gettid), for the watchdog */
 #include "gate.h"
 #include "rap_test.h"
 #include "rap_testing.h"   /* the Fault calls */
+#include "watchdog.h"
 
 #include <rap/rap.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define KiB ((size_t)1024)
@@ -197,25 +200,29 @@ RAP_TEST(ResourceAwarePool, PollsBeforeCuttingALargeFreeBlock) {
 }
 
 /* The same with the caller's own pending memory: two pending pieces of r1 with a free block
- * between them (pending blocks merge with free ones only once drained; r2 is known, so the
- * one-resource fit rule does not join them) make 8 MiB once polled. A 5 MiB request that only the
- * large free block fits now polls first and takes the merged run, so 55 MiB still fit after it. */
+ * between them make 7 MiB once polled (pending blocks merge with free ones only once drained; the
+ * free block, over four times either piece, is not taken into them when they are freed). A 2 MiB
+ * request that only the large free blocks fit now polls first and takes the merged run at its
+ * start, so the 5 MiB that follow fit right behind it; cut out of the hole instead, the run would
+ * be left in pieces of 1, 3 and 1 MiB. */
 RAP_TEST(ResourceAwarePool, PollsBeforeCuttingALargeFreeBlockForItsOwnPendingMemory) {
   fixture f;
   setup(&f, "HOST", "initial_size=64MiB next_size=64MiB heuristic=never");
   void *a, *hole, *c, *u, *q, *big;
-  RAP_CHECK_OK(rap_allocate(f.pool, &a, 3 * MiB, f.r1));
-  RAP_CHECK_OK(rap_allocate(f.pool, &hole, 2 * MiB, f.r1));
-  RAP_CHECK_OK(rap_allocate(f.pool, &c, 3 * MiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &a, 1 * MiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &hole, 5 * MiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &c, 1 * MiB, f.r1));
   RAP_CHECK_OK(rap_allocate(f.pool, &u, 1 * MiB, f.r2));
   RAP_CHECK_OK(rap_deallocate(f.pool, hole, f.r1));
   RAP_CHECK_OK(rap_release(f.pool));   /* polls: the hole is free */
   RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));
   RAP_CHECK_OK(rap_deallocate(f.pool, c, f.r1));
   RAP_CHECK_EQ(stats_of(f.pool).pending_count, 2);
-  RAP_CHECK_OK(rap_allocate(f.pool, &q, 5 * MiB, f.r1));
+  RAP_CHECK_EQ(stats_of(f.pool).pending_bytes, 2 * MiB);
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 2 * MiB, f.r1));
   RAP_CHECK(q == a);
-  RAP_CHECK_OK(rap_allocate(f.pool, &big, 55 * MiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &big, 5 * MiB, f.r1));
+  RAP_CHECK(big == (char *)a + 2 * MiB);
   RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 1);
   RAP_CHECK_OK(rap_deallocate(f.pool, big, f.r1));
   RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r1));
@@ -469,12 +476,14 @@ RAP_TEST(ResourceAwarePool, NeighboursPendingOnOneOwnerMerge) {
   RAP_CHECK_OK(rap_allocate(f.pool, &big, 32 * KiB, f.r1));
   RAP_CHECK(big == a);
   RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 1);
-  /* c's owner is r2: freeing it does not merge it into r1's pending memory. */
+  /* c's owner is r2: freeing it does not merge it into r1's pending memory (it takes in the free
+   * 16 KiB after it, the join rule, but never another resource's pending block). */
   RAP_CHECK_OK(rap_deallocate(f.pool, big, f.r1));
   RAP_CHECK_OK(rap_deallocate(f.pool, c, f.r2));
   s = stats_of(f.pool);
+  RAP_CHECK_EQ(s.pending_count, 2);
   RAP_CHECK_EQ(rstats(f.pool, f.r1).pending_bytes, 32 * KiB);
-  RAP_CHECK_EQ(rstats(f.pool, f.r2).pending_bytes, 16 * KiB);
+  RAP_CHECK_EQ(rstats(f.pool, f.r2).pending_bytes, 32 * KiB);
   RAP_CHECK_OK(rap_allocator_check(f.pool));
   teardown(&f);
 }
@@ -547,11 +556,12 @@ RAP_TEST(ResourceAwarePool, OwnPendingJoinedWithFreeNeighbourBeforeGrowing) {
   teardown(&f);
 }
 
-/* While r1 is the only resource the pool has served, a block r1 frees takes its free neighbours
- * into its pending block, as QuickPool would merge them (to r1 they are all as good as free). A
- * second resource still may not have any of it before r1 has passed; once the pool knows two
- * resources, free neighbours stay free. */
-RAP_TEST(ResourceAwarePool, SoleResourceTakesFreeNeighboursIntoItsPendingBlock) {
+/* A block r1 frees takes its free neighbours into its pending block, as QuickPool would merge
+ * them (to r1 they are all as good as free): while r1 is the only resource the pool has served,
+ * and as well once it knows two. A second resource that finds free memory elsewhere does not
+ * touch those bytes before r1 has passed (see LentBytesGoBackToAnotherResourceBeforeItGrows for
+ * one that finds none). */
+RAP_TEST(ResourceAwarePool, FreedBlockTakesFreeNeighboursIntoItsPendingBlock) {
   fixture f;
   setup(&f, "HOST", "initial_size=128KiB, next_size=128KiB, alignment=256");
   void *a, *b, *c, *d, *e;
@@ -575,15 +585,22 @@ RAP_TEST(ResourceAwarePool, SoleResourceTakesFreeNeighboursIntoItsPendingBlock) 
   RAP_CHECK_OK(rap_allocate(f.pool, &e, 72 * KiB, f.r1));
   RAP_CHECK(e == a);
   RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 2);
-  /* Two resources known: c's free neighbour (what is left of a and b) stays free... */
+  /* Two resources known: c takes in its free neighbour (the 8 KiB left of a and b) as well. */
   gate_open(&f.g1);
   RAP_CHECK_OK(rap_resource_synchronize(f.r1));
   RAP_CHECK_OK(rap_release(f.pool));
   RAP_CHECK_EQ(stats_of(f.pool).pending_bytes, 0);
   RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g2));
   RAP_CHECK_OK(rap_deallocate(f.pool, c, f.r1));
-  RAP_CHECK_EQ(stats_of(f.pool).pending_bytes, 48 * KiB);   /* ...and c is pending alone */
+  RAP_CHECK_EQ(stats_of(f.pool).pending_count, 1);
+  RAP_CHECK_EQ(stats_of(f.pool).pending_bytes, 56 * KiB);
   RAP_CHECK_OK(rap_allocator_check(f.pool));
+  /* r2 asks for 8 KiB: its own chunk's free 64 KiB serve it; r1's block keeps what it took in. */
+  void *g;
+  RAP_CHECK_OK(rap_allocate(f.pool, &g, 8 * KiB, f.r2));
+  RAP_CHECK(!overlaps(g, 8 * KiB, a, 128 * KiB));
+  RAP_CHECK_EQ(stats_of(f.pool).pending_bytes, 56 * KiB);
+  RAP_CHECK_OK(rap_deallocate(f.pool, g, f.r2));
   gate_open(&f.g2);
   RAP_CHECK_OK(rap_resource_synchronize(f.r1));
   RAP_CHECK_OK(rap_deallocate(f.pool, d, f.r2));
@@ -630,7 +647,7 @@ RAP_TEST(ResourceAwarePool, SameSizePairAfterASplitReusesTheBlockWhole) {
  * of its stream): some of its frees are pending, some have come back free. To that resource its
  * pending memory is as good as free, so random workloads of mixed sizes should hold what QuickPool
  * holds for the same calls (64 KiB chunks, so that the peak is not a matter of whole chunks): at
- * most 5 % more, summed over four seeds (docs/DESIGN.md, "The fit rule on one resource"). */
+ * most 5 % more, summed over four seeds (docs/DESIGN.md, "The fit rule"). */
 static void behind_the_cpu(uint64_t seed, size_t *ra_held, size_t *qp_held) {
   rap_manager *rm;
   RAP_CHECK_OK(rap_manager_create(&rm));
@@ -716,4 +733,241 @@ RAP_TEST(ResourceAwarePool, MaxSplitKeepsAnOwnPendingBlockWhole) {
   RAP_CHECK_OK(rap_deallocate(f.pool, small, f.r1));
   RAP_CHECK_OK(rap_deallocate(f.pool, again, f.r1));
   teardown(&f);
+}
+/* ---- bytes lent to a pending block ----------------------------------------------------------
+ * Free bytes that a block took in when it was freed (the join rule) are lent to it, not freed by
+ * its resource: another resource that finds no free memory takes them back before it would grow
+ * or wait, while the block's resource is still busy; the block keeps the bytes its resource
+ * freed, pending as before. Layout of the first three: r2's live block, then a (r1), then the
+ * chunk's free end, which a takes in when r1 frees it on a busy queue. */
+static void *lent_end_setup(fixture *f, void **live) {
+  void *a;
+  RAP_CHECK_OK(rap_allocate(f->pool, live, 32 * KiB, f->r2));
+  RAP_CHECK_OK(rap_allocate(f->pool, &a, 32 * KiB, f->r1));   /* 64 KiB free after it */
+  RAP_CHECK_OK(rap_resource_submit(f->r1, gate_job, &f->g1));
+  RAP_CHECK_OK(rap_deallocate(f->pool, a, f->r1));
+  RAP_CHECK_EQ(rstats(f->pool, f->r1).pending_bytes, 96 * KiB);   /* a and the free end */
+  RAP_CHECK_EQ(stats_of(f->pool).free_bytes, 0);
+  return a;
+}
+
+RAP_TEST(ResourceAwarePool, LentBytesGoBackToAnotherResourceBeforeItGrows) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=128KiB next_size=128KiB heuristic=never");
+  void *live, *d, *e;
+  void *a = lent_end_setup(&f, &live);
+  RAP_CHECK_OK(rap_allocate(f.pool, &d, 48 * KiB, f.r2));
+  RAP_CHECK(d == (char *)a + 32 * KiB);   /* the start of what was the free end */
+  rap_stats s = stats_of(f.pool);
+  RAP_CHECK_EQ(s.chunk_count, 1);
+  RAP_CHECK_EQ(s.free_bytes, 16 * KiB);   /* what r2 did not take is free again */
+  RAP_CHECK_EQ(rstats(f.pool, f.r1).pending_bytes, 32 * KiB);
+  RAP_CHECK_EQ(gate_passed(&f.g1), 0);    /* r1 never ran past its free */
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  /* a's own bytes stay r1's until it passes: a third resource asking for their size grows. */
+  RAP_CHECK_OK(rap_allocate(f.pool, &e, 32 * KiB, f.r3));
+  RAP_CHECK(!overlaps(e, 32 * KiB, a, 32 * KiB));
+  RAP_CHECK_EQ(stats_of(f.pool).chunk_count, 2);
+  RAP_CHECK_OK(rap_deallocate(f.pool, d, f.r2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, live, f.r2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, e, f.r3));
+  teardown(&f);
+}
+
+/* The same with the lent bytes before the freed block: x, freed on the host, is free at once, and
+ * a takes it in; r2 gets x's address back, r1 keeps a. */
+RAP_TEST(ResourceAwarePool, LentBytesAtABlocksStartGoBackToo) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=128KiB next_size=128KiB heuristic=never");
+  void *x, *a, *live, *d;
+  RAP_CHECK_OK(rap_allocate(f.pool, &x, 32 * KiB, NULL));
+  RAP_CHECK_OK(rap_allocate(f.pool, &a, 32 * KiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &live, 64 * KiB, f.r2));   /* the chunk is full */
+  RAP_CHECK_OK(rap_deallocate(f.pool, x, NULL));
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));
+  RAP_CHECK_EQ(stats_of(f.pool).pending_count, 1);
+  RAP_CHECK_EQ(rstats(f.pool, f.r1).pending_bytes, 64 * KiB);   /* x and a, one block */
+  RAP_CHECK_OK(rap_allocate(f.pool, &d, 16 * KiB, f.r2));
+  RAP_CHECK(d == x);
+  rap_stats s = stats_of(f.pool);
+  RAP_CHECK_EQ(s.chunk_count, 1);
+  RAP_CHECK_EQ(s.free_bytes, 16 * KiB);
+  RAP_CHECK_EQ(rstats(f.pool, f.r1).pending_bytes, 32 * KiB);
+  RAP_CHECK_EQ(gate_passed(&f.g1), 0);
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  RAP_CHECK_OK(rap_deallocate(f.pool, d, f.r2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, live, f.r2));
+  teardown(&f);
+}
+
+/* cross_resource=wait: a resource that finds no free memory takes lent bytes back instead of
+ * waiting for the busy owner of the block they were lent to (which would serialize it behind r1's
+ * work for bytes that were free). */
+RAP_TEST(ResourceAwarePool, WaiterTakesLentBytesInsteadOfWaiting) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=128KiB next_size=128KiB heuristic=never cross_resource=wait "
+                    "wait_above=1KiB");
+  void *live, *d;
+  void *a = lent_end_setup(&f, &live);
+  RAP_CHECK_OK(rap_allocate(f.pool, &d, 48 * KiB, f.r3));
+  RAP_CHECK(d == (char *)a + 32 * KiB);
+  rap_stats s = stats_of(f.pool);
+  RAP_CHECK_EQ(s.waits, 0);
+  RAP_CHECK_EQ(s.chunk_count, 1);
+  RAP_CHECK_EQ(rstats(f.pool, f.r1).pending_bytes, 32 * KiB);
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  /* r3 runs on: nothing queued on it waits for r1, which is still held by its gate. */
+  RAP_CHECK_OK(rap_resource_synchronize(f.r3));
+  RAP_CHECK_EQ(gate_passed(&f.g1), 0);
+  RAP_CHECK_OK(rap_deallocate(f.pool, d, f.r3));
+  RAP_CHECK_OK(rap_deallocate(f.pool, live, f.r2));
+  teardown(&f);
+}
+
+typedef struct host_alloc_call {
+  rap_allocator *pool;
+  size_t bytes;
+  void *p;
+} host_alloc_call;
+
+static int host_alloc_call_fn(void *arg) {
+  host_alloc_call *h = arg;
+  return rap_allocate(h->pool, &h->p, h->bytes, NULL);
+}
+
+/* The host resource cannot queue a wait: where no free memory fits, wait mode waits on the host
+ * for the owner's event, and a dry parent makes grow mode wait on the host for every pending block
+ * before it answers out of memory. Bytes lent to a block pending on a busy queue end both waits
+ * before they begin: the host takes them back. (Run under a watchdog: waiting for r1 would never
+ * end while its gate is closed.) */
+typedef struct host_lent_param {
+  const char *label;
+  bool wait;   /* cross_resource=wait; otherwise grow, with the parent dry */
+} host_lent_param;
+
+static const host_lent_param host_lent_params[] = {{"Wait", true}, {"GrowDryParent", false}};
+
+RAP_TEST_P(ResourceAwarePool, HostTakesLentBytesInsteadOfWaitingOnTheHost, host_lent_param,
+           host_lent_params) {
+  fixture *f = calloc(1, sizeof *f);   /* leaked, with its gates, if the call never returns */
+  RAP_CHECK(f != NULL);
+  RAP_CHECK_OK(rap_manager_create(&f->rm));
+  rap_allocator *fault;
+  RAP_CHECK_OK(rap_allocator_make(f->rm, "f", "Fault", "HOST", NULL, &fault));
+  RAP_CHECK_OK(rap_allocator_make(f->rm, "rap", "ResourceAwarePool", "f",
+                                  param->wait ? "initial_size=128KiB next_size=128KiB "
+                                                "heuristic=never cross_resource=wait wait_above=1KiB"
+                                              : "initial_size=128KiB next_size=128KiB heuristic=never",
+                                  &f->pool));
+  RAP_CHECK_OK(rap_resource_create_host_async(f->rm, &f->r1));
+  RAP_CHECK_OK(rap_resource_create_host_async(f->rm, &f->r2));
+  RAP_CHECK_OK(rap_resource_create_host_async(f->rm, &f->r3));
+  gate_init(&f->g1);
+  gate_init(&f->g2);
+  void *live;
+  void *a = lent_end_setup(f, &live);
+  if (!param->wait) RAP_CHECK_OK(rap_fault_configure(fault, "fail_next=1000"));
+  host_alloc_call *h = malloc(sizeof *h);   /* leaked if the call never returns */
+  RAP_CHECK(h != NULL);
+  *h = (host_alloc_call){f->pool, 48 * KiB, NULL};
+  wd_call *c = wd_start(host_alloc_call_fn, h);
+  RAP_CHECK(c != NULL);
+  int st = -1;
+  gate *gates[] = {&f->g1};
+  WD_FINISH(c, gates, 1, &st, "rap_allocate on the host while only lent bytes fit");
+  RAP_CHECK_OK(rap_fault_configure(fault, "reset"));
+  RAP_CHECK_OK(st);
+  RAP_CHECK(h->p == (char *)a + 32 * KiB);
+  RAP_CHECK_EQ(gate_passed(&f->g1), 0);
+  rap_stats s = stats_of(f->pool);
+  RAP_CHECK_EQ(s.waits, 0);
+  RAP_CHECK_EQ(s.chunk_count, 1);
+  RAP_CHECK_OK(rap_allocator_check(f->pool));
+  RAP_CHECK_OK(rap_deallocate(f->pool, h->p, NULL));
+  free(h);
+  RAP_CHECK_OK(rap_deallocate(f->pool, live, f->r2));
+  teardown(f);
+  free(f);
+}
+
+/* Random calls on three busy queues and the host (grow mode, fixed seeds): no block handed to one
+ * resource ever overlaps bytes another queue freed while its gate has stayed closed (lent bytes,
+ * which were free, may go to anyone; bytes a queue freed may not), and the pool's check holds after
+ * every call. Every 200 calls the gates open, the queues catch up, their pending memory comes
+ * back, and new gates close. */
+enum { LB_OPS = 2000, LB_LIVE = 64, LB_FREED = 256 };
+
+typedef struct lb_region {
+  char *p;
+  size_t n;
+} lb_region;
+
+RAP_TEST(ResourceAwarePool, RandomCallsNeverHandOutBytesABusyQueueFreed) {
+  for (unsigned seed = 1; seed <= 4; seed++) {
+    rap_manager *rm;
+    rap_allocator *pool;
+    rap_resource *q[3];
+    gate g[3];
+    RAP_CHECK_OK(rap_manager_create(&rm));
+    RAP_CHECK_OK(rap_allocator_make(rm, "rap", "ResourceAwarePool", "HOST",
+                                    "initial_size=256KiB next_size=256KiB heuristic=never", &pool));
+    for (int i = 0; i < 3; i++) {
+      RAP_CHECK_OK(rap_resource_create_host_async(rm, &q[i]));
+      gate_init(&g[i]);
+      RAP_CHECK_OK(rap_resource_submit(q[i], gate_job, &g[i]));
+    }
+    struct { char *p; size_t n; int r; } live[LB_LIVE];
+    int nlive = 0;
+    lb_region freed[3][LB_FREED];
+    int nfreed[3] = {0, 0, 0};
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull;
+    for (int op = 0; op < LB_OPS; op++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      unsigned v = (unsigned)(x >> 33);
+      int r = (int)(v % 4);   /* 3: the host */
+      if (nlive < LB_LIVE && (nlive == 0 || v % 100 < 55)) {
+        size_t n = (size_t)(1 + (v >> 8) % 192) * 256;
+        void *ptr;
+        RAP_CHECK_OK(rap_allocate(pool, &ptr, n, r < 3 ? q[r] : NULL));
+        for (int o = 0; o < 3; o++)
+          for (int k = 0; k < nfreed[o] && o != r; k++)
+            if (overlaps(ptr, n, freed[o][k].p, freed[o][k].n))
+              rap_test_fail(__FILE__, __LINE__, "seed %u call %d: %zu bytes for resource %d overlap bytes queue %d freed "
+                       "behind its closed gate", seed, op, n, r, o);
+        live[nlive].p = ptr;
+        live[nlive].n = n;
+        live[nlive++].r = r;
+      } else {
+        int k = (int)((v >> 8) % (unsigned)nlive);
+        int o = live[k].r;
+        RAP_CHECK_OK(rap_deallocate(pool, live[k].p, o < 3 ? q[o] : NULL));
+        if (o < 3 && nfreed[o] < LB_FREED) freed[o][nfreed[o]++] = (lb_region){live[k].p, live[k].n};
+        RAP_CHECK(o == 3 || nfreed[o] < LB_FREED);
+        live[k] = live[--nlive];
+      }
+      RAP_CHECK_OK(rap_allocator_check(pool));
+      if (op % 200 == 199) {   /* everything passes and comes back (fenced, then polled) */
+        for (int i = 0; i < 3; i++) gate_open(&g[i]);
+        for (int round = 0; round < 2; round++) {
+          for (int i = 0; i < 3; i++) RAP_CHECK_OK(rap_resource_synchronize(q[i]));
+          RAP_CHECK_OK(rap_release(pool));
+        }
+        RAP_CHECK_EQ(stats_of(pool).pending_bytes, 0);
+        for (int i = 0; i < 3; i++) {
+          gate_destroy(&g[i]);
+          gate_init(&g[i]);
+          RAP_CHECK_OK(rap_resource_submit(q[i], gate_job, &g[i]));
+          nfreed[i] = 0;
+        }
+      }
+    }
+    for (int k = 0; k < nlive; k++)
+      RAP_CHECK_OK(rap_deallocate(pool, live[k].p, live[k].r < 3 ? q[live[k].r] : NULL));
+    for (int i = 0; i < 3; i++) gate_open(&g[i]);
+    for (int i = 0; i < 3; i++) RAP_CHECK_OK(rap_resource_synchronize(q[i]));
+    RAP_CHECK_OK(rap_allocator_check(pool));
+    RAP_CHECK_OK(rap_manager_destroy(rm));
+    for (int i = 0; i < 3; i++) gate_destroy(&g[i]);
+  }
 }
