@@ -389,10 +389,10 @@ static RAPI_NOINLINE ra_block *take_lent(ra_pool *p, rstate *rs, size_t size) {
     for (ra_block *f = o->fifo_tail; f != NULL && n < 256; f = f->fifo_prev, n++) {
       if (f->base.requested == 0) continue;
       size_t lo = lent_lo(p, f->base.requested), hi = lent_hi(p, f->base.requested);
-      if (lo >= size && lo < best_bytes) {
+      if (lo >= size && lo < best_bytes && rapi_bp_may_cut(&p->bp, lo, size)) {
         best = f, owner = o, best_bytes = lo, front = true;
       }
-      if (hi >= size && hi < best_bytes) {
+      if (hi >= size && hi < best_bytes && rapi_bp_may_cut(&p->bp, hi, size)) {
         best = f, owner = o, best_bytes = hi, front = false;
       }
     }
