@@ -373,7 +373,9 @@ rapi_block *rapi_bp_split_slow(rapi_bp *bp, rapi_block *b, size_t size) {
 rapi_block *rapi_bp_find_free(rapi_bp *bp, size_t size) {
   rapi_block *b = bp->list ? rapi_list_find(&bp->free, size) : rapi_index_find(&bp->free, size);
   /* The best fit is refused whole: a larger block would be refused too. */
-  return b != NULL && RAPI_UNLIKELY(!rapi_bp_may_cut(bp, b->size, size)) ? NULL : b;
+  if (RAPI_UNLIKELY(bp->max_split != SIZE_MAX) && b != NULL && !rapi_bp_may_cut(bp, b->size, size))
+    return NULL;
+  return b;
 }
 
 rapi_block *rapi_bp_take_free(rapi_bp *bp, size_t size) {

@@ -276,8 +276,10 @@ static ra_block *take_own_or_free(ra_pool *p, rstate *rs, size_t size) {
 again:
   b = rs->hot;
   ra_block *ix = ra_of(rapi_index_find(&rs->pending, size));
-  if (ix != NULL && RAPI_UNLIKELY(!rapi_bp_may_cut(&p->bp, ix->base.size, size))) ix = NULL;
-  if (b != NULL && RAPI_UNLIKELY(!rapi_bp_may_cut(&p->bp, b->base.size, size))) b = NULL;
+  if (RAPI_UNLIKELY(p->bp.max_split != SIZE_MAX)) {   /* max_split=: blocks it may not cut */
+    if (ix != NULL && !rapi_bp_may_cut(&p->bp, ix->base.size, size)) ix = NULL;
+    if (b != NULL && !rapi_bp_may_cut(&p->bp, b->base.size, size)) b = NULL;
+  }
   if (b == NULL || b->base.size < size || (ix != NULL && ix->base.size < b->base.size)) b = ix;
   if (b == NULL || b->base.size > size) {
     rapi_block *f = rapi_bp_find_free(&p->bp, size);
