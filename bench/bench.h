@@ -212,6 +212,11 @@ typedef struct bench_recorded {
   const char *id, *file, *what;
 } bench_recorded;
 extern const bench_recorded bench_recorded_traces[BENCH_RECORDED];
+/* trace_plans.c: a plan (rap-trace plan) of the trace at path, made from its first share of
+ * allocations, written to a temporary file named in plan_path (the caller unlinks it); 0, or -1
+ * with the planner's sentence in why. */
+int bench_make_plan(const char *path, double share, char *plan_path, size_t cap, char *why,
+                    size_t whylen);
 void wl_f1(void);
 void wl_f2(void);
 void wl_f3(void);

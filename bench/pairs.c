@@ -155,6 +155,7 @@ void wl_a(void) {
       {P_ASYNC_DEFAULT, 0, 0, 0}, {P_ASYNC_FRESH, 0, 0, 0}, {P_CUB, 0, 0, 0},
       {P_TORCH, 0, 0, 0}, {P_RMM_POOL, 0, 0, 0}, {P_RMM_ARENA, 0, 0, 0}, {P_RMM_BINNING, 0, 0, 0},
       {P_RMM_ASYNC, 0, 0, 0}, {P_RMM_CUDA, 0, 0, 0}, {P_UMPIRE_QP, 0, 0, 0}, {P_CUDA_MALLOC, 0, 0, 0},
+      {P_LOCAL, 0, 0, 0},   /* the floor of a pair through the bench's calls (host memory) */
   };
   static const size_t sizes[] = {256, 64 << 10, 1 << 20, 64 << 20};
   pairs("a", peers, sizeof peers / sizeof *peers, sizes, 4, 0, 0);
@@ -170,7 +171,7 @@ void wl_h(void) {
        "ThreadCache(ResourceAwarePool(HOST, alignment=16), max_size=64MiB, cache_bytes=256MiB)", 0},
       {P_RAP, "rap ThreadCache(QuickPool) alignment=16",
        "ThreadCache(QuickPool(HOST, alignment=16), max_size=64MiB, cache_bytes=256MiB)", 0},
-      {P_MIMALLOC, 0, 0, 0}, {P_TCMALLOC, 0, 0, 0},
+      {P_MIMALLOC, 0, 0, 0}, {P_TCMALLOC, 0, 0, 0}, {P_LOCAL, 0, 0, 0},
   };
   static const size_t sizes[] = {64, 256, 1024, 4096, 16384, 65536};
   pairs("h", peers, sizeof peers / sizeof *peers, sizes, 6, 64, 65536);

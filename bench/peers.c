@@ -60,7 +60,7 @@ int peer_malloc(bench_peer *p, char *why) {
  * or full). What it does per operation is what the fastest thread cache could do, so its scaling
  * over threads is the machine's own: the cores' clocks falling as more of them run, caches and
  * hyperthreads shared under the hypervisor. The threads workloads divide a pool's scaling by it. */
-#define LC_CLASSES 24
+#define LC_CLASSES 28   /* up to 128 MiB: every size of (a) */
 #define LC_CAP 32
 
 typedef struct lc_stacks {

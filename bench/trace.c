@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct op {
   uint32_t slot;
@@ -336,8 +337,26 @@ static const char *trace_f_path(void) {
   return e && *e ? e : "bench/traces/gpt2_small_step.jsonl.gz";
 }
 
-/* Replays a recorded trace through peers: peak held / peak live, ns per call (one run). */
-static void recorded_trace(const char *wl, const char *path, const pdesc *peers, size_t npeers) {
+/* The Planned rows: the ResourceAwarePool of the rows above it, over the plain and the growable
+ * platform, under the plan rap-trace plan makes of the trace (bench_make_plan): a recorded run
+ * planned, the same run served, as a training job's later runs repeat its first.
+ * RAP_BENCH_PLAN_SHARE=0.6 makes the plan from the first 60 % of the trace's allocations instead
+ * (the reference iteration then is an earlier one, which may differ: GPT-2's first step does). */
+#define PLAN_SHARE 1.0
+static const char *const plan_parents[2][2] = {
+    {"ResourceAwarePool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)",
+     "ResourceAwarePool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)"},
+    {"ResourceAwarePool(HOST, initial_size=64MiB, next_size=32MiB, heuristic=never)",
+     "ResourceAwarePool(HOST_VMM, initial_size=2MiB, next_size=2MiB, heuristic=never)"},
+};
+static const char *const plan_labels[2] = {"rap Planned(ResourceAwarePool)",
+                                           "rap Planned(ResourceAwarePool) %s_VMM"};
+
+/* Replays a recorded trace through peers: peak held / peak live, ns per call (one run). The two
+ * Planned rows (host: over HOST, else DEVICE) go in after rap's own pools, before StreamOrdered
+ * and the peers; a trace the planner refuses (serving) has them skipped with its sentence. */
+static void recorded_trace(const char *wl, const char *path, const pdesc *peers, size_t npeers,
+                           int host) {
   trace t;
   char why[1200];
   if (load_trace(&t, path, why, sizeof why) != 0) {
@@ -346,7 +365,30 @@ static void recorded_trace(const char *wl, const char *path, const pdesc *peers,
   }
   char cas[64];
   snprintf(cas, sizeof cas, "recorded, %zu ops", t.nops);
-  replay(wl, cas, peers, npeers, &t, 0, "the recorded trace");
+  pdesc all[48];
+  char specs[2][1400], labels[2][64], plan[1024] = "";
+  size_t n = 0, at = npeers;
+  for (size_t k = 0; k < npeers; k++)
+    if (peers[k].kind != P_RAP || strstr(peers[k].spec, "StreamOrdered") != NULL) {
+      at = k;
+      break;
+    }
+  int planned = npeers + 2 <= sizeof all / sizeof *all;
+  const char *sh = getenv("RAP_BENCH_PLAN_SHARE");
+  double share = sh && atof(sh) > 0 && atof(sh) <= 1 ? atof(sh) : PLAN_SHARE;
+  if (planned && bench_make_plan(path, share, plan, sizeof plan, why, sizeof why) != 0) {
+    SKIP(wl, "rap Planned: no plan of this trace: %s", why);
+    planned = 0;
+  }
+  for (size_t k = 0; k < at; k++) all[n++] = peers[k];
+  for (int v = 0; planned && v < 2; v++) {
+    snprintf(specs[v], sizeof specs[v], "Planned(%s, plan=%s)", plan_parents[host][v], plan);
+    snprintf(labels[v], sizeof labels[v], plan_labels[v], host ? "HOST" : "DEVICE");
+    all[n++] = (pdesc){P_RAP, labels[v], specs[v], host};
+  }
+  for (size_t k = at; k < npeers; k++) all[n++] = peers[k];
+  replay(wl, cas, planned ? all : peers, planned ? n : npeers, &t, 0, "the recorded trace");
+  if (plan[0] != '\0') unlink(plan);
 }
 
 /* Pools as rap_torch makes them (64 MiB, then 32 MiB chunks; and with max_split=128MiB), over the
@@ -380,8 +422,8 @@ static const pdesc f_host_peers[] = {
 
 #define NPEERS(p) (sizeof p / sizeof *p)
 
-void wl_f(void) { recorded_trace("f", trace_f_path(), f_peers, NPEERS(f_peers)); }
-void wl_f_host(void) { recorded_trace("f-host", trace_f_path(), f_host_peers, NPEERS(f_host_peers)); }
+void wl_f(void) { recorded_trace("f", trace_f_path(), f_peers, NPEERS(f_peers), 0); }
+void wl_f_host(void) { recorded_trace("f-host", trace_f_path(), f_host_peers, NPEERS(f_host_peers), 1); }
 
 /* The harder traces of bench/record-traces.sh, each in bench/traces/ (RAP_BENCH_TRACES names
  * another folder). */
@@ -399,8 +441,8 @@ static void recorded_n(int k, int host) {
   char path[1024], wl[16];
   snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "bench/traces", bench_recorded_traces[k].file);
   snprintf(wl, sizeof wl, "%s%s", bench_recorded_traces[k].id, host ? "-host" : "");
-  if (host) recorded_trace(wl, path, f_host_peers, NPEERS(f_host_peers));
-  else recorded_trace(wl, path, f_peers, NPEERS(f_peers));
+  if (host) recorded_trace(wl, path, f_host_peers, NPEERS(f_host_peers), 1);
+  else recorded_trace(wl, path, f_peers, NPEERS(f_peers), 0);
 }
 
 void wl_f1(void) { recorded_n(0, 0); }
