@@ -654,8 +654,25 @@ static int make_peer(const pdesc *d, bench_peer *p, char *why) {
   }
 }
 
+/* RAP_BENCH_PEERS="A|B|...": only the peers whose names contain one of these, or are one of them
+ * written "=NAME" (for a profile or a short run); the others are left out without a word. */
+static int peer_wanted(const pdesc *d) {
+  const char *want = getenv("RAP_BENCH_PEERS");
+  if (want == NULL || *want == '\0') return 1;
+  const char *name = d->kind == P_RAP ? d->label : pdesc_name(d);
+  for (const char *w = want; *w;) {
+    size_t n = strcspn(w, "|");
+    if (*w == '=' && n - 1 == strlen(name) && strncmp(w + 1, name, n - 1) == 0) return 1;
+    for (const char *h = name; n > 0 && *w != '=' && *h; h++)
+      if (strncmp(h, w, n) == 0) return 1;
+    w += n + (w[n] == '|');
+  }
+  return 0;
+}
+
 int open_peer(const char *wl, const pdesc *d, bench_peer *p) {
   char why[160] = "";
+  if (!peer_wanted(d)) return -1;
   if (make_peer(d, p, why) == 0) return 0;
   char what[96];
   snprintf(what, sizeof what, "(%s) %s", wl, pdesc_name(d));
