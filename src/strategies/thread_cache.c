@@ -239,14 +239,39 @@ static RAPI_NOINLINE int deallocate_uncached(thread_cache *t, tc_rec *rec, void 
   return st;
 }
 
-/* Another thread's cache handed the block out: it goes back there (or here, when that thread has
- * ended). */
-static RAPI_NOINLINE int deallocate_foreign(thread_cache *t, tc_rec *rec, void *ptr) {
+/* Under mine's spin: whether the calling thread keeps a block of another thread's cache itself:
+ * its cache has a slot for the block's resource, that slot's bin of the class is under half its
+ * bound (so the thread will hand the block out again soon) and the cache has room for its bytes. */
+static bool adopts(const thread_cache *t, tc_cache *mine, const tc_rec *rec) {
+  for (int i = 0; i < TC_SLOTS; i++)
+    if (mine->slots[i].r == rec->r)
+      return mine->slots[i].bins[rec->cls].n < t->cap_blocks / 2 &&
+             mine->bytes + t->cls_size[rec->cls] <= t->cap_bytes;
+  return false;
+}
+
+/* Another thread's cache handed the block out. A thread that allocates what it frees (larson's
+ * chains, a worker that takes over blocks another thread made) keeps it while its own bin of the
+ * class is short; otherwise it goes back to that cache, which takes it back when its bins run dry
+ * (a producer's blocks from its consumers, xmalloc), or here when that thread has ended. mine: the
+ * calling thread's cache of t, or NULL. */
+static RAPI_NOINLINE int deallocate_foreign(thread_cache *t, tc_rec *rec, void *ptr, tc_cache *mine) {
   int expect = TC_LIVE;
   if (!__atomic_compare_exchange_n(&rec->state, &expect, TC_XFREED, false, __ATOMIC_ACQ_REL,
                                    __ATOMIC_RELAXED))
     return not_live(t, "rap_deallocate", ptr);
   tc_cache *owner = rec->owner;
+  if (mine != NULL) {
+    spin_lock(mine);
+    if (adopts(t, mine, rec)) {
+      rec->owner = mine;
+      __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);
+      bin_push(t, mine, slot_find(mine, rec->r), rec);
+      spin_unlock(mine);
+      return RAP_OK;
+    }
+    spin_unlock(mine);
+  }
   tc_cache *me = __atomic_load_n(&owner->abandoned, __ATOMIC_ACQUIRE) ? rapi_tc_cache_get(t) : NULL;
   if (me == NULL) {   /* the owner takes it back when its bins run dry */
     if (RAPI_UNLIKELY(rapi_tc_xpush_hook != NULL)) rapi_tc_xpush_hook();
@@ -329,7 +354,7 @@ static RAPI_NOINLINE int deallocate_slow(thread_cache *t, void *ptr, rap_resourc
   if ((r != NULL && r != rec->r) | __atomic_load_n(&rec->recorded, __ATOMIC_RELAXED))
     return deallocate_uncached(t, rec, ptr, r);
   tc_cache *c = my_cache(t);
-  if (rec->owner != c) return deallocate_foreign(t, rec, ptr);
+  if (rec->owner != c) return deallocate_foreign(t, rec, ptr, c);
   if (!cache_enter(c)) return free_into_spun(t, c, rec, ptr);
   return free_into(t, c, rec, ptr, false);
 }

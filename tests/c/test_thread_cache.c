@@ -795,6 +795,49 @@ RAP_TEST(ThreadCache, FreesOnOtherThreadsAlsoAfterTheOwnerEnded) {
   fx_teardown(x);
 }
 
+static bool holds(const ops *o, const void *p) {
+  for (unsigned i = 0; i < o->count; i++)
+    if (o->p[i] == p) return true;
+  return false;
+}
+
+/* A thread that frees blocks another thread's cache handed out keeps them while its own bin of the
+ * class is under half its bound (cache_blocks=16: 8), and hands them out itself next; past that
+ * they go back to the owner, which takes them back when its bin runs dry. (Every foreign free went
+ * to the owner before: a thread that frees and allocates, as larson's, met the lock every time.) */
+RAP_TEST(ThreadCache, ForeignFreesStayWithAThreadThatAllocatesAgain) {
+  fx *x = fx_setup(SPEC_64K);
+  worker *a = worker_start();
+  ops *mine = ops_new(x->tc, NULL, 768, 1, 1), *theirs = ops_new(x->tc, NULL, 768, 16, 2);
+  run_ops(NULL, op_cycle, mine);   /* this thread's cache: a few blocks in its bin of the class */
+  unsigned own = (unsigned)tu_stats(x->tc).cached_count;
+  RAP_CHECK(own >= 1 && own < 8);
+  run_ops(a, op_alloc, theirs);    /* a's sixteen, live */
+  void *kept[16];
+  memcpy(kept, theirs->p, sizeof kept);
+  run_ops(NULL, op_free, theirs);   /* freed here: kept until the bin holds 8, the rest go to a */
+  rap_stats in = tu_stats(x->inner);
+  ops *again = ops_new(x->tc, NULL, 768, 8, 3);
+  run_ops(NULL, op_alloc, again);   /* this thread's bin: its own and the kept, no parent call */
+  unsigned adopted = 0;
+  for (int i = 0; i < 16; i++) adopted += holds(again, kept[i]);
+  RAP_CHECK_EQ(adopted, 8 - own);
+  RAP_CHECK_EQ(tu_stats(x->inner).allocation_count, in.allocation_count);
+  ops *back = ops_new(x->tc, NULL, 768, 16 - adopted, 4);
+  run_ops(a, op_alloc, back);   /* a's bin is dry: it takes the others back from its list */
+  unsigned returned = 0;
+  for (int i = 0; i < 16; i++) returned += holds(back, kept[i]);
+  RAP_CHECK_EQ(returned, 16 - adopted);
+  RAP_CHECK_EQ(tu_stats(x->inner).allocation_count, in.allocation_count);
+  TU_CHECK(x->tc);
+  run_ops(a, op_free, back);
+  run_ops(NULL, op_free, again);
+  worker_stop(a);
+  TU_EXPECT(x->tc, allocation_count, 0);
+  free(mine), free(theirs), free(again), free(back);
+  fx_teardown(x);
+}
+
 /* The owner of a block ends between another thread's free looking at it (alive) and pushing the
  * block onto its list (already drained by the exit): the freeing thread sees the end and gives the
  * block to the parent, so nothing waits on a list no thread will drain. The seam runs the owner's
