@@ -13,7 +13,7 @@
  *            blocks are freed by other threads and live across them. Sizes: mostly 16..256 B,
  *            1 in 10 up to 8 KiB, 1 in 100 up to 256 KiB.
  * Every block carries its size in its first word (the peers' free takes the size). The threads
- * run opt.rep_ms against a stop flag; after the stop everything still live is freed, so a rap
+ * run ten times opt.rep_ms against a stop flag; after the stop everything still live is freed, so a rap
  * pool ends empty.
  */
 #include "bench.h"
@@ -259,7 +259,10 @@ static double run_test(bench_peer *p, int t, int n) {
   }
   for (int i = 0; i < n; i++) args[i] = (mt_arg){.run = &r, .id = i, .seed = 0x1a2b3c4d + (uint64_t)i * 7919};
   double t0, t1;
-  struct timespec nap = {(time_t)(opt.rep_ms / 1e3), (long)(opt.rep_ms * 1e6) % 1000000000L};
+  /* Ten repetitions' time a run: with many threads, their start (cold caches) and end (caches given
+   * back) would otherwise be most of a 20 ms window; mimalloc-bench runs these for seconds. */
+  double window_ms = opt.rep_ms * 10;
+  struct timespec nap = {(time_t)(window_ms / 1e3), (long)(window_ms * 1e6) % 1000000000L};
   if (t == T_LARSON) {
     /* The chains' blocks are made by the main thread, as larson's are, before the clock starts. */
     for (int i = 0; i < n && !atomic_load(&r.failed); i++) {
@@ -317,15 +320,39 @@ static double run_test(bench_peer *p, int t, int n) {
   return (double)atomic_load(&r.ops) / ((t1 - t0) / 1e9);
 }
 
+/* RAP_BENCH_TC_OPTIONS="OPTS;OPTS...": a row more per entry, ThreadCache(ResourceAwarePool) with
+ * those options (e.g. "cache_blocks=64, cache_bytes=16MiB"), to try the cache's bounds. */
+enum { MT_VARIANTS = 4 };
+static size_t mt_variants(pdesc *out, char specs[][160], char labels[][160]) {
+  const char *env = getenv("RAP_BENCH_TC_OPTIONS");
+  size_t n = 0;
+  for (const char *w = env; w && *w && n < MT_VARIANTS;) {
+    size_t len = strcspn(w, ";");
+    if (len > 0 && len < 100) {
+      snprintf(specs[n], 160, "ThreadCache(ResourceAwarePool(HOST, alignment=16), %.*s)", (int)len, w);
+      snprintf(labels[n], 160, "rap ThreadCache(ResourceAwarePool) %.*s", (int)len, w);
+      out[n] = (pdesc){P_RAP, labels[n], specs[n], 0};
+      n++;
+    }
+    w += len + (w[len] == ';');
+  }
+  return n;
+}
+
 static void mt_test(const char *wl, int t) {
-  static const pdesc peers[] = {
+  static const pdesc fixed[] = {
       {P_RAP, "rap ThreadCache(ResourceAwarePool)", "ThreadCache(ResourceAwarePool(HOST, alignment=16))", 0},
       {P_RAP, "rap ThreadCache(QuickPool)", "ThreadCache(QuickPool(HOST, alignment=16))", 0},
       {P_RAP, "rap ThreadSafe(QuickPool)", "ThreadSafe(QuickPool(HOST, alignment=16))", 0},
       {P_MALLOC, 0, 0, 0}, {P_MIMALLOC, 0, 0, 0}, {P_TCMALLOC, 0, 0, 0},
   };
+  enum { NFIXED = sizeof fixed / sizeof *fixed };
+  pdesc peers[NFIXED + MT_VARIANTS];
+  char specs[MT_VARIANTS][160], labels[MT_VARIANTS][160];
+  memcpy(peers, fixed, sizeof fixed);
+  size_t npeers = NFIXED + mt_variants(peers + NFIXED, specs, labels);
   int have_ref[BENCH_MAX_COUNTS] = {0};
-  for (size_t k = 0; k < sizeof peers / sizeof *peers; k++) {
+  for (size_t k = 0; k < npeers; k++) {
     bench_peer p;
     if (open_peer(wl, &peers[k], &p) != 0) continue;
     int failed = run_test(&p, t, 2) < 0;   /* warm-up */

@@ -61,10 +61,10 @@ static size_t class_units(unsigned cls) {
 
 static RAPI_NOINLINE int locked_allocate(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
   int st;
-  RAPI_LOCKED(st, &t->lock, rap_allocate(t->inner, out, bytes, r));
+  TC_LOCKED(st, t, rap_allocate(t->inner, out, bytes, r));
   if (st == RAP_ERR_NOMEM) {   /* what the caches hold may be what is missing */
     rapi_tc_flush_all(t, NULL);
-    RAPI_LOCKED(st, &t->lock, rap_allocate(t->inner, out, bytes, r));
+    TC_LOCKED(st, t, rap_allocate(t->inner, out, bytes, r));
   }
   return st;
 }
@@ -151,16 +151,18 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
     *out = rec->ptr;
     return RAP_OK;
   }
-  /* A few at once for small classes, so that a thread meets the lock seldom. */
-  size_t want = t->cap_bytes / 8 / t->cls_size[cls];
-  want = want < 1 ? 1 : want > 4 ? 4 : want;
+  /* Half a bin at once for small classes (an eighth of the cache's bytes at most), so that a thread
+   * meets the lock seldom: a thread that starts cold makes a bin's worth of misses, not four times
+   * as many, and many threads starting at once queue on the lock that much less. */
+  size_t want = t->cap_bytes / 8 / t->cls_size[cls], half = t->cap_blocks / 2;
+  want = want < 1 ? 1 : want > half ? (half < 1 ? 1 : half) : want;
   int st;
   size_t n;
   tc_rec *got = NULL;
-  RAPI_LOCKED(n, &t->lock, refill_locked(t, c, cls, r, want, &got, &st));
+  TC_LOCKED(n, t, refill_locked(t, c, cls, r, want, &got, &st));
   if (n == 0 && st == RAP_ERR_NOMEM) {
     rapi_tc_flush_all(t, NULL);
-    RAPI_LOCKED(n, &t->lock, refill_locked(t, c, cls, r, 1, &got, &st));
+    TC_LOCKED(n, t, refill_locked(t, c, cls, r, 1, &got, &st));
   }
   if (n == 0)   /* a parent that refuses the class (a FixedPool's object size) may take the request */
     return st == RAP_ERR_INVALID ? locked_allocate(t, out, bytes, r) : st;
@@ -227,7 +229,7 @@ static RAPI_NOINLINE int deallocate_uncached(thread_cache *t, tc_rec *rec, void 
                                    __ATOMIC_RELAXED))
     return not_live(t, "rap_deallocate", ptr);
   rapi_held held;
-  rapi_lock(&t->lock, &held);
+  tc_lock(t, &held);
   int st = rap_deallocate(t->inner, ptr, r);
   if (st == RAP_OK) {
     rapi_map_remove(&t->map, ptr);
@@ -235,7 +237,7 @@ static RAPI_NOINLINE int deallocate_uncached(thread_cache *t, tc_rec *rec, void 
   } else {
     __atomic_store_n(&rec->state, TC_LIVE, __ATOMIC_RELEASE);
   }
-  rapi_unlock(&held);
+  tc_unlock(t, &held);
   return st;
 }
 
@@ -348,7 +350,7 @@ static RAPI_NOINLINE int deallocate_slow(thread_cache *t, void *ptr, rap_resourc
   tc_rec *rec = rapi_map_get_shared(&t->map, ptr);
   if (RAPI_UNLIKELY(rec == NULL)) {   /* not cached: above max_size, or not ours */
     int st;
-    RAPI_LOCKED(st, &t->lock, rap_deallocate(t->inner, ptr, r));
+    TC_LOCKED(st, t, rap_deallocate(t->inner, ptr, r));
     return st;
   }
   if ((r != NULL && r != rec->r) | __atomic_load_n(&rec->recorded, __ATOMIC_RELAXED))
@@ -628,6 +630,7 @@ static int tc_init(rap_allocator *self, void *state, rap_options *opts) {
   t->ncls = last + 1;
   for (unsigned k = 0; k < t->ncls; k++) t->cls_size[k] = class_units(k) << t->shift;
   t->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
+  t->profile = rapi_log_on(RAP_LOG_DEBUG);   /* the lock's figures in the debug line at the end */
   for (size_t i = 0; i < (1u << TC_TP_BITS); i++) t->by_tp[i] = &rapi_tc_nobody;
   if (pthread_mutex_init(&t->lock, NULL) != 0)
     return rapi_fail(RAP_ERR_BACKEND, "%s: pthread_mutex_init failed", name);
@@ -656,7 +659,10 @@ static void tc_fini(rap_allocator *self, void *state) {
   rapi_tc_caches_free(t, &caches, &misses, &trims);
   if (rapi_log_on(RAP_LOG_DEBUG))
     rap_log(RAP_LOG_DEBUG, "%s: %zu thread cache%s; bins ran dry %zu times, caches were trimmed %zu "
-            "times", rap_allocator_name(self), caches, caches == 1 ? "" : "s", misses, trims);
+            "times; the lock taken %llu times on the slow ways, waited for %.3f ms, held %.3f ms "
+            "(longest %.1f us)", rap_allocator_name(self), caches, caches == 1 ? "" : "s", misses,
+            trims, (unsigned long long)t->lock_n, (double)t->lock_wait_ns / 1e6,
+            (double)t->lock_hold_ns / 1e6, (double)t->lock_hold_max_ns / 1e3);
   rapi_watch_set_clear(&t->watched, t->self);
   for (rap_allocator *a = t->inner; a != NULL; a = a->parent)
     if (a->guard_lock == &t->lock) a->guard_lock = NULL;

@@ -87,11 +87,46 @@ struct thread_cache {
   size_t cap_bytes;          /* per thread */
   size_t cap_blocks;         /* per bin */
   size_t cls_size[TC_MAX_CLASSES];
+  /* The lock's use on the hot paths' slow ways (misses, flushes, uncached blocks), counted under it
+   * when profile is set (debug logging on at init): for the debug line at the end. */
+  bool profile;
+  uint64_t lock_n, lock_wait_ns, lock_hold_ns, lock_hold_max_ns, lock_at_ns;
   /* atomic: threads' caches by their thread pointer, at its hash or the other entry of that pair;
    * &rapi_tc_nobody (thread pointer 0) where none. A hint for the hot paths only: an entry is used
    * only if the cache's tp is the caller's, so a stale or lost one costs a slow call, no more. */
   tc_cache *by_tp[1u << TC_TP_BITS];
 };
+
+/* ---- the lock on the slow ways ---------------------------------------------------------------- */
+
+uint64_t rapi_tc_now_ns(void);
+/* t->lock, as rapi_lock, with its wait and hold timed when t->profile is set. */
+static inline void tc_lock(thread_cache *t, rapi_held *h) {
+  if (RAPI_LIKELY(!t->profile)) {
+    rapi_lock(&t->lock, h);
+    return;
+  }
+  uint64_t t0 = rapi_tc_now_ns();
+  rapi_lock(&t->lock, h);
+  t->lock_at_ns = rapi_tc_now_ns();
+  t->lock_n++;
+  t->lock_wait_ns += t->lock_at_ns - t0;
+}
+static inline void tc_unlock(thread_cache *t, rapi_held *h) {
+  if (RAPI_UNLIKELY(t->profile)) {
+    uint64_t held = rapi_tc_now_ns() - t->lock_at_ns;
+    t->lock_hold_ns += held;
+    if (held > t->lock_hold_max_ns) t->lock_hold_max_ns = held;
+  }
+  rapi_unlock(h);
+}
+#define TC_LOCKED(st, t, call)                                                                     \
+  do {                                                                                             \
+    rapi_held held_;                                                                               \
+    tc_lock((t), &held_);                                                                          \
+    (st) = (call);                                                                                 \
+    tc_unlock((t), &held_);                                                                        \
+  } while (0)
 
 /* ---- threads --------------------------------------------------------------------------------- */
 

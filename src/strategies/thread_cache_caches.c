@@ -11,6 +11,7 @@
 #include "strategies/thread_cache.h"
 
 #include <stdio.h>
+#include <time.h>
 
 _Thread_local tc_thread rapi_tc_tls;
 tc_cache rapi_tc_nobody;   /* tp 0: matches no thread */
@@ -32,6 +33,12 @@ void rapi_tc_spin_wait(tc_cache *c) {
       if (++n > 64) sched_yield();
     if (!__atomic_exchange_n(&c->spin, 1, __ATOMIC_ACQUIRE)) return;
   }
+}
+
+uint64_t rapi_tc_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* ---- walkers ---------------------------------------------------------------------------------- */
@@ -67,7 +74,7 @@ void rapi_tc_flush_batch(thread_cache *t, tc_rec **batch) {
   if (list == NULL) return;
   if (RAPI_UNLIKELY(rapi_tc_transit_hook != NULL)) rapi_tc_transit_hook();
   rapi_held held;
-  rapi_lock(&t->lock, &held);
+  tc_lock(t, &held);
   for (tc_rec *rec = list, *next; rec != NULL; rec = next) {
     next = rec->next;
     int st = rap_deallocate(t->inner, rec->ptr, rec->r);
@@ -87,7 +94,7 @@ void rapi_tc_flush_batch(thread_cache *t, tc_rec **batch) {
     rapi_map_remove(&t->map, rec->ptr);
     rapi_slab_free(&t->recs, rec);
   }
-  rapi_unlock(&held);
+  tc_unlock(t, &held);
 }
 
 /* Under c's spin: the chain from rec to the end of bin b moves to *out. */

@@ -811,17 +811,20 @@ RAP_TEST(ThreadCache, ForeignFreesStayWithAThreadThatAllocatesAgain) {
   ops *mine = ops_new(x->tc, NULL, 768, 1, 1), *theirs = ops_new(x->tc, NULL, 768, 16, 2);
   run_ops(NULL, op_cycle, mine);   /* this thread's cache: a few blocks in its bin of the class */
   unsigned own = (unsigned)tu_stats(x->tc).cached_count;
-  RAP_CHECK(own >= 1 && own < 8);
+  RAP_CHECK(own >= 1 && own <= OPS_MAX);
+  ops *held = ops_new(x->tc, NULL, 768, own, 5);
+  run_ops(NULL, op_alloc, held);   /* ... taken out, live: its bin is empty */
+  RAP_CHECK_EQ(tu_stats(x->tc).cached_count, 0);
   run_ops(a, op_alloc, theirs);    /* a's sixteen, live */
   void *kept[16];
   memcpy(kept, theirs->p, sizeof kept);
   run_ops(NULL, op_free, theirs);   /* freed here: kept until the bin holds 8, the rest go to a */
   rap_stats in = tu_stats(x->inner);
   ops *again = ops_new(x->tc, NULL, 768, 8, 3);
-  run_ops(NULL, op_alloc, again);   /* this thread's bin: its own and the kept, no parent call */
+  run_ops(NULL, op_alloc, again);   /* this thread's bin: the eight kept, no parent call */
   unsigned adopted = 0;
   for (int i = 0; i < 16; i++) adopted += holds(again, kept[i]);
-  RAP_CHECK_EQ(adopted, 8 - own);
+  RAP_CHECK_EQ(adopted, 8);
   RAP_CHECK_EQ(tu_stats(x->inner).allocation_count, in.allocation_count);
   ops *back = ops_new(x->tc, NULL, 768, 16 - adopted, 4);
   run_ops(a, op_alloc, back);   /* a's bin is dry: it takes the others back from its list */
@@ -832,9 +835,10 @@ RAP_TEST(ThreadCache, ForeignFreesStayWithAThreadThatAllocatesAgain) {
   TU_CHECK(x->tc);
   run_ops(a, op_free, back);
   run_ops(NULL, op_free, again);
+  run_ops(NULL, op_free, held);
   worker_stop(a);
   TU_EXPECT(x->tc, allocation_count, 0);
-  free(mine), free(theirs), free(again), free(back);
+  free(mine), free(theirs), free(again), free(back), free(held);
   fx_teardown(x);
 }
 
