@@ -138,12 +138,19 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
     }
     cache_leave(c);
   }
+  /* Half a bin at once for small classes (an eighth of the cache's bytes at most), so that a thread
+   * meets the lock seldom: a thread that starts cold makes a bin's worth of misses, not four times
+   * as many, and many threads starting at once queue on the lock that much less. */
+  size_t want = t->cap_bytes / 8 / t->cls_size[cls], half = t->cap_blocks / 2;
+  want = want < 1 ? 1 : want > half ? (half < 1 ? 1 : half) : want;
   spin_lock(c);
   c->misses++;
   rapi_tc_drain_xfree(t, c, &surplus);
   tc_slot *s = rapi_tc_slot_assign(t, c, r, &surplus);
+  if (s->bins[cls].head == NULL) rapi_tc_withdraw(t, c, s, cls, want);   /* others' surplus */
   if (s->bins[cls].head != NULL) rec = bin_pop(t, c, &s->bins[cls], cls);   /* others' frees filled it */
   if (c->bytes > t->cap_bytes) rapi_tc_trim(t, c, s, cls, &surplus);   /* what came back may be a lot */
+  rapi_tc_deposit(t, &surplus);
   spin_unlock(c);
   rapi_tc_flush_batch(t, &surplus);
   if (rec != NULL) {
@@ -151,11 +158,6 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
     *out = rec->ptr;
     return RAP_OK;
   }
-  /* Half a bin at once for small classes (an eighth of the cache's bytes at most), so that a thread
-   * meets the lock seldom: a thread that starts cold makes a bin's worth of misses, not four times
-   * as many, and many threads starting at once queue on the lock that much less. */
-  size_t want = t->cap_bytes / 8 / t->cls_size[cls], half = t->cap_blocks / 2;
-  want = want < 1 ? 1 : want > half ? (half < 1 ? 1 : half) : want;
   int st;
   size_t n;
   tc_rec *got = NULL;
@@ -176,6 +178,7 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
       bin_push(t, c, s, x);
     }
     if (c->bytes > t->cap_bytes) rapi_tc_trim(t, c, s, cls, &surplus);
+    rapi_tc_deposit(t, &surplus);
     spin_unlock(c);
     rapi_tc_flush_batch(t, &surplus);
   }
@@ -302,6 +305,7 @@ static RAPI_NOINLINE int deallocate_foreign(thread_cache *t, tc_rec *rec, void *
   tc_slot *s = rapi_tc_slot_assign(t, me, rec->r, &surplus);
   bin_push(t, me, s, rec);
   rapi_tc_trim(t, me, s, rec->cls, &surplus);
+  rapi_tc_deposit(t, &surplus);
   spin_unlock(me);
   rapi_tc_flush_batch(t, &surplus);
   return RAP_OK;
@@ -327,6 +331,7 @@ static RAPI_INLINE int free_into(thread_cache *t, tc_cache *c, tc_rec *rec, void
     tc_rec *surplus = NULL;
     rapi_tc_trim(t, c, s, rec->cls, &surplus);
     c->trims++;
+    rapi_tc_deposit(t, &surplus);
     if (spun) spin_unlock(c);
     else cache_leave(c);
     rapi_tc_flush_batch(t, &surplus);
@@ -366,6 +371,7 @@ static RAPI_NOINLINE int free_trim(thread_cache *t, tc_cache *c, tc_slot *s, uns
   tc_rec *surplus = NULL;
   rapi_tc_trim(t, c, s, cls, &surplus);
   c->trims++;
+  rapi_tc_deposit(t, &surplus);
   cache_leave(c);
   rapi_tc_flush_batch(t, &surplus);
   return RAP_OK;
@@ -511,6 +517,25 @@ static int tc_check(void *state) {
       st = rapi_fail(RAP_ERR_CORRUPT, "%s: a thread's cache counts %zu bytes and holds %zu in %zu "
                      "blocks", name, c->bytes, bytes, blocks);
   }
+  size_t depot_bytes = 0;   /* the depots, as the bins: filed, cached, in the map, counted */
+  for (int i = 0; i < TC_DEPOT_RES && st == RAP_OK; i++) {
+    rap_resource *r = __atomic_load_n(&t->depot_r[i], __ATOMIC_ACQUIRE);
+    for (unsigned k = 0; k < t->ncls && st == RAP_OK; k++) {
+      const tc_depot *d = &t->depots[(size_t)i * t->ncls + k];
+      size_t n = 0;
+      for (tc_rec *x = d->head; x != NULL && st == RAP_OK && n <= d->n; x = x->next, n++)
+        if (x->cls != k || x->r != r || __atomic_load_n(&x->state, __ATOMIC_RELAXED) != TC_CACHED ||
+            rapi_map_get_shared(&t->map, x->ptr) != x)
+          st = rapi_fail(RAP_ERR_CORRUPT, "%s: shared block %p is misfiled (class %u, depot %u)",
+                         name, x->ptr, x->cls, k);
+      if (st == RAP_OK && n != d->n)
+        st = rapi_fail(RAP_ERR_CORRUPT, "%s: shared blocks counted %zu, held %zu", name, d->n, n);
+      depot_bytes += n * t->cls_size[k];
+    }
+  }
+  if (st == RAP_OK && depot_bytes != __atomic_load_n(&t->depot_bytes, __ATOMIC_RELAXED))
+    st = rapi_fail(RAP_ERR_CORRUPT, "%s: shared blocks count %zu bytes and hold %zu", name,
+                   __atomic_load_n(&t->depot_bytes, __ATOMIC_RELAXED), depot_bytes);
   rapi_tc_walk_end(t);
   pthread_mutex_unlock(&t->list_lock);
   if (st == RAP_OK) RAPI_LOCKED(st, &t->lock, rap_allocator_check(t->inner));
@@ -613,6 +638,8 @@ static int tc_init(rap_allocator *self, void *state, rap_options *opts) {
       (st = rap_options_get_size(opts, "cache_bytes", &t->cap_bytes)) != RAP_OK ||
       (st = rap_options_get_uint(opts, "cache_blocks", &blocks)) != RAP_OK)
     return st;
+  t->depot_cap_bytes = t->cap_bytes > SIZE_MAX / 4 ? SIZE_MAX : 4 * t->cap_bytes;
+  if ((st = rap_options_get_size(opts, "shared_bytes", &t->depot_cap_bytes)) != RAP_OK) return st;
   if (!rapi_is_pow2(t->align))
     return rapi_fail(RAP_ERR_INVALID, "%s: the parent's alignment %zu is not a power of two", name,
                      t->align);
@@ -620,6 +647,7 @@ static int tc_init(rap_allocator *self, void *state, rap_options *opts) {
     return rapi_fail(RAP_ERR_INVALID, "%s: cache_blocks must be 1 to 1048576, not %llu", name,
                      (unsigned long long)blocks);
   t->cap_blocks = (size_t)blocks;
+  t->depot_cap_blocks = 4 * t->cap_blocks;
   t->shift = (unsigned)__builtin_ctzll((unsigned long long)t->align);
   /* Classes up to max_size, at most TC_MAX_CLASSES of them. */
   size_t units = t->max_size == 0 ? 0 : (t->max_size - 1) / t->align + 1;
@@ -639,6 +667,13 @@ static int tc_init(rap_allocator *self, void *state, rap_options *opts) {
     return rapi_fail(RAP_ERR_BACKEND, "%s: pthread_mutex_init failed", name);
   }
   if (rapi_map_init(&t->map) != RAP_OK) {
+    pthread_mutex_destroy(&t->list_lock);
+    pthread_mutex_destroy(&t->lock);
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", name);
+  }
+  t->depots = rapi_calloc((size_t)TC_DEPOT_RES * t->ncls, sizeof *t->depots);
+  if (t->depots == NULL) {
+    rapi_map_fini(&t->map);
     pthread_mutex_destroy(&t->list_lock);
     pthread_mutex_destroy(&t->lock);
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", name);
@@ -666,6 +701,7 @@ static void tc_fini(rap_allocator *self, void *state) {
   rapi_watch_set_clear(&t->watched, t->self);
   for (rap_allocator *a = t->inner; a != NULL; a = a->parent)
     if (a->guard_lock == &t->lock) a->guard_lock = NULL;
+  free(t->depots);
   rapi_slab_destroy(&t->recs);
   rapi_map_fini(&t->map);
   pthread_mutex_destroy(&t->list_lock);

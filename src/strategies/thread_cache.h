@@ -42,6 +42,18 @@ typedef struct tc_slot {
   tc_bin *bins;              /* one per class */
 } tc_slot;
 
+/* Blocks of one resource and class that threads' caches gave up (trims, evictions, a thread's
+ * end), for any thread's next miss of that class on that resource: a cache's surplus goes here
+ * before the parent, and a miss looks here before the parent, so that threads trade blocks
+ * without the instance's lock (tcmalloc's transfer cache). Touched only by a thread inside its own
+ * cache (entered or spun), so a walker, which holds every cache, sees no depot changing. */
+#define TC_DEPOT_RES 4     /* resources with depots at once; others' surplus goes to the parent */
+typedef struct tc_depot {
+  int spin;                /* atomic: a leaf lock, held for a push or a pop */
+  tc_rec *head;
+  size_t n;
+} tc_depot;
+
 typedef struct thread_cache thread_cache;
 typedef struct tc_thread tc_thread;
 struct tc_cache {
@@ -87,6 +99,11 @@ struct thread_cache {
   size_t cap_bytes;          /* per thread */
   size_t cap_blocks;         /* per bin */
   size_t cls_size[TC_MAX_CLASSES];
+  rap_resource *depot_r[TC_DEPOT_RES];   /* atomic: whose depots (NULL: free); cleared by walkers */
+  tc_depot *depots;          /* TC_DEPOT_RES x ncls */
+  size_t depot_bytes;        /* atomic: in every depot */
+  size_t depot_cap_blocks, depot_cap_bytes;
+  size_t live_caches;        /* caches a running thread holds, under registry: at 0 the depots go back */
   /* The lock's use on the hot paths' slow ways (misses, flushes, uncached blocks), counted under it
    * when profile is set (debug logging on at init): for the debug line at the end. */
   bool profile;
@@ -247,6 +264,10 @@ void      rapi_tc_drain_xfree(thread_cache *t, tc_cache *c, tc_rec **out);
 /* Under c's spin: c back within its bounds, the surplus to *out. */
 void      rapi_tc_trim(thread_cache *t, tc_cache *c, tc_slot *s, unsigned cls, tc_rec **out);
 void      rapi_tc_flush_batch(thread_cache *t, tc_rec **batch);   /* to the parent, under lock */
+/* Inside a cache of t (entered or spun): what of *list the depots take goes there, the rest stays. */
+void      rapi_tc_deposit(thread_cache *t, tc_rec **list);
+/* Under c's spin: up to want blocks of cls on s's resource from its depot into s's bin; how many. */
+size_t    rapi_tc_withdraw(thread_cache *t, tc_cache *c, tc_slot *s, unsigned cls, size_t want);
 void      rapi_tc_flush_all(thread_cache *t, rap_resource *r);    /* every cache's blocks (of r) */
 /* Under list_lock: every cache of t held by a walker (its spin taken, its thread out), and let go. */
 void      rapi_tc_walk_begin(thread_cache *t);

@@ -183,6 +183,103 @@ void rapi_tc_trim(thread_cache *t, tc_cache *c, tc_slot *s, unsigned cls, tc_rec
       if (c->slots[i].r != NULL && c->slots[i].bins[k].n) take_bin(t, c, &c->slots[i].bins[k], out);
 }
 
+/* ---- depots ------------------------------------------------------------------------------------ */
+
+static void depot_lock(tc_depot *d) {
+  for (unsigned n = 0; __atomic_exchange_n(&d->spin, 1, __ATOMIC_ACQUIRE);)
+    while (__atomic_load_n(&d->spin, __ATOMIC_RELAXED))
+      if (++n > 64) sched_yield();
+}
+static void depot_unlock(tc_depot *d) { __atomic_store_n(&d->spin, 0, __ATOMIC_RELEASE); }
+
+/* The index of r's depots, or -1; with make, a free one is taken for r where there is one. */
+static int depot_of(thread_cache *t, rap_resource *r, bool make) {
+  for (int i = 0; i < TC_DEPOT_RES; i++)
+    if (__atomic_load_n(&t->depot_r[i], __ATOMIC_ACQUIRE) == r) return i;
+  for (int i = 0; make && i < TC_DEPOT_RES; i++) {
+    rap_resource *none = NULL;
+    if (__atomic_compare_exchange_n(&t->depot_r[i], &none, r, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return i;
+    if (none == r) return i;   /* another thread took it for r meanwhile */
+  }
+  return -1;
+}
+
+void rapi_tc_deposit(thread_cache *t, tc_rec **list) {
+  tc_rec *keep = NULL;
+  for (tc_rec *rec = *list, *next; rec != NULL; rec = next) {
+    next = rec->next;
+    size_t bytes = t->cls_size[rec->cls];
+    int i = depot_of(t, rec->r, true);
+    tc_depot *d = i < 0 ? NULL : &t->depots[(size_t)i * t->ncls + rec->cls];
+    bool in = false;
+    if (d != NULL && __atomic_load_n(&t->depot_bytes, __ATOMIC_RELAXED) + bytes <= t->depot_cap_bytes) {
+      depot_lock(d);
+      if (d->n < t->depot_cap_blocks) {
+        rec->next = d->head;
+        d->head = rec;
+        d->n++;
+        in = true;
+      }
+      depot_unlock(d);
+    }
+    if (in) {
+      __atomic_fetch_add(&t->depot_bytes, bytes, __ATOMIC_RELAXED);
+    } else {
+      rec->next = keep;
+      keep = rec;
+    }
+  }
+  *list = keep;
+}
+
+size_t rapi_tc_withdraw(thread_cache *t, tc_cache *c, tc_slot *s, unsigned cls, size_t want) {
+  int i = depot_of(t, s->r, false);
+  if (i < 0) return 0;
+  tc_depot *d = &t->depots[(size_t)i * t->ncls + cls];
+  if (__atomic_load_n(&d->head, __ATOMIC_RELAXED) == NULL) return 0;   /* a hint: the pop decides */
+  depot_lock(d);
+  tc_rec *got = d->head, *last = NULL;
+  size_t n = 0;
+  for (tc_rec *x = got; x != NULL && n < want; x = x->next, n++) last = x;
+  if (last != NULL) {
+    d->head = last->next;
+    d->n -= n;
+    last->next = NULL;
+  }
+  depot_unlock(d);
+  for (tc_rec *rec = got, *next; n > 0 && rec != NULL; rec = next) {
+    next = rec->next;
+    rec->owner = c;
+    bin_push(t, c, s, rec);
+  }
+  __atomic_fetch_sub(&t->depot_bytes, n * t->cls_size[cls], __ATOMIC_RELAXED);
+  return n;
+}
+
+/* Under a walk (every cache held, so no depot is in use): the depots' blocks of r (of every
+ * resource, if r is NULL) to *out, and those resources' depots given up. */
+static void take_depots(thread_cache *t, rap_resource *r, tc_rec **out) {
+  for (int i = 0; i < TC_DEPOT_RES; i++) {
+    rap_resource *di = __atomic_load_n(&t->depot_r[i], __ATOMIC_ACQUIRE);
+    if (di == NULL || (r != NULL && di != r)) continue;
+    for (unsigned k = 0; k < t->ncls; k++) {
+      tc_depot *d = &t->depots[(size_t)i * t->ncls + k];
+      depot_lock(d);
+      for (tc_rec *rec = d->head, *next; rec != NULL; rec = next) {
+        next = rec->next;
+        rec->next = *out;
+        *out = rec;
+      }
+      __atomic_fetch_sub(&t->depot_bytes, d->n * t->cls_size[k], __ATOMIC_RELAXED);
+      d->head = NULL;
+      d->n = 0;
+      depot_unlock(d);
+    }
+    __atomic_store_n(&t->depot_r[i], NULL, __ATOMIC_RELEASE);
+  }
+}
+
 /* Under c's spin: what other threads freed into c, and c's blocks for r (every block, if r is
  * NULL), to *out. */
 static void take_cache(thread_cache *t, tc_cache *c, rap_resource *r, tc_rec **out) {
@@ -197,6 +294,7 @@ void rapi_tc_flush_all(thread_cache *t, rap_resource *r) {
   pthread_mutex_lock(&t->list_lock);
   rapi_tc_walk_begin(t);
   for (tc_cache *c = t->caches; c != NULL; c = c->inst_next) take_cache(t, c, r, &out);
+  take_depots(t, r, &out);
   rapi_tc_walk_end(t);
   pthread_mutex_unlock(&t->list_lock);
   rapi_tc_flush_batch(t, &out);
@@ -247,6 +345,7 @@ RAPI_NOINLINE tc_cache *rapi_tc_cache_get(thread_cache *t) {
       pthread_mutex_unlock(&t->list_lock);
     }
     if (c != NULL) {
+      t->live_caches++;
       spin_lock(c);
       __atomic_store_n(&c->abandoned, 0, __ATOMIC_RELAXED);
       c->thread = &rapi_tc_tls;
@@ -300,6 +399,9 @@ static void thread_exit(void *arg) {
     __atomic_store_n(&c->tp, 0, __ATOMIC_RELEASE);   /* its entries in by_tp match nobody now */
     take_cache(t, c, NULL, &out);
     spin_unlock(c);
+    /* The last running thread of t: nobody is inside a cache of t (a new one is made under the
+     * registry, held here), and the shared blocks go back with this cache's. */
+    if (--t->live_caches == 0) take_depots(t, NULL, &out);
     rapi_tc_flush_batch(t, &out);
   }
   th->caches = NULL;

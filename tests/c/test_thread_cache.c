@@ -842,6 +842,50 @@ RAP_TEST(ThreadCache, ForeignFreesStayWithAThreadThatAllocatesAgain) {
   fx_teardown(x);
 }
 
+/* A cache's surplus is shared: a thread that frees more than its bins keep (cache_blocks=16 of a
+ * class: a trim keeps 8) leaves the rest to the instance's shared blocks of that resource and
+ * class, and another thread's miss takes them there before it asks the parent. At the end (and at
+ * a resource's end) they go back to the parent; meanwhile they count as cached, and the check
+ * walks them. */
+RAP_TEST(ThreadCache, SurplusIsSharedWithOtherThreads) {
+  fx *x = fx_setup(SPEC_64K);
+  worker *a = worker_start(), *b = worker_start();
+  ops *made = ops_new(x->tc, x->q[1], 768, 40, 1);
+  run_ops(a, op_alloc, made);
+  void *kept[40];
+  memcpy(kept, made->p, sizeof kept);
+  run_ops(a, op_free, made);   /* a's bin overflows: its surplus is shared */
+  rap_stats s = tu_stats(x->tc), in = tu_stats(x->inner);
+  RAP_CHECK_EQ(s.allocation_count, 0);
+  RAP_CHECK_EQ(s.cached_count, 40);
+  RAP_CHECK_EQ(in.allocation_count, 40);
+  TU_CHECK(x->tc);
+  ops *taken = ops_new(x->tc, x->q[1], 768, 8, 2);
+  run_ops(b, op_alloc, taken);   /* b's misses: shared blocks, no parent call */
+  unsigned shared = 0;
+  for (unsigned i = 0; i < 8; i++)
+    for (int k = 0; k < 40; k++) shared += taken->p[i] == kept[k];
+  RAP_CHECK_EQ(shared, 8);
+  RAP_CHECK_EQ(tu_stats(x->inner).allocation_count, in.allocation_count);
+  ops *host = ops_new(x->tc, NULL, 768, 8, 3);
+  run_ops(b, op_alloc, host);    /* another resource's shared blocks are not these */
+  for (unsigned i = 0; i < 8; i++)
+    for (int k = 0; k < 40; k++)
+      if (host->p[i] == kept[k])
+        rap_test_fail(__FILE__, __LINE__, "a block freed on q1 was handed out on the host: %p",
+                      host->p[i]);
+  TU_CHECK(x->tc);
+  run_ops(b, op_free, taken);
+  run_ops(b, op_free, host);
+  RAP_CHECK_OK(rap_release(x->tc));   /* every cache and the shared blocks back to the parent */
+  RAP_CHECK_EQ(tu_stats(x->tc).cached_count, 0);
+  TU_EXPECT(x->inner, allocation_count, 0);
+  worker_stop(a);
+  worker_stop(b);
+  free(made), free(taken), free(host);
+  fx_teardown(x);
+}
+
 /* The owner of a block ends between another thread's free looking at it (alive) and pushing the
  * block onto its list (already drained by the exit): the freeing thread sees the end and gives the
  * block to the parent, so nothing waits on a list no thread will drain. The seam runs the owner's

@@ -131,7 +131,7 @@ typedef struct run {
   rap_allocator *tc;   /* the ThreadCache, or NULL */
   int tc_index;        /* its place in chain */
   bool tc_over_pool;   /* its parent is the pool: its per-resource figures mean something */
-  size_t tc_max_size, tc_cap;   /* its max_size and cache_bytes options */
+  size_t tc_max_size, tc_cap, tc_refill;   /* its max_size and cache_bytes options; a refill's most */
   rap_resource *res[FZ_RES];   /* 0: the host; 1..FZ_QUEUES: queues */
   gate_node *gates[FZ_RES];
   model m;
@@ -365,6 +365,7 @@ static void build(void) {
   const char *tc_opts = tc_small ? ", cache_bytes=64KiB, cache_blocks=2, max_size=4KiB" : "";
   R.tc_max_size = tc_small ? 4096 : (size_t)1 << 20;
   R.tc_cap = tc_small ? 65536 : (size_t)4 << 20;
+  R.tc_refill = tc_small ? 1 : 8;   /* a refill takes half a bin (cache_blocks / 2), at least one */
   size_t olim = outer_limit[b5 & 3u], ilim = inner_limit[b5 >> 2 & 3u];
 
   char inner[128], pool[320], lower[448], tmp[sizeof R.spec + 64];
@@ -768,8 +769,8 @@ static int op_allocate(unsigned hint, unsigned rsel, size_t n) {
     EXPECT(hit || !must_hit, "%zu bytes did not come from the cache (it held %zu blocks, now %zu; the pool "
            "%zu, now %zu), and a SizeLimiter under the ThreadCache refuses %zu more", n, tcb.cached_count,
            tca.cached_count, before.allocation_count, pa.allocation_count, asked);
-    EXPECT(tca.cached_count <= tcb.cached_count + 3, "a refill left %zu more blocks cached: it asks for four at "
-           "most and hands one out", tca.cached_count - tcb.cached_count);
+    EXPECT(tca.cached_count + 1 <= tcb.cached_count + R.tc_refill, "a refill left %zu more blocks cached: "
+           "it asks for %zu at most and hands one out", tca.cached_count - tcb.cached_count, R.tc_refill);
     tc_hits += hit;
   }
   if (R.trace) fprintf(stderr, "  slot %d: %p, %zu bytes (%zu counted) on resource %d%s\n", slot, p, n, cnt, x,
@@ -827,11 +828,12 @@ static void deallocate_slot(int slot, unsigned mode) {
            "a refused rap_deallocate changed the statistics");
     return;
   }
-  if (R.tc != NULL) {   /* a free never takes the cache past its bound (nor past where it was) */
+  if (R.tc != NULL) {   /* a free never takes the caches past their bound (nor past where they were):
+                        * the thread's cache_bytes and the shared blocks' (4 x cache_bytes) */
     rap_stats tca = stats(R.tc);
-    size_t bound = tcb.cached_bytes > R.tc_cap ? tcb.cached_bytes : R.tc_cap;
+    size_t bound = tcb.cached_bytes > 5 * R.tc_cap ? tcb.cached_bytes : 5 * R.tc_cap;
     EXPECT(tca.cached_bytes <= bound, "after a free the ThreadCache holds %zu bytes in its caches (%zu "
-           "before), past cache_bytes=%zu", tca.cached_bytes, tcb.cached_bytes, R.tc_cap);
+           "before), past 5 x cache_bytes=%zu", tca.cached_bytes, tcb.cached_bytes, R.tc_cap);
     tc_trims += tca.cached_bytes < tcb.cached_bytes;
   }
   R.freed[R.nfreed++ % 8] = b->p;
