@@ -127,7 +127,8 @@ static inline bool sole(const ra_pool *p) { return !p->cross_wait && HASH_COUNT(
 static bool joins(const ra_pool *p, const rstate *owner, const ra_block *nb, size_t freed) {
   if (nb->base.state == RAPI_PENDING) return nb->owner == owner && nb->uses == NULL;
   return nb->base.state == RAPI_FREE && nb->base.size <= 4 * freed &&
-         !(p->bp.resizable != NULL && &nb->base == nb->base.chunk->last);
+         !(p->bp.resizable != NULL && &nb->base == nb->base.chunk->last) &&
+         !(RAPI_UNLIKELY(nb->base.holes) && rapi_bp_fill_passes_peak(&p->bp, &nb->base, nb->base.size));
 }
 
 static void take_in(ra_pool *p, rstate *owner, ra_block *nb) {
@@ -138,7 +139,9 @@ static void take_in(ra_pool *p, rstate *owner, ra_block *nb) {
 /* Pending blocks never have unmapped pieces (unmap_free): the free blocks with holes in
  * [lo, end) are mapped again in one call over the whole span before any of it joins a pending
  * block (one at a time, a later mapping could go past the peak and give back the pieces of one
- * mapped before it); if that fails they stay free and apart (the status is logged). */
+ * mapped before it); if that fails they stay free and apart (the status is logged). A deallocation
+ * joins a free neighbour with holes only where mapping it stays within the pool's peak (joins):
+ * past it, a free would raise what the pool holds, for bytes nobody asked for yet. */
 static RAPI_NOINLINE bool fill_to_join(ra_pool *p, rapi_block *lo, rapi_block *end) {
   rapi_block *hi = lo;
   while (hi->next != end) hi = hi->next;
@@ -262,7 +265,10 @@ static inline bool poll_first(ra_pool *p, const rstate *rs, size_t size, size_t 
 }
 
 /* The better fit of r's own pending blocks (reused with no event: r's stream order makes it safe)
- * and the free blocks, the pending one on a tie. Carving a small request out of a large pending
+ * and the free blocks, the pending one on a tie. Where the free block's unmapped pieces
+ * (unmap_free) would have to be mapped past the pool's peak, the pool first polls every resource
+ * (once), and then takes a fitting pending block even if larger: memory it maps already serves
+ * before memory it would map anew. Carving a small request out of a large pending
  * block while a free one fits better would chop up blocks that are about to merge back into whole
  * chunks, and the pool would grow for the next large request; preferring free memory over an
  * equally good pending block would let pending memory pile up on a stream the CPU runs ahead of. */
@@ -273,6 +279,7 @@ static ra_block *take_own_or_free(ra_pool *p, rstate *rs, size_t size) {
     RAPI_TRACE("reuse", p->bp.self, rs->r, b->base.ptr, size, ",\"pb\":%zu", rs->pending_bytes);
     return b;
   }
+  bool polled = false;
 again:
   b = rs->hot;
   ra_block *ix = ra_of(rapi_index_find(&rs->pending, size));
@@ -283,7 +290,16 @@ again:
   if (b == NULL || b->base.size < size || (ix != NULL && ix->base.size < b->base.size)) b = ix;
   if (b == NULL || b->base.size > size) {
     rapi_block *f = rapi_bp_find_free(&p->bp, size);
-    if (f != NULL && (b == NULL || f->size < b->base.size)) {
+    /* Mapping f's holes would pass the peak: pending memory whose batches have passed comes back
+     * first (it merges, and what stays free gives its pieces back before anything is mapped),
+     * once per call; then a pending block of rs's own that fits serves rather than f. */
+    bool anew = f != NULL && RAPI_UNLIKELY(f->holes) && rapi_bp_fill_passes_peak(&p->bp, f, size);
+    if (RAPI_UNLIKELY(anew) && !polled && p->bp.pending_bytes > 0) {
+      polled = true;
+      (void)rapi_ra_poll_all(p, true);
+      goto again;
+    }
+    if (f != NULL && (b == NULL || (f->size < b->base.size && !anew))) {
       if (RAPI_UNLIKELY(poll_first(p, rs, size, f->size))) goto again;
       return ra_of(rapi_bp_take_this(&p->bp, f, size));
     }
