@@ -310,13 +310,27 @@ static inline void before_mapping(rapi_bp *bp, size_t more, rapi_block *skip, ch
     punch_all(bp, skip, keep_lo, keep_hi);
 }
 
+/* The pieces that the size bytes from b's start lie in, within b's chunk. */
+static void fill_range(const rapi_bp *bp, const rapi_block *b, size_t size, char **lo, char **hi) {
+  const rapi_chunk *c = b->chunk;
+  size_t piece = bp->resizable->piece;
+  *lo = (char *)((uintptr_t)b->ptr & ~(uintptr_t)(piece - 1));
+  *hi = (char *)rapi_align_up((uintptr_t)(b->ptr + size), piece);
+  if (*lo < c->base) *lo = c->base;   /* a piece is never shared by two chunks: they are mappings */
+  if (*hi > c->base + c->size) *hi = c->base + c->size;
+}
+
+bool rapi_bp_fill_passes_peak(const rapi_bp *bp, const rapi_block *b, size_t size) {
+  if (!b->holes) return false;
+  char *lo, *hi;
+  fill_range(bp, b, size, &lo, &hi);
+  return bp->actual + bp->resizable->unmapped_inside(bp->parent, lo, hi) > bp->actual_hwm;
+}
+
 int rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size) {
   rapi_chunk *c = b->chunk;
-  size_t piece = bp->resizable->piece;
-  char *lo = (char *)((uintptr_t)b->ptr & ~(uintptr_t)(piece - 1));
-  char *hi = (char *)rapi_align_up((uintptr_t)(b->ptr + size), piece);
-  if (lo < c->base) lo = c->base;   /* a piece is never shared by two chunks: they are mappings */
-  if (hi > c->base + c->size) hi = c->base + c->size;
+  char *lo, *hi;
+  fill_range(bp, b, size, &lo, &hi);
   before_mapping(bp, (size_t)(hi - lo), b, lo, hi);
   size_t bytes = 0;
   int st = bp->resizable->map_inside(bp->parent, lo, hi, &bytes);

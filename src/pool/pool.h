@@ -154,6 +154,10 @@ void  rapi_bp_unfree(rapi_bp *bp, rapi_block *b);             /* a free block ou
  * blocks after b in its chunk, whose free ones keep their pieces meanwhile): a status, b unchanged
  * on failure. */
 int   rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size);
+/* Whether mapping again the pieces of the size bytes from b's start would take what the pool maps
+ * past its high-water mark (false for a block without holes). Walks the parent's pieces there: for
+ * the slow paths that meet a block with holes. */
+bool  rapi_bp_fill_passes_peak(const rapi_bp *bp, const rapi_block *b, size_t size);
 /* After a wake mapped every piece again: no block has holes, the chunks count as mapped. */
 void  rapi_bp_holes_filled(rapi_bp *bp);
 size_t rapi_bp_release(rapi_bp *bp);                          /* wholly free chunks; bytes returned */

@@ -124,10 +124,12 @@ static ra_block *take_pending(ra_pool *p, rstate *owner, ra_block *b, size_t siz
 static inline bool sole(const ra_pool *p) { return !p->cross_wait && HASH_COUNT(p->by_key) == 1; }
 
 /* Whether b's neighbour nb joins it (see merge_pending). */
-static bool joins(const ra_pool *p, const rstate *owner, const ra_block *nb, size_t freed) {
+static RAPI_INLINE bool joins(const ra_pool *p, const rstate *owner, const ra_block *nb, size_t freed) {
   if (nb->base.state == RAPI_PENDING) return nb->owner == owner && nb->uses == NULL;
   return nb->base.state == RAPI_FREE && nb->base.size <= 4 * freed &&
-         !(p->bp.resizable != NULL && &nb->base == nb->base.chunk->last);
+         !(p->bp.resizable != NULL &&
+           (&nb->base == nb->base.chunk->last ||
+            (nb->base.holes && rapi_bp_fill_passes_peak(&p->bp, &nb->base, nb->base.size))));
 }
 
 static void take_in(ra_pool *p, rstate *owner, ra_block *nb) {
@@ -138,7 +140,9 @@ static void take_in(ra_pool *p, rstate *owner, ra_block *nb) {
 /* Pending blocks never have unmapped pieces (unmap_free): the free blocks with holes in
  * [lo, end) are mapped again in one call over the whole span before any of it joins a pending
  * block (one at a time, a later mapping could go past the peak and give back the pieces of one
- * mapped before it); if that fails they stay free and apart (the status is logged). */
+ * mapped before it); if that fails they stay free and apart (the status is logged). A deallocation
+ * joins a free neighbour with holes only where mapping it stays within the pool's peak (joins):
+ * past it, a free would raise what the pool holds, for bytes nobody asked for yet. */
 static RAPI_NOINLINE bool fill_to_join(ra_pool *p, rapi_block *lo, rapi_block *end) {
   rapi_block *hi = lo;
   while (hi->next != end) hi = hi->next;
@@ -261,9 +265,27 @@ static inline bool poll_first(ra_pool *p, const rstate *rs, size_t size, size_t 
   return poll_first_slow(p, rs, size);
 }
 
+/* f, the free block that fits best, has holes (unmap_free). Where mapping them would pass the
+ * pool's peak, pending memory whose batches have passed comes back first (it merges, and what
+ * stays free gives its pieces back before anything is mapped): the caller looks again. The poll is
+ * made at most once between two deallocations, so a second look takes f, or (own) r's fitting
+ * pending block, which the pool maps already. */
+enum { RA_TAKE_FREE, RA_LOOK_AGAIN, RA_TAKE_OWN };
+static RAPI_NOINLINE int past_peak(ra_pool *p, rapi_block *f, size_t size, bool own) {
+  if (!rapi_bp_fill_passes_peak(&p->bp, f, size)) return RA_TAKE_FREE;
+  if (p->bp.pending_bytes > 0 && p->peak_polled != p->free_seq) {
+    p->peak_polled = p->free_seq;
+    (void)rapi_ra_poll_all(p, true);
+    return RA_LOOK_AGAIN;
+  }
+  return own ? RA_TAKE_OWN : RA_TAKE_FREE;
+}
+
 /* The better fit of r's own pending blocks (reused with no event: r's stream order makes it safe)
- * and the free blocks, the pending one on a tie. Carving a small request out of a large pending
- * block while a free one fits better would chop up blocks that are about to merge back into whole
+ * and the free blocks, the pending one on a tie, and also where the free one's holes would be
+ * mapped past the pool's peak (past_peak: memory the pool maps already serves before memory it
+ * would map anew). Carving a small request out of a large pending block while a free one fits
+ * better would chop up blocks that are about to merge back into whole
  * chunks, and the pool would grow for the next large request; preferring free memory over an
  * equally good pending block would let pending memory pile up on a stream the CPU runs ahead of. */
 static ra_block *take_own_or_free(ra_pool *p, rstate *rs, size_t size) {
@@ -284,8 +306,12 @@ again:
   if (b == NULL || b->base.size > size) {
     rapi_block *f = rapi_bp_find_free(&p->bp, size);
     if (f != NULL && (b == NULL || f->size < b->base.size)) {
-      if (RAPI_UNLIKELY(poll_first(p, rs, size, f->size))) goto again;
-      return ra_of(rapi_bp_take_this(&p->bp, f, size));
+      int how = RAPI_LIKELY(!f->holes) ? RA_TAKE_FREE : past_peak(p, f, size, b != NULL);
+      if (how == RA_LOOK_AGAIN) goto again;
+      if (how == RA_TAKE_FREE) {
+        if (RAPI_UNLIKELY(poll_first(p, rs, size, f->size))) goto again;
+        return ra_of(rapi_bp_take_this(&p->bp, f, size));
+      }
     }
   }
   if (b != NULL && RAPI_UNLIKELY(poll_first(p, rs, size, b->base.size))) goto again;
@@ -731,6 +757,7 @@ static int ra_init(rap_allocator *self, void *state, rap_options *opts) {
                      rap_allocator_name(self), cross);
   p->cross_wait = cross[0] == 'w';
   p->poor_polled = (uint64_t)0 - RAPI_EAGER_FENCE;   /* the first poor fit may poll */
+  p->peak_polled = (uint64_t)0 - 1;   /* the first hole past the peak may poll */
   bool has_wait_above = rapi_options_given(opts, "wait_above");
   st = rap_options_get_size(opts, "wait_above", &p->wait_above);
   if (st == RAP_OK) st = rap_options_get_size(opts, "wait_pending_above", &p->wait_pending_above);

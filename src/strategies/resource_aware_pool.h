@@ -75,6 +75,7 @@ typedef struct ra_pool {          /* its own fields first, beside the engine's h
   size_t waits, host_waits;       /* cross-resource waits made (queued or on the host), host ones */
   uint64_t free_seq;              /* deallocations so far: orders pending blocks across owners */
   uint64_t poor_polled;           /* free_seq at the last poll before a poor fit */
+  uint64_t peak_polled;           /* free_seq at the last poll before mapping holes past the peak */
   rstate *last;                   /* the resource of the last call: the hot path's lookup */
   rstate *recent[RA_RECENT];      /* the last few looked up in the hash: streams taking turns */
   unsigned recent_next;

@@ -507,3 +507,136 @@ RAP_TEST(VmmPieces, AMapUndoneOnlyInPartKeepsHeldEqualToMapped) {
   TU_CHECK(pool);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* ---- at the peak, memory the pool maps serves before memory it would map anew ----------------
+ * Each layout is one chunk of 16 granules, all used; then f, a free block of whole pieces, gives
+ * them back because a request no free block fits grows the chunk past its peak: the pool is then
+ * at its peak, holding f with holes. */
+
+/* Grows the pool past its peak for a request of 5 granules, so that f's pieces go back. */
+static char *grow_past_the_peak(rap_allocator *pool, rap_manager *rm, char *f, size_t f_size) {
+  RAP_CHECK_OK(rap_deallocate(pool, f, NULL));
+  char *w = tu_alloc(pool, 5 * G);
+  RAP_CHECK_EQ(held(pool), 17 * G);   /* 16 - f's 4 pieces + 5 mapped */
+  RAP_CHECK_EQ(tu_stats(pool).actual_high_watermark, 17 * G);
+  RAP_CHECK_EQ(rapi_vmm_unmapped_inside(tu_get(rm, "v"), f, f + f_size), f_size);
+  return w;
+}
+
+/* A block freed on a stream joins a free neighbour as its pending bytes; where that neighbour has
+ * holes and mapping them would pass the peak, it stays apart: a deallocation never raises what the
+ * pool holds. Below the peak (after a release) the join maps them as before. */
+RAP_TEST(VmmPieces, AFreeAtThePeakLeavesANeighboursHolesUnmapped) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = pieces(rm, "ResourceAwarePool", 4 * MiB, "initial_size=1MiB next_size=64KiB");
+  rap_resource *r1;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &r1));
+  /* x (4, on r1) | f (4) | y (2) | z (6) */
+  void *x = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &x, 4 * G, r1));
+  char *f = tu_alloc(pool, 4 * G), *y = tu_alloc(pool, 2 * G), *z = tu_alloc(pool, 6 * G);
+  RAP_CHECK(f == (char *)x + 4 * G && y == f + 4 * G && z == y + 2 * G);
+  char *w = grow_past_the_peak(pool, rm, f, 4 * G);
+  size_t m0 = maps(rm);
+  RAP_CHECK_OK(rap_deallocate(pool, x, r1));   /* f is 4 granules, x's size: it would join */
+  RAP_CHECK_EQ(held(pool), 17 * G);
+  RAP_CHECK_EQ(maps(rm), m0);
+  RAP_CHECK_EQ(tu_stats(pool).pending_bytes, 4 * G);   /* x alone */
+  RAP_CHECK_EQ(rapi_vmm_unmapped_inside(tu_get(rm, "v"), f, f + 4 * G), 4 * G);
+  TU_CHECK(pool);
+  /* r1 takes x back: mapped memory, no call. */
+  void *again = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &again, 4 * G, r1));
+  RAP_CHECK(again == x);
+  RAP_CHECK_EQ(maps(rm), m0);
+  tu_fill(again, 4 * G, 1);
+  /* Below the peak the join maps the neighbour whole, as it did: a release first gives back w's
+   * pieces (freed on the host). */
+  RAP_CHECK_OK(rap_deallocate(pool, w, NULL));
+  RAP_CHECK_OK(rap_release(pool));
+  RAP_CHECK(held(pool) + 4 * G <= tu_stats(pool).actual_high_watermark);
+  RAP_CHECK_OK(rap_deallocate(pool, again, r1));
+  RAP_CHECK_EQ(tu_stats(pool).pending_bytes, 8 * G);   /* x and f joined */
+  RAP_CHECK_EQ(rapi_vmm_unmapped_inside(tu_get(rm, "v"), f, f + 4 * G), 0);
+  RAP_CHECK_EQ(held(pool), mapped(rm));
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_resource_synchronize(r1));
+  RAP_CHECK_OK(rap_deallocate(pool, y, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, z, NULL));
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* At the peak a stream's own pending block, larger than the best free block but mapped, serves
+ * before the free block's holes are mapped. r1 is kept busy by a gate: its block stays pending
+ * through the poll the pool makes first. */
+RAP_TEST(VmmPieces, AtThePeakAStreamsOwnPendingBlockServesBeforeHoles) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = pieces(rm, "ResourceAwarePool", 4 * MiB, "initial_size=1MiB next_size=64KiB");
+  rap_resource *r1;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &r1));
+  gate g;
+  gate_init(&g);
+  /* x (8, on r1) | s (1) | f (4) | y (2) | z (1) */
+  void *x = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &x, 8 * G, r1));
+  char *s = tu_alloc(pool, G), *f = tu_alloc(pool, 4 * G), *y = tu_alloc(pool, 2 * G), *z = tu_alloc(pool, G);
+  RAP_CHECK(s == (char *)x + 8 * G && f == s + G && y == f + 4 * G && z == y + 2 * G);
+  char *w = grow_past_the_peak(pool, rm, f, 4 * G);
+  RAP_CHECK_OK(rap_resource_submit(r1, gate_job, &g));   /* r1 busy: x stays pending */
+  RAP_CHECK_OK(rap_deallocate(pool, x, r1));
+  size_t m0 = maps(rm);
+  void *p = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &p, 4 * G, r1));   /* f fits better, but has holes */
+  RAP_CHECK(p == x);
+  RAP_CHECK_EQ(held(pool), 17 * G);
+  RAP_CHECK_EQ(maps(rm), m0);
+  RAP_CHECK_EQ(tu_stats(pool).pending_bytes, 4 * G);   /* x's other half, still r1's */
+  RAP_CHECK_EQ(rapi_vmm_unmapped_inside(tu_get(rm, "v"), f, f + 4 * G), 4 * G);
+  tu_fill(p, 4 * G, 2);
+  TU_CHECK(pool);
+  gate_open(&g);
+  RAP_CHECK_OK(rap_resource_synchronize(r1));
+  RAP_CHECK_OK(rap_deallocate(pool, p, r1));
+  RAP_CHECK_OK(rap_deallocate(pool, s, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, y, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, z, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, w, NULL));
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+  gate_destroy(&g);
+}
+
+/* At the peak, before the best free block's holes are mapped, pending memory whose batch has
+ * passed comes back: here r1's block, freed on an idle queue and never fenced, is the host's exact
+ * fit once it is free. */
+RAP_TEST(VmmPieces, AtThePeakPassedPendingMemoryComesBackBeforeHolesAreMapped) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = pieces(rm, "ResourceAwarePool", 4 * MiB, "initial_size=1MiB next_size=64KiB");
+  rap_resource *r1;
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &r1));
+  /* q (2, on r1) | s (1) | f (4) | y (2) | z (7) */
+  void *q = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &q, 2 * G, r1));
+  char *s = tu_alloc(pool, G), *f = tu_alloc(pool, 4 * G), *y = tu_alloc(pool, 2 * G), *z = tu_alloc(pool, 7 * G);
+  RAP_CHECK(s == (char *)q + 2 * G && f == s + G && y == f + 4 * G && z == y + 2 * G);
+  char *w = grow_past_the_peak(pool, rm, f, 4 * G);
+  RAP_CHECK_OK(rap_deallocate(pool, q, r1));
+  RAP_CHECK_EQ(tu_stats(pool).pending_bytes, 2 * G);
+  size_t m0 = maps(rm);
+  char *p = tu_alloc(pool, 2 * G);   /* the host: f is the only free block that fits */
+  RAP_CHECK(p == (char *)q);
+  RAP_CHECK_EQ(held(pool), 17 * G);
+  RAP_CHECK_EQ(maps(rm), m0);
+  RAP_CHECK_EQ(tu_stats(pool).pending_bytes, 0);
+  RAP_CHECK_EQ(rapi_vmm_unmapped_inside(tu_get(rm, "v"), f, f + 4 * G), 4 * G);
+  tu_fill(p, 2 * G, 3);
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_deallocate(pool, p, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, s, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, y, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, z, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, w, NULL));
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}

@@ -342,3 +342,57 @@ RAP_TEST(CudaVmm, PiecesUnderAQuickPoolOnlyWhenAsked) {
     RAP_CHECK_OK(rap_manager_destroy(rm));
   }
 }
+
+/* At its peak a ResourceAwarePool over DeviceVmm(piece=) serves from memory it maps already: a
+ * block freed on a busy stream does not join (and map) a free neighbour whose pieces went back,
+ * and the stream's next request takes its own pending block, larger, rather than the free block
+ * that fits better but would be mapped again. A gated kernel on the stream writes the pending block
+ * after it was freed: the request on the same stream is served in its order, and the write that
+ * follows lands last. The host runs the same engine (test_vmm_pieces.c, "AtThePeak..."). */
+RAP_TEST(CudaVmm, AtThePeakMappedMemoryServesBeforeHoles) {
+  rap_manager *rm = manager();
+  rap_allocator *pool = make_or_skip(rm, "pool", "ResourceAwarePool(DeviceVmm(piece=2MiB), "
+                                                 "initial_size=32MiB, next_size=2MiB)");
+  rap_allocator *vmm = rap_allocator_parent(pool);
+  size_t g = rap_allocator_alignment(vmm);
+  if (g != 2 * MiB) {
+    RAP_CHECK_OK(rap_manager_destroy(rm));
+    RAP_SKIP("the device's granularity is %zu, not the 2 MiB piece this test is sized for", g);
+  }
+  rap_resource *r = NULL;
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r));
+  cudaStream_t s = rap_resource_cuda_stream(r);
+  /* x (8 granules, on s) | f (4) | y (2) | z (2): the chunk is full */
+  char *x, *f, *y, *z, *w, *p;
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&x, 8 * g, r));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&f, 4 * g, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&y, 2 * g, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&z, 2 * g, NULL));
+  RAP_CHECK(f == x + 8 * g && y == f + 4 * g && z == y + 2 * g);
+  RAP_CHECK_OK(rap_deallocate(pool, f, NULL));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&w, 5 * g, NULL));   /* growth past the peak: f's go */
+  RAP_CHECK_EQ(stats(pool).actual_bytes, 17 * g);
+  RAP_CHECK_EQ(stats(vmm).actual_bytes, 17 * g);
+  gpu_gate *gate = NULL;
+  RAP_CHECK(gpu_gate_create(&gate) == 0);
+  RAP_CHECK(gpu_gated_fill(s, gate, x, 8 * g, 0x5E) == 0);   /* s is busy with x */
+  RAP_CHECK_OK(rap_deallocate(pool, x, r));
+  RAP_CHECK_EQ(stats(pool).actual_bytes, 17 * g);   /* f stays apart, unmapped */
+  RAP_CHECK_EQ(stats(pool).pending_bytes, 8 * g);
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&p, 4 * g, r));
+  RAP_CHECK(p == x);   /* s's own pending block, in s's order */
+  RAP_CHECK_EQ(stats(pool).actual_bytes, 17 * g);
+  RAP_CHECK_EQ(stats(vmm).actual_bytes, 17 * g);
+  RAP_CHECK(gpu_fill(s, p, 4 * g, 0x6F) == 0);
+  gpu_gate_open(gate);
+  RAP_CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+  RAP_CHECK(gpu_all_bytes(p, 4 * g, 0x6F));
+  gpu_gate_destroy(gate);
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  RAP_CHECK_OK(rap_deallocate(pool, p, r));
+  RAP_CHECK_OK(rap_deallocate(pool, y, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, z, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, w, NULL));
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
