@@ -217,7 +217,7 @@ void rapi_tc_deposit(thread_cache *t, tc_rec **list) {
       depot_lock(d);
       if (d->n < t->depot_cap_blocks) {
         rec->next = d->head;
-        d->head = rec;
+        __atomic_store_n(&d->head, rec, __ATOMIC_RELAXED);   /* withdraw's hint reads it unlocked */
         d->n++;
         in = true;
       }
@@ -243,7 +243,7 @@ size_t rapi_tc_withdraw(thread_cache *t, tc_cache *c, tc_slot *s, unsigned cls, 
   size_t n = 0;
   for (tc_rec *x = got; x != NULL && n < want; x = x->next, n++) last = x;
   if (last != NULL) {
-    d->head = last->next;
+    __atomic_store_n(&d->head, last->next, __ATOMIC_RELAXED);
     d->n -= n;
     last->next = NULL;
   }
@@ -272,7 +272,7 @@ static void take_depots(thread_cache *t, rap_resource *r, tc_rec **out) {
         *out = rec;
       }
       __atomic_fetch_sub(&t->depot_bytes, d->n * t->cls_size[k], __ATOMIC_RELAXED);
-      d->head = NULL;
+      __atomic_store_n(&d->head, NULL, __ATOMIC_RELAXED);
       d->n = 0;
       depot_unlock(d);
     }
