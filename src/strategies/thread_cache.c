@@ -647,7 +647,6 @@ static int tc_init(rap_allocator *self, void *state, rap_options *opts) {
     return rapi_fail(RAP_ERR_INVALID, "%s: cache_blocks must be 1 to 1048576, not %llu", name,
                      (unsigned long long)blocks);
   t->cap_blocks = (size_t)blocks;
-  t->depot_cap_blocks = 4 * t->cap_blocks;
   t->shift = (unsigned)__builtin_ctzll((unsigned long long)t->align);
   /* Classes up to max_size, at most TC_MAX_CLASSES of them. */
   size_t units = t->max_size == 0 ? 0 : (t->max_size - 1) / t->align + 1;

@@ -102,7 +102,7 @@ struct thread_cache {
   rap_resource *depot_r[TC_DEPOT_RES];   /* atomic: whose depots (NULL: free); cleared by walkers */
   tc_depot *depots;          /* TC_DEPOT_RES x ncls */
   size_t depot_bytes;        /* atomic: in every depot */
-  size_t depot_cap_blocks, depot_cap_bytes;
+  size_t depot_cap_bytes;    /* shared_bytes: the bound of depot_bytes */
   size_t live_caches;        /* caches a running thread holds, under registry: at 0 the depots go back */
   /* The lock's use on the hot paths' slow ways (misses, flushes, uncached blocks), counted under it
    * when profile is set (debug logging on at init): for the debug line at the end. */

@@ -211,24 +211,19 @@ void rapi_tc_deposit(thread_cache *t, tc_rec **list) {
     next = rec->next;
     size_t bytes = t->cls_size[rec->cls];
     int i = depot_of(t, rec->r, true);
-    tc_depot *d = i < 0 ? NULL : &t->depots[(size_t)i * t->ncls + rec->cls];
-    bool in = false;
-    if (d != NULL && __atomic_load_n(&t->depot_bytes, __ATOMIC_RELAXED) + bytes <= t->depot_cap_bytes) {
+    /* The bytes are reserved first, so that threads depositing at once never pass the bound. */
+    if (i >= 0 && __atomic_add_fetch(&t->depot_bytes, bytes, __ATOMIC_RELAXED) <= t->depot_cap_bytes) {
+      tc_depot *d = &t->depots[(size_t)i * t->ncls + rec->cls];
       depot_lock(d);
-      if (d->n < t->depot_cap_blocks) {
-        rec->next = d->head;
-        __atomic_store_n(&d->head, rec, __ATOMIC_RELAXED);   /* withdraw's hint reads it unlocked */
-        d->n++;
-        in = true;
-      }
+      rec->next = d->head;
+      __atomic_store_n(&d->head, rec, __ATOMIC_RELAXED);   /* withdraw's hint reads it unlocked */
+      d->n++;
       depot_unlock(d);
+      continue;
     }
-    if (in) {
-      __atomic_fetch_add(&t->depot_bytes, bytes, __ATOMIC_RELAXED);
-    } else {
-      rec->next = keep;
-      keep = rec;
-    }
+    if (i >= 0) __atomic_fetch_sub(&t->depot_bytes, bytes, __ATOMIC_RELAXED);
+    rec->next = keep;
+    keep = rec;
   }
   *list = keep;
 }
