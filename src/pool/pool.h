@@ -16,7 +16,8 @@
  * subdivisions, a bitmap at each level, so a fitting class is found with two bit scans.
  * All records live in host memory, from slabs. */
 /* DEFERRED: the last block a QuickPool freed, kept unmerged and unindexed so that a request of
- * the same size takes it back with no split, no merge and no index update (a one-entry cache). */
+ * the same size takes it back with no split, no merge and no index update (a one-entry cache);
+ * in a ResourceAwarePool, the block parked on the resource that freed it (flush_deferred). */
 enum { RAPI_FREE = 0, RAPI_USED = 1, RAPI_PENDING = 2, RAPI_DEFERRED = 3 };
 #define RAPI_SL_LOG2 5
 #define RAPI_SL_COUNT (1u << RAPI_SL_LOG2)
@@ -92,6 +93,10 @@ typedef struct rapi_bp {
                                         bytes only */
   rapi_ptr_map used;                 /* live blocks by address */
   rapi_block *deferred;              /* at most one block in state DEFERRED */
+  /* NULL: the deferred block is free (QuickPool). Else the strategy's meaning of it: a flush
+   * hands the block (already out of `deferred`) to this instead of freeing it (the
+   * ResourceAwarePool's block parked on its resource, which is not free to every resource). */
+  void (*flush_deferred)(struct rapi_bp *bp, rapi_block *b);
   rapi_chunk *chunks;
   rapi_slab block_recs, chunk_recs;
   size_t record_size;                /* of a block record, the engine's part first */
@@ -142,7 +147,17 @@ static inline int rapi_bp_reserve(rapi_bp *bp) {
   if (RAPI_LIKELY(rapi_map_has_room(&bp->used))) return RAP_OK;
   return rapi_bp_reserve_slow(bp);
 }
-void  rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes);   /* used map, then counters */
+/* Used map, then counters. Inline: it is on every pool's allocation path. */
+static inline void rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
+  rapi_map_insert(&bp->used, b->ptr, b);   /* room was made by rapi_bp_reserve */
+  b->state = RAPI_USED;
+  b->requested = bytes;
+  bp->current += bytes;
+  bp->used_bytes += b->size;
+  bp->allocation_count++;
+  if (bp->current > bp->hwm) bp->hwm = bp->current;
+  if (bp->used_bytes > bp->used_hwm) bp->used_hwm = bp->used_bytes;
+}
 /* After growing: the parent may have let this thread's locks go while it waited, and others may
  * have used the map's room. Makes room again, or gives b (just grown, not yet used) back free. */
 int   rapi_bp_reserve_after_grow(rapi_bp *bp, rapi_block *b);
