@@ -673,6 +673,26 @@ RAP_TEST(ResourceAwarePool, ParkedFreeOnAQueueIsPendingToEveryOtherCall) {
   teardown(&f);
 }
 
+/* The parked block's owner is not the resource the pool saw last: a request of its size on that
+ * resource must not take it (r1's work may still use it). */
+RAP_TEST(ResourceAwarePool, ParkedBlockIsNotTakenByTheResourceOfTheLastCall) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=1MiB");
+  void *a, *c, *q;
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &a, 4 * KiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &c, 4 * KiB, f.r2));   /* the pool's last resource: r2 */
+  RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));           /* parked, on r1 */
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 4 * KiB, f.r2));
+  RAP_CHECK(!overlaps(a, 4 * KiB, q, 4 * KiB));
+  RAP_CHECK_EQ(rstats(f.pool, f.r1).pending_bytes, 4 * KiB);
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, c, f.r2));
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  gate_open(&f.g1);
+  teardown(&f);
+}
+
 /* The host resource is synchronous: a block freed there is free at once, for any resource and
  * any size, parked or not. */
 RAP_TEST(ResourceAwarePool, HostFreeIsFreeAtOnceForEveryResourceAndSize) {
