@@ -416,14 +416,6 @@ int rapi_bp_reserve_after_grow(rapi_bp *bp, rapi_block *b) {
 }
 
 
-void rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b) {
-  rapi_map_remove(&bp->used, b->ptr);
-  bp->current -= b->requested;
-  bp->used_bytes -= b->size;
-  bp->allocation_count--;
-  b->requested = 0;
-}
-
 void rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b) {
   RAPI_ASSERT(b->next != NULL && b->next->chunk == b->chunk && b->ptr + b->size == b->next->ptr);
   rapi_block *n = b->next;

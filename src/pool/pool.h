@@ -161,7 +161,14 @@ static inline void rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
 /* After growing: the parent may have let this thread's locks go while it waited, and others may
  * have used the map's room. Makes room again, or gives b (just grown, not yet used) back free. */
 int   rapi_bp_reserve_after_grow(rapi_bp *bp, rapi_block *b);
-void  rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b);       /* counters and used map */
+/* Counters and used map: b was found at slot by rapi_bp_find_used_slot (one probe for both). */
+static inline void rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b, size_t slot) {
+  rapi_map_remove_slot(&bp->used, slot);
+  bp->current -= b->requested;
+  bp->used_bytes -= b->size;
+  bp->allocation_count--;
+  b->requested = 0;
+}
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
 void  rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b);        /* b takes in b->next's bytes */
 void  rapi_bp_unfree(rapi_bp *bp, rapi_block *b);             /* a free block out of the index */
@@ -196,6 +203,12 @@ int   rapi_bp_check(rapi_bp *bp);
 int   rapi_bp_unknown_pointer(rapi_bp *bp, const void *ptr, const char *fn);
 static inline bool rapi_bp_whole_chunk(const rapi_block *b) { return b->prev == NULL && b->next == NULL; }
 static inline rapi_block *rapi_bp_find_used(rapi_bp *bp, const void *ptr) { return rapi_map_find(&bp->used, ptr); }
+/* The live block at ptr, or NULL; *slot: where the used map holds it (rapi_bp_unmark_used). */
+static inline rapi_block *rapi_bp_find_used_slot(rapi_bp *bp, const void *ptr, size_t *slot) {
+  if (RAPI_UNLIKELY(ptr == NULL)) return NULL;
+  *slot = rapi_map_probe(&bp->used, (uintptr_t)ptr);
+  return bp->used.slots[*slot].value;
+}
 
 /* ---- pool/sleep.c: a pool's chunks unmapped and mapped again in place ------------------------
  * For a pool directly over a growable platform whose pending blocks have all become free (the

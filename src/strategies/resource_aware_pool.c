@@ -612,15 +612,16 @@ static RAPI_NOINLINE int wrong_resource(ra_pool *p, const void *ptr, const rstat
 static RAPI_INLINE int ra_deallocate_body(void *state, void *ptr, rap_resource *r) {
   ra_pool *p = state;
   if (RAPI_UNLIKELY(p->bp.asleep)) return rapi_bp_asleep_refusal(&p->bp, "rap_deallocate");
-  ra_block *b = ra_of(rapi_bp_find_used(&p->bp, ptr));
+  settle(p);   /* the block parked before: its free first (it changes no used block) */
+  size_t slot;
+  ra_block *b = ra_of(rapi_bp_find_used_slot(&p->bp, ptr, &slot));
   if (RAPI_UNLIKELY(b == NULL)) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_deallocate");
   rstate *owner = b->owner;
   if (RAPI_UNLIKELY(r != NULL && r->key != owner->key)) return wrong_resource(p, ptr, owner, r);
-  settle(p);   /* the block parked before: its free first */
   owner->current -= b->base.requested;
   owner->used_bytes -= b->base.size;
   owner->used_count--;
-  rapi_bp_unmark_used(&p->bp, &b->base);
+  rapi_bp_unmark_used(&p->bp, &b->base, slot);
   if (RAPI_LIKELY(b->uses == NULL) && may_park(p, owner, b)) {
     if (!owner->sync) {   /* what the free does now that the pair undoes not */
       b->seq = ++p->free_seq;
