@@ -512,9 +512,9 @@ static RAPI_NOINLINE int ra_allocate_slow(ra_pool *p, rstate *rs, void **out, si
   }
 }
 
-/* The hit path: one compare finds the resource; its own pending blocks first, then free ones. */
-static RAPI_INLINE int ra_allocate_body(void *state, void **out, size_t bytes, rap_resource *r) {
-  ra_pool *p = state;
+/* Every allocation but the parked block's take-back: one compare finds the resource; its own
+ * pending blocks first, then free ones, then the miss. */
+static RAPI_NOINLINE int ra_allocate_other(ra_pool *p, void **out, size_t bytes, rap_resource *r) {
   rstate *rs = lookup(p, r ? r : &rap_allocator_manager(p->bp.self)->host);
   if (RAPI_UNLIKELY(rs == NULL)) return no_rstate(p, "rap_allocate");
   size_t size;
@@ -522,7 +522,7 @@ static RAPI_INLINE int ra_allocate_body(void *state, void **out, size_t bytes, r
   if (RAPI_UNLIKELY(st != RAP_OK)) return st;
   if (RAPI_UNLIKELY((st = rapi_bp_reserve(&p->bp)) != RAP_OK)) return st;
   ra_block *b = ra_of(p->bp.deferred);
-  if (b != NULL && RAPI_LIKELY(b->owner == rs && b->base.size == size)) {   /* its own, as it was */
+  if (b != NULL && b->owner == rs && b->base.size == size) {   /* its own, as it was */
     p->bp.deferred = NULL;
   } else {
     settle(p);
@@ -530,6 +530,22 @@ static RAPI_INLINE int ra_allocate_body(void *state, void **out, size_t bytes, r
     if (RAPI_UNLIKELY(b == NULL)) return ra_allocate_slow(p, rs, out, bytes, size);
   }
   return finish_allocate(p, rs, b, bytes, out);
+}
+
+/* The pair's way: the block parked by the last call's resource, of the size asked, taken back;
+ * no call, so that nothing is kept in saved registers. Everything else goes to ra_allocate_other
+ * with the arguments as they came. */
+static RAPI_INLINE int ra_allocate_body(void *state, void **out, size_t bytes, rap_resource *r) {
+  ra_pool *p = state;
+  ra_block *b = ra_of(p->bp.deferred);
+  rstate *rs = p->last;
+  if (b != NULL && rs != NULL && b->owner == rs && bytes - 1 < p->bp.max_request &&
+      rs->key == (r != NULL ? r : &rap_allocator_manager(p->bp.self)->host)->key &&
+      rapi_align_up(bytes, p->bp.alignment) == b->base.size && rapi_map_has_room(&p->bp.used)) {
+    p->bp.deferred = NULL;
+    return finish_allocate(p, rs, b, bytes, out);
+  }
+  return ra_allocate_other(p, out, bytes, r);
 }
 
 /* The table's entry points: the bodies inside the thread guard. */
@@ -609,10 +625,8 @@ static RAPI_NOINLINE int wrong_resource(ra_pool *p, const void *ptr, const rstat
                    (unsigned long long)owner->r->id, r->ops->kind, (unsigned long long)r->id);
 }
 
-static RAPI_INLINE int ra_deallocate_body(void *state, void *ptr, rap_resource *r) {
-  ra_pool *p = state;
-  if (RAPI_UNLIKELY(p->bp.asleep)) return rapi_bp_asleep_refusal(&p->bp, "rap_deallocate");
-  settle(p);   /* the block parked before: its free first (it changes no used block) */
+/* A free with no parked block to settle first (the pair's, where the allocation took it back). */
+static RAPI_INLINE int ra_free(ra_pool *p, void *ptr, rap_resource *r) {
   size_t slot;
   ra_block *b = ra_of(rapi_bp_find_used_slot(&p->bp, ptr, &slot));
   if (RAPI_UNLIKELY(b == NULL)) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_deallocate");
@@ -634,6 +648,20 @@ static RAPI_INLINE int ra_deallocate_body(void *state, void *ptr, rap_resource *
   if (owner->sync && b->uses == NULL) free_now(p, b);
   else free_pending(p, owner, b, ++p->free_seq);
   return RAP_OK;
+}
+
+/* The block parked before is settled first (it changes no used block), out of line: the free
+ * without one then keeps nothing across a call until its end. */
+static RAPI_NOINLINE int ra_free_after_settle(ra_pool *p, void *ptr, rap_resource *r) {
+  settle_parked(p);
+  return ra_free(p, ptr, r);
+}
+
+static RAPI_INLINE int ra_deallocate_body(void *state, void *ptr, rap_resource *r) {
+  ra_pool *p = state;
+  if (RAPI_UNLIKELY(p->bp.asleep)) return rapi_bp_asleep_refusal(&p->bp, "rap_deallocate");
+  if (RAPI_UNLIKELY(p->bp.deferred != NULL)) return ra_free_after_settle(p, ptr, r);
+  return ra_free(p, ptr, r);
 }
 
 RAPI_GUARDED_ENTRY(static int, ra_deallocate, "rap_deallocate", ((ra_pool *)state)->bp.self,
