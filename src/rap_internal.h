@@ -284,15 +284,19 @@ static inline void rapi_map_insert(rapi_ptr_map *m, const void *ptr, void *value
 static inline int rapi_map_reserve(rapi_ptr_map *m) {
   return RAPI_LIKELY(rapi_map_has_room(m)) ? RAP_OK : rapi_map_grow(m);
 }
-static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
-  size_t i = rapi_map_probe(m, (uintptr_t)ptr);
-  if (m->slots[i].key == 0) return;
+/* Removes the entry in slot i, found by rapi_map_probe (so a lookup and its removal probe once). */
+static inline void rapi_map_remove_slot(rapi_ptr_map *m, size_t i) {
   if (RAPI_LIKELY(m->slots[(i + 1) & m->mask].key == 0)) {   /* the end of its run: nothing moves */
     rapi_map_set(&m->slots[i], 0, NULL);
     m->count--;
     return;
   }
   rapi_map_remove_at(m, i);
+}
+static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
+  size_t i = rapi_map_probe(m, (uintptr_t)ptr);
+  if (m->slots[i].key == 0) return;
+  rapi_map_remove_slot(m, i);
 }
 
 /* ---- the types every layer shares: an allocator (core/allocator.c answers for any of them), a

@@ -429,25 +429,6 @@ int rapi_bp_reserve_after_grow(rapi_bp *bp, rapi_block *b) {
   return st;
 }
 
-void rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
-  rapi_map_insert(&bp->used, b->ptr, b);   /* room was made by rapi_bp_reserve */
-  b->state = RAPI_USED;
-  b->requested = bytes;
-  bp->current += bytes;
-  bp->used_bytes += b->size;
-  bp->allocation_count++;
-  if (bp->current > bp->hwm) bp->hwm = bp->current;
-  if (bp->used_bytes > bp->used_hwm) bp->used_hwm = bp->used_bytes;
-}
-
-
-void rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b) {
-  rapi_map_remove(&bp->used, b->ptr);
-  bp->current -= b->requested;
-  bp->used_bytes -= b->size;
-  bp->allocation_count--;
-  b->requested = 0;
-}
 
 void rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b) {
   RAPI_ASSERT(b->next != NULL && b->next->chunk == b->chunk && b->ptr + b->size == b->next->ptr);
@@ -867,10 +848,18 @@ static bool nothing_to_coalesce(const rapi_bp *bp, size_t free_chunks) {
   return rapi_bp_nothing_to_coalesce(bp, free_chunks);
 }
 
+/* The strategy's deferred block (flush_deferred): it knows what the block is. Out of line, so that
+ * QuickPool's flush stays small enough to be inlined on its deallocation path. */
+static RAPI_NOINLINE void flush_to_strategy(rapi_bp *bp, rapi_block *d) { bp->flush_deferred(bp, d); }
+
 void rapi_bp_flush(rapi_bp *bp, bool heuristic) {
   rapi_block *d = bp->deferred;
   if (d == NULL) return;
   bp->deferred = NULL;
+  if (RAPI_UNLIKELY(bp->flush_deferred != NULL)) {
+    flush_to_strategy(bp, d);
+    return;
+  }
   rapi_block *merged = rapi_bp_make_free(bp, d);
   if (heuristic) rapi_bp_after_free(bp, merged);
 }

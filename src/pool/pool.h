@@ -16,7 +16,8 @@
  * subdivisions, a bitmap at each level, so a fitting class is found with two bit scans.
  * All records live in host memory, from slabs. */
 /* DEFERRED: the last block a QuickPool freed, kept unmerged and unindexed so that a request of
- * the same size takes it back with no split, no merge and no index update (a one-entry cache). */
+ * the same size takes it back with no split, no merge and no index update (a one-entry cache);
+ * in a ResourceAwarePool, the block parked on the resource that freed it (flush_deferred). */
 enum { RAPI_FREE = 0, RAPI_USED = 1, RAPI_PENDING = 2, RAPI_DEFERRED = 3 };
 #define RAPI_SL_LOG2 5
 #define RAPI_SL_COUNT (1u << RAPI_SL_LOG2)
@@ -92,6 +93,10 @@ typedef struct rapi_bp {
                                         bytes only */
   rapi_ptr_map used;                 /* live blocks by address */
   rapi_block *deferred;              /* at most one block in state DEFERRED */
+  /* NULL: the deferred block is free (QuickPool). Else the strategy's meaning of it: a flush
+   * hands the block (already out of `deferred`) to this instead of freeing it (the
+   * ResourceAwarePool's block parked on its resource, which is not free to every resource). */
+  void (*flush_deferred)(struct rapi_bp *bp, rapi_block *b);
   rapi_chunk *chunks;
   rapi_slab block_recs, chunk_recs;
   size_t record_size;                /* of a block record, the engine's part first */
@@ -142,11 +147,28 @@ static inline int rapi_bp_reserve(rapi_bp *bp) {
   if (RAPI_LIKELY(rapi_map_has_room(&bp->used))) return RAP_OK;
   return rapi_bp_reserve_slow(bp);
 }
-void  rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes);   /* used map, then counters */
+/* Used map, then counters. Inline: it is on every pool's allocation path. */
+static inline void rapi_bp_mark_used(rapi_bp *bp, rapi_block *b, size_t bytes) {
+  rapi_map_insert(&bp->used, b->ptr, b);   /* room was made by rapi_bp_reserve */
+  b->state = RAPI_USED;
+  b->requested = bytes;
+  bp->current += bytes;
+  bp->used_bytes += b->size;
+  bp->allocation_count++;
+  if (bp->current > bp->hwm) bp->hwm = bp->current;
+  if (bp->used_bytes > bp->used_hwm) bp->used_hwm = bp->used_bytes;
+}
 /* After growing: the parent may have let this thread's locks go while it waited, and others may
  * have used the map's room. Makes room again, or gives b (just grown, not yet used) back free. */
 int   rapi_bp_reserve_after_grow(rapi_bp *bp, rapi_block *b);
-void  rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b);       /* counters and used map */
+/* Counters and used map: b was found at slot by rapi_bp_find_used_slot (one probe for both). */
+static inline void rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b, size_t slot) {
+  rapi_map_remove_slot(&bp->used, slot);
+  bp->current -= b->requested;
+  bp->used_bytes -= b->size;
+  bp->allocation_count--;
+  b->requested = 0;
+}
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
 void  rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b);        /* b takes in b->next's bytes */
 void  rapi_bp_unfree(rapi_bp *bp, rapi_block *b);             /* a free block out of the index */
@@ -185,6 +207,12 @@ int   rapi_bp_check(rapi_bp *bp);
 int   rapi_bp_unknown_pointer(rapi_bp *bp, const void *ptr, const char *fn);
 static inline bool rapi_bp_whole_chunk(const rapi_block *b) { return b->prev == NULL && b->next == NULL; }
 static inline rapi_block *rapi_bp_find_used(rapi_bp *bp, const void *ptr) { return rapi_map_find(&bp->used, ptr); }
+/* The live block at ptr, or NULL; *slot: where the used map holds it (rapi_bp_unmark_used). */
+static inline rapi_block *rapi_bp_find_used_slot(rapi_bp *bp, const void *ptr, size_t *slot) {
+  if (RAPI_UNLIKELY(ptr == NULL)) return NULL;
+  *slot = rapi_map_probe(&bp->used, (uintptr_t)ptr);
+  return bp->used.slots[*slot].value;
+}
 
 /* ---- pool/sleep.c: a pool's chunks unmapped and mapped again in place ------------------------
  * For a pool directly over a growable platform whose pending blocks have all become free (the

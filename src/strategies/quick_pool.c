@@ -59,9 +59,10 @@ RAPI_GUARDED_ENTRY(int, rapi_quick_pool_allocate, "rap_allocate", ((rapi_bp *)st
 static RAPI_INLINE int quick_deallocate_body(void *state, void *ptr, rap_resource *r) {
   rapi_bp *bp = state;
   (void)r;
-  rapi_block *b = rapi_bp_find_used(bp, ptr);
+  size_t slot;
+  rapi_block *b = rapi_bp_find_used_slot(bp, ptr, &slot);
   if (RAPI_UNLIKELY(b == NULL)) return rapi_bp_unknown_pointer(bp, ptr, "rap_deallocate");
-  rapi_bp_unmark_used(bp, b);
+  rapi_bp_unmark_used(bp, b, slot);
   rapi_bp_flush(bp, true);   /* the block deferred before merges now */
   if (rapi_bp_free_may_coalesce(bp, b)) {
     rapi_bp_after_free(bp, rapi_bp_make_free(bp, b));

@@ -13,9 +13,25 @@
  */
 #include "strategies/resource_aware_pool.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- the parked block ------------------------------------------------------------------------
+ * The block freed last waits in the engine's deferred slot (state DEFERRED, its owner kept) when
+ * nothing about its free has to happen at once: on the host resource when the free cannot make a
+ * heuristic fire or a chunk's end shrink; on a queue when it would become the owner's hot block
+ * joined to no neighbour, with no fence to record or poll. The owner's next request of its size
+ * takes it back as it is; anything else first settles it (settle_parked: the free done then, on
+ * the state the free left, so as it would have been done at once). The next call of any kind
+ * settles it: every entry point below but owns, pointer_resource, check and reset_peaks, which
+ * change nothing it depends on, and the engine's flush (flush_parked) where a parent or a host
+ * wait let this thread's locks go and another thread parked a block meanwhile. */
+static RAPI_NOINLINE void settle_parked(ra_pool *p);
+static inline void settle(ra_pool *p) {
+  if (RAPI_UNLIKELY(p->bp.deferred != NULL)) settle_parked(p);
+}
 
 /* ---- resources ------------------------------------------------------------------------------ */
 
@@ -23,6 +39,7 @@
  * else the hash, else a new state. */
 static RAPI_NOINLINE rstate *lookup_slow(ra_pool *p, rap_resource *r) {
   if (p->bp.asleep) return NULL;   /* the callers tell this from out of memory */
+  settle(p);   /* before a new state: how the parked block merges depends on how many there are */
   rstate *rs = NULL;
   for (unsigned i = 0; i < RA_RECENT; i++)
     if (p->recent[i] != NULL && p->recent[i]->key == r->key) {
@@ -222,7 +239,7 @@ static RAPI_INLINE void fence_or_poll(ra_pool *p, rstate *rs) {
 /* ---- allocate and deallocate ---------------------------------------------------------------- */
 
 /* The used map has room (rapi_bp_reserve before anything was taken): this cannot fail. */
-static int finish_allocate(ra_pool *p, rstate *rs, ra_block *b, size_t bytes, void **out) {
+static RAPI_INLINE int finish_allocate(ra_pool *p, rstate *rs, ra_block *b, size_t bytes, void **out) {
   rapi_bp_mark_used(&p->bp, &b->base, bytes);
   b->owner = rs;
   rs->current += bytes;
@@ -465,6 +482,7 @@ static RAPI_NOINLINE int ra_allocate_slow(ra_pool *p, rstate *rs, void **out, si
   char saved[512] = "";
   bool waited_all = false;
   for (unsigned round = 0;; round++) {
+    settle(p);   /* a host wait let this thread's locks go: another thread may have parked one */
     /* A host wait let this thread's locks go: others may have used the room made in the map. */
     int room = rapi_bp_reserve(&p->bp);
     if (room != RAP_OK) return room;
@@ -520,18 +538,40 @@ static RAPI_NOINLINE int ra_allocate_slow(ra_pool *p, rstate *rs, void **out, si
   }
 }
 
-/* The hit path: one compare finds the resource; its own pending blocks first, then free ones. */
-static RAPI_INLINE int ra_allocate_body(void *state, void **out, size_t bytes, rap_resource *r) {
-  ra_pool *p = state;
+/* Every allocation but the parked block's take-back: one compare finds the resource; its own
+ * pending blocks first, then free ones, then the miss. */
+static RAPI_NOINLINE int ra_allocate_other(ra_pool *p, void **out, size_t bytes, rap_resource *r) {
   rstate *rs = lookup(p, r ? r : &rap_allocator_manager(p->bp.self)->host);
   if (RAPI_UNLIKELY(rs == NULL)) return no_rstate(p, "rap_allocate");
   size_t size;
   int st = rapi_bp_round(&p->bp, bytes, &size);
   if (RAPI_UNLIKELY(st != RAP_OK)) return st;
   if (RAPI_UNLIKELY((st = rapi_bp_reserve(&p->bp)) != RAP_OK)) return st;
-  ra_block *b = take_own_or_free(p, rs, size);
-  if (RAPI_UNLIKELY(b == NULL)) return ra_allocate_slow(p, rs, out, bytes, size);
+  ra_block *b = ra_of(p->bp.deferred);
+  if (b != NULL && b->owner == rs && b->base.size == size) {   /* its own, as it was */
+    p->bp.deferred = NULL;
+  } else {
+    settle(p);
+    b = take_own_or_free(p, rs, size);
+    if (RAPI_UNLIKELY(b == NULL)) return ra_allocate_slow(p, rs, out, bytes, size);
+  }
   return finish_allocate(p, rs, b, bytes, out);
+}
+
+/* The pair's way: the block parked by the last call's resource, of the size asked, taken back;
+ * no call, so that nothing is kept in saved registers. Everything else goes to ra_allocate_other
+ * with the arguments as they came. */
+static RAPI_INLINE int ra_allocate_body(void *state, void **out, size_t bytes, rap_resource *r) {
+  ra_pool *p = state;
+  ra_block *b = ra_of(p->bp.deferred);
+  rstate *rs = p->last;
+  if (b != NULL && rs != NULL && b->owner == rs && bytes - 1 < p->bp.max_request &&
+      rs->key == (r != NULL ? r : &rap_allocator_manager(p->bp.self)->host)->key &&
+      rapi_align_up(bytes, p->bp.alignment) == b->base.size && rapi_map_has_room(&p->bp.used)) {
+    p->bp.deferred = NULL;
+    return finish_allocate(p, rs, b, bytes, out);
+  }
+  return ra_allocate_other(p, out, bytes, r);
 }
 
 /* The table's entry points: the bodies inside the thread guard. */
@@ -539,29 +579,19 @@ RAPI_GUARDED_ENTRY(static int, ra_allocate, "rap_allocate", ((ra_pool *)state)->
                    ra_allocate_body, (void *state, void **out, size_t bytes, rap_resource *r),
                    (state, out, bytes, r))
 
-static RAPI_INLINE int ra_deallocate_body(void *state, void *ptr, rap_resource *r) {
-  ra_pool *p = state;
-  if (RAPI_UNLIKELY(p->bp.asleep)) return rapi_bp_asleep_refusal(&p->bp, "rap_deallocate");
-  ra_block *b = ra_of(rapi_bp_find_used(&p->bp, ptr));
-  if (RAPI_UNLIKELY(b == NULL)) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_deallocate");
-  rstate *owner = b->owner;
-  if (RAPI_UNLIKELY(r != NULL && r->key != owner->key))
-    return rapi_fail(RAP_ERR_WRONG_RESOURCE,
-                     "rap_deallocate('%s'): %p belongs to %s resource #%llu, not to %s resource #%llu",
-                     rap_allocator_name(p->bp.self), ptr, owner->r->ops->kind,
-                     (unsigned long long)owner->r->id, r->ops->kind, (unsigned long long)r->id);
-  owner->current -= b->base.requested;
-  owner->used_bytes -= b->base.size;
-  owner->used_count--;
-  rapi_bp_unmark_used(&p->bp, &b->base);
-  if (owner->sync && b->uses == NULL) {
-    b->owner = NULL;
-    rapi_bp_after_free(&p->bp, rapi_bp_make_free(&p->bp, &b->base));
-    return RAP_OK;
-  }
+/* A free on the host resource, done now: free at once, merged, the heuristics run. */
+static RAPI_NOINLINE void free_now(ra_pool *p, ra_block *b) {
+  b->owner = NULL;
+  rapi_bp_after_free(&p->bp, rapi_bp_make_free(&p->bp, &b->base));
+}
+
+/* A free on a queue (or of a block with uses), done now: b merges with its neighbours, becomes
+ * pending on its owner with the open batch and the owner's hot block; then fence or poll. */
+static RAPI_NOINLINE void free_pending(ra_pool *p, rstate *owner, ra_block *b, uint64_t seq) {
+  char *ptr = b->base.ptr;
   size_t freed = b->base.size;
   if (b->uses == NULL) b = merge_pending(p, owner, b);
-  b->seq = ++p->free_seq;
+  b->seq = seq;
   b->tag = owner->open;
   owner->open_dirty = !owner->sync;
   for (rapi_use *u = b->uses; u != NULL; u = u->next) {
@@ -572,7 +602,92 @@ static RAPI_INLINE int ra_deallocate_body(void *state, void *ptr, rap_resource *
   add_pending(p, owner, b, owner->fifo_tail, true);
   RAPI_TRACE("pending", p->bp.self, owner->r, ptr, freed, ",\"pb\":%zu", owner->pending_bytes);
   fence_or_poll(p, owner);
+}
+
+/* The parked block's free, done now (it was parked with its seq, on a queue). */
+static void unpark(ra_pool *p, ra_block *b) {
+  b->base.state = RAPI_USED;   /* as its free found it */
+  if (b->owner->sync) free_now(p, b);
+  else free_pending(p, b->owner, b, b->seq);
+}
+
+static RAPI_NOINLINE void settle_parked(ra_pool *p) {
+  ra_block *b = ra_of(p->bp.deferred);
+  p->bp.deferred = NULL;
+  unpark(p, b);
+}
+
+/* The engine's flush of its deferred block (rapi_bp_flush): the parked block, settled. */
+static void flush_parked(rapi_bp *bp, rapi_block *b) {
+  unpark((ra_pool *)(void *)((char *)bp - offsetof(ra_pool, bp)), ra_of(b));
+}
+
+/* Whether b, just freed on owner without uses, may be parked: taken back by owner's next request
+ * of its size or settled at the next call, the pool ends as the free done now would leave it.
+ * The host resource: unless the free may make a heuristic fire (as QuickPool defers) or may leave
+ * a free block at the end of a chunk that grows in place (the heuristic's trim). A queue: when b
+ * becomes the hot block (there is none), joins no neighbour, and its free neither fences (the
+ * open batch below RAPI_EAGER_FENCE with it) nor polls (no fence recorded); not while tracing, so
+ * that every free of a traced run is a "pending" line. */
+static RAPI_INLINE bool may_park(const ra_pool *p, const rstate *owner, const ra_block *b) {
+  const rapi_block *prev = b->base.prev, *next = b->base.next;
+  if (owner->sync)
+    return !rapi_bp_free_may_coalesce(&p->bp, &b->base) &&
+           (RAPI_LIKELY(p->bp.resizable == NULL) ||
+            (next != NULL && !(next->state == RAPI_FREE && next->next == NULL)));
+  if (owner->hot != NULL || owner->fences.count != 0 ||
+      owner->open_count + 1 >= RAPI_EAGER_FENCE || RAPI_UNLIKELY(rapi_tracing()))
+    return false;
+  size_t freed = b->base.size;
+  return (prev == NULL || !joins(p, owner, ra_of_const(prev), freed)) &&
+         (next == NULL || !joins(p, owner, ra_of_const(next), freed));
+}
+
+static RAPI_NOINLINE int wrong_resource(ra_pool *p, const void *ptr, const rstate *owner,
+                                        const rap_resource *r) {
+  return rapi_fail(RAP_ERR_WRONG_RESOURCE,
+                   "rap_deallocate('%s'): %p belongs to %s resource #%llu, not to %s resource #%llu",
+                   rap_allocator_name(p->bp.self), ptr, owner->r->ops->kind,
+                   (unsigned long long)owner->r->id, r->ops->kind, (unsigned long long)r->id);
+}
+
+/* A free with no parked block to settle first (the pair's, where the allocation took it back). */
+static RAPI_INLINE int ra_free(ra_pool *p, void *ptr, rap_resource *r) {
+  size_t slot;
+  ra_block *b = ra_of(rapi_bp_find_used_slot(&p->bp, ptr, &slot));
+  if (RAPI_UNLIKELY(b == NULL)) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_deallocate");
+  rstate *owner = b->owner;
+  if (RAPI_UNLIKELY(r != NULL && r->key != owner->key)) return wrong_resource(p, ptr, owner, r);
+  owner->current -= b->base.requested;
+  owner->used_bytes -= b->base.size;
+  owner->used_count--;
+  rapi_bp_unmark_used(&p->bp, &b->base, slot);
+  if (RAPI_LIKELY(b->uses == NULL) && may_park(p, owner, b)) {
+    if (!owner->sync) {   /* what the free does now that the pair undoes not */
+      b->seq = ++p->free_seq;
+      owner->open_dirty = true;
+    }
+    b->base.state = RAPI_DEFERRED;
+    p->bp.deferred = &b->base;
+    return RAP_OK;
+  }
+  if (owner->sync && b->uses == NULL) free_now(p, b);
+  else free_pending(p, owner, b, ++p->free_seq);
   return RAP_OK;
+}
+
+/* The block parked before is settled first (it changes no used block), out of line: the free
+ * without one then keeps nothing across a call until its end. */
+static RAPI_NOINLINE int ra_free_after_settle(ra_pool *p, void *ptr, rap_resource *r) {
+  settle_parked(p);
+  return ra_free(p, ptr, r);
+}
+
+static RAPI_INLINE int ra_deallocate_body(void *state, void *ptr, rap_resource *r) {
+  ra_pool *p = state;
+  if (RAPI_UNLIKELY(p->bp.asleep)) return rapi_bp_asleep_refusal(&p->bp, "rap_deallocate");
+  if (RAPI_UNLIKELY(p->bp.deferred != NULL)) return ra_free_after_settle(p, ptr, r);
+  return ra_free(p, ptr, r);
 }
 
 RAPI_GUARDED_ENTRY(static int, ra_deallocate, "rap_deallocate", ((ra_pool *)state)->bp.self,
@@ -599,6 +714,7 @@ static int record_per_block(ra_pool *p, ra_block *b, rstate *rs) {
 
 static RAPI_INLINE int ra_record_body(void *state, void *ptr, rap_resource *r) {
   ra_pool *p = state;
+  settle(p);
   ra_block *b = ra_of(rapi_bp_find_used(&p->bp, ptr));
   if (b == NULL) return rapi_bp_unknown_pointer(&p->bp, ptr, "rap_record_resource");
   rstate *rs = lookup(p, r);
@@ -636,6 +752,7 @@ static int ra_pointer_resource(void *state, const void *ptr, rap_resource **out)
 static RAPI_INLINE int ra_release_body(void *state) {
   ra_pool *p = state;
   if (p->bp.asleep) return RAP_OK;   /* nothing is mapped; the chunks keep their addresses */
+  settle(p);
   int st = rapi_ra_poll_all(p, true);
   rapi_bp_release(&p->bp);
   return st;
@@ -656,6 +773,7 @@ static int ra_reset_peaks(void *state) {
 }
 
 static int ra_stats(void *state, rap_stats *out) {
+  settle(state);
   rapi_bp_stats(&((ra_pool *)state)->bp, out);
   out->waits = ((ra_pool *)state)->waits;
   out->host_waits = ((ra_pool *)state)->host_waits;
@@ -666,6 +784,7 @@ static int ra_stats(void *state, rap_stats *out) {
  * pool's free blocks and its own pending blocks). */
 static int ra_resource_stats(void *state, rap_resource *r, rap_stats *out) {
   ra_pool *p = state;
+  settle(p);
   rstate *rs = NULL;
   HASH_FIND(hh, p->by_key, &r->key, sizeof r->key, rs);
   rapi_bp_stats(&p->bp, out);
@@ -771,6 +890,7 @@ static int ra_init(rap_allocator *self, void *state, rap_options *opts) {
   /* By default wait mode lets the pool fill its first chunk before it waits. */
   if (!has_wait_above) p->wait_above = p->bp.initial_size;
   p->bp.fenced = true;   /* a block is free only once its resources' events have passed */
+  p->bp.flush_deferred = flush_parked;
   return RAP_OK;
 }
 
@@ -788,6 +908,7 @@ static void forget(ra_pool *p, rstate *rs) {
 /* Teardown waits for every pending block's events, then the chunks go back to the parent. */
 static void ra_fini(rap_allocator *self, void *state) {
   ra_pool *p = state;
+  settle(p);   /* a block parked on a queue is waited for as pending */
   if (rapi_ra_wait_all(p) != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: waiting for pending blocks at teardown failed: %s",
             rap_allocator_name(self), rap_last_error());
@@ -863,6 +984,7 @@ static void drop_uses_on(ra_pool *p, rstate *rs, ra_block *b) {
  * recorded on it. Those uses are dropped; r's pending blocks become free, or, where another
  * resource's use has not passed, pending on that resource; then r's state goes. */
 static void forget_resource(ra_pool *p, rap_resource *r) {
+  settle(p);
   rstate *rs = state_of(p, r);
   if (rs == NULL) return;
   RAPI_ASSERT(rs->used_count == 0);   /* resource_gone(commit 0) said so */
@@ -937,6 +1059,7 @@ static int quiesce(ra_pool *p) {
 
 static int ra_sleep(void *state, int mode) {
   ra_pool *p = state;
+  settle(p);
   if (p->bp.asleep)
     return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): the pool is asleep already%s",
                      rap_allocator_name(p->bp.self),

@@ -643,6 +643,106 @@ RAP_TEST(ResourceAwarePool, SameSizePairAfterASplitReusesTheBlockWhole) {
   teardown(&f);
 }
 
+/* The block freed last waits parked on its resource (docs/DESIGN.md, "The parked block"): its
+ * owner's next request of its size takes it back, and every other call sees the pool as if the free
+ * had been done at once. On a busy queue: pending to everyone else, through a take-back, a second
+ * free, a release and another resource's request of the same size. */
+RAP_TEST(ResourceAwarePool, ParkedFreeOnAQueueIsPendingToEveryOtherCall) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=1MiB");
+  void *a, *b, *w, *q;
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &a, 4 * KiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &b, 8 * KiB, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &w, 4 * KiB, f.r1));   /* its owner takes it back */
+  RAP_CHECK(w == a);
+  RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 4 * KiB, f.r2));   /* another resource: other memory */
+  RAP_CHECK(!overlaps(a, 4 * KiB, q, 4 * KiB) && !overlaps(b, 8 * KiB, q, 4 * KiB));
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, b, f.r1));
+  RAP_CHECK_OK(rap_release(f.pool));   /* r1 is busy: both stay pending, merged (neighbours) */
+  RAP_CHECK_EQ(stats_of(f.pool).pending_count, 1);
+  RAP_CHECK_EQ(rstats(f.pool, f.r1).pending_bytes, 12 * KiB);
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 8 * KiB, f.r2));
+  RAP_CHECK(!overlaps(a, 4 * KiB, q, 8 * KiB) && !overlaps(b, 8 * KiB, q, 8 * KiB));
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  gate_open(&f.g1);
+  teardown(&f);
+}
+
+/* The parked block's owner is not the resource the pool saw last: a request of its size on that
+ * resource must not take it (r1's work may still use it). */
+RAP_TEST(ResourceAwarePool, ParkedBlockIsNotTakenByTheResourceOfTheLastCall) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=1MiB");
+  void *a, *c, *q;
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &a, 4 * KiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &c, 4 * KiB, f.r2));   /* the pool's last resource: r2 */
+  RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));           /* parked, on r1 */
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 4 * KiB, f.r2));
+  RAP_CHECK(!overlaps(a, 4 * KiB, q, 4 * KiB));
+  RAP_CHECK_EQ(rstats(f.pool, f.r1).pending_bytes, 4 * KiB);
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, c, f.r2));
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  gate_open(&f.g1);
+  teardown(&f);
+}
+
+/* The host resource is synchronous: a block freed there is free at once, for any resource and
+ * any size, parked or not. */
+RAP_TEST(ResourceAwarePool, HostFreeIsFreeAtOnceForEveryResourceAndSize) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=1MiB");
+  void *p, *q;
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, NULL));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, NULL));
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 4 * KiB, f.r1));   /* a busy queue takes it */
+  RAP_CHECK(q == p);
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r1));   /* pending on r1 now */
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, NULL));
+  RAP_CHECK(!overlaps(p, 4 * KiB, q, 4 * KiB));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, NULL));
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 8 * KiB, f.r2));   /* merged with its free neighbour */
+  RAP_CHECK(q == p);
+  RAP_CHECK_EQ(stats_of(f.pool).pending_count, 1);
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 4 * KiB, NULL));   /* parked again: stats see it free */
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, NULL));
+  rap_stats s = stats_of(f.pool);
+  RAP_CHECK_EQ(s.pending_bytes, 12 * KiB);   /* r1's block, and r2's not yet polled */
+  RAP_CHECK_EQ(s.free_bytes, 1 * MiB - 12 * KiB);
+  RAP_CHECK_EQ(s.allocation_count, 0);
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  gate_open(&f.g1);
+  teardown(&f);
+}
+
+/* A resource destroyed while its last free is parked: the pool settles it first, as a pending
+ * block of the resource that is going away, and it is free afterwards. */
+RAP_TEST(ResourceAwarePool, ResourceDestroyedWithItsLastFreeParked) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=1MiB");
+  void *p, *q;
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.r3));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r3));
+  RAP_CHECK_OK(rap_resource_destroy(f.r3));
+  f.r3 = NULL;
+  rap_stats s = stats_of(f.pool);
+  RAP_CHECK_EQ(s.pending_count, 0);
+  RAP_CHECK_EQ(s.free_bytes, 1 * MiB);
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 4 * KiB, f.r2));
+  RAP_CHECK(q == p);
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  teardown(&f);
+}
+
 /* One resource whose work passes in steps, behind the CPU (a training loop whose CPU runs ahead
  * of its stream): some of its frees are pending, some have come back free. To that resource its
  * pending memory is as good as free, so random workloads of mixed sizes should hold what QuickPool
