@@ -138,10 +138,11 @@ static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes
     }
     cache_leave(c);
   }
-  /* Half a bin at once for small classes (an eighth of the cache's bytes at most), so that a thread
-   * meets the lock seldom: a thread that starts cold makes a bin's worth of misses, not four times
-   * as many, and many threads starting at once queue on the lock that much less. */
-  size_t want = t->cap_bytes / 8 / t->cls_size[cls], half = t->cap_blocks / 2;
+  /* Half a bin at once for small classes (a sixteenth of the cache's bytes at most), so that a
+   * thread meets the lock seldom: a thread that starts cold makes a bin's worth of misses, not four
+   * times as many. Past a sixteenth, a thread working over every class of 256 B..64 KiB would fetch
+   * more than its cache_bytes and trim what it had just fetched. */
+  size_t want = t->cap_bytes / 16 / t->cls_size[cls], half = t->cap_blocks / 2;
   want = want < 1 ? 1 : want > half ? (half < 1 ? 1 : half) : want;
   spin_lock(c);
   c->misses++;
