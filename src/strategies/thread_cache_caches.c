@@ -393,10 +393,13 @@ static void thread_exit(void *arg) {
     c->thread_next = NULL;
     __atomic_store_n(&c->tp, 0, __ATOMIC_RELEASE);   /* its entries in by_tp match nobody now */
     take_cache(t, c, NULL, &out);
+    /* While other threads of t run, what the shared lists take is theirs (larson's next thread of
+     * a chain, a pool's next worker); the rest, and everything at the end of the last running
+     * thread, goes back to the parent. That last end takes the shared lists back too: nobody is
+     * inside a cache of t then (a new one is made under the registry, held here). */
+    if (--t->live_caches > 0) rapi_tc_deposit(t, &out);
     spin_unlock(c);
-    /* The last running thread of t: nobody is inside a cache of t (a new one is made under the
-     * registry, held here), and the shared blocks go back with this cache's. */
-    if (--t->live_caches == 0) take_depots(t, NULL, &out);
+    if (t->live_caches == 0) take_depots(t, NULL, &out);
     rapi_tc_flush_batch(t, &out);
   }
   th->caches = NULL;

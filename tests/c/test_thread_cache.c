@@ -938,9 +938,11 @@ RAP_TEST(ThreadCache, OwnerEndingWhileAnotherThreadFreesItsBlock) {
 }
 
 /* A thread that ends gives its cache back: the cached figures drop by what it held (its own frees
- * and those other threads made into its cache), the live ones stay, the parent gets the bytes. */
+ * and those other threads made into its cache), the live ones stay, the parent gets the bytes.
+ * Without shared lists (shared_bytes=0): with them, the blocks wait there for the threads that go
+ * on (ThreadCache.AThreadsEndSharesItsBlocksWhileOthersRun). */
 RAP_TEST(ThreadCache, ExitingThreadGivesItsCacheBack) {
-  fx *x = fx_setup(SPEC_64K);
+  fx *x = fx_setup("ThreadCache(" RAP16 ", max_size=64KiB, shared_bytes=0)");
   ops *mine = ops_new(x->tc, NULL, 1024, 8, 1);
   run_ops(NULL, op_cycle, mine);   /* this thread's cache: host blocks */
   worker *a = worker_start();
@@ -970,6 +972,40 @@ RAP_TEST(ThreadCache, ExitingThreadGivesItsCacheBack) {
   TU_CHECK(x->tc);
   RAP_CHECK_OK(rap_deallocate(x->tc, live, NULL));
   free(mine), free(aq), free(kept);
+  fx_teardown(x);
+}
+
+/* With shared lists (the default), a thread that ends while another thread of the instance runs
+ * leaves its blocks there: still cached, taken by the next miss of their resource and class with
+ * no call to the parent; rap_release gives them back. */
+RAP_TEST(ThreadCache, AThreadsEndSharesItsBlocksWhileOthersRun) {
+  fx *x = fx_setup(SPEC_64K);
+  ops *mine = ops_new(x->tc, NULL, 1024, 1, 1);
+  run_ops(NULL, op_cycle, mine);   /* this thread runs on with a cache of its own */
+  worker *a = worker_start();
+  ops *aq = ops_new(x->tc, x->q[1], 3072, 8, 2);
+  run_ops(a, op_alloc, aq);
+  void *made[8];
+  memcpy(made, aq->p, sizeof made);
+  run_ops(a, op_free, aq);         /* a's cache: these eight blocks of q1 */
+  rap_stats s = tu_stats(x->tc), in = tu_stats(x->inner);
+  worker_stop(a);
+  rap_stats s2 = tu_stats(x->tc), in2 = tu_stats(x->inner);
+  RAP_CHECK_EQ(s2.cached_count, s.cached_count);   /* shared, not back in the parent */
+  RAP_CHECK_EQ(in2.allocation_count, in.allocation_count);
+  TU_CHECK(x->tc);
+  ops *taken = ops_new(x->tc, x->q[1], 3072, 4, 3);
+  run_ops(NULL, op_alloc, taken);   /* this thread's misses on q1: a's blocks */
+  unsigned from_a = 0;
+  for (unsigned i = 0; i < 4; i++)
+    for (int k = 0; k < 8; k++) from_a += taken->p[i] == made[k];
+  RAP_CHECK_EQ(from_a, 4);
+  RAP_CHECK_EQ(tu_stats(x->inner).allocation_count, in.allocation_count);
+  run_ops(NULL, op_free, taken);
+  RAP_CHECK_OK(rap_release(x->tc));
+  RAP_CHECK_EQ(tu_stats(x->tc).cached_count, 0);
+  TU_EXPECT(x->inner, allocation_count, 0);
+  free(mine), free(aq), free(taken);
   fx_teardown(x);
 }
 
