@@ -26,7 +26,11 @@ void m_reset_pool(model *m, bool resource_aware, bool cross_wait, size_t align) 
 
 bool m_passed(const model *m, int q, uint64_t t) {
   if (q == 0 || !m_busy(m, q)) return true;
-  return t < m->q[q].busy_since;   /* deallocated while q was idle: nothing of q can touch it */
+  if (t < m->q[q].busy_since) return true;   /* deallocated while q was idle: nothing of q can touch it */
+  /* q runs its work in order: when every wait it queued has completed and its closed gates were all
+   * queued after t, what it had queued before t has run (a wait on a busy queue, then a gate: the
+   * wait completes when that queue passes, while the later gate still holds q busy). */
+  return m->q[q].deps == 0 && m->q[q].gates > 0 && t < m->q[q].gate_since;
 }
 
 bool m_hazard_passed(const model *m, const m_hazard *h) {
@@ -174,6 +178,7 @@ void m_consume(model *m, uintptr_t p, size_t cnt) {
 
 void m_busy_gate(model *m, int q) {
   if (!m_busy(m, q)) m->q[q].busy_since = m->now;
+  if (m->q[q].gates == 0) m->q[q].gate_since = m->now;
   m->q[q].gates++;
 }
 

@@ -55,6 +55,7 @@ typedef struct m_queue {
   unsigned queued;    /* bit q: waits on q's events queued since this queue was last idle (they may
                          not have run, even once q passed: a report figure) */
   uint64_t busy_since;
+  uint64_t gate_since;       /* the op at which the oldest closed gate was queued (gates > 0) */
   uint64_t waited[FZ_RES];   /* bit q of deps: the op at which the latest such wait was queued */
 } m_queue;
 
