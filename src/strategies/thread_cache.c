@@ -245,15 +245,15 @@ static RAPI_NOINLINE int deallocate_uncached(thread_cache *t, tc_rec *rec, void 
   return st;
 }
 
-/* Under mine's spin: whether the calling thread keeps a block of another thread's cache itself:
- * its cache has a slot for the block's resource, that slot's bin of the class is under half its
- * bound (so the thread will hand the block out again soon) and the cache has room for its bytes. */
-static bool adopts(const thread_cache *t, tc_cache *mine, const tc_rec *rec) {
-  for (int i = 0; i < TC_SLOTS; i++)
-    if (mine->slots[i].r == rec->r)
-      return mine->slots[i].bins[rec->cls].n < t->cap_blocks / 2 &&
-             mine->bytes + t->cls_size[rec->cls] <= t->cap_bytes;
-  return false;
+/* Under mine's spin: the slot of mine where the calling thread keeps a block of another thread's
+ * cache itself, or NULL: mine has a slot for the block's resource, that slot's bin of the class is
+ * under half its bound (so the thread will hand the block out again soon) and mine has room for
+ * its bytes. */
+static tc_slot *adopting_slot(const thread_cache *t, tc_cache *mine, const tc_rec *rec) {
+  tc_slot *s = slot_find(mine, rec->r);
+  bool room = s != NULL && s->bins[rec->cls].n < t->cap_blocks / 2 &&
+              mine->bytes + t->cls_size[rec->cls] <= t->cap_bytes;
+  return room ? s : NULL;
 }
 
 /* Another thread's cache handed the block out. A thread that allocates what it frees (larson's
@@ -269,10 +269,11 @@ static RAPI_NOINLINE int deallocate_foreign(thread_cache *t, tc_rec *rec, void *
   tc_cache *owner = rec->owner;
   if (mine != NULL) {
     spin_lock(mine);
-    if (adopts(t, mine, rec)) {
+    tc_slot *s = adopting_slot(t, mine, rec);
+    if (s != NULL) {
       rec->owner = mine;
       __atomic_store_n(&rec->state, TC_CACHED, __ATOMIC_RELAXED);
-      bin_push(t, mine, slot_find(mine, rec->r), rec);
+      bin_push(t, mine, s, rec);
       spin_unlock(mine);
       return RAP_OK;
     }

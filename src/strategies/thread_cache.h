@@ -166,9 +166,9 @@ extern void (*rapi_tc_settle_hook)(void);
 extern bool rapi_tc_spin_only;
 
 /* A cache's spin: a leaf lock, never held while anything else is taken or the parent is called. */
-void rapi_tc_spin_wait(tc_cache *c);   /* contended: spins, then yields, until it has the spin */
+void rapi_tc_spin_wait(int *spin);   /* contended: spins, then yields, until it has the spin */
 static inline void spin_lock(tc_cache *c) {
-  if (RAPI_UNLIKELY(__atomic_exchange_n(&c->spin, 1, __ATOMIC_ACQUIRE))) rapi_tc_spin_wait(c);
+  if (RAPI_UNLIKELY(__atomic_exchange_n(&c->spin, 1, __ATOMIC_ACQUIRE))) rapi_tc_spin_wait(&c->spin);
 }
 static inline void spin_unlock(tc_cache *c) { __atomic_store_n(&c->spin, 0, __ATOMIC_RELEASE); }
 

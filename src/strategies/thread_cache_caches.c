@@ -27,11 +27,11 @@ bool rapi_tc_spin_only;   /* tests only: caches made now take the spin always, a
 static void thread_exit(void *arg);
 static void make_exit_key(void) { exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0; }
 
-void rapi_tc_spin_wait(tc_cache *c) {
+void rapi_tc_spin_wait(int *spin) {
   for (unsigned n = 0;;) {
-    while (__atomic_load_n(&c->spin, __ATOMIC_RELAXED))
+    while (__atomic_load_n(spin, __ATOMIC_RELAXED))
       if (++n > 64) sched_yield();
-    if (!__atomic_exchange_n(&c->spin, 1, __ATOMIC_ACQUIRE)) return;
+    if (!__atomic_exchange_n(spin, 1, __ATOMIC_ACQUIRE)) return;
   }
 }
 
@@ -186,9 +186,7 @@ void rapi_tc_trim(thread_cache *t, tc_cache *c, tc_slot *s, unsigned cls, tc_rec
 /* ---- depots ------------------------------------------------------------------------------------ */
 
 static void depot_lock(tc_depot *d) {
-  for (unsigned n = 0; __atomic_exchange_n(&d->spin, 1, __ATOMIC_ACQUIRE);)
-    while (__atomic_load_n(&d->spin, __ATOMIC_RELAXED))
-      if (++n > 64) sched_yield();
+  if (RAPI_UNLIKELY(__atomic_exchange_n(&d->spin, 1, __ATOMIC_ACQUIRE))) rapi_tc_spin_wait(&d->spin);
 }
 static void depot_unlock(tc_depot *d) { __atomic_store_n(&d->spin, 0, __ATOMIC_RELEASE); }
 
@@ -206,6 +204,7 @@ static int depot_of(thread_cache *t, rap_resource *r, bool make) {
 }
 
 void rapi_tc_deposit(thread_cache *t, tc_rec **list) {
+  if (t->depot_cap_bytes == 0) return;   /* shared_bytes=0: everything to the parent */
   tc_rec *keep = NULL;
   for (tc_rec *rec = *list, *next; rec != NULL; rec = next) {
     next = rec->next;
@@ -399,7 +398,11 @@ static void thread_exit(void *arg) {
      * inside a cache of t then (a new one is made under the registry, held here). */
     if (--t->live_caches > 0) rapi_tc_deposit(t, &out);
     spin_unlock(c);
-    if (t->live_caches == 0) take_depots(t, NULL, &out);
+    if (t->live_caches == 0) {   /* under list_lock, as a walker, so that no check reads them meanwhile */
+      pthread_mutex_lock(&t->list_lock);
+      take_depots(t, NULL, &out);
+      pthread_mutex_unlock(&t->list_lock);
+    }
     rapi_tc_flush_batch(t, &out);
   }
   th->caches = NULL;
