@@ -303,6 +303,7 @@ RAP_TEST(ThreadCache, OptionsAndSpecs) {
   spec_refused(rm, "ThreadCache(QuickPool(HOST), max_size=0)", "max_size");
   spec_refused(rm, "ThreadCache(QuickPool(HOST), max_size=lots)", "max_size");
   spec_refused(rm, "ThreadCache(QuickPool(HOST), max_size=-1)", "max_size");
+  spec_refused(rm, "ThreadCache(QuickPool(HOST), shared_bytes=lots)", "shared_bytes");
   spec_refused(rm, "ThreadCache(QuickPool(HOST), cache_bytes=12QiB)", "cache_bytes");
   spec_refused(rm, "ThreadCache(QuickPool(HOST), cache_bytes=-5)", "cache_bytes");
   spec_refused(rm, "ThreadCache(QuickPool(HOST), cache_blocks=0)", "cache_blocks");
