@@ -362,8 +362,12 @@ static RAPI_NOINLINE int deallocate_slow(thread_cache *t, void *ptr, rap_resourc
   }
   if ((r != NULL && r != rec->r) | __atomic_load_n(&rec->recorded, __ATOMIC_RELAXED))
     return deallocate_uncached(t, rec, ptr, r);
-  tc_cache *c = my_cache(t);
-  if (rec->owner != c) return deallocate_foreign(t, rec, ptr, c);
+  /* The block's cache is the caller's when it records the caller's thread pointer, as the inline
+   * free tests: the thread's ways (my_cache) keep four instances, and a thread using more would
+   * send its own block to its own list of other threads' frees. */
+  tc_cache *c = rec->owner;
+  if (__atomic_load_n(&c->tp, __ATOMIC_RELAXED) != rapi_self_thread())
+    return deallocate_foreign(t, rec, ptr, my_cache(t));
   if (!cache_enter(c)) return free_into_spun(t, c, rec, ptr);
   return free_into(t, c, rec, ptr, false);
 }
