@@ -127,8 +127,8 @@ fuzz: fuzz-build
 
 # CI: a bounded run (the corpus replay itself runs in make test), then one with RAP_FUZZ_VMM=1:
 # the growable platform's host analogue (HostVmm) in HOST's place (tests/fuzz/fuzz_driver.c).
-# Seeded (FUZZ_SEED, default 1), so that a CI run explores the same inputs in the same order and
-# its verdict is the commit's, not the draw's; `make fuzz` alone draws a new seed each run.
+# Seeded (FUZZ_SEED, default 1), so that runs of a commit start alike; they still drift apart, as
+# addresses and the queues' threads feed libFuzzer's comparisons; `make fuzz` alone draws a seed.
 fuzz-ci:
 	$(MAKE) fuzz FUZZ_SECONDS=$${FUZZ_CI_SECONDS:-210} FUZZ_FLAGS="$(FUZZ_FLAGS) -seed=$${FUZZ_SEED:-1}"
 	RAP_FUZZ_VMM=1 $(MAKE) fuzz FUZZ_SECONDS=$${FUZZ_CI_VMM_SECONDS:-60} FUZZ_FLAGS="$(FUZZ_FLAGS) -seed=$${FUZZ_SEED:-1}"

@@ -27,10 +27,14 @@ void m_reset_pool(model *m, bool resource_aware, bool cross_wait, size_t align) 
 bool m_passed(const model *m, int q, uint64_t t) {
   if (q == 0 || !m_busy(m, q)) return true;
   if (t < m->q[q].busy_since) return true;   /* deallocated while q was idle: nothing of q can touch it */
-  /* q runs its work in order: when every wait it queued has completed and its closed gates were all
-   * queued after t, what it had queued before t has run (a wait on a busy queue, then a gate: the
-   * wait completes when that queue passes, while the later gate still holds q busy). */
-  return m->q[q].deps == 0 && m->q[q].gates > 0 && t < m->q[q].gate_since;
+  /* q runs its work in order: when its closed gates and the waits it queued that have not completed
+   * were all queued after t, what it had queued before t has run (a wait on a busy queue, then a
+   * gate: the wait completes when that queue passes, while the later gate still holds q busy; a
+   * wait queued behind that gate holds nothing queued before it). */
+  if (m->q[q].gates > 0 && t >= m->q[q].gate_since) return false;
+  for (int r = 1; r <= FZ_QUEUES; r++)
+    if ((m->q[q].deps >> r & 1u) && t >= m->q[q].dep_since[r]) return false;
+  return true;
 }
 
 bool m_hazard_passed(const model *m, const m_hazard *h) {
@@ -183,12 +187,19 @@ void m_busy_gate(model *m, int q) {
 }
 
 void m_add_deps(model *m, int q, unsigned deps) {
+  m->q[q].queued |= deps;
+  /* A wait on an idle queue holds nothing: the event it waits for has completed, or will as soon
+   * as that queue's worker reaches it, behind no gate (the driver lets q run it, if idle). */
+  for (int r = 1; r <= FZ_QUEUES; r++)
+    if ((deps >> r & 1u) && !m_busy(m, r)) deps &= ~(1u << r);
   if (deps == 0) return;
   if (!m_busy(m, q)) m->q[q].busy_since = m->now;
-  m->q[q].deps |= deps;
-  m->q[q].queued |= deps;
   for (int r = 1; r <= FZ_QUEUES; r++)
-    if (deps >> r & 1u) m->q[q].waited[r] = m->now;
+    if (deps >> r & 1u) {
+      if (!(m->q[q].deps >> r & 1u)) m->q[q].dep_since[r] = m->now;
+      m->q[q].waited[r] = m->now;
+    }
+  m->q[q].deps |= deps;
 }
 
 unsigned m_pass_closure(const model *m, int q) {

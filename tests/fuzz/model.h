@@ -5,7 +5,9 @@
  * one) whose queued work may still touch them. Resource 0 is the synchronous host; 1..FZ_QUEUES
  * are host_async queues whose progress the driver controls with gates:
  *   busy(q)   q has a closed gate, or a queued wait on a busy queue;
- *   passed(q, t)  everything queued on q before op t has run: q is idle now, or was idle after t.
+ *   passed(q, t)  everything queued on q before op t has run: q is idle now, or was idle after t,
+ *                 or every closed gate and every wait not yet completed on q was queued after t
+ *                 (q runs in order). A wait on an idle queue holds nothing.
  * A hazard of op t on queues E passes when every q in E has passed t. A pool may hand a range to
  * resource x only when every hazard over it has passed or is x's own (cross_resource=wait: x
  * queues a wait instead; the host blocks). Pending bytes in a pool are at least the bytes of the
@@ -57,6 +59,7 @@ typedef struct m_queue {
   uint64_t busy_since;
   uint64_t gate_since;       /* the op at which the oldest closed gate was queued (gates > 0) */
   uint64_t waited[FZ_RES];   /* bit q of deps: the op at which the latest such wait was queued */
+  uint64_t dep_since[FZ_RES];   /* bit q of deps: the op at which the oldest such wait was queued */
 } m_queue;
 
 typedef struct model {
