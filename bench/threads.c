@@ -3,6 +3,9 @@
  * and allocates its own blocks, device memory, 256 B..64 KiB; e-host: host memory, 64 B..64 KiB.
  * (e-x), e-x-host: the same sizes, but the threads stand in a ring and every block is freed by the
  * next thread, on the stream it was allocated on. Thread i allocates on side stream 1 + i % 4.
+ * The threads of a thread count are started once (a crew) and live through an untimed first window
+ * and the --reps timed ones, as an application's worker threads live through its run: a window
+ * measures threads at work, not threads starting with empty caches (which the first window is).
  */
 #include "bench.h"
 
@@ -125,7 +128,7 @@ typedef struct thr_shared {
   int nthreads;
   xq *queues;   /* (e-x): thread i's outgoing queue is queues[i]; NULL in (e) */
   pthread_barrier_t start, stop;
-  atomic_int halt, failed;
+  atomic_int halt, failed, quit;   /* quit: the crew's last start, after its last window */
   atomic_llong ops;
   char why[200];   /* the first failure, written by the thread that set failed */
 } thr_shared;
@@ -159,28 +162,32 @@ static void *thr_main(void *arg) {
   size_t ring_n[8] = {0};
   fill_sizes(sizes, ta->id, sh->lo, sh->hi);
   int stream = 1 + ta->id % 4, failed = 0;
-  long long ops = 0;
-  pthread_barrier_wait(&sh->start);
-  for (long i = 0; !failed; i++) {
-    if ((i & 63) == 0 && atomic_load_explicit(&sh->halt, memory_order_relaxed)) break;
-    int slot = (int)(i & 7);
-    if (ring[slot]) {
-      if (p->free(p->ctx, ring[slot], ring_n[slot], stream) != 0) {
-        thr_fail(sh, ta->id, "free", ring_n[slot], stream);
+  long i = 0;
+  for (;;) {   /* a window each time round; the ring and i carry on from one to the next */
+    pthread_barrier_wait(&sh->start);
+    if (atomic_load(&sh->quit)) break;
+    long long ops = 0;
+    for (long w = 0; !failed; w++, i++) {
+      if ((w & 63) == 0 && atomic_load_explicit(&sh->halt, memory_order_relaxed)) break;
+      int slot = (int)(i & 7);
+      if (ring[slot]) {
+        if (p->free(p->ctx, ring[slot], ring_n[slot], stream) != 0) {
+          thr_fail(sh, ta->id, "free", ring_n[slot], stream);
+          failed = 1;
+        }
+        ops++;
+      }
+      ring_n[slot] = sizes[i & 255];
+      if (p->alloc(p->ctx, &ring[slot], ring_n[slot], stream) != 0) {
+        thr_fail(sh, ta->id, "allocation", ring_n[slot], stream);
+        ring[slot] = NULL;
         failed = 1;
       }
       ops++;
     }
-    ring_n[slot] = sizes[i & 255];
-    if (p->alloc(p->ctx, &ring[slot], ring_n[slot], stream) != 0) {
-      thr_fail(sh, ta->id, "allocation", ring_n[slot], stream);
-      ring[slot] = NULL;
-      failed = 1;
-    }
-    ops++;
+    atomic_fetch_add(&sh->ops, ops);
+    pthread_barrier_wait(&sh->stop);
   }
-  atomic_fetch_add(&sh->ops, ops);
-  pthread_barrier_wait(&sh->stop);
   for (int j = 0; j < 8; j++)
     if (ring[j]) p->free(p->ctx, ring[j], ring_n[j], stream);
   return NULL;
@@ -199,90 +206,120 @@ static void *xthr_main(void *arg) {
   size_t sizes[256];
   fill_sizes(sizes, ta->id, sh->lo, sh->hi);
   int stream = 1 + ta->id % 4, failed = 0, idle = 0;
-  long long ops = 0;
   unsigned made = 0;
   xq_item it;
-  pthread_barrier_wait(&sh->start);
-  for (long i = 0;; i++) {
-    if ((i & 63) == 0 && atomic_load_explicit(&sh->halt, memory_order_relaxed)) break;
-    int did = 0;
-    for (; did < 8 && xq_pop(in, &it); did++) {
-      if (p->free(p->ctx, it.p, it.n, it.stream) != 0) {
-        thr_fail(sh, ta->id, "free", it.n, it.stream);
-        failed = 1;
-      }
-      ops++;
-    }
-    if (!failed && xq_room(out)) {
-      it.n = sizes[made++ & 255];
-      it.stream = stream;
-      if (p->alloc(p->ctx, &it.p, it.n, stream) != 0) {
-        thr_fail(sh, ta->id, "allocation", it.n, stream);
-        failed = 1;
-      } else {
-        xq_push(out, &it);
+  for (;;) {   /* a window each time round; what is in the queues waits for the next */
+    pthread_barrier_wait(&sh->start);
+    if (atomic_load(&sh->quit)) break;
+    long long ops = 0;
+    for (long i = 0;; i++) {
+      if ((i & 63) == 0 && atomic_load_explicit(&sh->halt, memory_order_relaxed)) break;
+      int did = 0;
+      for (; did < 8 && xq_pop(in, &it); did++) {
+        if (p->free(p->ctx, it.p, it.n, it.stream) != 0) {
+          thr_fail(sh, ta->id, "free", it.n, it.stream);
+          failed = 1;
+        }
         ops++;
-        did++;
+      }
+      if (!failed && xq_room(out)) {
+        it.n = sizes[made++ & 255];
+        it.stream = stream;
+        if (p->alloc(p->ctx, &it.p, it.n, stream) != 0) {
+          thr_fail(sh, ta->id, "allocation", it.n, stream);
+          failed = 1;
+        } else {
+          xq_push(out, &it);
+          ops++;
+          did++;
+        }
+      }
+      if (did) {
+        idle = 0;
+      } else if (++idle < 64) {
+        cpu_relax();
+      } else {
+        sched_yield();
+        idle = 0;
       }
     }
-    if (did) {
-      idle = 0;
-    } else if (++idle < 64) {
-      cpu_relax();
-    } else {
-      sched_yield();
-      idle = 0;
-    }
+    atomic_fetch_add(&sh->ops, ops);
+    pthread_barrier_wait(&sh->stop);
   }
-  atomic_fetch_add(&sh->ops, ops);
-  pthread_barrier_wait(&sh->stop);
+  /* After the last window no thread allocates any more: the quit start let them all past. */
   while (xq_pop(in, &it)) p->free(p->ctx, it.p, it.n, it.stream);
   return NULL;
 }
 
-/* Operations (allocations plus frees) per second over all threads; -1 on failure, with why[200]. */
-static double run_threads(bench_peer *p, int nthreads, size_t lo, size_t hi, int cross, char *why) {
+/* A crew: nthreads threads started once, then a window at a time until crew_end. */
+typedef struct crew {
   thr_shared sh;
-  memset(&sh, 0, sizeof sh);
-  sh.p = p;
-  sh.lo = lo;
-  sh.hi = hi;
-  sh.nthreads = nthreads;
-  if (cross) {
-    sh.queues = aligned_alloc(_Alignof(xq), (size_t)nthreads * sizeof(xq));
-    if (sh.queues == NULL) return snprintf(why, 200, "out of host memory for the queues"), -1;
-    memset(sh.queues, 0, (size_t)nthreads * sizeof(xq));
-  }
-  atomic_init(&sh.halt, 0);
-  atomic_init(&sh.failed, 0);
-  atomic_init(&sh.ops, 0);
   pthread_t tid[BENCH_MAX_THREADS];
   thr_arg ta[BENCH_MAX_THREADS];
-  pthread_barrier_init(&sh.start, NULL, (unsigned)nthreads + 1);
-  pthread_barrier_init(&sh.stop, NULL, (unsigned)nthreads + 1);
+  int n;
+} crew;
+
+/* 0, or -1 with why[200] (the crew is then not started). */
+static int crew_start(crew *c, bench_peer *p, int nthreads, size_t lo, size_t hi, int cross, char *why) {
+  thr_shared *sh = &c->sh;
+  memset(sh, 0, sizeof *sh);
+  sh->p = p;
+  sh->lo = lo;
+  sh->hi = hi;
+  sh->nthreads = nthreads;
+  if (cross) {
+    sh->queues = aligned_alloc(_Alignof(xq), (size_t)nthreads * sizeof(xq));
+    if (sh->queues == NULL) return snprintf(why, 200, "out of host memory for the queues"), -1;
+    memset(sh->queues, 0, (size_t)nthreads * sizeof(xq));
+  }
+  atomic_init(&sh->halt, 0);
+  atomic_init(&sh->failed, 0);
+  atomic_init(&sh->quit, 0);
+  atomic_init(&sh->ops, 0);
+  pthread_barrier_init(&sh->start, NULL, (unsigned)nthreads + 1);
+  pthread_barrier_init(&sh->stop, NULL, (unsigned)nthreads + 1);
+  c->n = nthreads;
   for (int t = 0; t < nthreads; t++) {
-    ta[t] = (thr_arg){&sh, t};
-    if (pthread_create(&tid[t], NULL, cross ? xthr_main : thr_main, &ta[t]) != 0) {
+    c->ta[t] = (thr_arg){sh, t};
+    if (pthread_create(&c->tid[t], NULL, cross ? xthr_main : thr_main, &c->ta[t]) != 0) {
       fprintf(stderr, "rap-bench: cannot start thread %d of %d\n", t + 1, nthreads);
       abort();   /* the barriers wait for all */
     }
   }
-  pthread_barrier_wait(&sh.start);
+  return 0;
+}
+
+/* One window of opt.rep_ms: operations (allocations plus frees) per second over all threads; -1
+ * on failure, with why[200] (the crew stays joinable: a failed thread waits at every barrier). */
+static double crew_window(crew *c, char *why) {
+  thr_shared *sh = &c->sh;
+  atomic_store(&sh->halt, 0);
+  atomic_store(&sh->ops, 0);
+  pthread_barrier_wait(&sh->start);
   double t0 = now_ns();
   struct timespec nap = {(time_t)(opt.rep_ms / 1e3), (long)(opt.rep_ms * 1e6) % 1000000000L};
   nanosleep(&nap, NULL);
-  atomic_store(&sh.halt, 1);
+  atomic_store(&sh->halt, 1);
   watch_arm();
-  pthread_barrier_wait(&sh.stop);
+  pthread_barrier_wait(&sh->stop);
   double t = now_ns() - t0;
-  for (int i = 0; i < nthreads; i++) pthread_join(tid[i], NULL);
   watch_disarm();
-  pthread_barrier_destroy(&sh.start);
-  pthread_barrier_destroy(&sh.stop);
-  free(sh.queues);
+  if (atomic_load(&sh->failed)) return snprintf(why, 200, "%s", sh->why), -1;
+  return (double)atomic_load(&sh->ops) / (t / 1e9);
+}
+
+/* The threads free what they hold and end. */
+static void crew_end(crew *c) {
+  thr_shared *sh = &c->sh;
+  atomic_store(&sh->quit, 1);
+  watch_arm();
+  pthread_barrier_wait(&sh->start);
+  for (int i = 0; i < c->n; i++) pthread_join(c->tid[i], NULL);
+  watch_disarm();
+  pthread_barrier_destroy(&sh->start);
+  pthread_barrier_destroy(&sh->stop);
+  free(sh->queues);
   sync_device();
-  if (atomic_load(&sh.failed)) return snprintf(why, 200, "%s", sh.why), -1;
-  return (double)atomic_load(&sh.ops) / (t / 1e9);
 }
 
 static void thr_failed(const char *wl, const bench_peer *p, const char *during, const char *why) {
@@ -309,15 +346,21 @@ static void threads(const char *wl, const pdesc *peers, size_t npeers, size_t lo
       continue;
     }
     char why[200];
-    int failed = run_threads(&p, 4, lo, hi, cross, why) < 0;   /* warm-up */
-    if (failed) thr_failed(wl, &p, "the warm-up", why);
+    int failed = 0;
     for (int c = 0; c < opt.nthreads && !failed; c++) {
       int n = opt.threads[c], got = 0;
       double samples[64];
-      for (int r = 0; r < opt.reps && !failed; r++) {
-        double ops = run_threads(&p, n, lo, hi, cross, why);
-        if (ops < 0) failed = 1;
-        else samples[got++] = ops / 1e6;
+      crew cr;
+      if (crew_start(&cr, &p, n, lo, hi, cross, why) != 0) {
+        failed = 1;
+      } else {
+        failed = crew_window(&cr, why) < 0;   /* the crew's start: untimed */
+        for (int r = 0; r < opt.reps && !failed; r++) {
+          double ops = crew_window(&cr, why);
+          if (ops < 0) failed = 1;
+          else samples[got++] = ops / 1e6;
+        }
+        crew_end(&cr);
       }
       char cas[40];
       snprintf(cas, sizeof cas, "%d thread%s", n, n > 1 ? "s" : "");
