@@ -140,6 +140,12 @@ static ra_block *take_pending(ra_pool *p, rstate *owner, ra_block *b, size_t siz
 /* Grow mode, one resource known: a block split off the hot block comes back alone (merge_pending). */
 static inline bool sole(const ra_pool *p) { return !p->cross_wait && HASH_COUNT(p->by_key) == 1; }
 
+/* b, freed on owner and joined to no block before it, stays apart from next (see merge_pending). */
+static RAPI_INLINE bool kept_apart(const ra_pool *p, const rstate *owner, const ra_block *b,
+                                   const ra_block *next) {
+  return next != NULL && b == owner->split_head && next == owner->split_rem && sole(p);
+}
+
 /* Whether b's neighbour nb joins it (see merge_pending). */
 static RAPI_INLINE bool joins(const ra_pool *p, const rstate *owner, const ra_block *nb, size_t freed) {
   if (nb->base.state == RAPI_PENDING) return nb->owner == owner && nb->uses == NULL;
@@ -207,8 +213,8 @@ static RAPI_INLINE ra_block *merge_pending(ra_pool *p, rstate *owner, ra_block *
    * takes it whole, where a stream allocating and freeing one size over and over would split and
    * merge its block every time. With several resources pending pieces merge as before: kept apart
    * there they fragment (the 4-stream trace holds 4 % more). */
-  bool kept_apart = next != NULL && b == owner->split_head && next == owner->split_rem && sole(p);
-  if (next != NULL && !kept_apart && joins(p, owner, next, freed) && ready_to_join(p, next)) {
+  if (next != NULL && !kept_apart(p, owner, b, next) && joins(p, owner, next, freed) &&
+      ready_to_join(p, next)) {
     hi = lent_of(p, &next->base, false);
     merged = true;
     take_in(p, owner, next);
@@ -626,9 +632,11 @@ static void flush_parked(rapi_bp *bp, rapi_block *b) {
  * of its size or settled at the next call, the pool ends as the free done now would leave it.
  * The host resource: unless the free may make a heuristic fire (as QuickPool defers) or may leave
  * a free block at the end of a chunk that grows in place (the heuristic's trim). A queue: when b
- * becomes the hot block (there is none), joins no neighbour, and its free neither fences (the
- * open batch below RAPI_EAGER_FENCE with it) nor polls (no fence recorded); not while tracing, so
- * that every free of a traced run is a "pending" line. */
+ * becomes the hot block (there is none), joins no neighbour (a next one it would be kept apart
+ * from, as merge_pending keeps it, counts as none: a stream that switched to this size from the
+ * remainder's parks its pair too), and its free neither fences (the open batch below
+ * RAPI_EAGER_FENCE with it) nor polls (no fence recorded); not while tracing, so that every free
+ * of a traced run is a "pending" line. */
 static RAPI_INLINE bool may_park(const ra_pool *p, const rstate *owner, const ra_block *b) {
   const rapi_block *prev = b->base.prev, *next = b->base.next;
   if (owner->sync)
@@ -640,7 +648,8 @@ static RAPI_INLINE bool may_park(const ra_pool *p, const rstate *owner, const ra
     return false;
   size_t freed = b->base.size;
   return (prev == NULL || !joins(p, owner, ra_of_const(prev), freed)) &&
-         (next == NULL || !joins(p, owner, ra_of_const(next), freed));
+         (next == NULL || kept_apart(p, owner, b, ra_of_const(next)) ||
+          !joins(p, owner, ra_of_const(next), freed));
 }
 
 static RAPI_NOINLINE int wrong_resource(ra_pool *p, const void *ptr, const rstate *owner,

@@ -673,6 +673,43 @@ RAP_TEST(ResourceAwarePool, ParkedFreeOnAQueueIsPendingToEveryOtherCall) {
   teardown(&f);
 }
 
+/* A stream that switches sizes (rap-bench's (a) measures one size after another on one pool): the
+ * new size's block is split off the old size's pending block and comes back beside the rest of it,
+ * which it stays apart from, so its free parks as the first size's did. Every other call still
+ * sees it pending on its stream and apart from its neighbour, as a free done at once leaves it. */
+RAP_TEST(ResourceAwarePool, PairAfterASizeSwitchParksBesideTheOldSizesBlock) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=1MiB");
+  void *a, *b, *w, *q;
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  for (int i = 0; i < 3; i++) {   /* the first size's pairs */
+    RAP_CHECK_OK(rap_allocate(f.pool, &a, 4 * KiB, f.r1));
+    RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));
+  }
+  RAP_CHECK_OK(rap_allocate(f.pool, &b, 8 * KiB, f.r1));   /* the switch */
+  RAP_CHECK_OK(rap_deallocate(f.pool, b, f.r1));
+  for (int i = 0; i < 4; i++) {   /* the second size's pairs: the same block each time */
+    RAP_CHECK_OK(rap_allocate(f.pool, &w, 8 * KiB, f.r1));
+    if (i == 0) b = w;
+    RAP_CHECK(w == b);
+    RAP_CHECK_OK(rap_deallocate(f.pool, w, f.r1));
+  }
+  RAP_CHECK_OK(rap_allocate(f.pool, &q, 8 * KiB, f.r2));   /* another stream: other memory */
+  RAP_CHECK(!overlaps(q, 8 * KiB, b, 8 * KiB) && !overlaps(q, 8 * KiB, a, 4 * KiB));
+  RAP_CHECK_OK(rap_deallocate(f.pool, q, f.r2));
+  rap_stats r1 = rstats(f.pool, f.r1);
+  RAP_CHECK_EQ(r1.pending_bytes, 12 * KiB);
+  RAP_CHECK_EQ(r1.pending_count, 2);   /* the pair's block apart from the rest */
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  gate_open(&f.g1);
+  RAP_CHECK_OK(rap_resource_synchronize(f.r1));
+  RAP_CHECK_OK(rap_release(f.pool));
+  rap_stats s = stats_of(f.pool);   /* all of it passed, merged whole and given back */
+  RAP_CHECK_EQ(s.pending_bytes, 0);
+  RAP_CHECK_EQ(s.actual_bytes, 0);
+  teardown(&f);
+}
+
 /* The parked block's owner is not the resource the pool saw last: a request of its size on that
  * resource must not take it (r1's work may still use it). */
 RAP_TEST(ResourceAwarePool, ParkedBlockIsNotTakenByTheResourceOfTheLastCall) {
