@@ -47,7 +47,9 @@ typedef struct tc_slot {
  * before the parent, and a miss looks here before the parent, so that threads trade blocks
  * without the instance's lock (tcmalloc's transfer cache). Touched only by a thread inside its own
  * cache (entered or spun), so a walker, which holds every cache, sees no depot changing. */
-#define TC_DEPOT_RES 4     /* resources with depots at once; others' surplus goes to the parent */
+/* Resources with depots at once, as many as a cache keeps bins for; others' surplus goes to the
+ * parent. */
+#define TC_DEPOT_RES TC_SLOTS
 typedef struct tc_depot {
   int spin;                /* atomic: a leaf lock, held for a push or a pop */
   tc_rec *head;

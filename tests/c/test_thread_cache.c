@@ -887,6 +887,40 @@ RAP_TEST(ThreadCache, SurplusIsSharedWithOtherThreads) {
   fx_teardown(x);
 }
 
+/* Shared blocks for every resource a cache keeps bins for (eight: a stream per GPU of a node, or
+ * eight streams of one): each resource's surplus waits for another thread there, none goes to
+ * the parent (the first four resources had shared lists, a fifth's surplus went to the parent). */
+RAP_TEST(ThreadCache, SurplusIsSharedForEveryResourceACacheKeeps) {
+  fx *x = fx_setup(SPEC_64K);
+  enum { NR = 8 };
+  rap_resource *r[NR];
+  for (int i = 0; i < NR; i++) RAP_CHECK_OK(rap_resource_create_host_async(x->rm, &r[i]));
+  worker *a = worker_start(), *b = worker_start();
+  ops *made[NR], *taken[NR];
+  for (int i = 0; i < NR; i++) {
+    made[i] = ops_new(x->tc, r[i], 768, 40, 10 + (unsigned)i);
+    run_ops(a, op_alloc, made[i]);
+  }
+  for (int i = 0; i < NR; i++) run_ops(a, op_free, made[i]);   /* every bin overflows */
+  rap_stats in = tu_stats(x->inner);
+  for (int i = 0; i < NR; i++) {
+    taken[i] = ops_new(x->tc, r[i], 768, 8, 30 + (unsigned)i);
+    run_ops(b, op_alloc, taken[i]);   /* b's misses on each resource: its shared blocks */
+  }
+  RAP_CHECK_EQ(tu_stats(x->inner).allocation_count, in.allocation_count);
+  RAP_CHECK_EQ(tu_stats(x->inner).current_bytes, in.current_bytes);
+  TU_CHECK(x->tc);
+  for (int i = 0; i < NR; i++) run_ops(b, op_free, taken[i]);
+  worker_stop(a);
+  worker_stop(b);
+  RAP_CHECK_OK(rap_release(x->tc));
+  for (int i = 0; i < NR; i++) {
+    RAP_CHECK_OK(rap_resource_destroy(r[i]));
+    free(made[i]), free(taken[i]);
+  }
+  fx_teardown(x);
+}
+
 /* The owner of a block ends between another thread's free looking at it (alive) and pushing the
  * block onto its list (already drained by the exit): the freeing thread sees the end and gives the
  * block to the parent, so nothing waits on a list no thread will drain. The seam runs the owner's
