@@ -60,7 +60,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int rap_fuzz_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
-int fz_queue_waits(rap_resource *r, rap_resource *const *queues, int n, unsigned *mask);
+int fz_queue_waits(rap_resource *r, rap_resource *const *queues, int n, unsigned *mask,
+                   bool (*blocked)(rap_resource *target, uint64_t seq));
+uint64_t fz_queue_submitted(rap_resource *r);
+extern size_t fz_unheld_waits;
 void fz_queue_instrument(rap_resource *r);
 void fz_queue_forget_waits(void);
 void fz_queue_forget(rap_resource *r);
@@ -100,6 +103,7 @@ static size_t tc_inputs, tc_ops, tc_hits, tc_trims, tc_oom_flushes, tc_cached_ha
 
 typedef struct gate_node {
   gate g;
+  uint64_t job;   /* its queue's job number: an event recorded with a seq below it runs before it */
   struct gate_node *next;
 } gate_node;
 
@@ -146,6 +150,7 @@ typedef struct run {
 
 static run R;
 static pthread_t fz_main;
+static bool event_blocked(rap_resource *t, uint64_t seq);
 
 /* ---- failure ------------------------------------------------------------------------------- */
 
@@ -784,7 +789,7 @@ static int op_allocate(unsigned hint, unsigned rsel, size_t n) {
   char why[256];
   EXPECT(m_check_handout(&R.m, x, a, a + m_extent(&R.m, cnt), blocked, &waits, why, sizeof why) == 0, "%s", why);
   if (x > 0 && R.m.resource_aware) {
-    int jobs = fz_queue_waits(R.res[x], R.res + 1, FZ_QUEUES, &queued);
+    int jobs = fz_queue_waits(R.res[x], R.res + 1, FZ_QUEUES, &queued, event_blocked);
     /* Under a ThreadCache a wait on w also covers what w waits for: a refill may have carved a
      * cached block for w out of a range pending on q (w then waits for q), and once given back the
      * block is pending on w alone, so the pool waits for w. */
@@ -872,7 +877,21 @@ static void op_busy(unsigned q) {
   g->next = R.gates[q];
   R.gates[q] = g;
   expect_status(rap_resource_submit(R.res[q], gate_job, &g->g), RAP_OK, "rap_resource_submit");
+  g->job = fz_queue_submitted(R.res[q]);
   m_busy_gate(&R.m, (int)q);
+}
+
+/* Whether an event of queue t that completes with its job seq may be held: a closed gate among
+ * the jobs before it, or t waits for a busy queue (such a wait may come before it). Every gate
+ * in R.gates is closed between pool calls (a pool call that opened some passes them at its end). */
+static bool event_blocked(rap_resource *t, uint64_t seq) {
+  for (int q = 1; q <= FZ_QUEUES; q++) {
+    if (R.res[q] != t) continue;
+    for (const gate_node *g = R.gates[q]; g != NULL; g = g->next)
+      if (g->job <= seq) return true;
+    return R.m.q[q].deps != 0;
+  }
+  return true;
 }
 
 static void op_release(unsigned which) {
@@ -1274,10 +1293,11 @@ __attribute__((destructor)) static void report_at_exit(void) { fz_report(stderr)
 void fz_report(FILE *out) {
   fprintf(out, "rap fuzz: operations per strategy: QuickPool %zu (%zu inputs), DynamicPoolList %zu (%zu), "
           "ResourceAwarePool %zu (%zu; %zu of them cross_resource=wait), FixedPool %zu (%zu); "
-          "host waited %zu times, queued a cross-resource wait %zu times\n",
+          "host waited %zu times, queued a cross-resource wait %zu times (%zu on an event not yet "
+          "reached but held by nothing)\n",
           ops_run[K_QUICK], inputs_run[K_QUICK], ops_run[K_DPL], inputs_run[K_DPL], ops_run[K_RAP],
           inputs_run[K_RAP], ops_run[K_COUNT], ops_run[K_FIXED], inputs_run[K_FIXED], host_blocks,
-          cross_waits);
+          cross_waits, fz_unheld_waits);
   fprintf(out, "rap fuzz: lifecycle: %zu inputs (%zu with a pool over a pool); queues destroyed %zu "
           "(%zu with a wait queued on them, %zu with uses, %zu leaving a block pending on a busy use), "
           "refused %zu; chains destroyed and rebuilt %zu, refused %zu\n", lc_inputs, lc_stacked,

@@ -9,7 +9,9 @@
  * The library's own archive member is not linked into the fuzz programs: this file defines
  * rap_resource_create_host_async first.
  */
+#include <errno.h>
 #include <pthread.h>
+#include <time.h>
 int rap_fuzz_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
 #define pthread_cond_wait rap_fuzz_cond_wait
 #include "../../src/resources/host_async.c"
@@ -18,7 +20,10 @@ int rap_fuzz_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
 void fz_queue_instrument(rap_resource *r);
 void fz_queue_forget_waits(void);
 void fz_queue_forget(rap_resource *r);
-int  fz_queue_waits(rap_resource *r, rap_resource *const *queues, int n, unsigned *mask);
+int  fz_queue_waits(rap_resource *r, rap_resource *const *queues, int n, unsigned *mask,
+                    bool (*blocked)(rap_resource *target, uint64_t seq));
+uint64_t fz_queue_submitted(rap_resource *r);
+extern size_t fz_unheld_waits;   /* waits on events held by nothing, seen through (the report) */
 int  fz_queue_of(const pthread_cond_t *c, rap_resource *const *queues, int n);
 
 /* Waits queued by pools, in the calling (driver) thread only. */
@@ -73,9 +78,26 @@ int fz_queue_of(const pthread_cond_t *c, rap_resource *const *queues, int n) {
   return 0;
 }
 
-/* Sets bit i+1 of *mask for every queues[i] whose event a wait logged on r has not reached, and
- * forgets r's logged waits. Returns the number of jobs on r that have not finished. */
-int fz_queue_waits(rap_resource *r, rap_resource *const *queues, int n, unsigned *mask) {
+size_t fz_unheld_waits;
+
+/* The jobs submitted to r so far: a job submitted now is job number fz_queue_submitted(r) after
+ * it, and an event recorded now completes once that many jobs have. */
+uint64_t fz_queue_submitted(rap_resource *r) {
+  host_async *q = (host_async *)r;
+  pthread_mutex_lock(&q->lock);
+  uint64_t n = q->submitted;
+  pthread_mutex_unlock(&q->lock);
+  return n;
+}
+
+/* Sets bit i+1 of *mask for every queues[i] whose event a wait logged on r has not reached and is
+ * held from (blocked: a closed gate, or a wait that may not complete, among the jobs before it),
+ * and forgets r's logged waits. An event that has not completed but is held by nothing is waited
+ * for here: a pool may wait on an event it recorded before its queue got a gate, and that event
+ * completes by itself, so r is not held by it (asking only "done now?" made the answer a race).
+ * Returns the number of jobs on r that have not finished. */
+int fz_queue_waits(rap_resource *r, rap_resource *const *queues, int n, unsigned *mask,
+                   bool (*blocked)(rap_resource *target, uint64_t seq)) {
   *mask = 0;
   int k = 0;
   for (int i = 0; i < wait_count; i++) {
@@ -88,6 +110,18 @@ int fz_queue_waits(rap_resource *r, rap_resource *const *queues, int n, unsigned
     pthread_mutex_lock(&t->lock);
     bool done = t->completed >= wait_log[i].seq;
     pthread_mutex_unlock(&t->lock);
+    if (!done && !blocked(wait_log[i].target, wait_log[i].seq)) {
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_sec += 20;   /* held by nothing: far sooner; past it, counted as held */
+      pthread_mutex_lock(&t->lock);
+      while (t->completed < wait_log[i].seq &&
+             pthread_cond_timedwait(&t->done, &t->lock, &until) != ETIMEDOUT) {
+      }
+      done = t->completed >= wait_log[i].seq;
+      pthread_mutex_unlock(&t->lock);
+      fz_unheld_waits += done;
+    }
     for (int j = 0; j < n && !done; j++)
       if (queues[j] == wait_log[i].target) *mask |= 1u << (j + 1);
   }
