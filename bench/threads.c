@@ -256,7 +256,6 @@ typedef struct crew {
   thr_shared sh;
   pthread_t tid[BENCH_MAX_THREADS];
   thr_arg ta[BENCH_MAX_THREADS];
-  int n;
 } crew;
 
 /* 0, or -1 with why[200] (the crew is then not started). */
@@ -278,7 +277,6 @@ static int crew_start(crew *c, bench_peer *p, int nthreads, size_t lo, size_t hi
   atomic_init(&sh->ops, 0);
   pthread_barrier_init(&sh->start, NULL, (unsigned)nthreads + 1);
   pthread_barrier_init(&sh->stop, NULL, (unsigned)nthreads + 1);
-  c->n = nthreads;
   for (int t = 0; t < nthreads; t++) {
     c->ta[t] = (thr_arg){sh, t};
     if (pthread_create(&c->tid[t], NULL, cross ? xthr_main : thr_main, &c->ta[t]) != 0) {
@@ -314,7 +312,7 @@ static void crew_end(crew *c) {
   atomic_store(&sh->quit, 1);
   watch_arm();
   pthread_barrier_wait(&sh->start);
-  for (int i = 0; i < c->n; i++) pthread_join(c->tid[i], NULL);
+  for (int i = 0; i < sh->nthreads; i++) pthread_join(c->tid[i], NULL);
   watch_disarm();
   pthread_barrier_destroy(&sh->start);
   pthread_barrier_destroy(&sh->stop);

@@ -188,10 +188,6 @@ void m_busy_gate(model *m, int q) {
 
 void m_add_deps(model *m, int q, unsigned deps) {
   m->q[q].queued |= deps;
-  /* A wait on an idle queue holds nothing: the event it waits for has completed, or will as soon
-   * as that queue's worker reaches it, behind no gate (the driver lets q run it, if idle). */
-  for (int r = 1; r <= FZ_QUEUES; r++)
-    if ((deps >> r & 1u) && !m_busy(m, r)) deps &= ~(1u << r);
   if (deps == 0) return;
   if (!m_busy(m, q)) m->q[q].busy_since = m->now;
   for (int r = 1; r <= FZ_QUEUES; r++)

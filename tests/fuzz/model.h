@@ -7,7 +7,8 @@
  *   busy(q)   q has a closed gate, or a queued wait on a busy queue;
  *   passed(q, t)  everything queued on q before op t has run: q is idle now, or was idle after t,
  *                 or every closed gate and every wait not yet completed on q was queued after t
- *                 (q runs in order). A wait on an idle queue holds nothing.
+ *                 (q runs in order). deps are waits on events a closed gate or a busy queue holds
+ *                 (the driver lets an event held by nothing complete before it says).
  * A hazard of op t on queues E passes when every q in E has passed t. A pool may hand a range to
  * resource x only when every hazard over it has passed or is x's own (cross_resource=wait: x
  * queues a wait instead; the host blocks). Pending bytes in a pool are at least the bytes of the
