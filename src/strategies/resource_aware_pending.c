@@ -5,6 +5,9 @@
  * A block deallocated on r carries r's open batch number; one event recorded later on r fences the
  * whole batch, and once it has completed (and every use of the block has passed) the block is free
  * for any resource. Nothing here is on the pair's way but fence_or_poll's rare calls.
+ *
+ * Offers the other three files what resource_aware_pool.h declares under its name; calls none of
+ * them.
  */
 #include "strategies/resource_aware_pool.h"
 

@@ -1,12 +1,42 @@
-/* resource_aware_pool.h — what the ResourceAwarePool's two files share: its records, its
- * per-resource state, and the pending-block operations both need inline.
+/* resource_aware_pool.h — what the ResourceAwarePool's four files share: the rules, its records,
+ * its per-resource state, and the pending-block operations they need inline.
  *
- * resource_aware_pool.c is the strategy (allocate, deallocate, record, stats, check, life cycle,
- * sleep); resource_aware_pending.c is what brings pending memory back (fences, polling, host waits,
- * cross_resource=wait). The second calls nothing in the first.
+ * The rules, one line each, with the function that owns each:
+ * - pending: a block freed on r is pending on r; r takes it back at once (its stream order makes
+ *   that safe), another resource only once r has passed its batch (free_pending, add_pending).
+ * - batch: blocks freed on r carry r's open batch; one event recorded later on r fences the whole
+ *   batch, at once where RAPI_EAGER_FENCE blocks wait in it (fence_or_poll, rapi_ra_fence_open).
+ * - polling: fences are asked oldest first on misses and every RAPI_EAGER_FENCE-th free; what has
+ *   passed goes back to the free index and merges (rapi_ra_poll_all, rapi_ra_drain).
+ * - use: rap_record_resource adds a use on another resource; a pending block with uses is free only
+ *   once its owner's batch and every use have passed, and is never split (ra_record, take_pending).
+ * - hot block: the block freed last on a queue stays out of its owner's pending index, and the
+ *   owner's next request of its size takes it whole (add_pending, rapi_ra_take_own_or_free).
+ * - parked block: a free that changes nothing else waits in the engine's deferred slot; the
+ *   owner's next request of its size takes it back, any other call first does the free (may_park,
+ *   unpark, flush_parked).
+ * - lent bytes: a freed block takes free neighbours into its pending block; those bytes are lent,
+ *   and another resource that would grow or wait takes them back (merge_pending, take_lent).
+ * - kept apart: one resource in grow mode: a block split off the hot block comes back alone, so
+ *   that a stream's pair need not split and merge it every time (kept_apart).
+ * - own joined: a miss joins the resource's own pending blocks with free neighbours before it grows
+ *   (take_own_joined).
+ * - poor fit: before cutting a request from a block over twice its size and a MiB larger while
+ *   enough memory is pending, the pool polls first (poll_first).
+ * - past peak: before mapping a free block's holes past the pool's peak, passed pending memory
+ *   comes back first (past_peak).
+ * - wait mode: cross_resource=wait queues a wait on the owner's fence instead of growing, above
+ *   wait_above (rapi_ra_allocate_slow, rapi_ra_wait_for_block).
+ * - a resource's end: its pending blocks become free, or pending on a resource that used them and
+ *   has not passed that use (forget_resource, rehome).
+ * - sleep: every fence waited for and every used block's resources fenced before the memory goes
+ *   (quiesce).
  * Invariant: a pending block sits in its owner's FIFO, and in its owner's pending index exactly
- * when it has no uses and is not the owner's hot block (the one freed last); FIFO tags never
- * decrease.
+ * when it has no uses and is not the owner's hot block; FIFO batches never decrease.
+ *
+ * The files, each calling only those after it: resource_aware_pool.c (the pair, and the table),
+ * resource_aware_miss.c (what the pair does not serve), resource_aware_life.c (the table's other
+ * entries), resource_aware_pending.c (uses, fences, polling, waits).
  */
 #ifndef RAP_RESOURCE_AWARE_POOL_H
 #define RAP_RESOURCE_AWARE_POOL_H
@@ -183,6 +213,56 @@ void rapi_ra_free_uses_slow(ra_pool *p, ra_block *b);
 static inline void free_uses(ra_pool *p, ra_block *b) {
   if (RAPI_UNLIKELY(b->uses != NULL)) rapi_ra_free_uses_slow(p, b);
 }
+
+/* The lent bytes that a piece brings to the end of a block it joins on its far side: a free piece
+ * all of its own, a pending one all of its own where every byte of it is lent, else its lent end
+ * on that side (its other end is inside the merged block now: counted as the owner's). */
+static inline size_t lent_of(const ra_pool *p, const rapi_block *nb, bool front) {
+  if (nb->state == RAPI_FREE) return nb->size;
+  size_t lo = lent_lo(p, nb->requested), hi = lent_hi(p, nb->requested);
+  if (lo + hi >= nb->size) return nb->size;
+  return front ? lo : hi;
+}
+
+/* The used map has room (rapi_bp_reserve before anything was taken): this cannot fail. */
+static RAPI_INLINE int finish_allocate(ra_pool *p, rstate *rs, ra_block *b, size_t bytes, void **out) {
+  rapi_bp_mark_used(&p->bp, &b->base, bytes);
+  b->owner = rs;
+  rs->current += bytes;
+  rs->used_bytes += b->base.size;
+  rs->used_count++;
+  if (rs->current > rs->hwm) rs->hwm = rs->current;
+  *out = b->base.ptr;
+  return RAP_OK;
+}
+
+/* A parked block's free, done now where one is parked (see resource_aware_pool.c): through the
+ * engine's flush, which calls the pair's flush_parked. */
+static inline void unpark(ra_pool *p) {
+  if (RAPI_UNLIKELY(p->bp.deferred != NULL)) rapi_bp_flush(&p->bp, false);
+}
+
+/* ---- resource_aware_miss.c ------------------------------------------------------------------- */
+
+/* The better fit of rs's own pending blocks (the hot one whole first) and the free ones; NULL: a miss. */
+ra_block  *rapi_ra_take_own_or_free(ra_pool *p, rstate *rs, size_t size);
+/* The miss: poll, take own joined or lent memory, wait (wait mode), grow, host wait before OOM. */
+int        rapi_ra_allocate_slow(ra_pool *p, rstate *rs, void **out, size_t bytes, size_t size);
+/* Maps the free blocks' holes in [lo, end) again before they join a pending block; false: failed. */
+bool       rapi_ra_fill_to_join(ra_pool *p, rapi_block *lo, rapi_block *end);
+
+/* ---- resource_aware_life.c: the table's entries but allocate, deallocate, record ------------- */
+
+int  rapi_ra_init(rap_allocator *self, void *state, rap_options *opts);   /* all but flush_deferred */
+void rapi_ra_fini(rap_allocator *self, void *state);
+int  rapi_ra_release(void *state);
+int  rapi_ra_reset_peaks(void *state);
+int  rapi_ra_stats(void *state, rap_stats *out);
+int  rapi_ra_resource_stats(void *state, rap_resource *r, rap_stats *out);
+int  rapi_ra_check(void *state);
+int  rapi_ra_resource_gone(void *state, rap_resource *r, int commit);
+int  rapi_ra_sleep(void *state, int mode);
+int  rapi_ra_wake(void *state);
 
 /* ---- resource_aware_pending.c ---------------------------------------------------------------- */
 
