@@ -15,7 +15,7 @@
  * live entry owns every cell it covers.
  */
 #include "planned.h"
-#include "events/fence_ring.h"
+#include "events/batch_clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,9 +30,7 @@
 typedef struct pl_res {
   rap_resource *r;                /* NULL: the slot is unused */
   uintptr_t key;
-  bool sync, open_dirty;          /* sync: the host, every point of it has passed */
-  uint64_t open, done;            /* batches <= done have passed; open is not fenced yet */
-  rapi_fence_ring fences;         /* recorded batches not known to have passed */
+  rapi_batch_clock clock;         /* the batches of the cells it frees */
   size_t live, current, hwm;      /* planned blocks it owns, their bytes */
 } pl_res;
 
@@ -81,8 +79,7 @@ static RAPI_NOINLINE pl_res *res_slow(planned *p, rap_resource *r) {
   memset(free_slot, 0, sizeof *free_slot);
   free_slot->r = r;
   free_slot->key = r->key;
-  free_slot->sync = r->ops->record == NULL;
-  free_slot->open = 1;
+  rapi_clock_init(&free_slot->clock, r);
   return p->last = free_slot;
 }
 
@@ -92,34 +89,29 @@ static inline pl_res *res_of(planned *p, rap_resource *r) {
 }
 
 static inline unsigned slot_of(const planned *p, const pl_res *rs) { return (unsigned)(rs - p->res) + 1; }
-static inline bool passed(const pl_res *rs, uint64_t tag) { return rs->sync || tag <= rs->done; }
+static inline bool passed(const pl_res *rs, uint64_t batch) { return rapi_clock_passed(&rs->clock, batch); }
+static inline bool is_sync(const pl_res *rs) { return rs->clock.sync; }
 
 /* One event on rs covering every cell freed in its open batch (none while rs captures a graph). */
 static int fence_open(planned *p, pl_res *rs) {
-  if (rs->sync || !rs->open_dirty) return RAP_OK;
+  if (rs->clock.sync || !rs->clock.dirty) return RAP_OK;
   if (__atomic_load_n(&rs->r->capturing, __ATOMIC_RELAXED))
     return rapi_fail(RAP_ERR_BUSY, "%s: the resource is capturing a graph", nm(p));
-  int st = rapi_fence_ring_record(&rs->fences, rs->r, rs->open, p->self);
-  if (st != RAP_OK) return st;
-  RAPI_TRACE("fence", p->self, rs->r, NULL, 0, ",\"batch\":%llu", (unsigned long long)rs->open);
-  rs->open++;
-  rs->open_dirty = false;
-  return RAP_OK;
+  return rapi_clock_fence(&rs->clock, rs->r, p->self, 0);
 }
 
-/* Moves rs->done past every fence that has completed, oldest first. */
-static int query_fences(pl_res *rs) { return rapi_fence_ring_query(&rs->fences, rs->r, &rs->done); }
+static int query_fences(pl_res *rs) { return rapi_clock_query(&rs->clock, rs->r); }
 
 /* Makes rs's later work wait until resource slot s has passed batch tag: RAP_OK when it has
  * passed or the wait is queued on rs; RAP_ERR_BUSY where only a host wait would do. */
 static int wait_for(planned *p, pl_res *rs, unsigned s, uint64_t tag) {
   pl_res *o = &p->res[s - 1];
   int st = RAP_OK;
-  if (!o->sync && tag == o->open && o->open_dirty) st = fence_open(p, o);
+  if (tag == o->clock.open) st = fence_open(p, o);   /* nothing when nothing carries it */
   if (st == RAP_OK) st = query_fences(o);
-  if (st != RAP_OK || passed(o, tag)) return st;
-  rapi_event *ev = rapi_fence_ring_find(&o->fences, tag);
-  if (ev == NULL) return RAP_ERR_BUSY;
+  rapi_event *ev = NULL;
+  if (st == RAP_OK) st = rapi_clock_event(&o->clock, o->r, tag, p->self, &ev);
+  if (st != RAP_OK || ev == NULL) return st;
   st = rs->r->ops->wait(rs->r, ev);
   if (st == RAPI_HOST_WAIT) return RAP_ERR_BUSY;
   if (st == RAP_OK) {
@@ -336,9 +328,10 @@ RAPI_GUARDED_ENTRY(static int, pl_allocate, "rap_allocate", ((planned *)state)->
 /* A use beyond the one a cell keeps: fenced and waited for on the host now (rare: a block
  * recorded on two other streams). */
 static int wait_extra_use(planned *p, pl_res *u) {
-  u->open_dirty = true;
+  (void)rapi_clock_stamp(&u->clock);
   int st = fence_open(p, u);
-  if (st == RAP_OK && u->fences.count > 0) st = rapi_host_wait(rapi_fence_ring_newest(&u->fences));
+  rapi_event *newest = st == RAP_OK ? rapi_clock_newest(&u->clock) : NULL;
+  if (newest != NULL) st = rapi_host_wait(newest);
   if (st == RAP_OK) st = query_fences(u);
   return st;
 }
@@ -366,18 +359,17 @@ static RAPI_NOINLINE int free_planned_slow(planned *p, void *ptr, size_t i, pl_r
   unsigned u1 = 0;
   for (uint64_t m = p->uses[i], s = 1; m != 0; m >>= 1, s++) {
     pl_res *u = &p->res[s - 1];
-    if (!(m & 1) || u->sync) continue;
+    if (!(m & 1) || is_sync(u)) continue;
     if (u1 != 0) {
       int st = wait_extra_use(p, u);
       if (st != RAP_OK) return st;
       continue;
     }
     u1 = (unsigned)s;
-    u->open_dirty = true;
   }
-  release_cells(p, &p->plan.e[i], rs->sync ? 0 : slot_of(p, rs), rs->open, u1,
-                u1 ? p->res[u1 - 1].open : 0);
-  rs->open_dirty |= !rs->sync;
+  uint64_t tag1 = u1 ? rapi_clock_stamp(&p->res[u1 - 1].clock) : 0;
+  release_cells(p, &p->plan.e[i], is_sync(rs) ? 0 : slot_of(p, rs), rapi_clock_stamp(&rs->clock), u1,
+                tag1);
   return RAP_OK;
 }
 
@@ -395,8 +387,8 @@ static RAPI_INLINE int pl_deallocate_body(void *state, void *ptr, rap_resource *
       int st = free_planned_slow(p, ptr, i, rs, r);
       if (st != RAP_OK) return st;
     } else {
-      release_cells(p, &p->plan.e[i], rs->sync ? 0 : slot_of(p, rs), rs->open, 0, 0);
-      rs->open_dirty |= !rs->sync;
+      release_cells(p, &p->plan.e[i], is_sync(rs) ? 0 : slot_of(p, rs), rapi_clock_stamp(&rs->clock),
+                    0, 0);
     }
     bytes = p->req[i];
     rs->live--;
@@ -477,10 +469,10 @@ static int settle(planned *p) {
   int first = RAP_OK;
   for (size_t s = 0; s < PL_MAX_RES; s++) {
     pl_res *rs = &p->res[s];
-    if (rs->r == NULL || rs->sync) continue;
+    if (rs->r == NULL || is_sync(rs)) continue;
     int st = fence_open(p, rs);
-    if (st == RAP_OK && rs->fences.count > 0 && rs->r != rapi_current_queue)
-      st = rapi_host_wait(rapi_fence_ring_newest(&rs->fences));
+    if (st == RAP_OK && rapi_clock_newest(&rs->clock) != NULL && rs->r != rapi_current_queue)
+      st = rapi_host_wait(rapi_clock_newest(&rs->clock));
     if (st == RAP_OK) st = query_fences(rs);
     if (st != RAP_OK && first == RAP_OK) first = st;
   }
@@ -501,7 +493,7 @@ static void pl_fini(rap_allocator *self, void *state) {
   for (size_t s = 0; s < PL_MAX_RES; s++) {
     pl_res *rs = &p->res[s];
     if (rs->r == NULL) continue;
-    rapi_fence_ring_fini(&rs->fences, rs->r);
+    rapi_clock_fini(&rs->clock, rs->r);
     rap_resource_unwatch(rs->r, self);
   }
   if (p->arena != NULL) (void)rap_deallocate(p->parent, p->arena, NULL);
@@ -545,10 +537,10 @@ static int pl_release_body(void *state) {
     bool all = true;
     for (size_t s = 0; s < PL_MAX_RES; s++) {
       pl_res *rs = &p->res[s];
-      if (rs->r == NULL || rs->sync) continue;
+      if (rs->r == NULL || is_sync(rs)) continue;
       int st = fence_open(p, rs);
       if (st == RAP_OK) st = query_fences(rs);
-      all &= st == RAP_OK && rs->fences.count == 0;
+      all &= st == RAP_OK && rapi_clock_newest(&rs->clock) == NULL;
     }
     if (all) {
       int st = rap_deallocate(p->parent, p->arena, NULL);
@@ -607,7 +599,7 @@ static int pl_record_body(void *state, void *ptr, rap_resource *r) {
     return rapi_fail(RAP_ERR_NOMEM, "rap_record_resource('%s'): it serves at most %d resources, or "
                      "host memory ran out", nm(p), PL_MAX_RES);
   size_t i = v >> 2;
-  if (!rs->sync && rs != &p->res[p->owner_of[i]]) p->uses[i] |= (uint64_t)1 << (slot_of(p, rs) - 1);
+  if (!is_sync(rs) && rs != &p->res[p->owner_of[i]]) p->uses[i] |= (uint64_t)1 << (slot_of(p, rs) - 1);
   return RAP_OK;
 }
 
@@ -662,7 +654,7 @@ static int pl_resource_gone(void *state, rap_resource *r, int commit) {
   for (size_t s = 0; s < p->plan.streams; s++)
     if (p->bind[s] == me) p->bind[s] = 0;
   for (size_t i = 0; i < p->plan.n; i++) p->uses[i] &= ~((uint64_t)1 << (me - 1));
-  rapi_fence_ring_fini(&rs->fences, rs->r);
+  rapi_clock_fini(&rs->clock, rs->r);
   memset(rs, 0, sizeof *rs);
   p->last = NULL;
   return RAP_OK;

@@ -75,7 +75,7 @@ static int check_rstate(ra_pool *p, rstate *rs, size_t *pending, size_t *used, s
   for (ra_block *b = rs->fifo_head; b != NULL; b = b->fifo_next) {
     if (b->base.state != RAPI_PENDING || b->owner != rs)
       return CORRUPT("%s: block %p is in a pending list but is not pending there", who, (void *)b->base.ptr);
-    if (b->tag < last || b->tag > rs->open)
+    if (b->batch < last || b->batch > rs->clock.open)
       return CORRUPT("%s: pending block %p is out of batch order", who, (void *)b->base.ptr);
     if ((b->fifo_next ? b->fifo_next->fifo_prev : rs->fifo_tail) != b)
       return CORRUPT("%s: a pending list is broken at %p", who, (void *)b->base.ptr);
@@ -84,7 +84,7 @@ static int check_rstate(ra_pool *p, rstate *rs, size_t *pending, size_t *used, s
       return CORRUPT("%s: pending block %p counts %zu + %zu lent bytes in %zu%s", who,
                      (void *)b->base.ptr, lent_lo(p, lent), lent_hi(p, lent), b->base.size,
                      b->uses != NULL ? " and has uses" : "");
-    last = b->tag;
+    last = b->batch;
     n++;
     bytes += b->base.size;
     indexed += b->uses == NULL && b != rs->hot;
@@ -160,7 +160,7 @@ int rapi_ra_init(rap_allocator *self, void *state, rap_options *opts) {
 
 /* Drops rs: its events go back to its resource, and the resource stops listing this pool. */
 static void forget(ra_pool *p, rstate *rs) {
-  rapi_fence_ring_fini(&rs->fences, rs->r);
+  rapi_clock_fini(&rs->clock, rs->r);
   HASH_DELETE(hh, p->by_key, rs);
   if (p->last == rs) p->last = NULL;
   for (unsigned i = 0; i < RA_RECENT; i++)
@@ -205,24 +205,24 @@ static void rehome(ra_pool *p, rstate *from, ra_block *b) {
   RAPI_ASSERT(b->uses != NULL && !rapi_ra_uses_passed(b));
   drop_pending(p, from, b);
   rapi_use **pu = &b->uses;
-  while (*pu != NULL && (per_block((*pu)->rs) || passed((*pu)->rs, (*pu)->tag))) pu = &(*pu)->next;
+  while (*pu != NULL && (per_block((*pu)->rs) || passed((*pu)->rs, (*pu)->batch))) pu = &(*pu)->next;
   rstate *to = NULL;
   if (*pu == NULL) {
     /* Only per-block uses are left: the block waits on that resource (synchronous, so its own
      * batch has passed), its uses kept, until they pass. */
     for (rapi_use *u = b->uses; u != NULL; u = u->next)
       if (per_block(u->rs)) to = u->rs;
-    b->tag = 0;
+    b->batch = 0;
   } else {
     rapi_use *u = *pu;
     *pu = u->next;
     to = u->rs;
-    b->tag = u->tag;
+    b->batch = u->batch;
     to->uses_out--;
     rapi_slab_free(&p->use_recs, u);
   }
   ra_block *after = to->fifo_tail;
-  while (after != NULL && after->tag > b->tag) after = after->fifo_prev;
+  while (after != NULL && after->batch > b->batch) after = after->fifo_prev;
   add_pending(p, to, b, after, false);
 }
 
@@ -252,8 +252,7 @@ static void forget_resource(ra_pool *p, rap_resource *r) {
   rstate *rs = state_of(p, r);
   if (rs == NULL) return;
   RAPI_ASSERT(rs->used_count == 0);   /* resource_gone(commit 0) said so */
-  rs->done = rs->open;
-  rs->open_dirty = false;
+  rapi_clock_pass_all(&rs->clock);
   if (rs->uses_out > 0)
     for (rapi_chunk *c = p->bp.chunks; c != NULL; c = c->next)
       for (rapi_block *b = c->first; b != NULL; b = b->next) drop_uses_on(p, rs, ra_of(b));
@@ -288,7 +287,7 @@ int rapi_ra_resource_gone(void *state, rap_resource *r, int commit) {
  * the events are recorded first and the resources held meanwhile. */
 static int quiesce(ra_pool *p) {
   for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next)
-    if (!rs->sync && capturing(rs))
+    if (!rs->clock.sync && rs_capturing(rs))
       return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): %s resource #%llu is capturing a "
                        "graph, and sleep would record an event into it; sleep after the capture",
                        rap_allocator_name(p->bp.self), rs->r->ops->kind,
@@ -300,7 +299,7 @@ static int quiesce(ra_pool *p) {
                      "the queue whose work is calling; sleep from elsewhere",
                      rap_allocator_name(p->bp.self), p->bp.pending_count);
   size_t n = 0;
-  for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next) n += !rs->sync;
+  for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next) n += !rs->clock.sync;
   if (n == 0) return RAP_OK;
   rapi_event **ev = rapi_calloc(n, sizeof *ev);
   if (ev == NULL)
@@ -308,7 +307,7 @@ static int quiesce(ra_pool *p) {
                      rap_allocator_name(p->bp.self));
   size_t k = 0;
   for (rstate *rs = p->by_key; rs != NULL && st == RAP_OK; rs = rs->hh.next) {
-    if (rs->sync || (rs->used_count == 0 && rs->uses_out == 0)) continue;
+    if (rs->clock.sync || (rs->used_count == 0 && rs->uses_out == 0)) continue;
     if ((st = rs->r->ops->record(rs->r, &ev[k])) == RAP_OK) rapi_resource_ref(ev[k++]->r);
   }
   for (size_t i = 0; i < k; i++) {

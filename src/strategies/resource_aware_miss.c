@@ -46,7 +46,7 @@ static ra_block *take_pending(ra_pool *p, rstate *owner, ra_block *b, size_t siz
   /* A block with uses is handed out whole: a remainder would need the same uses. */
   ra_block *rem = b->uses == NULL ? ra_of(rapi_bp_split(&p->bp, &b->base, size)) : NULL;
   if (rem) {
-    rem->tag = b->tag;
+    rem->batch = b->batch;
     rem->seq = b->seq;
     if (RAPI_UNLIKELY(lent != 0)) keep_lent(p, rem, lent, size);
     add_pending(p, owner, rem, at, false);
@@ -79,7 +79,7 @@ RAPI_NOINLINE bool rapi_ra_fill_to_join(ra_pool *p, rapi_block *lo, rapi_block *
 /* Some resource has a recorded fence not yet known to have passed. */
 static bool fenced_pending(const ra_pool *p) {
   for (const rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next)
-    if (rs->fences.count > 0) return true;
+    if (rs->clock.fences.count > 0) return true;
   return false;
 }
 
@@ -207,7 +207,7 @@ static ra_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
     if (total == size) break;
   }
   if (lo != NULL) {
-    uint64_t tag = 0, seq = 0;
+    uint64_t batch = 0, seq = 0;
     rapi_block *end = hi->next;
     bool holes = false;
     for (rapi_block *x = lo; x != end; x = x->next) holes |= x->state == RAPI_FREE && x->holes;
@@ -223,7 +223,7 @@ static ra_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
     for (rapi_block *x = lo; x != end; x = x->next) {
       if (x->state == RAPI_PENDING) {
         ra_block *rx = ra_of(x);
-        if (rx->tag > tag) tag = rx->tag;
+        if (rx->batch > batch) batch = rx->batch;
         if (rx->seq > seq) seq = rx->seq;
         drop_pending(p, rs, rx);
       } else {
@@ -232,11 +232,11 @@ static ra_block *take_own_joined(ra_pool *p, rstate *rs, size_t size) {
     }
     while (lo->next != end) rapi_bp_absorb_next(&p->bp, lo);
     ra_block *joined = ra_of(lo);
-    joined->tag = tag;
+    joined->batch = batch;
     joined->seq = seq;
     set_lent(p, joined, lent_front, lent_back);
-    ra_block *at = rs->fifo_tail;   /* FIFO tags never decrease: after the last not newer */
-    while (at != NULL && at->tag > tag) at = at->fifo_prev;
+    ra_block *at = rs->fifo_tail;   /* FIFO batches never decrease: after the last not newer */
+    while (at != NULL && at->batch > batch) at = at->fifo_prev;
     add_pending(p, rs, joined, at, false);
     take_pending(p, rs, joined, size);
     return joined;
@@ -285,7 +285,7 @@ static RAPI_NOINLINE ra_block *take_lent(ra_pool *p, rstate *rs, size_t size) {
     }
     ra_block *keep = front ? ra_of(cut) : best;
     give = front ? best : ra_of(cut);
-    keep->tag = best->tag;
+    keep->batch = best->batch;
     keep->seq = best->seq;
     set_lent(p, keep, front ? 0 : lo, front ? hi : 0);
     add_pending(p, owner, keep, at, hot);

@@ -19,7 +19,7 @@
 void rapi_ra_free_uses_slow(ra_pool *p, ra_block *b) {
   for (rapi_use *u = b->uses, *next; u != NULL; u = next) {
     next = u->next;
-    if (per_block(u->rs)) u->rs->r->ops->use_drop(u->rs->r, u->tag);
+    if (per_block(u->rs)) u->rs->r->ops->use_drop(u->rs->r, u->token);
     u->rs->uses_out--;
     rapi_slab_free(&p->use_recs, u);
   }
@@ -28,7 +28,7 @@ void rapi_ra_free_uses_slow(ra_pool *p, ra_block *b) {
 
 bool rapi_ra_uses_passed(const ra_block *b) {
   for (const rapi_use *u = b->uses; u != NULL; u = u->next)
-    if (per_block(u->rs) ? u->rs->r->ops->use_passed(u->rs->r, u->tag) != 1 : !passed(u->rs, u->tag))
+    if (per_block(u->rs) ? u->rs->r->ops->use_passed(u->rs->r, u->token) != 1 : !passed(u->rs, u->batch))
       return false;
   return true;
 }
@@ -45,17 +45,14 @@ bool rapi_ra_has_per_block_use(const ra_block *b) {
  * a graph: the event would be a node of the graph, and its batch stays open until the capture
  * ends (its blocks stay rs's meanwhile). */
 int rapi_ra_fence_open(ra_pool *p, rstate *rs) {
-  if (rs->sync || !rs->open_dirty || capturing(rs)) return RAP_OK;
-  int st = rapi_fence_ring_record(&rs->fences, rs->r, rs->open, p->bp.self);
+  if (rs->clock.sync || !rs->clock.dirty || rs_capturing(rs)) return RAP_OK;
+  uint64_t batch = rs->clock.open;
+  int st = rapi_clock_fence(&rs->clock, rs->r, p->bp.self, rs->open_count);
   if (st != RAP_OK) return st;
-  RAPI_TRACE("fence", p->bp.self, rs->r, NULL, rs->open_count, ",\"batch\":%llu",
-             (unsigned long long)rs->open);
   if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG)))
     rap_log(RAP_LOG_DEBUG, "%s: fenced batch %llu (%zu pending blocks) on %s resource #%llu",
-            rap_allocator_name(p->bp.self), (unsigned long long)rs->open, rs->open_count,
+            rap_allocator_name(p->bp.self), (unsigned long long)batch, rs->open_count,
             rs->r->ops->kind, (unsigned long long)rs->r->id);
-  rs->open++;
-  rs->open_dirty = false;
   rs->open_count = 0;
   return RAP_OK;
 }
@@ -65,7 +62,7 @@ int rapi_ra_fence_open(ra_pool *p, rstate *rs) {
 /* Returns every pending block of rs whose owner batch and uses have passed to the free index. */
 void rapi_ra_drain(ra_pool *p, rstate *rs) {
   ra_block *b = rs->fifo_head;
-  while (b != NULL && passed(rs, b->tag)) {
+  while (b != NULL && passed(rs, b->batch)) {
     ra_block *next = b->fifo_next;
     if (rapi_ra_uses_passed(b)) {
       drop_pending(p, rs, b);
@@ -107,12 +104,12 @@ int rapi_ra_wait_all(ra_pool *p) {
     if (st != RAP_OK) return st;
     rstate *rs = p->by_key;
     for (; rs != NULL; rs = rs->hh.next) {
-      bool skip = rs->fences.count == 0 || rs->r == rapi_current_queue;
+      bool skip = rs->clock.fences.count == 0 || rs->r == rapi_current_queue;
       for (unsigned i = 0; i < nskipped && !skip; i++) skip = skipped[i] == rs->key;
       if (!skip) break;
     }
     if (rs == NULL) return RAP_OK;
-    st = rapi_host_wait(rapi_fence_ring_newest(&rs->fences));
+    st = rapi_host_wait(rapi_clock_newest(&rs->clock));
     if (st == RAP_ERR_BUSY && nskipped < 16) skipped[nskipped++] = rs->key;
     else if (st != RAP_OK) return st;
   }
@@ -139,26 +136,29 @@ static int wait_event(ra_pool *p, rstate *rs, rapi_event *ev, bool *host_waited)
   return rapi_host_wait(ev);
 }
 
+/* Makes rs wait for batch of o's: its event (the open batch fenced first), queued on rs or waited
+ * for on the host (*host_waited). */
+static int wait_batch(ra_pool *p, rstate *rs, rstate *o, uint64_t batch, bool *host_waited) {
+  int st = batch == o->clock.open ? rapi_ra_fence_open(p, o) : RAP_OK;   /* its count too */
+  rapi_event *ev = NULL;
+  if (st == RAP_OK) st = rapi_clock_event(&o->clock, o->r, batch, p->bp.self, &ev);
+  if (st == RAP_OK && ev != NULL) st = wait_event(p, rs, ev, host_waited);
+  return st;
+}
+
 /* Makes rs wait until owner's batch and every use of b have passed. After a host wait it returns
  * at once: b may have changed hands meanwhile. RAP_ERR_BUSY: the wait would be for the queue whose
  * work this thread is running. */
 int rapi_ra_wait_for_block(ra_pool *p, rstate *rs, rstate *owner, ra_block *b, bool *host_waited) {
   int st = RAP_OK;
-  if (owner != rs && !passed(owner, b->tag) && capturing(owner)) return RAP_ERR_BUSY;
+  if (owner != rs && !passed(owner, b->batch) && rs_capturing(owner)) return RAP_ERR_BUSY;
   for (rapi_use *u = b->uses; u != NULL; u = u->next)
-    if (!per_block(u->rs) && u->rs != rs && !passed(u->rs, u->tag) && capturing(u->rs))
+    if (!per_block(u->rs) && u->rs != rs && !passed(u->rs, u->batch) && rs_capturing(u->rs))
       return RAP_ERR_BUSY;
-  if (owner != rs && !passed(owner, b->tag)) {
-    if (b->tag == owner->open) st = rapi_ra_fence_open(p, owner);
-    rapi_event *ev = st == RAP_OK ? rapi_fence_ring_find(&owner->fences, b->tag) : NULL;
-    if (ev) st = wait_event(p, rs, ev, host_waited);
-  }
-  for (rapi_use *u = b->uses; u != NULL && st == RAP_OK && !*host_waited; u = u->next) {
-    if (per_block(u->rs) || u->rs == rs || passed(u->rs, u->tag)) continue;
-    if (u->tag == u->rs->open) st = rapi_ra_fence_open(p, u->rs);
-    rapi_event *ev = st == RAP_OK ? rapi_fence_ring_find(&u->rs->fences, u->tag) : NULL;
-    if (ev) st = wait_event(p, rs, ev, host_waited);
-  }
+  if (owner != rs && !passed(owner, b->batch)) st = wait_batch(p, rs, owner, b->batch, host_waited);
+  for (rapi_use *u = b->uses; u != NULL && st == RAP_OK && !*host_waited; u = u->next)
+    if (!per_block(u->rs) && u->rs != rs && !passed(u->rs, u->batch))
+      st = wait_batch(p, rs, u->rs, u->batch, host_waited);
   return st;
 }
 

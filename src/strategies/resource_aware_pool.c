@@ -39,8 +39,7 @@ static RAPI_NOINLINE rstate *lookup_slow(ra_pool *p, rap_resource *r) {
     if (rs == NULL) return NULL;
     rs->r = r;
     rs->key = r->key;
-    rs->sync = r->ops->record == NULL;
-    rs->open = 1;
+    rapi_clock_init(&rs->clock, r);
     /* The resource learns of this pool, so that its destroy visits it (the host: a no-op). */
     if (rap_resource_watch(r, p->bp.self) != RAP_OK) {
       free(rs);
@@ -83,12 +82,14 @@ static inline rstate *lookup(ra_pool *p, rap_resource *r) {
  * tying up a large free neighbour; a growable chunk's free end stays free, for growth in place and
  * for giving back. */
 /* Grow mode, one resource known: a block split off the hot block comes back alone (merge_pending). */
-static inline bool sole(const ra_pool *p) { return !p->cross_wait && HASH_COUNT(p->by_key) == 1; }
+static inline bool one_growing_resource(const ra_pool *p) {
+  return !p->cross_wait && HASH_COUNT(p->by_key) == 1;
+}
 
 /* b, freed on owner and joined to no block before it, stays apart from next (see merge_pending). */
 static RAPI_INLINE bool kept_apart(const ra_pool *p, const rstate *owner, const ra_block *b,
                                    const ra_block *next) {
-  return next != NULL && b == owner->split_head && next == owner->split_rem && sole(p);
+  return next != NULL && b == owner->split_head && next == owner->split_rem && one_growing_resource(p);
 }
 
 /* Whether b's neighbour nb joins it (see merge_pending). */
@@ -150,7 +151,7 @@ static RAPI_INLINE void fence_or_poll(ra_pool *p, rstate *rs) {
   int st = RAP_OK;
   if (rs->open_count >= RAPI_EAGER_FENCE) {
     st = rapi_ra_fence_open(p, rs);
-  } else if (rs->fences.count > 0 && (++rs->ticks & (RAPI_EAGER_FENCE - 1)) == 0) {
+  } else if (rs->clock.fences.count > 0 && (++rs->ticks & (RAPI_EAGER_FENCE - 1)) == 0) {
     st = rapi_ra_query_fences(rs);
     if (st == RAP_OK) rapi_ra_drain(p, rs);
   }
@@ -213,12 +214,10 @@ static RAPI_NOINLINE void free_pending(ra_pool *p, rstate *owner, ra_block *b, u
   size_t freed = b->base.size;
   if (b->uses == NULL) b = merge_pending(p, owner, b);
   b->seq = seq;
-  b->tag = owner->open;
-  owner->open_dirty = !owner->sync;
+  b->batch = rapi_clock_stamp(&owner->clock);
   for (rapi_use *u = b->uses; u != NULL; u = u->next) {
-    if (per_block(u->rs)) continue;   /* its tag is its token */
-    u->tag = u->rs->open;
-    u->rs->open_dirty = true;
+    if (per_block(u->rs)) continue;   /* a token, not a batch */
+    u->batch = rapi_clock_stamp(&u->rs->clock);
   }
   add_pending(p, owner, b, owner->fifo_tail, true);
   RAPI_TRACE("pending", p->bp.self, owner->r, ptr, freed, ",\"pb\":%zu", owner->pending_bytes);
@@ -241,7 +240,7 @@ static void flush_parked(rapi_bp *bp, rapi_block *parked) {
   ra_pool *p = (ra_pool *)(void *)((char *)bp - offsetof(ra_pool, bp));
   ra_block *b = ra_of(parked);
   b->base.state = RAPI_USED;   /* as its free found it */
-  if (b->owner->sync) free_now(p, b);
+  if (b->owner->clock.sync) free_now(p, b);
   else free_pending(p, b->owner, b, b->seq);
 }
 
@@ -256,11 +255,11 @@ static void flush_parked(rapi_bp *bp, rapi_block *parked) {
  * of a traced run is a "pending" line. */
 static RAPI_INLINE bool may_park(const ra_pool *p, const rstate *owner, const ra_block *b) {
   const rapi_block *prev = b->base.prev, *next = b->base.next;
-  if (owner->sync)
+  if (owner->clock.sync)
     return !rapi_bp_free_may_coalesce(&p->bp, &b->base) &&
            (RAPI_LIKELY(p->bp.resizable == NULL) ||
             (next != NULL && !(next->state == RAPI_FREE && next->next == NULL)));
-  if (owner->hot != NULL || owner->fences.count != 0 ||
+  if (owner->hot != NULL || owner->clock.fences.count != 0 ||
       owner->open_count + 1 >= RAPI_EAGER_FENCE || RAPI_UNLIKELY(rapi_tracing()))
     return false;
   size_t freed = b->base.size;
@@ -289,15 +288,15 @@ static RAPI_INLINE int ra_free(ra_pool *p, void *ptr, rap_resource *r) {
   owner->used_count--;
   rapi_bp_unmark_used(&p->bp, &b->base, slot);
   if (RAPI_LIKELY(b->uses == NULL) && may_park(p, owner, b)) {
-    if (!owner->sync) {   /* what the free does now that the pair undoes not */
+    if (!owner->clock.sync) {   /* what the free does now that the pair undoes not */
       b->seq = ++p->free_seq;
-      owner->open_dirty = true;
+      (void)rapi_clock_stamp(&owner->clock);
     }
     b->base.state = RAPI_DEFERRED;
     p->bp.deferred = &b->base;
     return RAP_OK;
   }
-  if (owner->sync && b->uses == NULL) free_now(p, b);
+  if (owner->clock.sync && b->uses == NULL) free_now(p, b);
   else free_pending(p, owner, b, ++p->free_seq);
   return RAP_OK;
 }
@@ -326,7 +325,7 @@ static int record_per_block(ra_pool *p, ra_block *b, rstate *rs) {
   if (u == NULL)
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a use record",
                      rap_allocator_name(p->bp.self));
-  int st = rs->r->ops->use_bind(rs->r, b->base.ptr, b->base.requested, &u->tag);
+  int st = rs->r->ops->use_bind(rs->r, b->base.ptr, b->base.requested, &u->token);
   if (st != RAP_OK) {
     rapi_slab_free(&p->use_recs, u);
     return st;
@@ -346,7 +345,7 @@ static RAPI_INLINE int ra_record_body(void *state, void *ptr, rap_resource *r) {
   rstate *rs = lookup(p, r);
   if (rs == NULL) return no_rstate(p, "rap_record_resource");
   if (per_block(rs)) return record_per_block(p, b, rs);
-  if (rs->sync || rs == b->owner) return RAP_OK;   /* already in order */
+  if (rs->clock.sync || rs == b->owner) return RAP_OK;   /* already in order */
   for (rapi_use *u = b->uses; u != NULL; u = u->next)
     if (u->rs == rs) return RAP_OK;
   rapi_use *u = rapi_slab_alloc(&p->use_recs);
@@ -354,7 +353,7 @@ static RAPI_INLINE int ra_record_body(void *state, void *ptr, rap_resource *r) {
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a use record",
                      rap_allocator_name(p->bp.self));
   u->rs = rs;
-  u->tag = 0;
+  u->batch = 0;
   u->next = b->uses;
   b->uses = u;
   rs->uses_out++;

@@ -41,7 +41,7 @@
 #ifndef RAP_RESOURCE_AWARE_POOL_H
 #define RAP_RESOURCE_AWARE_POOL_H
 
-#include "events/fence_ring.h"
+#include "events/batch_clock.h"
 #include "pool/pool.h"
 
 /* Pending blocks in one resource's open batch that make the pool fence the batch at once. */
@@ -61,7 +61,7 @@ typedef struct ra_block {
   rstate *owner;                     /* used or pending: the owning resource's state */
   struct rapi_use *uses;             /* other resources it was recorded on (record_resource) */
   struct ra_block *fifo_prev, *fifo_next; /* pending: the owner's list in deallocation order */
-  uint64_t tag;                      /* pending: the owner's batch number */
+  uint64_t batch;                    /* pending: the owner's batch (its clock's) */
   uint64_t seq;                      /* pending: deallocation order across owners */
 } ra_block;
 _Static_assert(sizeof(ra_block) <= 120, "the ResourceAwarePool's block record stays within 120 bytes");
@@ -73,19 +73,19 @@ static inline const ra_block *ra_of_const(const rapi_block *b) { return (const r
 
 typedef struct rapi_use {
   rstate *rs;
-  uint64_t tag;                   /* rs's batch at the block's deallocation */
+  union {                         /* per_block(rs): the token rs gave; else rs's batch at the */
+    uint64_t batch;               /* block's deallocation */
+    uint64_t token;
+  };
   struct rapi_use *next;
 } rapi_use;
 
 struct rstate {
   rap_resource *r;
   uintptr_t key;
-  bool sync;                      /* the host: every point of it has passed */
-  uint64_t open, done;            /* batches <= done have passed; open is not fenced yet */
-  bool open_dirty;                /* something carries the open batch number */
+  rapi_batch_clock clock;         /* its batches: open, passed, their fences (events/) */
   size_t open_count;              /* pending blocks of the open batch */
   unsigned ticks;                 /* deallocations, to poll now and then */
-  rapi_fence_ring fences;         /* recorded batches not known to have passed */
   ra_block *fifo_head, *fifo_tail;
   ra_block *hot;                  /* the last block freed here: pending, in the FIFO, not indexed */
   const ra_block *split_head;     /* the last hot block split for a smaller request, and what was */
@@ -118,14 +118,14 @@ typedef struct ra_pool {          /* its own fields first, beside the engine's h
 
 /* ---- batches and uses ------------------------------------------------------------------------ */
 
-static inline bool passed(const rstate *rs, uint64_t tag) { return rs->sync || tag <= rs->done; }
+static inline bool passed(const rstate *rs, uint64_t batch) { return rapi_clock_passed(&rs->clock, batch); }
 
 /* A resource whose uses are fenced per block, not per batch (the ipc resource of an exporting
- * platform: platforms/ipc.c): a use of it carries its token in tag, is asked whether it passed,
+ * platform: platforms/ipc.c): a use of it carries a token, not a batch, is asked whether it passed,
  * and is never waited for. */
 static inline bool per_block(const rstate *rs) { return rs->r->ops->use_passed != NULL; }
 
-static inline bool capturing(const rstate *rs) {
+static inline bool rs_capturing(const rstate *rs) {
   return __atomic_load_n(&rs->r->capturing, __ATOMIC_RELAXED) != 0;
 }
 
@@ -163,7 +163,7 @@ static inline void add_pending(ra_pool *p, rstate *rs, ra_block *b, ra_block *af
   rs->pending_bytes += b->base.size;
   if (b->uses != NULL) rs->pending_uses_bytes += b->base.size;
   rs->pending_count++;
-  rs->open_count += b->tag == rs->open;
+  rs->open_count += b->batch == rs->clock.open;
   p->bp.pending_bytes += b->base.size;
   p->bp.pending_count++;
 }
@@ -202,7 +202,7 @@ static inline ra_block *drop_pending(ra_pool *p, rstate *rs, ra_block *b) {
   rs->pending_bytes -= b->base.size;
   if (b->uses != NULL) rs->pending_uses_bytes -= b->base.size;
   rs->pending_count--;
-  rs->open_count -= b->tag == rs->open;
+  rs->open_count -= b->batch == rs->clock.open;
   p->bp.pending_bytes -= b->base.size;
   p->bp.pending_count--;
   return at;
@@ -276,9 +276,7 @@ int        rapi_ra_wait_all(ra_pool *p);                 /* host wait for every 
 int        rapi_ra_wait_for_block(ra_pool *p, rstate *rs, rstate *owner, ra_block *b, bool *host_waited);
 ra_block  *rapi_ra_find_waitable(ra_pool *p, rstate *rs, size_t size, rstate **owner);
 
-/* Moves rs->done past every fence that has completed, oldest first. */
-static inline int rapi_ra_query_fences(rstate *rs) {
-  return rapi_fence_ring_query(&rs->fences, rs->r, &rs->done);
-}
+/* Moves rs's clock past every fence that has completed, oldest first. */
+static inline int rapi_ra_query_fences(rstate *rs) { return rapi_clock_query(&rs->clock, rs->r); }
 
 #endif
