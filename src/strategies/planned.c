@@ -465,7 +465,7 @@ static int pl_init(rap_allocator *self, void *state, rap_options *opts) {
 }
 
 /* Every resource that freed cells has passed its last batch (waited for on the host). */
-static int settle(planned *p) {
+static int wait_all_batches(planned *p) {
   int first = RAP_OK;
   for (size_t s = 0; s < PL_MAX_RES; s++) {
     pl_res *rs = &p->res[s];
@@ -481,7 +481,7 @@ static int settle(planned *p) {
 
 static void pl_fini(rap_allocator *self, void *state) {
   planned *p = state;
-  if (p->arena != NULL && settle(p) != RAP_OK)
+  if (p->arena != NULL && wait_all_batches(p) != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: waiting for the arena's last users at teardown failed: %s",
             rap_allocator_name(self), rap_last_error());
   if (p->hits + p->misses + p->expected > 0)

@@ -5,7 +5,7 @@
  *
  * Offers the pair (resource_aware_pool.c, which holds the strategy's table) the table's entries
  * below; calls resource_aware_pending.c, and nothing in the pair or the miss path (a parked block
- * is settled through the engine's flush: unpark).
+ * is unparked through the engine's flush).
  */
 #include "strategies/resource_aware_pool.h"
 

@@ -7,7 +7,7 @@
  *
  * Offers the pair (resource_aware_pool.c) rapi_ra_take_own_or_free, rapi_ra_allocate_slow and
  * rapi_ra_fill_to_join; calls resource_aware_pending.c, and nothing in the pair or the life cycle
- * (a parked block is settled through the engine's flush: unpark).
+ * (a parked block is unparked through the engine's flush).
  */
 #include "strategies/resource_aware_pool.h"
 

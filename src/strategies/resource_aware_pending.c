@@ -92,28 +92,32 @@ int rapi_ra_poll_all(ra_pool *p, bool record) {
   return first;
 }
 
-/* Host-side wait for every fence: before out of memory and at teardown. The locks this thread
- * holds are let go while it waits (rapi_host_wait), so the pool may change meanwhile: each round
- * polls afresh, waits for one resource's newest fence, and callers start over after it. A queue's
- * own work cannot wait for that queue: it is skipped, and its blocks stay pending. */
+/* Host-side wait for every fence: before out of memory, at teardown and before sleep. The locks
+ * this thread holds are let go while it waits (rapi_host_wait), so the pool may change meanwhile:
+ * each round polls afresh and waits for one resource's newest fence. No bound on rounds: each one
+ * either waits for real work to pass or sets a resource aside, so without new frees from other
+ * threads it ends after at most two rounds a resource. A queue's own work cannot wait for that
+ * queue, nor for a queue that has waits of its own queued (rapi_host_wait: BUSY): such a resource
+ * is set aside for this call, and its blocks stay pending. */
 int rapi_ra_wait_all(ra_pool *p) {
-  uintptr_t skipped[16];   /* resources a queue's work may not wait for (rapi_host_wait: BUSY) */
-  unsigned nskipped = 0;
-  for (unsigned round = 0; round < 64; round++) {
+  uint64_t call = ++p->wait_all_calls;   /* marks the resources set aside by this call */
+  for (;;) {
     int st = rapi_ra_poll_all(p, true);
     if (st != RAP_OK) return st;
     rstate *rs = p->by_key;
-    for (; rs != NULL; rs = rs->hh.next) {
-      bool skip = rs->clock.fences.count == 0 || rs->r == rapi_current_queue;
-      for (unsigned i = 0; i < nskipped && !skip; i++) skip = skipped[i] == rs->key;
-      if (!skip) break;
-    }
+    while (rs != NULL && (rs->clock.fences.count == 0 || rs->r == rapi_current_queue ||
+                          rs->set_aside == call))
+      rs = rs->hh.next;
     if (rs == NULL) return RAP_OK;
+    uintptr_t key = rs->key;   /* rs may be gone once the wait let this thread's locks go */
     st = rapi_host_wait(rapi_clock_newest(&rs->clock));
-    if (st == RAP_ERR_BUSY && nskipped < 16) skipped[nskipped++] = rs->key;
-    else if (st != RAP_OK) return st;
+    if (st == RAP_ERR_BUSY) {
+      HASH_FIND(hh, p->by_key, &key, sizeof key, rs);
+      if (rs != NULL) rs->set_aside = call;
+    } else if (st != RAP_OK) {
+      return st;
+    }
   }
-  return rapi_ra_poll_all(p, false);
 }
 
 /* ---- cross_resource=wait -------------------------------------------------------------------- */

@@ -86,6 +86,7 @@ struct rstate {
   rapi_batch_clock clock;         /* its batches: open, passed, their fences (events/) */
   size_t open_count;              /* pending blocks of the open batch */
   unsigned ticks;                 /* deallocations, to poll now and then */
+  uint64_t set_aside;             /* the wait_all call that may not wait for it (rapi_ra_wait_all) */
   ra_block *fifo_head, *fifo_tail;
   ra_block *hot;                  /* the last block freed here: pending, in the FIFO, not indexed */
   const ra_block *split_head;     /* the last hot block split for a smaller request, and what was */
@@ -108,6 +109,7 @@ typedef struct ra_pool {          /* its own fields first, beside the engine's h
   uint64_t free_seq;              /* deallocations so far: orders pending blocks across owners */
   uint64_t poor_polled;           /* free_seq at the last poll before a poor fit */
   uint64_t peak_polled;           /* free_seq at the last poll before mapping holes past the peak */
+  uint64_t wait_all_calls;        /* rapi_ra_wait_all's calls so far */
   rstate *last;                   /* the resource of the last call: the hot path's lookup */
   rstate *recent[RA_RECENT];      /* the last few looked up in the hash: streams taking turns */
   unsigned recent_next;

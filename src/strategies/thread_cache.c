@@ -607,7 +607,7 @@ static int tc_resource_gone(void *state, rap_resource *r, int commit) {
     size_t left;
     RAPI_LOCKED(left, &t->lock, cached_of(t, r));
     if (left == 0 || commit) break;
-    if (RAPI_UNLIKELY(rapi_tc_settle_hook != NULL)) rapi_tc_settle_hook();
+    if (RAPI_UNLIKELY(rapi_tc_transit_hook != NULL)) rapi_tc_transit_hook();
     sched_yield();
   }
   if (commit) {

@@ -1341,7 +1341,7 @@ RAP_TEST(ThreadCache, ManagerDestroyCountsOnlyLiveBlocks) {
  * in that window the blocks are nobody's live blocks, so statistics count them as cached, the
  * queue (which owns no live block) can be destroyed, and so can the allocator. */
 extern void (*rapi_tc_transit_hook)(void);
-extern void (*rapi_tc_settle_hook)(void);
+extern void (*rapi_tc_transit_hook)(void);
 typedef struct transit {
   rap_allocator *tc;
   rap_resource *r;
@@ -1369,7 +1369,7 @@ static void transit_window(void) {
   gate_job(&the_transit.resume);
 }
 
-static void transit_settle(void) { gate_open(&the_transit.resume); }
+static void transit_resume(void) { gate_open(&the_transit.resume); }
 
 static transit *transit_start(rap_allocator *tc, rap_resource *r) {
   transit *t = &the_transit;
@@ -1388,7 +1388,7 @@ static void transit_end(transit *t) {
   gate_open(&t->resume);
   pthread_join(t->th, NULL);
   rapi_tc_transit_hook = NULL;
-  rapi_tc_settle_hook = NULL;
+  rapi_tc_transit_hook = NULL;
   gate_destroy(&t->cached);
   gate_destroy(&t->in_window);
   gate_destroy(&t->resume);
@@ -1400,7 +1400,7 @@ RAP_TEST(ThreadCache, BlocksOnTheirWayBackAreNotLive) {
   /* Read in the window, checked once the thread has gone on (a failed check leaves nothing held). */
   rap_stats s = tu_stats(x->tc), rq = tu_rstats(x->tc, x->q[1]), in = tu_stats(x->inner);
   /* q1 owns no live block: its destroy waits for the batch to land, then goes. */
-  rapi_tc_settle_hook = transit_settle;
+  rapi_tc_transit_hook = transit_resume;
   wd_call *c = wd_start(destroy_call, x->q[1]);
   int st = -1;
   gate *gates[] = {&t->resume};
