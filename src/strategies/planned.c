@@ -50,7 +50,9 @@ struct planned {
   size_t *req;                    /* live entry -> requested bytes */
   uint8_t *bind;                  /* plan stream -> resource slot + 1 */
   char *arena;
-  int arena_state;                /* 0 not taken yet, 1 held, -1 the parent refused it */
+  int arena_state;                /* 0 not taken yet, 1 held, -1 the parent refused it (asked
+                                     again at the iteration's first entry) */
+  uint64_t arena_refusals;        /* the parent's refusals of the arena so far */
   size_t pos, lookahead;
   unsigned missed;                /* misses in a row (PL_LOST and more: lost) */
   size_t confirm, confirmed;      /* matches in a row that end being lost; so far */
@@ -185,8 +187,9 @@ static void take_arena(planned *p) {
   int st = rap_allocate(p->parent, &a, (size_t)p->plan.arena, NULL);
   if (st != RAP_OK) {
     p->arena_state = -1;
-    rap_log(RAP_LOG_WARN, "%s: the parent refused the plan's arena of %llu bytes (%s): every request "
-            "goes to the parent", nm(p), (unsigned long long)p->plan.arena, rap_last_error());
+    rap_log(p->arena_refusals++ == 0 ? RAP_LOG_WARN : RAP_LOG_DEBUG, "%s: the parent refused the "
+            "plan's arena of %llu bytes (%s): requests go to the parent until the iteration's first "
+            "entry asks again", nm(p), (unsigned long long)p->plan.arena, rap_last_error());
     return;
   }
   p->arena = a;
@@ -232,6 +235,7 @@ static int serve(planned *p, size_t i, pl_res *rs, void **out, size_t bytes, rap
     RAPI_TRACE("miss", p->self, r, NULL, bytes, ",\"entry\":%zu", i);
     return from_parent(p, out, bytes, r);
   }
+  if (i == 0 && p->arena_state < 0) p->arena_state = 0;   /* a refusal may have been passing */
   if (p->arena_state == 0) take_arena(p);
   int ready = p->arena != NULL ? cells_ready(p, e, slot_of(p, rs)) : 0;
   if (ready < 0 && wait_cells(p, e, rs) == RAP_OK) ready = 1;
@@ -561,7 +565,7 @@ static int pl_release(void *state) {
 }
 
 /* Every owned cell's entry is live at its place and covers it; every live entry owns its cells. */
-static int pl_check(void *state) {
+static RAPI_INLINE int pl_check_body(void *state) {
   planned *p = state;
   size_t owned = 0, want = 0, live = 0;
   for (size_t c = 0; c < p->plan.ncells; c++) {
@@ -585,6 +589,12 @@ static int pl_check(void *state) {
     return rapi_fail(RAP_ERR_CORRUPT, "%s: %zu cells owned, %zu covered by %zu live planned blocks "
                      "(%zu counted)", nm(p), owned, want, live, planned_live(p));
   return rap_allocator_check(p->parent);
+}
+
+static int pl_check(void *state) {
+  int st;
+  RAPI_GUARDED(st, ((planned *)state)->self, "rap_allocator_check", pl_check_body(state));
+  return st;
 }
 
 static int pl_record_body(void *state, void *ptr, rap_resource *r) {

@@ -6,9 +6,12 @@
  * queue that freed a place behind a gate, with no sleeps.
  */
 #include "gate.h"
+#include "rap_testing.h"   /* the Fault calls */
+#include "stall.h"
 #include "test_util.h"
 #include "trace_plan.h"   /* tools/: the planner itself */
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -518,4 +521,75 @@ RAP_TEST(Planned, APlanFromOneRunServesASecond) {
   RAP_CHECK(wl.lo != NULL);
   if ((uint64_t)(wl.hi - wl.lo) > arena) rap_test_fail(__FILE__, __LINE__, "the last iteration spans %zu bytes, the arena is %llu", (size_t)(wl.hi - wl.lo), (unsigned long long)arena);
   pf_teardown(&f);
+}
+
+/* A second thread's check while the first is inside the pool (asking the parent for a block the
+ * plan does not place) is refused by the thread guard, as every other call is: it would read the
+ * live map mid-change. */
+RAP_TEST(Planned, CheckFromASecondThreadIsRefusedByTheGuard) {
+  char tp[256], pp[256], spec[600];
+  tp_path(tp, sizeof tp, "guard.jsonl");
+  tp_path(pp, sizeof pp, "guard.plan");
+  plan_domain d;
+  tiny_plan(tp, pp, &d, 0);
+  plan_domain_free(&d);
+  rap_manager *rm = tu_manager();
+  RAP_CHECK_OK(rap_strategy_register(rm, &stall_strategy));
+  snprintf(spec, sizeof spec, "Planned(Stall(HOST), plan=%s)", pp);
+  rap_allocator *a = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "planned", spec, &a));
+  void *mine = tu_alloc(a, 4000);   /* the main thread is the pool's owner */
+  stall_arm();
+  stall_caller c = {a, 5000, NULL, -100};
+  pthread_t t;
+  RAP_CHECK(pthread_create(&t, NULL, stall_call, &c) == 0);
+  gate_job(&stall_arrived);   /* the thread is inside Planned, waiting in its parent */
+  RAP_CHECK_STATUS(rap_allocator_check(a), RAP_ERR_BUSY);
+  RAP_CHECK_STR(rap_last_error(), "another thread is inside");
+  gate_open(&stall_gate);
+  RAP_CHECK(pthread_join(t, NULL) == 0);
+  RAP_CHECK_OK(c.st);
+  RAP_CHECK_OK(rap_allocator_check(a));
+  RAP_CHECK_OK(rap_deallocate(a, c.p, NULL));
+  RAP_CHECK_OK(rap_deallocate(a, mine, NULL));
+  gate_destroy(&stall_gate);
+  gate_destroy(&stall_arrived);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+  unlink(tp);
+  unlink(pp);
+}
+
+/* The parent refuses the arena once (a passing refusal: here the Fault strategy's): that
+ * iteration goes to the parent, and the next one's first entry asks for the arena again, so the
+ * plan serves from then on. */
+RAP_TEST(Planned, APassingRefusalOfTheArenaDoesNotEndThePlan) {
+  char tp[256], pp[256], spec[700];
+  tp_path(tp, sizeof tp, "refused.jsonl");
+  tp_path(pp, sizeof pp, "refused.plan");
+  plan_domain d;
+  tiny_plan(tp, pp, &d, 0);
+  plan_domain_free(&d);
+  rap_manager *rm = tu_manager();
+  snprintf(spec, sizeof spec, "Planned(Fault(ResourceAwarePool(HOST, initial_size=64KiB, "
+           "next_size=64KiB)), plan=%s)", pp);
+  pf f = {.rm = rm};
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "planned", spec, &f.a));
+  RAP_CHECK_OK(rap_resource_create_host_async(rm, &f.q1));
+  rap_allocator *fault = NULL;
+  RAP_CHECK_OK(rap_allocator_get(rm, "planned/Fault", &fault));
+  /* The first iteration: A goes to the parent (the cursor finds its place), then B's entry asks
+   * for the arena: the second request, refused. */
+  RAP_CHECK_OK(rap_fault_configure(fault, "fail_at=2"));
+  char *a, *b, *c;
+  run_tiny(&f, &a, &b, &c);
+  size_t before = 0, after = 0;
+  RAP_CHECK_OK(rap_fault_requests(fault, &before));
+  for (int it = 0; it < 3; it++) run_tiny(&f, &a, &b, &c);
+  RAP_CHECK_OK(rap_fault_requests(fault, &after));
+  RAP_CHECK_EQ(after - before, 1);   /* the arena, once; every block of the plan from it */
+  RAP_CHECK(b == a + 1024 && c == a);
+  RAP_CHECK_OK(rap_allocator_check(f.a));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+  unlink(tp);
+  unlink(pp);
 }

@@ -6,63 +6,12 @@
  * inside the pool (growing it) for as long as the test wants. No sleeps.
  */
 #include "gate.h"
+#include "stall.h"
 #include "test_util.h"
 
 #include <pthread.h>
 #include <rap/strategy.h>
 #include <string.h>
-
-typedef struct stall {
-  rap_allocator *parent;
-} stall;
-
-static gate stall_gate;          /* opened by the test */
-static gate stall_arrived;       /* opened by Stall when a thread is inside it */
-static int stall_armed;          /* atomic */
-
-static int stall_init(rap_allocator *self, void *state, rap_options *opts) {
-  (void)opts;
-  ((stall *)state)->parent = rap_allocator_parent(self);
-  rap_allocator_set_alignment(self, rap_allocator_alignment(rap_allocator_parent(self)));
-  return RAP_OK;
-}
-static void stall_fini(rap_allocator *self, void *state) {
-  (void)self;
-  (void)state;
-}
-static int stall_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
-  if (__atomic_exchange_n(&stall_armed, 0, __ATOMIC_ACQ_REL)) {
-    gate_open(&stall_arrived);
-    gate_job(&stall_gate);
-  }
-  return rap_allocate(((stall *)state)->parent, out, bytes, r);
-}
-static int stall_deallocate(void *state, void *ptr, rap_resource *r) {
-  return rap_deallocate(((stall *)state)->parent, ptr, r);
-}
-static int stall_stats(void *state, rap_stats *out) {
-  (void)state;
-  memset(out, 0, sizeof *out);
-  return RAP_OK;
-}
-static int stall_owns(void *state, const void *ptr) {
-  (void)state;
-  (void)ptr;
-  return 0;
-}
-
-static const rap_strategy stall_strategy = {
-    .version = RAP_STRATEGY_VERSION,
-    .name = "Stall",
-    .flags = RAP_STRATEGY_NEEDS_PARENT,
-    .state_size = sizeof(stall),
-    .init = stall_init,
-    .fini = stall_fini,
-    .allocate = stall_allocate,
-    .deallocate = stall_deallocate,
-    .stats = stall_stats,
-    .owns = stall_owns,
-};
 
 typedef struct grower {
   rap_allocator *pool;
@@ -102,9 +51,7 @@ static void collide_after(const char *spec, int expected, int handovers) {
     RAP_CHECK_OK(rap_deallocate(top, p, NULL));
   }
   void *mine = tu_alloc(top, 64);   /* the main thread used the pool first: it is its owner */
-  gate_init(&stall_gate);
-  gate_init(&stall_arrived);
-  __atomic_store_n(&stall_armed, 1, __ATOMIC_RELEASE);
+  stall_arm();
   grower g = {top, NULL, -100};
   pthread_t t;
   RAP_CHECK(pthread_create(&t, NULL, grow_in_pool, &g) == 0);
@@ -170,9 +117,7 @@ RAP_TEST(ThreadGuard, BiasLeftByAWrapperStillRefusesASecondThread) {
   RAP_CHECK_OK(rap_allocator_destroy(ts));
   /* Plain again: thread A comes in and stays inside; this thread, the last owner, is refused. */
   mine = tu_alloc(pool, 64);
-  gate_init(&stall_gate);
-  gate_init(&stall_arrived);
-  __atomic_store_n(&stall_armed, 1, __ATOMIC_RELEASE);
+  stall_arm();
   grower g = {pool, NULL, -100};
   RAP_CHECK(pthread_create(&t, NULL, grow_in_pool, &g) == 0);
   gate_job(&stall_arrived);
@@ -255,9 +200,7 @@ RAP_TEST(ThreadGuard, DestroyWhileAnotherThreadIsInsideIsRefused) {
   RAP_CHECK_OK(rap_strategy_register(rm, &stall_strategy));
   rap_allocator *pool = NULL;
   RAP_CHECK_OK(rap_allocator_make_spec(rm, "top", "QuickPool(Stall(HOST), initial_size=4KiB)", &pool));
-  gate_init(&stall_gate);
-  gate_init(&stall_arrived);
-  __atomic_store_n(&stall_armed, 1, __ATOMIC_RELEASE);
+  stall_arm();
   grower g = {pool, NULL, -100};
   pthread_t t;
   RAP_CHECK(pthread_create(&t, NULL, grow_in_pool, &g) == 0);
