@@ -44,8 +44,12 @@ const char *rap_strerror(int status) {
 
 const char *rap_last_error(void) { return last_error; }
 
+/* Formatted apart first: a caller may pass rap_last_error() itself as an argument (a sentence that
+ * adds its context to the last one), and vsnprintf may not write where it reads. */
 static int vfail(int status, const char *fmt, va_list ap) {
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  char sentence[sizeof last_error];
+  vsnprintf(sentence, sizeof sentence, fmt, ap);
+  memcpy(last_error, sentence, sizeof last_error);
   return status;
 }
 

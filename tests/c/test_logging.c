@@ -88,3 +88,20 @@ RAP_TEST(Logging, WrongResourceNamesBothResources) {
   RAP_CHECK_OK(rap_deallocate(pool, x, q1));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* A sentence may be made from the last one (a caller that adds its context): the result is the
+ * new words and the old sentence once, whole, with nothing left over from either. */
+RAP_TEST(Logging, ASentenceMadeFromTheLastOneIsWhole) {
+  RAP_CHECK_STATUS(rap_error_set(RAP_ERR_BACKEND, "the inner call failed: %s", "no such device"),
+                   RAP_ERR_BACKEND);
+  RAP_CHECK_STATUS(rap_error_set(RAP_ERR_BACKEND, "outer('%s'): %s", "x", rap_last_error()),
+                   RAP_ERR_BACKEND);
+  RAP_CHECK(strcmp(rap_last_error(), "outer('x'): the inner call failed: no such device") == 0);
+  char longer[600];
+  memset(longer, 'w', sizeof longer - 1);
+  longer[sizeof longer - 1] = '\0';
+  (void)rap_error_set(RAP_ERR_BACKEND, "%s", longer);   /* cut at the buffer's end */
+  (void)rap_error_set(RAP_ERR_BACKEND, "again: %s", rap_last_error());
+  RAP_CHECK(strncmp(rap_last_error(), "again: www", 10) == 0);
+  RAP_CHECK(strspn(rap_last_error() + 7, "w") == strlen(rap_last_error()) - 7);
+}
