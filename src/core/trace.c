@@ -346,17 +346,44 @@ static int expand_path(const char *path, char *out, size_t cap) {
 
 /* The file is opened without truncating it, so that a path that cannot be opened refuses with the
  * trace already open untouched; it is truncated once the old trace (maybe the same file) is closed. */
+/* RAP_TRACE_MAX_ENTRIES: 0 where unset (the whole trace goes to the file), else lines 1 to 1e8. */
+static int ring_entries(size_t *entries) {
+  *entries = 0;
+  const char *max = getenv("RAP_TRACE_MAX_ENTRIES");
+  if (max == NULL || *max == '\0') return RAP_OK;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(max, &end, 10);
+  if (*end != '\0' || errno != 0 || v == 0 || v > 100000000ull || *max == '-')
+    return rapi_fail(RAP_ERR_INVALID, "rap_trace_start: RAP_TRACE_MAX_ENTRIES is a number of lines from "
+                     "1 to 100000000, not '%s'; nothing was changed", max);
+  *entries = (size_t)v;
+  return RAP_OK;
+}
+
+/* What can refuse comes first (the ring's size and memory, the file's open), so that a refused
+ * start changes nothing: a trace already open goes on. */
 int rap_trace_start(const char *path) {
   if (path == NULL || *path == '\0') return rapi_fail(RAP_ERR_INVALID, "rap_trace_start: path is empty");
   char name[4096];
   if (expand_path(path, name, sizeof name) != RAP_OK) return RAP_ERR_INVALID;
   path = name;
+  size_t entries;
+  int status = ring_entries(&entries);
+  if (status != RAP_OK) return status;
+  ring_slot *slots = entries ? rapi_calloc(entries, sizeof *slots) : NULL;
+  if (entries && slots == NULL)
+    return rapi_fail(RAP_ERR_NOMEM, "rap_trace_start: out of host memory for a ring of %zu lines; "
+                     "nothing was changed", entries);
   pthread_mutex_lock(&control_lock);
   int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) {
     pthread_mutex_unlock(&control_lock);
-    return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot open '%s' for writing", path);
+    free(slots);
+    return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot open '%s' for writing; nothing was "
+                     "changed", path);
   }
+  /* The open trace ends before the file is truncated: it may be this very file. */
   bool failed;
   int old = take_trace_file(&failed);
   if (old >= 0) close(old);
@@ -365,30 +392,10 @@ int rap_trace_start(const char *path) {
   if (regular && ftruncate(fd, 0) != 0) {
     close(fd);
     pthread_mutex_unlock(&control_lock);
+    free(slots);
     return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot truncate '%s'; tracing is off", path);
   }
   install_handlers();
-  size_t entries = 0;
-  const char *max = getenv("RAP_TRACE_MAX_ENTRIES");
-  if (max != NULL && *max != '\0') {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(max, &end, 10);
-    if (*end != '\0' || errno != 0 || v == 0 || v > 100000000ull || *max == '-') {
-      close(fd);
-      pthread_mutex_unlock(&control_lock);
-      return rapi_fail(RAP_ERR_INVALID, "rap_trace_start: RAP_TRACE_MAX_ENTRIES is a number of lines from "
-                       "1 to 100000000, not '%s'; tracing is off", max);
-    }
-    entries = (size_t)v;
-  }
-  ring_slot *slots = entries ? rapi_calloc(entries, sizeof *slots) : NULL;
-  if (entries && slots == NULL) {
-    close(fd);
-    pthread_mutex_unlock(&control_lock);
-    return rapi_fail(RAP_ERR_NOMEM, "rap_trace_start: out of host memory for a ring of %zu lines; tracing "
-                     "is off", entries);
-  }
   pthread_mutex_lock(&trace_lock);
   trace_len = header(trace_buf, sizeof trace_buf);
   ring = slots;

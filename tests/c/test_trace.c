@@ -237,6 +237,40 @@ RAP_TEST(Trace, StartOnTheOpenFileBeginsItAfresh) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+/* A start refused (RAP_TRACE_MAX_ENTRIES that is no number, a file that cannot be opened) changes
+ * nothing: the trace already open goes on, and the file it was given keeps what it held. */
+RAP_TEST(Trace, ARefusedStartChangesNothing) {
+  char open_one[256], other[256];
+  temp_path(open_one, sizeof open_one, "kept-open.jsonl");
+  temp_path(other, sizeof other, "not-truncated.txt");
+  FILE *f = fopen(other, "w");
+  RAP_CHECK(f != NULL);
+  fputs("what the file held\n", f);
+  RAP_CHECK(fclose(f) == 0);
+  rap_manager *rm = tu_manager();
+  rap_allocator *a = tu_make(rm, "qp", "QuickPool", "HOST", NULL);
+  RAP_CHECK_OK(rap_trace_start(open_one));
+  void *p = tu_alloc(a, 100);
+  setenv("RAP_TRACE_MAX_ENTRIES", "lots", 1);
+  int st = rap_trace_start(other);
+  unsetenv("RAP_TRACE_MAX_ENTRIES");
+  RAP_CHECK_STATUS(st, RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "nothing was changed");
+  RAP_CHECK_STATUS(rap_trace_start("/nonexistent-dir/x.jsonl"), RAP_ERR_BACKEND);
+  RAP_CHECK_OK(rap_deallocate(a, p, NULL));   /* still traced, into the first file */
+  RAP_CHECK_OK(rap_trace_stop());
+  char *one = slurp(open_one), *two = slurp(other);
+  RAP_CHECK(one != NULL && two != NULL);
+  RAP_CHECK(strstr(one, "\"ev\":\"alloc\",\"a\":\"qp\"") != NULL);
+  RAP_CHECK(strstr(one, "\"ev\":\"dealloc\",\"a\":\"qp\"") != NULL);
+  RAP_CHECK(strcmp(two, "what the file held\n") == 0);
+  free(one);
+  free(two);
+  remove(open_one);
+  remove(other);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 /* "%p" in the path is the process id, with "-rank<R>" where RANK is set; "%%" is "%". */
 RAP_TEST(Trace, PercentPIsTheProcessAndItsRank) {
   char pattern[256], want[300];
