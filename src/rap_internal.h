@@ -403,6 +403,8 @@ struct rap_allocator {
   char *name;
   size_t alignment;
   size_t children;
+  size_t holders;                 /* atomic: allocators over it, at any depth, that hand out its
+                                     memory without asking it (not RAP_STRATEGY_PASS_THROUGH) */
   uint64_t seq;                   /* creation order: children are always newer than parents */
   rap_allocator *next;            /* manager's list, newest first */
   rap_oom_handler oom;            /* atomic; rap_allocator_set_oom_handler */

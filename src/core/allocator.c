@@ -386,6 +386,13 @@ int rap_allocator_sleep(rap_allocator *a, int mode) {
                      mode);
   if (a->strategy->version < 4 || a->strategy->sleep == NULL)
     return cannot_sleep("rap_allocator_sleep", a);
+  size_t holders = __atomic_load_n(&a->holders, __ATOMIC_RELAXED);
+  if (holders > 0 && mode != RAP_SLEEP_PREPARE)
+    return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): %zu allocator%s made over it hand%s "
+                     "out its memory without asking it (a ThreadCache, a Planned, a pool), and would "
+                     "hand out unmapped memory while it sleeps; only ThreadSafe, SizeLimiter and Fault "
+                     "pass every call through. Sleep the chain from its top, with nothing else over "
+                     "it", a->name, holders, holders == 1 ? "" : "s", holders == 1 ? "s" : "");
   int st = a->strategy->sleep(a->state, mode);
   if (st == RAP_OK && mode != RAP_SLEEP_PREPARE) mark_asleep(a, 1);
   return RAPI_UNLIKELY(rapi_debug_level() > 0) ? debugged(a, "rap_allocator_sleep", st) : st;

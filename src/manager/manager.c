@@ -43,6 +43,15 @@ static size_t live_blocks(rap_allocator *a, size_t *bytes, size_t *pending) {
   return s.allocation_count;
 }
 
+/* An allocator that may hand out its parent's memory without asking (a pool, a cache, a plan: any
+ * strategy that is not a pass-through) counts as a holder on every allocator under it, so that
+ * sleep can refuse where memory would be handed out unmapped (rap_allocator_sleep). */
+static void count_holder(rap_allocator *a, int delta) {
+  if (a->strategy->flags & RAP_STRATEGY_PASS_THROUGH) return;
+  for (rap_allocator *y = a->parent; y != NULL; y = y->parent)
+    __atomic_add_fetch(&y->holders, (size_t)(ptrdiff_t)delta, __ATOMIC_RELAXED);
+}
+
 /* Unlinked first, so nobody finds it while its teardown waits (which may let the manager's lock
  * go, see rapi_host_wait); its parent counts it until the chunks went back. */
 static void unlink_and_free(rap_allocator *a) {
@@ -56,6 +65,7 @@ static void unlink_and_free(rap_allocator *a) {
   a->strategy->fini(a, a->state);
   rapi_observers_free(a);   /* after fini: its chunks' unmaps were told */
   if (a->parent) a->parent->children--;
+  count_holder(a, -1);
   free(a->state);
   free(a->name);
   free(a);
@@ -224,6 +234,7 @@ static int create_locked(rap_manager *rm, const char *name, const rap_strategy *
     return rapi_fail(RAP_ERR_NOMEM, "rap_allocator_make('%s'): out of host memory", name);
   }
   if (parent) parent->children++;
+  count_holder(a, 1);
   *out = a;
   return RAP_OK;
 }

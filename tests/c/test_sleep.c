@@ -493,3 +493,33 @@ RAP_TEST(Sleep, TheManagerFreesASleepingPool) {
   RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_BACKUP));
   RAP_CHECK_STATUS(rap_manager_destroy(rm), RAP_ERR_BUSY);   /* a block leaked, as any */
 }
+
+/* A pool with an allocator over it that hands out its memory without asking it (a ThreadCache's
+ * cached block, Planned's arena) refuses to sleep when asked by its own name: asleep, its memory
+ * would be unmapped while the one over it kept handing it out. Nothing changes; once that
+ * allocator is gone the pool sleeps. ThreadSafe over it passes every call through: no refusal. */
+RAP_TEST(Sleep, APoolWithACacheOverItRefusesToSleepByItsOwnName) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *cache = NULL, *pool = NULL, *safe = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "w", "ThreadCache(ResourceAwarePool(HOST_VMM))", &cache));
+  RAP_CHECK_OK(rap_allocator_get(rm, "w/ResourceAwarePool", &pool));
+  void *p = tu_alloc(cache, 1000);
+  RAP_CHECK_OK(rap_deallocate(cache, p, NULL));   /* cached by the ThreadCache */
+  RAP_CHECK_STATUS(rap_allocator_sleep(pool, RAP_SLEEP_BACKUP), RAP_ERR_BUSY);
+  RAP_CHECK_STR(rap_last_error(), "rap_allocator_sleep('w/ResourceAwarePool'): 1 allocator made over "
+                "it hands out its memory without asking it");
+  RAP_CHECK_EQ(rap_allocator_is_asleep(pool), 0);
+  void *q = tu_alloc(cache, 1000);   /* the cached block, in memory still mapped */
+  RAP_CHECK(q == p);
+  memset(q, 7, 1000);
+  RAP_CHECK_OK(rap_deallocate(cache, q, NULL));
+  RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_PREPARE));   /* no unmap: allowed */
+  RAP_CHECK_OK(rap_allocator_destroy(cache));
+  RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_DISCARD));   /* nothing over it now */
+  RAP_CHECK_OK(rap_allocator_wake(pool));
+  RAP_CHECK_OK(rap_allocator_make(rm, "safe", "ThreadSafe", "w/ResourceAwarePool", NULL, &safe));
+  RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_DISCARD));
+  RAP_CHECK_OK(rap_allocator_wake(pool));
+  RAP_CHECK_OK(rap_allocator_destroy(safe));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
