@@ -33,6 +33,10 @@ typedef struct rap_host_async_view {
 } rap_host_async_view;
 int  rap_host_async_view_of(rap_resource *r, rap_host_async_view *out);
 
+/* The thread guard's membarrier registration, without making it: 1 registered, -1 the kernel has
+ * none, 0 not asked yet (rap_manager_create asks). */
+int  rap_guard_membarrier_state(void);
+
 RAP_API_END
 #ifdef __cplusplus
 }

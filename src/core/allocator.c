@@ -5,6 +5,7 @@
  * more; on, every public call on an allocator goes through debugged(), below.
  */
 #include "rap_internal.h"
+#include "rap_testing.h"   /* rap_guard_membarrier_state */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,8 @@ bool rapi_membarrier_ready(void) {
   }
   return ok > 0;
 }
+
+int rap_guard_membarrier_state(void) { return __atomic_load_n(&membarrier_ok, __ATOMIC_ACQUIRE); }
 
 void rapi_membarrier(void) { (void)syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0); }
 

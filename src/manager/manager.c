@@ -18,6 +18,9 @@ int rap_manager_create(rap_manager **out) {
   if (out == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_manager_create: out is NULL");
   rapi_debug_read_env();
   rapi_trace_read_env();
+  /* The thread guard's membarrier registration (milliseconds in a process with threads): here, once
+   * per process, rather than in the first allocation that changes a pool's thread. */
+  (void)rapi_membarrier_ready();
   rap_manager *rm = rapi_calloc(1, sizeof *rm);
   if (rm == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_manager_create: out of host memory");
   if (pthread_mutex_init(&rm->lock, NULL) != 0) {

@@ -6,6 +6,7 @@
  * inside the pool (growing it) for as long as the test wants. No sleeps.
  */
 #include "gate.h"
+#include "rap_testing.h"   /* the guard's membarrier state */
 #include "stall.h"
 #include "test_util.h"
 
@@ -224,5 +225,13 @@ RAP_TEST(ThreadGuard, DestroyWhileAnotherThreadIsInsideIsRefused) {
   RAP_CHECK_OK(rap_allocator_destroy(pool));
   gate_destroy(&stall_gate);
   gate_destroy(&stall_arrived);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* The guard's membarrier registration costs milliseconds in a process with threads: it is made
+ * when the manager is created, not in the first allocation that changes a pool's thread. */
+RAP_TEST(ThreadGuard, MembarrierIsRegisteredWithTheManagerNotAtAnAllocation) {
+  rap_manager *rm = tu_manager();
+  RAP_CHECK(rap_guard_membarrier_state() != 0);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
