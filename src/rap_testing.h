@@ -8,6 +8,8 @@
 #define RAP_TESTING_H
 
 #include <rap/rap.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,16 +28,38 @@ int  rap_fault_requests(rap_allocator *fault, size_t *out);   /* allocation requ
  * counts the jobs submitted and not yet run to their end; host_blocked says a thread outside every
  * queue waits for this queue to reach a point it has not reached (a pool waiting on the host for
  * an event, rap_resource_synchronize); worker_blocked says this queue's worker waits for another
- * host_async queue to reach a point that one has not reached (a queued wait). */
+ * host_async queue to reach a point that one has not reached (a queued wait). A point of a queue
+ * is a count of its jobs: submitted counts those submitted so far, completed those run to their
+ * end, and an event recorded when submitted was N completes once completed reaches N. */
 typedef struct rap_host_async_view {
   size_t unfinished;
   bool host_blocked, worker_blocked;
+  uint64_t submitted, completed;
 } rap_host_async_view;
 int  rap_host_async_view_of(rap_resource *r, rap_host_async_view *out);
 
 /* The thread guard's membarrier registration, without making it: 1 registered, -1 the kernel has
  * none, 0 not asked yet (rap_manager_create asks). */
 int  rap_guard_membarrier_state(void);
+
+/* Hooks for a test that runs every queue only when it says so (the model-based fuzzer,
+ * tests/fuzz): host_wait is called in place of each wait of a thread outside every queue for
+ * queue r to reach point `point` (a pool's wait for an event, rap_resource_synchronize), with no
+ * lock held, and again until r has reached it, so it may let r run and then wait itself (with
+ * rap_host_async_wait_until); wait_queued is called when queue r queues a wait for an event of
+ * another resource, target, recorded at its point `point` (a host_async target's event completes
+ * once target reaches it). Either may be NULL. Set them while no host_async queue exists; NULL
+ * hooks restore the library's own waits. */
+typedef struct rap_host_async_hooks {
+  void (*host_wait)(void *ctx, rap_resource *r, uint64_t point);
+  void (*wait_queued)(void *ctx, rap_resource *r, rap_resource *target, uint64_t point);
+  void *ctx;
+} rap_host_async_hooks;
+int  rap_host_async_set_hooks(const rap_host_async_hooks *hooks);
+
+/* Waits until queue r reaches `point` or `seconds` have passed, whichever comes first, and says
+ * which in *reached; the host_wait hook is not called. */
+int  rap_host_async_wait_until(rap_resource *r, uint64_t point, unsigned seconds, bool *reached);
 
 RAP_API_END
 #ifdef __cplusplus

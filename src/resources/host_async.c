@@ -11,7 +11,9 @@
 #include "rap_internal.h"
 #include "rap_testing.h"
 
+#include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 
 typedef struct job {
   void (*fn)(void *);
@@ -37,6 +39,7 @@ typedef struct host_async {
 } host_async;
 
 static const rapi_resource_ops host_async_ops;
+static rap_host_async_hooks hooks;   /* tests only (rap_host_async_set_hooks); set while no queue exists */
 
 static void *worker(void *arg) {
   host_async *q = arg;
@@ -105,8 +108,18 @@ static int wait_for(host_async *q, uint64_t seq, const char *fn) {
     worker->worker_wait_seq = seq;
     pthread_mutex_unlock(&worker->lock);
   }
+  /* A test's host_wait hook (rap_testing.h) waits in the library's place: it may let q run first. */
+  bool hooked = rapi_current_queue == NULL && hooks.host_wait != NULL;
   pthread_mutex_lock(&q->lock);
-  while (q->completed < seq) pthread_cond_wait(&q->done, &q->lock);
+  while (q->completed < seq) {
+    if (!hooked) {
+      pthread_cond_wait(&q->done, &q->lock);
+      continue;
+    }
+    pthread_mutex_unlock(&q->lock);
+    hooks.host_wait(hooks.ctx, &q->base, seq);
+    pthread_mutex_lock(&q->lock);
+  }
   if (rapi_current_queue == NULL && --q->host_waiters == 0) q->host_wait_seq = 0;
   pthread_mutex_unlock(&q->lock);
   if (worker != NULL) {
@@ -168,6 +181,7 @@ static void run_wait(void *arg) {
 
 static int ha_wait(rap_resource *r, rapi_event *e) {
   if (e->r == r) return RAP_OK;   /* one queue is already in order */
+  if (hooks.wait_queued != NULL) hooks.wait_queued(hooks.ctx, r, e->r, e->seq);
   rapi_event *copy = rapi_malloc(sizeof *copy);
   if (copy == NULL) return rapi_fail(RAP_ERR_NOMEM, "host_async: out of host memory for a wait");
   *copy = *e;
@@ -223,6 +237,8 @@ int rap_host_async_view_of(rap_resource *r, rap_host_async_view *out) {
   host_async *q = (host_async *)r;
   pthread_mutex_lock(&q->lock);
   out->unfinished = (size_t)(q->submitted - q->completed);
+  out->submitted = q->submitted;
+  out->completed = q->completed;
   out->host_blocked = q->host_waiters > 0 && q->completed < q->host_wait_seq;
   rap_resource *other = q->worker_waits_on;
   uint64_t seq = q->worker_wait_seq;
@@ -236,6 +252,28 @@ int rap_host_async_view_of(rap_resource *r, rap_host_async_view *out) {
     pthread_mutex_unlock(&o->lock);
     rapi_resource_unref(other);
   }
+  return RAP_OK;
+}
+
+int rap_host_async_set_hooks(const rap_host_async_hooks *h) {
+  static const rap_host_async_hooks none;
+  hooks = h != NULL ? *h : none;
+  return RAP_OK;
+}
+
+int rap_host_async_wait_until(rap_resource *r, uint64_t point, unsigned seconds, bool *reached) {
+  if (r == NULL || reached == NULL || r->ops != &host_async_ops)
+    return rapi_fail(RAP_ERR_INVALID,
+                     "rap_host_async_wait_until: not a host_async resource, or reached is NULL");
+  host_async *q = (host_async *)r;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += seconds;
+  pthread_mutex_lock(&q->lock);
+  while (q->completed < point && pthread_cond_timedwait(&q->done, &q->lock, &until) != ETIMEDOUT) {
+  }
+  *reached = q->completed >= point;
+  pthread_mutex_unlock(&q->lock);
   return RAP_OK;
 }
 

@@ -1,7 +1,7 @@
 /* ipc_driver.h — drives the importer process of the memory-across-processes tests (ipc_peer.c)
  * through pipes, one command a line, for the host tests (test_ipc.c) and the CUDA ones
- * (test_cuda_ipc.c), and the checks they share. File descriptor 3 of the peer is a gate its CPU
- * queue waits on ("close I gated"). */
+ * (tests/cuda/test_cuda_ipc.c), and the checks they share. File descriptor 3 of the peer is a gate
+ * its CPU queue waits on ("close I gated"). */
 #ifndef RAP_TEST_IPC_DRIVER_H
 #define RAP_TEST_IPC_DRIVER_H
 

@@ -4,7 +4,7 @@
  * owner freed without a resource, pending, and records no event on the owner until the capture
  * ends. The flag is set here as rap_resource_cuda_begin_capture sets it, on a host_async queue, so
  * that the rule is proven where there is no GPU; the GPU tests capture a real stream
- * (test_cuda_stream_ordered.c).
+ * (tests/cuda/test_cuda_stream_ordered.c).
  */
 #include "rap_internal.h"
 #include "test_util.h"

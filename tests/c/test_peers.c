@@ -1,7 +1,7 @@
 /* test_peers.c — device memory refuses the streams of devices not given access to it: the check
  * every call with a resource makes, without a GPU. A CPU queue stands in for a stream of device 1
  * and the HOST platform for memory of device 0 (the fields a GPU platform and a GPU resource set);
- * the real thing, with kernels on two devices, is test_cuda_peers.c. */
+ * the real thing, with kernels on two devices, is tests/cuda/test_cuda_peers.c. */
 #include "rap_internal.h"
 #include "test_util.h"
 

@@ -7,8 +7,8 @@
  * SizeLimiter, ThreadSafe), built with rap_allocator_make_spec. Resources are the host and three
  * host_async queues; a queue is made busy by a closed gate and runs when the input says so, so a run
  * is the same every time. When the host blocks inside a pool call (the pool waits for pending
- * events before reporting out of memory, or a host-side cross-resource wait), the hook in
- * fz_host_async.c lets every queue run, and the model is told.
+ * events before reporting out of memory, or a host-side cross-resource wait), its host_wait hook
+ * (src/rap_testing.h) lets every queue run, and the model is told.
  *
  * Lifecycle (configuration bit 0x80 of byte 4; inputs without it decode as before): the pool may
  * also be a FixedPool (over HOST or over the pool) or one pool over another, and opcode bytes from
@@ -48,26 +48,22 @@
 
 #include <rap/rap.h>
 #include <rap/strategy.h>
-#include "rap_testing.h"   /* the Fault calls */
+#include "rap_testing.h"   /* the Fault calls, the host_async hooks and views */
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int rap_fuzz_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
 int fz_queue_waits(rap_resource *r, rap_resource *const *queues, int n, unsigned *mask,
                    bool (*blocked)(rap_resource *target, uint64_t seq));
 uint64_t fz_queue_submitted(rap_resource *r);
 extern size_t fz_unheld_waits;
-void fz_queue_instrument(rap_resource *r);
+void fz_wait_queued(void *ctx, rap_resource *r, rap_resource *target, uint64_t point);
 void fz_queue_forget_waits(void);
 void fz_queue_forget(rap_resource *r);
-int fz_queue_of(const pthread_cond_t *c, rap_resource *const *queues, int n);
 void fz_report(FILE *out);
 
 enum { K_QUICK, K_DPL, K_RAP, K_FIXED, K_COUNT };
@@ -192,13 +188,22 @@ static void free_gates(int q) {
   R.gates[q] = NULL;
 }
 
-/* Every wait of the host resource in host_async goes through here. Inside a pool call the host is
- * about to wait for a queue: let every queue run (R.precise: only the queue it waits for and what
- * that one waits for, so that the others keep their order). No wait of the driver's own thread
- * may take long, since every gate it waits behind is open: one that does is reported. */
-int rap_fuzz_cond_wait(pthread_cond_t *c, pthread_mutex_t *m) {
-  if (!pthread_equal(pthread_self(), fz_main)) return pthread_cond_wait(c, m);
-  int k = fz_queue_of(c, R.res + 1, FZ_QUEUES);
+/* The host_wait hook (src/rap_testing.h): every wait of the host for a host_async queue comes here,
+ * and again until the queue reaches the point. Inside a pool call the host is about to wait for a
+ * queue: let every queue run (R.precise: only the queue it waits for and what that one waits for,
+ * so that the others keep their order). No wait of the driver's own thread may take long, since
+ * every gate it waits behind is open: one in which the queue finishes no job for FZ_STUCK_SECONDS
+ * is reported. */
+static void host_wait(void *ctx, rap_resource *r, uint64_t point) {
+  (void)ctx;
+  bool reached = false;
+  if (!pthread_equal(pthread_self(), fz_main)) {
+    rap_host_async_wait_until(r, point, FZ_STUCK_SECONDS, &reached);
+    return;
+  }
+  int k = 0;
+  for (int q = 1; q <= FZ_QUEUES && k == 0; q++)
+    if (R.res[q] == r) k = q;
   if (R.in_call) {
     unsigned set = ALL_QUEUES;
     if (R.precise && k > 0) set = m_fwd_closure(&R.m, k);
@@ -209,15 +214,17 @@ int rap_fuzz_cond_wait(pthread_cond_t *c, pthread_mutex_t *m) {
       R.blocked_set |= set;
     }
   }
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += FZ_STUCK_SECONDS;
-  int rc = pthread_cond_timedwait(c, m, &until);
-  if (rc == ETIMEDOUT)
+  rap_host_async_view before, after;
+  expect_status(rap_host_async_view_of(r, &before), RAP_OK, "rap_host_async_view_of");
+  expect_status(rap_host_async_wait_until(r, point, FZ_STUCK_SECONDS, &reached), RAP_OK,
+                "rap_host_async_wait_until");
+  expect_status(rap_host_async_view_of(r, &after), RAP_OK, "rap_host_async_view_of");
+  if (!reached && after.completed == before.completed)
     fail("the host has waited %d s for %s%d, which should have run everything by then (every gate "
-         "it waits behind is open)", FZ_STUCK_SECONDS, k > 0 ? "queue " : "an unknown condition ", k);
-  return rc;
+         "it waits behind is open)", FZ_STUCK_SECONDS, k > 0 ? "queue " : "an unknown queue ", k);
 }
+
+static const rap_host_async_hooks hooks = {.host_wait = host_wait, .wait_queued = fz_wait_queued};
 
 static void sync_queue(int q) {
   open_gates(q);
@@ -429,7 +436,6 @@ static void build(void) {
   expect_status(rap_resource_host(R.rm, &R.res[0]), RAP_OK, "rap_resource_host");
   for (int q = 1; q <= FZ_QUEUES; q++) {
     expect_status(rap_resource_create_host_async(R.rm, &R.res[q]), RAP_OK, "rap_resource_create_host_async");
-    fz_queue_instrument(R.res[q]);
   }
 }
 
@@ -1032,7 +1038,6 @@ static void op_destroy_queue(unsigned which, unsigned how) {
       tc_destroy_flushes += ac.cached_count < bc.cached_count;
     }
     expect_status(rap_resource_create_host_async(R.rm, &R.res[q]), RAP_OK, "rap_resource_create_host_async");
-    fz_queue_instrument(R.res[q]);
   } else {
     lc_refused++;
     pass_set(set);
@@ -1245,6 +1250,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (getenv("RAP_FUZZ_VMM") != NULL) rap_fuzz_vmm = 1;
   fz_queue_forget_waits();
   fz_main = pthread_self();
+  rap_host_async_set_hooks(&hooks);
   build();
   inputs_run[R.kind]++;
   if (R.m.cross_wait) inputs_run[K_COUNT]++;

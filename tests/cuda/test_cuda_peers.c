@@ -2,11 +2,11 @@
  * given access (cudaMalloc'd chunks, StreamOrdered's pool, DeviceVmm's mappings), then kernels on
  * device 1 read and write device 0's blocks; taken back, refused again; cross_resource=wait between
  * streams of two devices; one pool used by streams of both. Needs two CUDA devices with a peer path
- * between them, and skips otherwise (the refusals without a GPU are in test_peers.c).
+ * between them, and skips otherwise (the refusals without a GPU are in tests/c/test_peers.c).
  */
-#include "../cuda/kernels.h"
+#include "../c/rap_test.h"
+#include "kernels.h"
 #include "rap_internal.h"
-#include "rap_test.h"
 
 #include <cuda_runtime_api.h>
 #include <rap/cuda.h>

@@ -5,8 +5,8 @@
  * replayed and compared with the same work run eagerly, and a user's wrapper that the capture may
  * use only when it says it keeps no blocks. CUDA only; skips without a device.
  */
-#include "../cuda/gpu_test.h"
-#include "../cuda/kernels.h"
+#include "gpu_test.h"
+#include "kernels.h"
 #include "rap_internal.h"
 
 #include <rap/strategy.h>

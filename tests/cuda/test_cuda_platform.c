@@ -1,9 +1,9 @@
 /* test_cuda_platform.c — DEVICE, DEVICE::N, PINNED and UM on a real GPU, alone and under QuickPool.
  * Each test skips with a message where no device is usable, but the one that checks that the
  * message says why (no driver, a driver too old, no device). One source for CUDA and HIP: a HIP
- * build compiles it spelled for HIP (../cuda/gpu_test.h), as suites HipPlatform and HipQuickPool.
+ * build compiles it spelled for HIP (gpu_test.h), as suites HipPlatform and HipQuickPool.
  */
-#include "../cuda/gpu_test.h"
+#include "gpu_test.h"
 
 #include <stdio.h>
 #include <string.h>

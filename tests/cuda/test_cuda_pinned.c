@@ -3,8 +3,8 @@
  * device pointer while the host reads and writes it through its own. CUDA only; skips without a
  * device.
  */
-#include "../cuda/gpu_test.h"
-#include "../cuda/kernels.h"
+#include "gpu_test.h"
+#include "kernels.h"
 #include "rap_internal.h"
 
 #include <string.h>

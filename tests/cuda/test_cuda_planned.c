@@ -3,8 +3,8 @@
  * queued on the GPU (no host block), so the taker's kernel runs after the writer's. The plan is
  * written here: two entries of 4 MiB at the same place, on two streams. Skips without a device.
  */
-#include "../cuda/gpu_test.h"
-#include "../cuda/kernels.h"
+#include "gpu_test.h"
+#include "kernels.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -3,11 +3,11 @@
  * no event recorded, and lifetimes: streams destroyed after many threads used them, a queued wait
  * outliving the stream it waits for; the same rule under a ThreadCache, with frees from other
  * threads and streams going while caches hold blocks. Skips where no device is usable. A HIP build
- * runs the same source on HIP streams (../cuda/gpu_test.h: suites HipResourceAwarePool, ...).
+ * runs the same source on HIP streams (gpu_test.h: suites HipResourceAwarePool, ...).
  */
-#include "../cuda/gpu_test.h"
-#include "../cuda/kernels.h"
-#include "gate.h"
+#include "../c/gate.h"
+#include "gpu_test.h"
+#include "kernels.h"
 #include "rap_internal.h"
 
 #include <pthread.h>
