@@ -320,7 +320,7 @@ typedef struct rapi_resizable {
   /* Waits until no queued work can touch memory about to go back (the device backend: a device
    * synchronize, as cudaFree makes one), or NULL. Pools whose free blocks are fenced by events
    * (the ResourceAwarePool) never call it; those that track no resources call it first. */
-  void (*settle)(rap_allocator *a);
+  void (*sync_before_unmap)(rap_allocator *a);
   /* Sleep and wake (pool/sleep.c). suspend gives back the memory of the live allocation ptr and
    * keeps its addresses reserved for it; resume maps them again (contents undefined), all or
    * nothing; both skip what is already so. backup_reserve makes bk hold at least bytes of host

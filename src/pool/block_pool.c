@@ -238,7 +238,7 @@ void rapi_bp_unfree(rapi_bp *bp, rapi_block *b) {
  * pending one takes it in, so handing out used or pending memory needs no check. The pool's
  * actual bytes count mapped memory: a chunk's unmapped bytes are taken off. */
 
-static void settle(rapi_bp *bp);
+static void sync_before_unmap(rapi_bp *bp);
 
 /* Where the whole pieces inside [ptr, ptr + size) lie. */
 static bool inside(const rapi_bp *bp, const char *ptr, size_t size, char **lo, char **hi) {
@@ -251,12 +251,13 @@ static bool inside(const rapi_bp *bp, const char *ptr, size_t size, char **lo, c
 /* The whole pieces inside [from, from + n), a part of the free block b, go back. */
 static void punch_in(rapi_bp *bp, rapi_block *b, char *from, size_t n) {
   /* By default only where giving back needs no wait: a pool fenced by events, or a platform with
-   * nothing to settle (a device synchronize for every free block would cost more than it saves). */
-  if (!bp->unmap_given && !bp->fenced && bp->resizable->settle != NULL) return;
+   * no sync before an unmap (a device synchronize for every free block would cost more than it
+   * saves). */
+  if (!bp->unmap_given && !bp->fenced && bp->resizable->sync_before_unmap != NULL) return;
   char *lo, *hi;
   if (!inside(bp, from, n, &lo, &hi)) return;
   rapi_chunk *c = b->chunk;
-  settle(bp);
+  sync_before_unmap(bp);
   rapi_segment_notify(bp->self, RAP_SEGMENT_HOLE, c->base, c->size, lo, (size_t)(hi - lo));
   size_t bytes = 0;
   int st = bp->resizable->unmap_inside(bp->parent, lo, hi, &bytes);
@@ -644,9 +645,9 @@ static int grow_in_place(rapi_bp *bp, size_t size, rapi_block **out) {
 
 /* Before memory goes back to a resizable parent: a pool whose frees no event fences lets the
  * parent wait for queued work first (a device's unmap would not, where cudaFree does). */
-static void settle(rapi_bp *bp) {
-  if (!bp->fenced && bp->resizable != NULL && bp->resizable->settle != NULL)
-    bp->resizable->settle(bp->parent);
+static void sync_before_unmap(rapi_bp *bp) {
+  if (!bp->fenced && bp->resizable != NULL && bp->resizable->sync_before_unmap != NULL)
+    bp->resizable->sync_before_unmap(bp->parent);
 }
 
 /* Observers hear of a shrink before the parent unmaps: the bytes past keep (rounded up as the
@@ -672,7 +673,7 @@ static size_t trim_tail(rapi_bp *bp, rapi_chunk *c, size_t keep) {
   if (keep < start) keep = start;
   if (keep >= c->size) return 0;
   size_t bytes = c->size;
-  settle(bp);
+  sync_before_unmap(bp);
   shrink_told(bp, c, keep);
   if (bp->resizable->resize(bp->parent, c->base, &bytes, keep) != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: giving back the end of a chunk to '%s' failed: %s",
@@ -741,7 +742,7 @@ static void drop_chunk(rapi_bp *bp, rapi_chunk *c) {
 /* Every wholly free chunk goes back to the parent. */
 static size_t release_whole_chunks(rapi_bp *bp) {
   size_t released = 0;
-  if (bp->releasable_chunks > 0) settle(bp);
+  if (bp->releasable_chunks > 0) sync_before_unmap(bp);
   for (rapi_chunk *c = bp->chunks, *next; c != NULL; c = next) {
     next = c->next;
     rapi_block *b = c->first;
@@ -813,7 +814,7 @@ static bool shrink_free_chunk(rapi_bp *bp, size_t want) {
   while (c != NULL && !(c->first->state == RAPI_FREE && rapi_bp_whole_chunk(c->first))) c = c->next;
   if (c == NULL) return false;
   size_t bytes = c->size;
-  settle(bp);
+  sync_before_unmap(bp);
   shrink_told(bp, c, want);
   if (bp->resizable->resize(bp->parent, c->base, &bytes, want) != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: shrinking a free chunk in '%s' failed: %s", rap_allocator_name(bp->self),

@@ -85,9 +85,9 @@ typedef struct rapi_bp {
   rapi_heuristic heuristic;
   const rapi_resizable *resizable;   /* the parent's, when chunks can grow and shrink in place */
   bool fenced;                       /* its free blocks are past every use (events: the
-                                        ResourceAwarePool): memory goes back without a settle */
+                                        ResourceAwarePool): memory goes back without a sync */
   bool list;                         /* DynamicPoolList: free blocks in an address-ordered list */
-  bool unmap_given;                  /* unmap_free= was given (else it waits for fenced or no settle) */
+  bool unmap_given;                  /* unmap_free= was given (else it waits for fenced or no sync) */
   size_t unmap_free;                 /* a free block with this many bytes of whole pieces inside
                                         gives them back (SIZE_MAX: never); actual counts mapped
                                         bytes only */
