@@ -298,6 +298,16 @@ static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
   if (m->slots[i].key == 0) return;
   rapi_map_remove_slot(m, i);
 }
+/* The walk over every entry, in slot order, by its owner: the record of the first entry at slot *i
+ * or after, *i moved past it, or NULL at the end (a record is never NULL: rapi_map_find's NULL
+ * says absent). Start with *i = 0. Records may change during a walk, entries may not come or go
+ * (a removal can move a later entry back over the slots walked). A map not made yet, or already
+ * finished, has none. */
+static inline void *rapi_map_next(const rapi_ptr_map *m, size_t *i) {
+  for (; m->slots != NULL && *i <= m->mask; ++*i)
+    if (m->slots[*i].key != 0) return m->slots[(*i)++].value;
+  return NULL;
+}
 
 /* ---- the types every layer shares: an allocator (core/allocator.c answers for any of them), a
  * resource and its events (events/, resources/), the manager (manager/) ------------------- */
