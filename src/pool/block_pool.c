@@ -130,8 +130,8 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list,
   bp->parent_alignment = rap_allocator_alignment(bp->parent);
   if (bp->parent_alignment == 0) bp->parent_alignment = 1;
   /* A growable parent (HOST_VMM, DEVICE_VMM) whose granules keep the pool's alignment: chunks grow
-   * and shrink at their ends (grow_in_place, trim_tail). The direct parent only: a wrapper between
-   * would not pass resize on. */
+   * and shrink at their ends (chunks.c). The direct parent only: a wrapper between would not pass
+   * resize on. */
   const rapi_resizable *rz = bp->parent->resizable;
   if (rz != NULL && rz->granularity >= bp->alignment) bp->resizable = rz;
   /* A chunk that grows in place has one free tail that every growth joins: a small request that
@@ -142,7 +142,7 @@ int rapi_bp_init(rapi_bp *bp, rap_allocator *self, rap_options *opts, bool list,
                      "request must be able to cut (give memory back with piece= and unmap_free= "
                      "instead)", rap_allocator_name(self), rap_allocator_name(bp->parent));
   /* unmap_free: pieces inside free blocks go back where the parent maps in pieces; by default
-   * any whole piece (see punch for when a default waits). 0 turns it off. */
+   * any whole piece (see punch_in in pieces.c for when a default waits). 0 turns it off. */
   bp->unmap_free = SIZE_MAX;
   if (bp->resizable != NULL && rz->piece != 0 && (!bp->unmap_given || unmap_free != 0))
     bp->unmap_free = bp->unmap_given ? (unmap_free > rz->piece ? unmap_free : rz->piece) : rz->piece;

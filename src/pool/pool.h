@@ -171,7 +171,8 @@ static inline void rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b, size_t slot) 
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
 void  rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b);        /* b takes in b->next's bytes */
 void  rapi_bp_unfree(rapi_bp *bp, rapi_block *b);             /* a free block out of the index */
-size_t rapi_bp_release(rapi_bp *bp);                          /* wholly free chunks; bytes returned */
+/* Wholly free chunks, free chunk ends and free pieces go back; the bytes given back. */
+size_t rapi_bp_release(rapi_bp *bp);
 void  rapi_bp_after_free(rapi_bp *bp, rapi_block *merged);   /* runs the coalesce heuristic */
 void  rapi_bp_flush(rapi_bp *bp, bool heuristic);   /* merges the deferred block */
 /* The O(1) part of coalesce's test: with one wholly free chunk, and nothing smaller to shrink to
