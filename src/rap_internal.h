@@ -298,6 +298,16 @@ static inline void rapi_map_remove(rapi_ptr_map *m, const void *ptr) {
   if (m->slots[i].key == 0) return;
   rapi_map_remove_slot(m, i);
 }
+/* The walk over every entry, in slot order, by its owner: the record of the first entry at slot *i
+ * or after, *i moved past it, or NULL at the end (a record is never NULL: rapi_map_find's NULL
+ * says absent). Start with *i = 0. Records may change during a walk, entries may not come or go
+ * (a removal can move a later entry back over the slots walked). A map not made yet, or already
+ * finished, has none. */
+static inline void *rapi_map_next(const rapi_ptr_map *m, size_t *i) {
+  for (; m->slots != NULL && *i <= m->mask; ++*i)
+    if (m->slots[*i].key != 0) return m->slots[(*i)++].value;
+  return NULL;
+}
 
 /* ---- the types every layer shares: an allocator (core/allocator.c answers for any of them), a
  * resource and its events (events/, resources/), the manager (manager/) ------------------- */
@@ -320,7 +330,7 @@ typedef struct rapi_resizable {
   /* Waits until no queued work can touch memory about to go back (the device backend: a device
    * synchronize, as cudaFree makes one), or NULL. Pools whose free blocks are fenced by events
    * (the ResourceAwarePool) never call it; those that track no resources call it first. */
-  void (*settle)(rap_allocator *a);
+  void (*sync_before_unmap)(rap_allocator *a);
   /* Sleep and wake (pool/sleep.c). suspend gives back the memory of the live allocation ptr and
    * keeps its addresses reserved for it; resume maps them again (contents undefined), all or
    * nothing; both skip what is already so. backup_reserve makes bk hold at least bytes of host

@@ -314,9 +314,9 @@ static int so_resource_gone(void *state, rap_resource *r, int commit) {
   stream_ordered *s = state;
   if (!commit) return RAP_OK;
   pthread_mutex_lock(&s->lock);   /* other threads may be allocating on other streams */
-  for (size_t i = 0; i <= s->map.mask; i++) {
-    so_rec *rec = s->map.slots[i].value;
-    if (s->map.slots[i].key != 0 && rec->r == r) {
+  so_rec *rec;
+  for (size_t i = 0; (rec = rapi_map_next(&s->map, &i)) != NULL;) {
+    if (rec->r == r) {
       rec->r = NULL;
       rec->stream = cudaStreamLegacy;
     }
@@ -330,11 +330,11 @@ static int so_check(void *state) {
   stream_ordered *s = state;
   pthread_mutex_lock(&s->lock);
   size_t n = 0, bytes = 0;
-  for (size_t i = 0; i <= s->map.mask; i++)
-    if (s->map.slots[i].key != 0) {
-      n++;
-      bytes += ((so_rec *)s->map.slots[i].value)->bytes;
-    }
+  const so_rec *rec;
+  for (size_t i = 0; (rec = rapi_map_next(&s->map, &i)) != NULL;) {
+    n++;
+    bytes += rec->bytes;
+  }
   bool ok = n == s->count && bytes == s->current;
   size_t indexed = s->naddr;   /* export=: every live allocation in the address index, in order */
   bool index_ok = s->ipc == NULL || indexed == n;
@@ -362,12 +362,9 @@ static void export_end(stream_ordered *s) {
 static void so_fini(rap_allocator *self, void *state) {
   stream_ordered *s = state;
   (void)self;
-  if (s->map.slots != NULL)
-    for (size_t i = 0; i <= s->map.mask; i++)
-      if (s->map.slots[i].key != 0) {   /* leaked blocks: freed on their streams */
-        so_rec *rec = s->map.slots[i].value;
-        (void)cudaFreeAsync(rec->ptr, rec->stream);
-      }
+  so_rec *rec;   /* leaked blocks: freed on their streams */
+  for (size_t i = 0; (rec = rapi_map_next(&s->map, &i)) != NULL;)
+    (void)cudaFreeAsync(rec->ptr, rec->stream);
   rapi_watch_set_clear(&s->watched, s->self);
   export_end(s);
   /* A created pool with frees still in flight is released by CUDA once they are done. */

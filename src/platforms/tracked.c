@@ -36,9 +36,8 @@ int rapi_tracked_init(rapi_tracked *p, rap_allocator *self, void *impl,
 
 void rapi_tracked_fini(rap_allocator *self, void *state) {
   rapi_tracked *p = state;
-  for (size_t i = 0; p->map.slots != NULL && i <= p->map.mask; i++) {
-    rapi_prec *rec = p->map.slots[i].value;
-    if (p->map.slots[i].key == 0) continue;
+  rapi_prec *rec;
+  for (size_t i = 0; (rec = rapi_map_next(&p->map, &i)) != NULL;) {
     int st = p->raw_free(p, rec->ptr, rec->bytes, NULL);
     if (st != RAP_OK)
       rap_log(RAP_LOG_WARN, "%s: freeing %p at teardown failed: %s", rap_allocator_name(self),
@@ -149,10 +148,10 @@ int rapi_tracked_check(void *state) {
   rapi_tracked *p = state;
   pthread_mutex_lock(&p->lock);
   size_t n = 0, bytes = 0;
-  for (size_t i = 0; i <= p->map.mask; i++) {
-    if (p->map.slots[i].key == 0) continue;
+  const rapi_prec *rec;
+  for (size_t i = 0; (rec = rapi_map_next(&p->map, &i)) != NULL;) {
     n++;
-    bytes += ((rapi_prec *)p->map.slots[i].value)->bytes;
+    bytes += rec->bytes;
   }
   int ok = n == p->count && bytes == p->current && p->recs.live == n;
   pthread_mutex_unlock(&p->lock);

@@ -402,7 +402,7 @@ static int device_reserve(rapi_vmm *v, const rapi_vmm_sizes *sz) {
 /* What a pool that tracks no streams asks before memory goes back: cudaFree synchronizes the device
  * before it frees, cuMemUnmap is not documented to, so the device is synchronized here. The
  * ResourceAwarePool never asks: its free blocks are past their events. */
-static void device_settle(rap_allocator *a) {
+static void device_sync_before_unmap(rap_allocator *a) {
   rapi_vmm *v = ((rapi_tracked *)a->state)->impl;
   int saved = 0;
   if (enter_device(v, &saved) != RAP_OK) return;
@@ -474,7 +474,7 @@ static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) 
     return st;
   }
   if ((st = rapi_vmm_start(self, state, v)) != RAP_OK) return st;
-  v->resizable.settle = device_settle;
+  v->resizable.sync_before_unmap = device_sync_before_unmap;
   v->resizable.backup_reserve = device_backup_reserve;
   v->resizable.backup_free = device_backup_free;
   v->resizable.copy = device_copy;

@@ -9,12 +9,12 @@
 
 #include "rap_internal.h"
 
-/* ---- pool/block_pool.c: chunks, blocks and the segregated-fit index -------------------
- * The machinery QuickPool and ResourceAwarePool share. A chunk comes from the parent; blocks tile
- * it in address order (prev/next), so freed neighbours merge in O(1). Free blocks sit in a
- * two-level segregated-fit index (TLSF): first level by power of two, second level by 2^SL_LOG2
- * subdivisions, a bitmap at each level, so a fitting class is found with two bit scans.
- * All records live in host memory, from slabs. */
+/* ---- pool/block_pool.c: blocks, the segregated-fit index, a miss, a release, the heuristics -----
+ * The machinery QuickPool and ResourceAwarePool share (with chunks.c and pieces.c, below). A chunk
+ * comes from the parent; blocks tile it in address order (prev/next), so freed neighbours merge in
+ * O(1). Free blocks sit in a two-level segregated-fit index (TLSF): first level by power of two,
+ * second level by 2^SL_LOG2 subdivisions, a bitmap at each level, so a fitting class is found with
+ * two bit scans. All records live in host memory, from slabs. */
 /* DEFERRED: the last block a QuickPool freed, kept unmerged and unindexed so that a request of
  * the same size takes it back with no split, no merge and no index update (a one-entry cache);
  * in a ResourceAwarePool, the block parked on the resource that freed it (flush_deferred). */
@@ -85,9 +85,9 @@ typedef struct rapi_bp {
   rapi_heuristic heuristic;
   const rapi_resizable *resizable;   /* the parent's, when chunks can grow and shrink in place */
   bool fenced;                       /* its free blocks are past every use (events: the
-                                        ResourceAwarePool): memory goes back without a settle */
+                                        ResourceAwarePool): memory goes back without a sync */
   bool list;                         /* DynamicPoolList: free blocks in an address-ordered list */
-  bool unmap_given;                  /* unmap_free= was given (else it waits for fenced or no settle) */
+  bool unmap_given;                  /* unmap_free= was given (else it waits for fenced or no sync) */
   size_t unmap_free;                 /* a free block with this many bytes of whole pieces inside
                                         gives them back (SIZE_MAX: never); actual counts mapped
                                         bytes only */
@@ -131,7 +131,6 @@ static inline bool rapi_bp_may_cut(const rapi_bp *bp, size_t block_size, size_t 
 }
 rapi_block *rapi_bp_find_free(rapi_bp *bp, size_t size);     /* what take_free would take */
 rapi_block *rapi_bp_take_this(rapi_bp *bp, rapi_block *b, size_t size);   /* b from find_free */
-int   rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out);
 /* A new chunk for a miss of size bytes, split, the remainder indexed free; if the parent is dry,
  * releases wholly free chunks and asks once more. */
 int   rapi_bp_grow_for(rapi_bp *bp, size_t size, rapi_block **out);
@@ -172,17 +171,8 @@ static inline void rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b, size_t slot) 
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
 void  rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b);        /* b takes in b->next's bytes */
 void  rapi_bp_unfree(rapi_bp *bp, rapi_block *b);             /* a free block out of the index */
-/* Maps again the pieces of the size bytes from b's start (b has holes; size may run on over the
- * blocks after b in its chunk, whose free ones keep their pieces meanwhile): a status, b unchanged
- * on failure. */
-int   rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size);
-/* Whether mapping again the pieces of the size bytes from b's start would take what the pool maps
- * past its high-water mark (false for a block without holes). Walks the parent's pieces there: for
- * the slow paths that meet a block with holes. */
-bool  rapi_bp_fill_passes_peak(const rapi_bp *bp, const rapi_block *b, size_t size);
-/* After a wake mapped every piece again: no block has holes, the chunks count as mapped. */
-void  rapi_bp_holes_filled(rapi_bp *bp);
-size_t rapi_bp_release(rapi_bp *bp);                          /* wholly free chunks; bytes returned */
+/* Wholly free chunks, free chunk ends and free pieces go back; the bytes given back. */
+size_t rapi_bp_release(rapi_bp *bp);
 void  rapi_bp_after_free(rapi_bp *bp, rapi_block *merged);   /* runs the coalesce heuristic */
 void  rapi_bp_flush(rapi_bp *bp, bool heuristic);   /* merges the deferred block */
 /* The O(1) part of coalesce's test: with one wholly free chunk, and nothing smaller to shrink to
@@ -213,6 +203,85 @@ static inline rapi_block *rapi_bp_find_used_slot(rapi_bp *bp, const void *ptr, s
   *slot = rapi_map_probe(&bp->used, (uintptr_t)ptr);
   return bp->used.slots[*slot].value;
 }
+/* The free index (an address-ordered list in DynamicPoolList) and the counters of releasable
+ * chunks, which a free block covering its chunk whole adds to. Inline: the pair's path takes and
+ * merges blocks through these, and chunks.c indexes the blocks it grows and shrinks. */
+static inline void rapi_bp_free_insert(rapi_bp *bp, rapi_block *b) {
+  if (RAPI_UNLIKELY(bp->list)) rapi_list_insert(&bp->free, b);
+  else rapi_index_insert(&bp->free, b);
+}
+static inline void rapi_bp_free_remove(rapi_bp *bp, rapi_block *b) {
+  if (RAPI_UNLIKELY(bp->list)) rapi_list_remove(&bp->free, b);
+  else rapi_index_remove(&bp->free, b);
+}
+static inline void rapi_bp_free_replace(rapi_bp *bp, rapi_block *old, size_t old_size, rapi_block *nb) {
+  if (RAPI_UNLIKELY(bp->list)) rapi_list_replace(&bp->free, old, old_size, nb);
+  else rapi_index_replace(&bp->free, old, old_size, nb);
+}
+static inline void rapi_bp_releasable_add(rapi_bp *bp, const rapi_block *b, int sign) {
+  if (!rapi_bp_whole_chunk(b)) return;
+  bp->releasable_bytes += (size_t)sign * b->chunk->size;
+  bp->releasable_usable += (size_t)sign * b->chunk->usable;
+  bp->releasable_chunks += (size_t)sign;
+}
+static inline void rapi_bp_index_free(rapi_bp *bp, rapi_block *b) {   /* b becomes free, indexed */
+  b->state = RAPI_FREE;
+  rapi_bp_free_insert(bp, b);
+  rapi_bp_releasable_add(bp, b, 1);
+}
+static inline void rapi_bp_unindex_free(rapi_bp *bp, rapi_block *b) {
+  rapi_bp_free_remove(bp, b);
+  rapi_bp_releasable_add(bp, b, -1);
+}
+
+/* ---- pool/chunks.c: chunks from the parent, grown and shrunk in place ---------------------------
+ * block_pool.c decides when; these do it, keeping the counters, the trace and the observers. The
+ * last three give memory back, waiting first where the parent's unmap would not
+ * (rapi_bp_sync_before_unmap). */
+/* A new chunk whose one free block, not indexed, tiles usable bytes (a resizable parent's
+ * granularity rounds them up). */
+int   rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out);
+/* The newest chunk maps more at its end, so that its last block, free, holds size bytes (it held
+ * fewer): *out is that block, grown or new after a used one, free and not indexed. */
+int   rapi_bp_grow_in_place(rapi_bp *bp, size_t size, rapi_block **out);
+/* Gives back what c maps past keep bytes (rounded up to the granularity, and never the start of
+ * its last block): only the free pages at its end. Returns the bytes given back. */
+size_t rapi_bp_trim_tail(rapi_bp *bp, rapi_chunk *c, size_t keep);
+/* The one wholly free chunk shrinks in place to want bytes, rather than going back whole and
+ * being mapped again: whether it did. */
+bool  rapi_bp_shrink_free_chunk(rapi_bp *bp, size_t want);
+size_t rapi_bp_release_whole_chunks(rapi_bp *bp);   /* every wholly free chunk; bytes given back */
+
+/* ---- pool/pieces.c: pieces inside free blocks given back and mapped again (unmap_free) -------- */
+/* Before memory goes back to a resizable parent: a pool whose frees no event fences lets the
+ * parent wait for queued work first (DEVICE_VMM: a device synchronize). */
+void  rapi_bp_sync_before_unmap(rapi_bp *bp);
+/* Every free block large enough gives its pieces back; of skip, the block about to be taken,
+ * only what lies outside [keep_lo, keep_hi) (keep_lo NULL: none of it), and none of a free block
+ * wholly inside that range (a span of blocks about to be joined). */
+void  rapi_bp_punch_all(rapi_bp *bp, rapi_block *skip, char *keep_lo, char *keep_hi);
+/* Before the pool maps `more` bytes (growth, or pieces mapped again): where that would take what
+ * it holds past its peak, the free pieces go back first, so the peak rises only by what the live
+ * bytes need. Below the peak nothing goes back, and nothing costs a call. */
+static inline void rapi_bp_before_mapping(rapi_bp *bp, size_t more, rapi_block *skip, char *keep_lo,
+                                          char *keep_hi) {
+  if (bp->unmap_free != SIZE_MAX && bp->actual + more > bp->actual_hwm)
+    rapi_bp_punch_all(bp, skip, keep_lo, keep_hi);
+}
+/* Maps again the pieces of the size bytes from b's start (b has holes; size may run on over the
+ * blocks after b in its chunk, whose free ones keep their pieces meanwhile): a status, b unchanged
+ * on failure. */
+int   rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size);
+/* Whether mapping again the pieces of the size bytes from b's start would take what the pool maps
+ * past its high-water mark (false for a block without holes). Walks the parent's pieces there: for
+ * the slow paths that meet a block with holes. */
+bool  rapi_bp_fill_passes_peak(const rapi_bp *bp, const rapi_block *b, size_t size);
+/* A chunk's end went back (c->size is the new size): its unmapped pieces there went with it,
+ * which actual, lowered by every byte of the end, did not count as mapped. Also after a resume,
+ * which maps every piece of the chunk again. */
+void  rapi_bp_holes_cut(rapi_bp *bp, rapi_chunk *c);
+/* After a wake mapped every piece again: no block has holes, the chunks count as mapped. */
+void  rapi_bp_holes_filled(rapi_bp *bp);
 
 /* ---- pool/sleep.c: a pool's chunks unmapped and mapped again in place ------------------------
  * For a pool directly over a growable platform whose pending blocks have all become free (the

@@ -578,9 +578,10 @@ static RAPI_INLINE int pl_check_body(void *state) {
       return rapi_fail(RAP_ERR_CORRUPT, "%s: cell %zu is owned by entry %d, which is not live there",
                        nm(p), c, (int)o);
   }
-  for (size_t k = 0; k <= p->live.mask && p->live.slots != NULL; k++) {
-    uintptr_t v = (uintptr_t)p->live.slots[k].value;
-    if (p->live.slots[k].key == 0 || !(v & 1)) continue;
+  void *tagged;
+  for (size_t k = 0; (tagged = rapi_map_next(&p->live, &k)) != NULL;) {
+    uintptr_t v = (uintptr_t)tagged;
+    if (!(v & 1)) continue;
     const rapi_plan_entry *e = &p->plan.e[v >> 2];
     want += e->c1 - e->c0;
     live++;

@@ -424,9 +424,8 @@ static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
  * cached here while the parent still counts it live, and the two figures agree at every moment. */
 static void cached_sum_locked(thread_cache *t, rap_resource *r, size_t *bytes, size_t *blocks) {
   *bytes = *blocks = 0;
-  for (size_t i = 0; i <= t->map.mask; i++) {
-    if (t->map.slots[i].key == 0) continue;
-    const tc_rec *rec = t->map.slots[i].value;
+  const tc_rec *rec;
+  for (size_t i = 0; (rec = rapi_map_next(&t->map, &i)) != NULL;) {
     int st = __atomic_load_n(&rec->state, __ATOMIC_ACQUIRE);
     if ((st == TC_CACHED || st == TC_XFREED) && (r == NULL || rec->r == r)) {
       *bytes += t->cls_size[rec->cls];
@@ -616,10 +615,9 @@ static int tc_resource_gone(void *state, rap_resource *r, int commit) {
     rap_resource *host = &rap_allocator_manager(t->self)->host;
     rapi_held held;
     rapi_lock(&t->lock, &held);
-    for (size_t i = 0; i <= t->map.mask; i++) {
-      tc_rec *rec = t->map.slots[i].key != 0 ? t->map.slots[i].value : NULL;
-      if (rec != NULL && rec->r == r) rec->r = host;
-    }
+    tc_rec *rec;
+    for (size_t i = 0; (rec = rapi_map_next(&t->map, &i)) != NULL;)
+      if (rec->r == r) rec->r = host;
     watch_forget(t, r);
     rapi_unlock(&held);
   }

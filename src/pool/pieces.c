@@ -1,0 +1,136 @@
+/* pieces.c — pieces inside free blocks, given back to the parent and mapped again (unmap_free).
+ *
+ * Over a parent made with piece= (HostVmm, DeviceVmm), a free block's whole pieces can go back
+ * while the block stays: it is then marked as having holes. Offers the others: the sweep that gives
+ * them back (rapi_bp_punch_all, which rapi_bp_before_mapping runs at the peak and a release runs
+ * always), the mapping again of what a taker needs (rapi_bp_fill_slow), the counts after a chunk's
+ * end or a wake (rapi_bp_holes_cut, rapi_bp_holes_filled), and the wait before anything goes back
+ * to a parent whose unmap does not wait for queued work (rapi_bp_sync_before_unmap).
+ */
+#include "pool/pool.h"
+
+/* When the pool is about to map past its peak (rapi_bp_before_mapping), and on a release, every
+ * free block whose inside holds whole pieces of at least unmap_free bytes gives them back to the
+ * parent, and is marked as having holes; the mark goes with its bytes through merges and splits,
+ * and whoever takes bytes out of a block with holes maps their pieces again first. Only free blocks
+ * ever have holes: the ResourceAwarePool maps a free block with holes whole again before a pending
+ * one takes it in, so handing out used or pending memory needs no check. The pool's actual bytes
+ * count mapped memory: a chunk's unmapped bytes are taken off. */
+
+/* Before memory goes back to a resizable parent: a pool whose frees no event fences lets the
+ * parent wait for queued work first (a device's unmap would not, where cudaFree does). */
+void rapi_bp_sync_before_unmap(rapi_bp *bp) {
+  if (!bp->fenced && bp->resizable != NULL && bp->resizable->sync_before_unmap != NULL)
+    bp->resizable->sync_before_unmap(bp->parent);
+}
+
+/* Where the whole pieces inside [ptr, ptr + size) lie. */
+static bool inside(const rapi_bp *bp, const char *ptr, size_t size, char **lo, char **hi) {
+  size_t piece = bp->resizable->piece;
+  *lo = (char *)rapi_align_up((uintptr_t)ptr, piece);
+  *hi = (char *)((uintptr_t)(ptr + size) & ~(uintptr_t)(piece - 1));
+  return *hi > *lo && (size_t)(*hi - *lo) >= bp->unmap_free;
+}
+
+/* The whole pieces inside [from, from + n), a part of the free block b, go back. */
+static void punch_in(rapi_bp *bp, rapi_block *b, char *from, size_t n) {
+  /* By default only where giving back needs no wait: a pool fenced by events, or a platform with
+   * no sync before an unmap (a device synchronize for every free block would cost more than it
+   * saves). */
+  if (!bp->unmap_given && !bp->fenced && bp->resizable->sync_before_unmap != NULL) return;
+  char *lo, *hi;
+  if (!inside(bp, from, n, &lo, &hi)) return;
+  rapi_chunk *c = b->chunk;
+  rapi_bp_sync_before_unmap(bp);
+  rapi_segment_notify(bp->self, RAP_SEGMENT_HOLE, c->base, c->size, lo, (size_t)(hi - lo));
+  size_t bytes = 0;
+  int st = bp->resizable->unmap_inside(bp->parent, lo, hi, &bytes);
+  if (st != RAP_OK)
+    rap_log(RAP_LOG_WARN, "%s: giving back free pages inside a chunk of '%s' failed: %s",
+            rap_allocator_name(bp->self), rap_allocator_name(bp->parent), rap_last_error());
+  if (bytes == 0) {   /* nothing went (all gone before, or the first failed): as it was */
+    if (!b->holes)
+      rapi_segment_notify(bp->self, RAP_SEGMENT_FILL, c->base, c->size, lo, (size_t)(hi - lo));
+    return;
+  }
+  b->holes = 1;
+  c->unmapped += bytes;
+  bp->actual -= bytes;
+}
+
+static RAPI_NOINLINE void punch(rapi_bp *bp, rapi_block *b) { punch_in(bp, b, b->ptr, b->size); }
+
+/* Whether b lies wholly in [keep_lo, keep_hi) of skip's chunk: about to be mapped and taken. */
+static bool kept(const rapi_block *b, const rapi_block *skip, const char *keep_lo, const char *keep_hi) {
+  return skip != NULL && keep_lo != NULL && b->chunk == skip->chunk && b->ptr >= keep_lo &&
+         b->ptr + b->size <= keep_hi;
+}
+
+/* Out of line, so that the test of rapi_bp_before_mapping stays small where it is inlined. */
+RAPI_NOINLINE void rapi_bp_punch_all(rapi_bp *bp, rapi_block *skip, char *keep_lo, char *keep_hi) {
+  if (skip != NULL && keep_lo != NULL) {   /* skip's bytes outside what is about to be taken */
+    if (keep_lo > skip->ptr) punch_in(bp, skip, skip->ptr, (size_t)(keep_lo - skip->ptr));
+    if (keep_hi < skip->ptr + skip->size) punch_in(bp, skip, keep_hi, (size_t)(skip->ptr + skip->size - keep_hi));
+  }
+  if (bp->list) {
+    for (rapi_block *b = bp->free.heads[0][0]; b != NULL; b = b->link_next)
+      if (b != skip && b->size >= bp->unmap_free && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
+    return;
+  }
+  for (unsigned fl = 0; fl < RAPI_FL_COUNT; fl++) {
+    if (!(bp->free.fl_bitmap & ((uint64_t)1 << fl))) continue;
+    for (unsigned sl = 0; sl < RAPI_SL_COUNT; sl++)
+      for (rapi_block *b = bp->free.heads[fl][sl]; b != NULL; b = b->link_next)
+        if (b != skip && b->size >= bp->unmap_free && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
+  }
+}
+
+/* The pieces that the size bytes from b's start lie in, within b's chunk. */
+static void fill_range(const rapi_bp *bp, const rapi_block *b, size_t size, char **lo, char **hi) {
+  const rapi_chunk *c = b->chunk;
+  size_t piece = bp->resizable->piece;
+  *lo = (char *)((uintptr_t)b->ptr & ~(uintptr_t)(piece - 1));
+  *hi = (char *)rapi_align_up((uintptr_t)(b->ptr + size), piece);
+  if (*lo < c->base) *lo = c->base;   /* a piece is never shared by two chunks: they are mappings */
+  if (*hi > c->base + c->size) *hi = c->base + c->size;
+}
+
+bool rapi_bp_fill_passes_peak(const rapi_bp *bp, const rapi_block *b, size_t size) {
+  if (!b->holes) return false;
+  char *lo, *hi;
+  fill_range(bp, b, size, &lo, &hi);
+  return bp->actual + bp->resizable->unmapped_inside(bp->parent, lo, hi) > bp->actual_hwm;
+}
+
+int rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size) {
+  rapi_chunk *c = b->chunk;
+  char *lo, *hi;
+  fill_range(bp, b, size, &lo, &hi);
+  rapi_bp_before_mapping(bp, (size_t)(hi - lo), b, lo, hi);
+  size_t bytes = 0;
+  int st = bp->resizable->map_inside(bp->parent, lo, hi, &bytes);
+  /* A failure undoes its maps, but a piece whose undoing was refused stays mapped: held again. */
+  c->unmapped -= bytes;
+  bp->actual += bytes;
+  if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
+  if (st != RAP_OK || bytes == 0) return st;
+  rapi_segment_notify(bp->self, RAP_SEGMENT_FILL, c->base, c->size, lo, (size_t)(hi - lo));
+  return RAP_OK;
+}
+
+void rapi_bp_holes_cut(rapi_bp *bp, rapi_chunk *c) {
+  if (c->unmapped == 0) return;
+  size_t stay = bp->resizable->unmapped_inside(bp->parent, c->base, c->base + c->size);
+  bp->actual += c->unmapped - stay;
+  c->unmapped = stay;
+}
+
+void rapi_bp_holes_filled(rapi_bp *bp) {
+  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
+    if (c->unmapped == 0) continue;
+    rapi_bp_holes_cut(bp, c);   /* what the parent still has unmapped (a resume failed half way) */
+    if (c->unmapped == 0)
+      for (rapi_block *b = c->first; b != NULL; b = b->next) b->holes = 0;
+  }
+  if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
+}
