@@ -17,6 +17,7 @@ test: build
 	cd build && $(CTEST)
 	@bash scripts/layers.sh build > build/layers.txt || { cat build/layers.txt; exit 1; }
 	@echo "layers: every edge allowed, no circle (the graph: build/layers.txt)"
+	@bash scripts/sizes.sh
 	@bash scripts/test-summary.sh build
 
 # The host suite again with RAP_DEBUG=2 (stated preconditions checked, the invariant walker after

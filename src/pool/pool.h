@@ -32,7 +32,11 @@ typedef struct rapi_chunk rapi_chunk;
 struct rapi_block {
   char *ptr;
   size_t size;                       /* aligned extent of the block */
-  size_t requested;                  /* user bytes while used */
+  union {
+    size_t requested;                /* used: the user's bytes */
+    size_t lent;                     /* pending in a ResourceAwarePool: the bytes lent to it (0:
+                                        none; strategies/resource_aware_pool.h packs the two ends) */
+  };
   rapi_block *prev, *next;           /* address neighbours inside the chunk */
   rapi_block *link_prev, *link_next; /* index class list, or a resource's pending index */
   rapi_chunk *chunk;

@@ -79,7 +79,7 @@ static int check_rstate(ra_pool *p, rstate *rs, size_t *pending, size_t *used, s
       return CORRUPT("%s: pending block %p is out of batch order", who, (void *)b->base.ptr);
     if ((b->fifo_next ? b->fifo_next->fifo_prev : rs->fifo_tail) != b)
       return CORRUPT("%s: a pending list is broken at %p", who, (void *)b->base.ptr);
-    size_t lent = b->base.requested;
+    size_t lent = b->base.lent;
     if (lent != 0 && (b->uses != NULL || lent_lo(p, lent) + lent_hi(p, lent) > b->base.size))
       return CORRUPT("%s: pending block %p counts %zu + %zu lent bytes in %zu%s", who,
                      (void *)b->base.ptr, lent_lo(p, lent), lent_hi(p, lent), b->base.size,

@@ -19,7 +19,7 @@
  * neighbours (a split-off record has no state yet: make_free wants one that is not free). */
 static void give_back(ra_pool *p, ra_block *x) {
   x->base.state = RAPI_USED;
-  x->base.requested = 0;
+  x->base.lent = 0;
   x->owner = NULL;
   rapi_bp_make_free(&p->bp, &x->base);
 }
@@ -39,7 +39,7 @@ static RAPI_NOINLINE void keep_lent(ra_pool *p, ra_block *rem, size_t lent, size
  * becomes free for other resources before the owner has passed that batch (bytes lent to the block
  * stay lent: take_lent). */
 static ra_block *take_pending(ra_pool *p, rstate *owner, ra_block *b, size_t size) {
-  size_t lent = b->base.requested;   /* read before drop_pending clears it */
+  size_t lent = b->base.lent;   /* read before drop_pending clears it */
   ra_block *at = drop_pending(p, owner, b);
   char *ptr = b->base.ptr;
   size_t whole = b->base.size;
@@ -258,8 +258,8 @@ static RAPI_NOINLINE ra_block *take_lent(ra_pool *p, rstate *rs, size_t size) {
     if (o == rs || o->pending_bytes - o->pending_uses_bytes < size) continue;
     unsigned n = 0;
     for (ra_block *f = o->fifo_tail; f != NULL && n < 256; f = f->fifo_prev, n++) {
-      if (f->base.requested == 0) continue;
-      size_t lo = lent_lo(p, f->base.requested), hi = lent_hi(p, f->base.requested);
+      if (f->base.lent == 0) continue;
+      size_t lo = lent_lo(p, f->base.lent), hi = lent_hi(p, f->base.lent);
       if (lo >= size && lo < best_bytes && rapi_bp_may_cut(&p->bp, lo, size)) {
         best = f, owner = o, best_bytes = lo, front = true;
       }
@@ -269,7 +269,7 @@ static RAPI_NOINLINE ra_block *take_lent(ra_pool *p, rstate *rs, size_t size) {
     }
   }
   if (best == NULL) return NULL;
-  size_t lent = best->base.requested;
+  size_t lent = best->base.lent;
   size_t lo = lent_lo(p, lent), hi = lent_hi(p, lent);
   size_t at_byte = front ? lo : best->base.size - hi;   /* where the lent end begins or ends */
   bool hot = best == owner->hot;
@@ -279,7 +279,7 @@ static RAPI_NOINLINE ra_block *take_lent(ra_pool *p, rstate *rs, size_t size) {
     /* The lent end is split off; the record that keeps the rest goes back in best's place. */
     rapi_block *cut = rapi_bp_split(&p->bp, &best->base, at_byte);
     if (cut == NULL) {
-      best->base.requested = lent;
+      best->base.lent = lent;
       add_pending(p, owner, best, at, hot);
       return NULL;
     }
@@ -292,7 +292,7 @@ static RAPI_NOINLINE ra_block *take_lent(ra_pool *p, rstate *rs, size_t size) {
   }   /* else every byte of best was lent: it goes whole */
   give->base.state = RAPI_USED;   /* not free: give_back's merge must not take it in */
   give->owner = NULL;
-  give->base.requested = 0;
+  give->base.lent = 0;
   RAPI_TRACE("ready", p->bp.self, owner->r, give->base.ptr, give->base.size, ",\"pb\":%zu",
              owner->pending_bytes);
   rapi_block *extra = rapi_bp_split(&p->bp, &give->base, size);

@@ -173,9 +173,10 @@ static inline void add_pending(ra_pool *p, rstate *rs, ra_block *b, ra_block *af
 /* ---- lent bytes ---------------------------------------------------------------------------------
  * A block freed on r takes its free neighbours into its pending block (merge_pending): those bytes
  * are lent to r's block, not freed by r, and sit at its two ends. The block keeps how many in its
- * record's requested field (the user's bytes while used, 0 while free or pending without any):
- * two counts of the pool's alignment, the front's in the high half. r's own takes from the front
- * shrink them; another resource that would otherwise grow or wait takes an end back (take_lent).
+ * record's lent field (a union with requested, the user's bytes while used; 0 while free or
+ * pending without any): two counts of the pool's alignment, the front's in the high half. r's own
+ * takes from the front shrink them; another resource that would otherwise grow or wait takes an
+ * end back (take_lent).
  * Counting fewer than there are is always safe: those bytes then wait for r's batch, as r's do.
  * Invariant: a pending block with lent bytes has no uses, and they add up to at most its size
  * (all of it, counted at its end, where its owner has taken every byte it freed). */
@@ -183,21 +184,21 @@ static inline void add_pending(ra_pool *p, rstate *rs, ra_block *b, ra_block *af
 #define RA_LENT_MAX ((((size_t)1) << RA_LENT_HALF) - 1)
 
 static inline unsigned lent_shift(const ra_pool *p) { return (unsigned)__builtin_ctzll(p->bp.alignment); }
-/* The bytes lent at the front and at the end, from a pending block's requested field. */
+/* The bytes lent at the front and at the end, from a pending block's lent field. */
 static inline size_t lent_lo(const ra_pool *p, size_t lent) { return (lent >> RA_LENT_HALF) << lent_shift(p); }
 static inline size_t lent_hi(const ra_pool *p, size_t lent) { return (lent & RA_LENT_MAX) << lent_shift(p); }
 /* An end too large to count (over 2^32 alignments on a 64-bit host) is counted as none. */
 static inline void set_lent(const ra_pool *p, ra_block *b, size_t lo, size_t hi) {
   lo >>= lent_shift(p);
   hi >>= lent_shift(p);
-  b->base.requested = ((lo <= RA_LENT_MAX ? lo : 0) << RA_LENT_HALF) | (hi <= RA_LENT_MAX ? hi : 0);
+  b->base.lent = ((lo <= RA_LENT_MAX ? lo : 0) << RA_LENT_HALF) | (hi <= RA_LENT_MAX ? hi : 0);
 }
 
 /* Takes b out of the pending state (and its lent bytes with it: the caller reads them first);
  * returns the FIFO position it held. */
 static inline ra_block *drop_pending(ra_pool *p, rstate *rs, ra_block *b) {
   ra_block *at = b->fifo_prev;
-  b->base.requested = 0;
+  b->base.lent = 0;
   fifo_remove(rs, b);
   if (b == rs->hot) rs->hot = NULL;
   else if (b->uses == NULL) rapi_index_remove(&rs->pending, &b->base);
@@ -221,7 +222,7 @@ static inline void free_uses(ra_pool *p, ra_block *b) {
  * on that side (its other end is inside the merged block now: counted as the owner's). */
 static inline size_t lent_of(const ra_pool *p, const rapi_block *nb, bool front) {
   if (nb->state == RAPI_FREE) return nb->size;
-  size_t lo = lent_lo(p, nb->requested), hi = lent_hi(p, nb->requested);
+  size_t lo = lent_lo(p, nb->lent), hi = lent_hi(p, nb->lent);
   if (lo + hi >= nb->size) return nb->size;
   return front ? lo : hi;
 }
