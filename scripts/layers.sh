@@ -28,15 +28,10 @@ ALLOWED = {
 }
 # Circles between files of one folder that are known and kept, with why. Any other fails.
 KNOWN = {
-    # The growable platforms and memory across processes: vmm.c tells ipc.c (the exporter) of every
-    # mapping an exporting platform makes, ipc.c asks vmm_device.c for the device's side of an
-    # export (its bus id, importers' events), and vmm_device.c is DEVICE_VMM over vmm.c's engine.
-    # Cutting it means moving the device's side of memory across processes out of vmm_device.c into
-    # a file of its own. StreamOrdered's export is the same shape over CUDA's pool IPC:
-    # stream_ordered.c starts its export in ipc.c, and ipc.c asks stream_ordered.c for a pool's
-    # exporting state. ipc_import.c (the importer) only calls into the circle: it is not in it.
-    frozenset({'platforms/ipc.c', 'platforms/vmm.c', 'platforms/vmm_device.c',
-               'platforms/stream_ordered.c'}),
+    # StreamOrdered's export over CUDA's pool IPC: stream_ordered.c starts its export in ipc.c,
+    # and ipc.c asks stream_ordered.c for a pool's exporting state. ipc_import.c (the importer)
+    # only calls into the circle: it is not in it.
+    frozenset({'platforms/ipc.c', 'platforms/stream_ordered.c'}),
 }
 
 files = {}                                  # object name -> path under src/

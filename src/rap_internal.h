@@ -780,5 +780,16 @@ int  rapi_gpu_device_exists(rap_allocator *self, uint64_t device);
 int  rapi_gpu_device_memory(const char *who, int device, size_t *free_bytes, size_t *total_bytes);
 /* RAP_OK if device's streams can be given own's memory (a peer path), else UNSUPPORTED. */
 int  rapi_gpu_can_access_peer(const char *who, int device, int own);
+/* Memory across processes (CUDA only; elsewhere UNSUPPORTED): the device of a PCI bus id
+ * ("0000:3b:00.0") in this process, and a device's bus id. Interprocess events: the importer
+ * records one on a CUDA resource (cuda_resource.c; made at the first record) and hands its handle
+ * over; the exporter opens it once (*opened) and queries it (1 passed, 0 not yet, < 0 a status). */
+int  rapi_gpu_device_by_bus_id(const char *bus_id, int *device);
+int  rapi_gpu_bus_id(int device, char *bus_id, size_t cap);
+int  rapi_gpu_ipc_event_record(rap_resource *r, unsigned char handle[64], void **event);
+int  rapi_gpu_ipc_event_synchronize(void *event);
+void rapi_gpu_ipc_event_destroy(void *event);
+int  rapi_gpu_ipc_event_query(const unsigned char handle[64], void **opened);
+void rapi_gpu_ipc_event_close(void *opened);
 
 #endif /* RAP_INTERNAL_H */

@@ -205,7 +205,7 @@ static int ipc_use_passed(rap_resource *r, uint64_t token) {
     int q = RAP_ERR_NOMEM;
     if (o == NULL && (o = rapi_calloc(1, sizeof *o)) != NULL) {
       memcpy(o->handle, t->event, sizeof o->handle);
-      if ((q = rapi_ipc_event_query(o->handle, &o->event)) < 0 && o->event == NULL) {
+      if ((q = rapi_gpu_ipc_event_query(o->handle, &o->event)) < 0 && o->event == NULL) {
         free(o);
         o = NULL;
       } else {
@@ -213,7 +213,7 @@ static int ipc_use_passed(rap_resource *r, uint64_t token) {
         x->opened = o;
       }
     } else if (o != NULL) {
-      q = rapi_ipc_event_query(o->handle, &o->event);
+      q = rapi_gpu_ipc_event_query(o->handle, &o->event);
     }
     pthread_mutex_unlock(&x->lock);
     if (q == 1) return 1;
@@ -318,7 +318,7 @@ static int export_make(rap_allocator *self, int kind, int device, rapi_ipc_expor
   c->device = device;
   c->pool_fd = -1;
   if (kind != RAPI_IPC_HOST) {
-    int st = rapi_ipc_device_bus_id(device, c->bus_id, sizeof c->bus_id);
+    int st = rapi_gpu_bus_id(device, c->bus_id, sizeof c->bus_id);
     if (st != RAP_OK) {
       munmap(x->ctl, sizeof(ipc_ctl));
       close(x->ctl_fd);
@@ -377,7 +377,7 @@ void rapi_ipc_pool_export_stop(rapi_ipc_export *x) {
   while (x->opened != NULL) {
     opened *o = x->opened;
     x->opened = o->next;
-    rapi_ipc_event_close(o->event);
+    rapi_gpu_ipc_event_close(o->event);
     free(o);
   }
   munmap(x->ctl, sizeof(ipc_ctl));

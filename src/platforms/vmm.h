@@ -174,15 +174,5 @@ int  rapi_ipc_device_reserve(int device, size_t size, size_t granularity, char *
 void rapi_ipc_device_unreserve(char *base, size_t size);
 int  rapi_ipc_device_map(int device, char *addr, size_t size, int fd, const unsigned char *fabric);
 int  rapi_ipc_device_unmap(char *addr, size_t size);
-/* The device of a PCI bus id ("0000:3b:00.0") in this process, and of a device ordinal. */
-int  rapi_ipc_device_by_bus_id(const char *bus_id, int *device);
-int  rapi_ipc_device_bus_id(int device, char *bus_id, size_t cap);
-/* Interprocess events: the importer records one on a CUDA resource and hands its handle (64 bytes)
- * over; the exporter opens it once (*opened) and queries it (1 passed, 0 not yet, < 0 status). */
-int  rapi_ipc_event_record(rap_resource *r, unsigned char handle[64], void **event);
-int  rapi_ipc_event_synchronize(void *event);
-void rapi_ipc_event_destroy(void *event);
-int  rapi_ipc_event_query(const unsigned char handle[64], void **opened);
-void rapi_ipc_event_close(void *opened);
 
 #endif /* RAP_VMM_H */
