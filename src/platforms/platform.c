@@ -1,6 +1,7 @@
 /* platform.c — the questions asked of the platform at the bottom of a chain, answered from its
  * record (rapi_platform, rap_internal.h): a device's access to the memory (peer access, and the
- * peers= option that grants it at make time) and the address a kernel uses for a block.
+ * peers= option that grants it at make time), the address a kernel uses for a block, and whether a
+ * pointer lies in a growable platform's reserved range.
  *
  * Each is a small dispatcher: what the memory is answers most of it, and the record's methods the
  * rest (CUDA's peer access for DEVICE::N, a pool's or a mapping's access for StreamOrdered and
@@ -8,6 +9,7 @@
  * nothing here names it. Compiled into every build: without a GPU backend only host memory exists.
  */
 #include "rap_internal.h"
+#include "platforms/vmm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,14 @@ int rapi_platform_peer_access(rap_allocator *a, int device, int enable, int *own
   if (device == p->device) return RAP_OK;
   if ((st = rapi_gpu_can_access_peer(who, device, p->device)) != RAP_OK) return st;
   return p->peer(root, device, enable);
+}
+
+/* A pointer that is not a block's start (a tensor's view) is still the memory of the growable
+ * platform whose reserved range holds it. */
+bool rapi_platform_in_range(const rap_allocator *x, const void *ptr) {
+  const rapi_platform *p = x->platform;
+  if (p == NULL || p->root != x || p->source != RAPI_SOURCE_VMM || p->vmm == NULL) return false;
+  return (const char *)ptr >= p->vmm->base && (const char *)ptr < p->vmm->base + p->vmm->reserve;
 }
 
 /* peers=all (every other device that can reach this one's memory) or peers=1+3 (each must). */

@@ -170,7 +170,10 @@ static int so_locate(rap_allocator *self, void *ptr, size_t bytes, rapi_ipc_plac
 
 _Static_assert(sizeof(struct cudaMemPoolPtrExportData) == 64, "a ticket holds the export data");
 
-rapi_ipc_export *rapi_stream_ordered_ipc(rap_allocator *a) { return ((stream_ordered *)a->state)->ipc; }
+static rapi_ipc_export *so_export_state(rap_allocator *self) { return ((stream_ordered *)self->state)->ipc; }
+
+/* The export entry of the record (rap_internal.h): how ipc.c reaches this platform. */
+static const rapi_platform_export so_export = {"pool=new, export=posix", so_export_state, so_locate};
 
 static int so_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   stream_ordered *s = state;
@@ -478,12 +481,13 @@ static int so_init_steps(rap_allocator *self, stream_ordered *s, rap_options *op
   rap_allocator_set_alignment(self, 256);
   s->platform = (rapi_platform){.root = self, .memory = RAPI_MEMORY_DEVICE,
                                 .source = RAPI_SOURCE_STREAM_ORDERED, .device = s->device,
-                                .capture_ok = true, .peer = rapi_stream_ordered_peer};
+                                .capture_ok = true, .peer = rapi_stream_ordered_peer,
+                                .exporter = &so_export};
   self->platform = &s->platform;
   self->devices_ok = rapi_device_bit(s->device);
   st = rapi_gpu_peers_option(self, s->device, opts);
   if (st == RAP_OK && mode != 0)
-    st = rapi_ipc_pool_export_start(self, s->device, s->export_fd, so_locate, &s->ipc);
+    st = rapi_ipc_pool_export_start(self, s->device, s->export_fd, &s->ipc);
   return st;
 }
 
@@ -630,11 +634,6 @@ int rapi_stream_ordered_peer(rap_allocator *a, int device, int enable) {
   (void)device;
   (void)enable;
   return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: " SO_BUILD, rap_allocator_name(a));
-}
-
-rapi_ipc_export *rapi_stream_ordered_ipc(rap_allocator *a) {
-  (void)a;
-  return NULL;
 }
 
 static int no_pool_ipc(void) {

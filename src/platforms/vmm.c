@@ -585,6 +585,23 @@ static void vmm_walk(rap_allocator *a, void *ctx, void (*locked)(void *arg),
   rapi_unlock(&held);
 }
 
+/* ---- memory across processes: the export entry of the record (rap_internal.h) ------------------ */
+
+static rapi_ipc_export *vmm_export_state(rap_allocator *root) { return root->platform->vmm->ipc; }
+
+/* ipc.c asks, when a pool over this platform exports [ptr, ptr+bytes): its offset in the range. */
+static int vmm_locate(rap_allocator *root, void *ptr, size_t bytes, rapi_ipc_place *out) {
+  const rapi_vmm *v = root->platform->vmm;
+  (void)bytes;
+  if ((char *)ptr < v->base || (char *)ptr >= v->base + v->reserve)
+    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_export: %p is not in the range of '%s'", ptr,
+                     rap_allocator_name(root));
+  out->offset = (uint64_t)((char *)ptr - v->base);
+  return RAP_OK;
+}
+
+static const rapi_platform_export vmm_export = {"export=posix", vmm_export_state, vmm_locate};
+
 /* ---- life cycle ------------------------------------------------------------------------------- */
 
 int rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v) {
@@ -612,7 +629,7 @@ int rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v) {
   self->resizable = &v->resizable;
   /* Host memory until the device backend says otherwise (vmm_device.c). */
   v->platform = (rapi_platform){.root = self, .memory = RAPI_MEMORY_HOST, .source = RAPI_SOURCE_VMM,
-                                .device = -1, .vmm = v};
+                                .device = -1, .vmm = v, .exporter = &vmm_export};
   self->platform = &v->platform;
   v->segments.walk = vmm_walk;
   v->segments.device = v->device;   /* HostVmm says -1 after this */

@@ -125,6 +125,10 @@ int  rapi_vmm_calls(rap_allocator *a, size_t *maps, size_t *unmaps);
 
 /* ---- vmm_device.c: DeviceVmm, or its stub in a build without CUDA ------------------------- */
 extern const rap_strategy rapi_device_vmm_strategy;
+/* stream_ordered.c, vmm_device.c: a peer's access to their memory (cudaMemPoolSetAccess; the
+ * mappings' access descriptors, now and for every later mapping): their records' peer. */
+int  rapi_stream_ordered_peer(rap_allocator *a, int device, int enable);
+int  rapi_device_vmm_peer(rap_allocator *a, int device, int enable);
 
 /* ---- ipc.c: memory across processes (docs/DESIGN.md, "Memory across processes") ------------- */
 #define RAPI_IPC_POSIX 1u                /* handle types an exporting platform makes */
@@ -141,19 +145,17 @@ int  rapi_ipc_export_mode(const char *who, const char *text, bool device, int *m
 /* Starts an exporting platform's shared state (after rapi_vmm_start); on failure nothing stays. */
 int  rapi_ipc_export_start(rapi_vmm *v, int kind);
 void rapi_ipc_export_stop(rapi_vmm *v);   /* the platform goes: importers are refused from now */
-/* A StreamOrdered pool's: where a block lies (the id of the allocation it is in, its offset there,
- * cudaMemPoolExportPointer's data for that allocation), said by the platform (stream_ordered.c)
- * when a pool over it exports the block; its shared state is started with the descriptor of the
- * pool's shareable handle (kept open by the platform until after the stop). */
+/* Where a block lies, said by the platform's export entry (rapi_platform_export.locate) when a
+ * pool over it exports the block: its offset in the range (HostVmm, DeviceVmm), or a StreamOrdered
+ * pool's allocation (its id, the block's offset there, cudaMemPoolExportPointer's data for it). A
+ * pool's shared state is started with the descriptor of the pool's shareable handle (kept open by
+ * the platform until after the stop). */
 typedef struct rapi_ipc_place {
   uint64_t alloc, offset;
   unsigned char data[64];
 } rapi_ipc_place;
-typedef int (*rapi_ipc_locate_fn)(rap_allocator *self, void *ptr, size_t bytes, rapi_ipc_place *out);
-int  rapi_ipc_pool_export_start(rap_allocator *self, int device, int pool_fd, rapi_ipc_locate_fn locate,
-                                rapi_ipc_export **out);
+int  rapi_ipc_pool_export_start(rap_allocator *self, int device, int pool_fd, rapi_ipc_export **out);
 void rapi_ipc_pool_export_stop(rapi_ipc_export *x);
-rapi_ipc_export *rapi_stream_ordered_ipc(rap_allocator *a);   /* NULL: made without export= */
 /* The importer's side of a pool (stream_ordered.c): open the exporter's pool from its handle (fd,
  * which the call does not close) and let it go; import an allocation; give the device of r's
  * stream access where it is another (granted: the devices given it, bits); free one imported here
