@@ -673,9 +673,6 @@ bool rapi_platform_in_range(const rap_allocator *x, const void *ptr);   /* in gr
 /* registrable.c: OK where NCCL can register a's memory (a DeviceVmm made with export=), else a
  * status and a sentence that starts with who. */
 int  rapi_platform_registrable(rap_allocator *a, const char *who);
-/* peers= of a device platform: "all" or device numbers joined by '+' ("1+3"); grants each. The
- * platform's record must be set. */
-int  rapi_gpu_peers_option(rap_allocator *self, int owner, rap_options *opts);
 
 /* ---- platforms/ipc_import.c: what the manager's destroy calls, after its resources are synchronized:
  * closes every block and pool this manager imported from other processes. */

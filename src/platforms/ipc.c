@@ -93,26 +93,6 @@ typedef struct opened {
 static _Thread_local uint64_t bound_token;
 static _Thread_local rapi_ipc_export *bound_by;
 
-int rapi_ipc_export_mode(const char *who, const char *text, bool device, int *mode) {
-  *mode = 0;
-  if (text == NULL || strcmp(text, "none") == 0) return RAP_OK;
-  if (strcmp(text, "posix") == 0) *mode = 1;
-  else if (device && strcmp(text, "fabric") == 0) *mode = 2;
-  else if (device && strcmp(text, "auto") == 0) *mode = 3;
-  else
-    return rapi_fail(RAP_ERR_INVALID, "%s: option 'export' must be %s, not '%s'", who,
-                     device ? "posix, fabric, auto or none" : "posix or none", text);
-  return RAP_OK;
-}
-
-int rapi_ipc_export_option(rap_allocator *self, rap_options *opts, bool device, int *mode) {
-  const char *text = NULL;
-  *mode = 0;
-  int st = rap_options_get_string(opts, "export", &text);
-  if (st != RAP_OK) return st;
-  return rapi_ipc_export_mode(rap_allocator_name(self), text, device, mode);
-}
-
 static rapi_ipc_export *of_resource(rap_resource *r) { return (rapi_ipc_export *)(void *)r; }
 
 /* A block the pool records on the ipc resource gets a ticket: SENT, with its place (the platform

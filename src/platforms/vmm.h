@@ -10,6 +10,7 @@
 #define RAP_VMM_H
 
 #include "rap_internal.h"
+#include "platforms/platform_options.h"   /* and the sizes of HostVmm and DeviceVmm */
 
 typedef struct rapi_vmm rapi_vmm;
 typedef struct rapi_ipc_export rapi_ipc_export;   /* ipc.c: an exporting platform's shared state */
@@ -74,23 +75,9 @@ struct rapi_vmm {
   rapi_segments segments;          /* its mappings, for segment observers (core/observe.c) */
 };
 
-/* ---- vmm.c ------------------------------------------------------------------------------------
- * Reads reserve= and granularity=, and whether each was given (every value written is used, and
- * checked: none stands for "absent"): shared by both platforms so that their options read alike
- * (peers= is DeviceVmm's own). */
-typedef struct rapi_vmm_sizes {
-  size_t reserve, granularity, piece;
-  bool has_reserve, has_granularity;
-} rapi_vmm_sizes;
-int  rapi_vmm_options(rap_allocator *self, rap_options *opts, rapi_vmm_sizes *out);
+/* ---- vmm.c ------------------------------------------------------------------------------------ */
 /* RAP_ERR_INVALID with a sentence when self was given a parent: a platform maps its own memory. */
 int  rapi_vmm_no_parent(rap_allocator *self);
-/* Checks a granularity against the backend's least one (a power of two, a multiple of it) and
- * rounds the reserve up to it: RAP_ERR_INVALID with a sentence for a bad value. */
-int  rapi_vmm_check_sizes(rap_allocator *self, size_t least, size_t *reserve, size_t granularity);
-/* Checks piece= against the granularity (0, or a power of two and a multiple of it) and refuses it
- * on an exporting platform, whose mappings importers hold: RAP_ERR_INVALID or UNSUPPORTED. */
-int  rapi_vmm_check_piece(rap_allocator *self, size_t piece, size_t granularity, bool exporting);
 /* Starts the platform over a range the backend has reserved (v from rapi_malloc, filled in):
  * the tracked body, the alignment, the resizable contract. On failure the range is given back and
  * v freed. */
@@ -137,11 +124,6 @@ int  rapi_device_vmm_peer(rap_allocator *a, int device, int enable);
 #define RAPI_IPC_HOST 1                  /* the kinds of exporting platform */
 #define RAPI_IPC_DEVICE 2
 #define RAPI_IPC_POOL 3                  /* StreamOrdered(pool=new, export=posix): CUDA's pool IPC */
-/* Reads export=posix|fabric|auto|none into *mode (0 none, 1 posix, 2 fabric, 3 auto); HostVmm
- * takes posix and none only. */
-int  rapi_ipc_export_option(rap_allocator *self, rap_options *opts, bool device, int *mode);
-/* The same for a value already read, with who naming the platform in the sentence (spec checks). */
-int  rapi_ipc_export_mode(const char *who, const char *text, bool device, int *mode);
 /* Starts an exporting platform's shared state (after rapi_vmm_start); on failure nothing stays. */
 int  rapi_ipc_export_start(rapi_vmm *v, int kind);
 void rapi_ipc_export_stop(rapi_vmm *v);   /* the platform goes: importers are refused from now */

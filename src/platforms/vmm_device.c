@@ -448,14 +448,14 @@ static int export_types(rapi_vmm *v, int mode) {
 /* DeviceVmm(device=N, reserve=SIZE, granularity=SIZE): reserve defaults to twice the device's
  * memory, granularity to the driver's recommended one (2 MiB on current GPUs). */
 static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
+  rapi_option_value o[RAPI_VMM_OPTIONS];
   rapi_vmm_sizes sz;
-  uint64_t device = 0;
-  int mode = 0;
   int st = rapi_vmm_no_parent(self);
-  if (st == RAP_OK) st = rap_options_get_uint(opts, "device", &device);
-  if (st == RAP_OK) st = rapi_vmm_options(self, opts, &sz);
-  if (st == RAP_OK) st = rapi_ipc_export_option(self, opts, true, &mode);
+  if (st == RAP_OK) st = rapi_platform_options(opts, &rapi_device_vmm_options, o);
   if (st != RAP_OK) return st;
+  uint64_t device = o[RAPI_VMM_DEVICE].u;
+  int mode = (int)o[RAPI_VMM_EXPORT].u;
+  rapi_vmm_sizes_of(o, &sz);
   if ((st = rapi_gpu_device_exists(self, device)) != RAP_OK || (st = drv_ready(self)) != RAP_OK)
     return st;
   rapi_vmm *v = rapi_calloc(1, sizeof *v);
@@ -483,7 +483,7 @@ static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) 
   v->platform.device = v->device;
   v->platform.peer = rapi_device_vmm_peer;
   self->devices_ok = rapi_device_bit(v->device);
-  st = rapi_gpu_peers_option(self, v->device, opts);
+  st = rapi_gpu_peers_option(self, v->device, o[RAPI_VMM_PEERS].text);
   if (st == RAP_OK && mode != 0) st = rapi_ipc_export_start(v, RAPI_IPC_DEVICE);
   if (st != RAP_OK) rapi_vmm_fini(self, state);   /* the manager calls no fini when init fails */
   return st;
