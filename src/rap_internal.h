@@ -669,7 +669,7 @@ static inline uint64_t rapi_device_bit(int device) {
  * nothing done where every device reaches it already (pinned, managed). Sets *owner to the device
  * the memory is on, or -1 for memory every device reaches. */
 int  rapi_platform_peer_access(rap_allocator *a, int device, int enable, int *owner);
-bool rapi_platform_in_range(const rap_allocator *x, const void *ptr);   /* in growable x's range */
+bool rapi_platform_in_range(const rap_allocator *x, const void *ptr);   /* x growable, ptr in its range */
 /* registrable.c: OK where NCCL can register a's memory (a DeviceVmm made with export=), else a
  * status and a sentence that starts with who. */
 int  rapi_platform_registrable(rap_allocator *a, const char *who);

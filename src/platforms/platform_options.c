@@ -49,8 +49,8 @@ static const rapi_option_def device_vmm[RAPI_VMM_OPTIONS] = {
 
 /* StreamOrdered's rule across options: only a pool it makes has a shareable handle. */
 static int stream_ordered_check(const char *who, const rapi_option_value *v) {
-  if (v[RAPI_SO_EXPORT].u == 0 || (v[RAPI_SO_POOL].text != NULL && strcmp(v[RAPI_SO_POOL].text, "new") == 0))
-    return RAP_OK;
+  const char *pool = v[RAPI_SO_POOL].text;
+  if (v[RAPI_SO_EXPORT].u == 0 || (pool != NULL && strcmp(pool, "new") == 0)) return RAP_OK;
   return rapi_fail(RAP_ERR_INVALID, "%s: export=posix needs pool=new: the device's default pool is "
                    "made with no shareable handle type, so no other process can open it", who);
 }
@@ -137,7 +137,8 @@ static int read_one(rap_options *opts, const rapi_option_def *d, rapi_option_val
 
 int rapi_platform_options(rap_options *opts, const rapi_option_table *t, rapi_option_value *values) {
   int st = RAP_OK;
-  for (size_t i = 0; i < t->count && st == RAP_OK; i++) st = read_one(opts, &t->options[i], &values[i]);
+  for (size_t i = 0; i < t->count && st == RAP_OK; i++)
+    st = read_one(opts, &t->options[i], &values[i]);
   if (st == RAP_OK && t->check != NULL) st = t->check(opts->owner, values);
   return st;
 }

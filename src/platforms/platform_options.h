@@ -51,7 +51,7 @@ enum { RAPI_SO_DEVICE, RAPI_SO_POOL, RAPI_SO_THRESHOLD, RAPI_SO_EXPORT, RAPI_SO_
 enum { RAPI_VMM_DEVICE, RAPI_VMM_RESERVE, RAPI_VMM_GRANULARITY, RAPI_VMM_PIECE, RAPI_VMM_EXPORT,
        RAPI_VMM_PEERS, RAPI_VMM_OPTIONS };
 
-/* ---- platform_options.c ----------------------------------------------------------------------- */
+/* ---- platform_options.c ---------------------------------------------------------------------- */
 extern const rapi_option_table rapi_pinned_options;           /* Pinned (cuda_platform.c) */
 extern const rapi_option_table rapi_stream_ordered_options;   /* StreamOrdered */
 extern const rapi_option_table rapi_host_vmm_options;         /* HostVmm (vmm.c) */

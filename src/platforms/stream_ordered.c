@@ -170,7 +170,9 @@ static int so_locate(rap_allocator *self, void *ptr, size_t bytes, rapi_ipc_plac
 
 _Static_assert(sizeof(struct cudaMemPoolPtrExportData) == 64, "a ticket holds the export data");
 
-static rapi_ipc_export *so_export_state(rap_allocator *self) { return ((stream_ordered *)self->state)->ipc; }
+static rapi_ipc_export *so_export_state(rap_allocator *self) {
+  return ((stream_ordered *)self->state)->ipc;
+}
 
 /* The export entry of the record (rap_internal.h): how ipc.c reaches this platform. */
 static const rapi_platform_export so_export = {"pool=new, export=posix", so_export_state, so_locate};

@@ -545,7 +545,7 @@ static void vmm_walk(rap_allocator *a, void *ctx, void (*locked)(void *arg),
   rapi_unlock(&held);
 }
 
-/* ---- memory across processes: the export entry of the record (rap_internal.h) ------------------ */
+/* ---- memory across processes: the export entry of the record (rap_internal.h) --------------- */
 
 static rapi_ipc_export *vmm_export_state(rap_allocator *root) { return root->platform->vmm->ipc; }
 

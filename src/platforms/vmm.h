@@ -75,7 +75,7 @@ struct rapi_vmm {
   rapi_segments segments;          /* its mappings, for segment observers (core/observe.c) */
 };
 
-/* ---- vmm.c ------------------------------------------------------------------------------------ */
+/* ---- vmm.c ----------------------------------------------------------------------------------- */
 /* RAP_ERR_INVALID with a sentence when self was given a parent: a platform maps its own memory. */
 int  rapi_vmm_no_parent(rap_allocator *self);
 /* Starts the platform over a range the backend has reserved (v from rapi_malloc, filled in):

@@ -3,7 +3,8 @@
  * Without CUDA, rap/cuda.h's functions say why they are missing; without HIP, rap/hip.h's do, so
  * a program written against either header links with any rap (they are exported like the API).
  * In a build with neither, the questions about devices (gpu_device.c's) answer that there are
- * none, and in a HIP build too those of memory across processes, which is CUDA's only; the platforms' side (DEVICE, PINNED and UM still resolve, and say why they are missing) is
+ * none, and those of memory across processes (CUDA's only) refuse in a HIP build too; the
+ * platforms' side (DEVICE, PINNED and UM still resolve, and say why they are missing) is
  * platforms/no_gpu_platform.c.
  */
 #include "rap_internal.h"
