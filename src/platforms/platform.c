@@ -1,7 +1,7 @@
 /* platform.c — the questions asked of the platform at the bottom of a chain, answered from its
  * record (rapi_platform, rap_internal.h): a device's access to the memory (peer access, and the
- * peers= option that grants it at make time), the address a kernel uses for a block, and whether a
- * pointer lies in a growable platform's reserved range.
+ * peers= option that grants it at make time, whose list is parsed here only), the address a
+ * kernel uses for a block, and whether a pointer lies in a growable platform's reserved range.
  *
  * Each is a small dispatcher: what the memory is answers most of it, and the record's methods the
  * rest (CUDA's peer access for DEVICE::N, a pool's or a mapping's access for StreamOrdered and
