@@ -389,8 +389,18 @@ typedef struct rapi_platform {
   int (*memory_info)(rap_allocator *root, size_t *free_bytes, size_t *total_bytes);
   int (*peer)(rap_allocator *root, int device, int enable);
   int (*device_pointer)(rap_allocator *a, const void *ptr, void **out);
-  struct rapi_vmm *vmm;            /* a growable platform's engine (its export: ipc.c), or NULL */
+  struct rapi_vmm *vmm;            /* a growable platform's engine, or NULL */
+  const struct rapi_platform_export *exporter;   /* memory across processes (below), or NULL */
 } rapi_platform;
+/* A record's export entry (HostVmm, DeviceVmm, StreamOrdered): how platforms/ipc.c reaches the
+ * platform, never by its symbols. options: what makes it export, for sentences; state: its shared
+ * state, NULL without export=; locate: where a block a pool over it exports lies, or a sentence. */
+struct rapi_ipc_place;   /* platforms/vmm.h */
+typedef struct rapi_platform_export {
+  const char *options;
+  struct rapi_ipc_export *(*state)(rap_allocator *root);
+  int (*locate)(rap_allocator *root, void *ptr, size_t bytes, struct rapi_ipc_place *out);
+} rapi_platform_export;
 
 struct rap_allocator {
   const rap_strategy *strategy;   /* hot fields first */
@@ -671,12 +681,10 @@ static inline uint64_t rapi_device_bit(int device) {
  * nothing done where every device reaches it already (pinned, managed). Sets *owner to the device
  * the memory is on, or -1 for memory every device reaches. */
 int  rapi_platform_peer_access(rap_allocator *a, int device, int enable, int *owner);
+bool rapi_platform_in_range(const rap_allocator *x, const void *ptr);   /* x growable, ptr in its range */
 /* registrable.c: OK where NCCL can register a's memory (a DeviceVmm made with export=), else a
  * status and a sentence that starts with who. */
 int  rapi_platform_registrable(rap_allocator *a, const char *who);
-/* peers= of a device platform: "all" or device numbers joined by '+' ("1+3"); grants each. The
- * platform's record must be set. */
-int  rapi_gpu_peers_option(rap_allocator *self, int owner, rap_options *opts);
 
 /* ---- platforms/ipc_import.c: what the manager's destroy calls, after its resources are synchronized:
  * closes every block and pool this manager imported from other processes. */
@@ -772,10 +780,6 @@ extern const rap_strategy rapi_host_platform;
 extern const rap_strategy rapi_pinned_strategy;   /* Pinned(portable, mapped, write_combined) */
 extern const rap_strategy rapi_cuda_platform;   /* DEVICE, DEVICE::N, PINNED, UM; or HIP's */
 extern const rapi_resource_ops rapi_host_resource_ops;
-/* stream_ordered.c, vmm_device.c: a peer's access to their memory (cudaMemPoolSetAccess; the
- * mappings' access descriptors, now and for every later mapping): their records' peer. */
-int  rapi_stream_ordered_peer(rap_allocator *a, int device, int enable);
-int  rapi_device_vmm_peer(rap_allocator *a, int device, int enable);
 /* platforms/memory_info.c: the host's physical memory (or its control group's lower limit) and
  * what is available of it. */
 int  rapi_host_memory_info(size_t *free_bytes, size_t *total_bytes);
@@ -792,5 +796,14 @@ int  rapi_gpu_device_exists(rap_allocator *self, uint64_t device);
 int  rapi_gpu_device_memory(const char *who, int device, size_t *free_bytes, size_t *total_bytes);
 /* RAP_OK if device's streams can be given own's memory (a peer path), else UNSUPPORTED. */
 int  rapi_gpu_can_access_peer(const char *who, int device, int own);
+/* Memory across processes, CUDA only: a bus id's device here, a device's PCI bus id; interprocess
+ * events, recorded by an importer (cuda_resource.c), opened once and queried (1, 0 or a status). */
+int  rapi_gpu_device_by_bus_id(const char *bus_id, int *device);
+int  rapi_gpu_bus_id(int device, char *bus_id, size_t cap);
+int  rapi_gpu_ipc_event_record(rap_resource *r, unsigned char handle[64], void **event);
+int  rapi_gpu_ipc_event_synchronize(void *event);
+void rapi_gpu_ipc_event_destroy(void *event);
+int  rapi_gpu_ipc_event_query(const unsigned char handle[64], void **opened);
+void rapi_gpu_ipc_event_close(void *opened);
 
 #endif /* RAP_INTERNAL_H */

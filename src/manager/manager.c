@@ -5,7 +5,6 @@
  * the manager's lock; allocate and deallocate never do, they go straight to the strategy's table.
  */
 #include "rap_internal.h"
-#include "platforms/vmm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -502,12 +501,8 @@ int rap_pointer_registrable(rap_manager *rm, const void *ptr) {
      * reserved range holds it answers for its memory. */
     rapi_held held;
     rapi_lock(&rm->lock, &held);
-    for (rap_allocator *x = rm->allocators; x != NULL && a == NULL; x = x->next) {
-      const rapi_platform *p = x->platform;
-      if (p != NULL && p->root == x && p->source == RAPI_SOURCE_VMM && p->vmm != NULL &&
-          (const char *)ptr >= p->vmm->base && (const char *)ptr < p->vmm->base + p->vmm->reserve)
-        a = x;
-    }
+    for (rap_allocator *x = rm->allocators; x != NULL && a == NULL; x = x->next)
+      if (rapi_platform_in_range(x, ptr)) a = x;
     rapi_unlock(&held);
   }
   if (a == NULL)

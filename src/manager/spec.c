@@ -11,7 +11,7 @@
  * so that names, options and values are checked as a make would check them, without a device.
  */
 #include "rap_internal.h"
-#include "platforms/vmm.h"   /* the values of export= */
+#include "platforms/platform_options.h"   /* the device platforms' options */
 
 #include <ctype.h>
 #include <stdio.h>
@@ -228,81 +228,16 @@ static int make_from_spec(rap_manager *rm, const char *name, const char *spec, r
 /* ---- rap_spec_check: the whole make, without a device ----------------------------------------- */
 
 /* The strategies and platforms that need a device to be made are checked by their options alone
- * (the same getters and sentences as their inits) and stand in as HOST for what is made over them.
- * Everything else is made for real in a private manager: pools take their first chunk lazily, so
- * a check allocates no pool memory. */
-typedef enum { OPT_UINT, OPT_BIT, OPT_SIZE, OPT_POOL, OPT_THRESHOLD, OPT_PEERS, OPT_EXPORT,
-               OPT_EXPORT_POSIX } opt_kind;
+ * (read through the table their inits read them through: platform_options.c) and stand in as HOST
+ * for what is made over them. Everything else is made for real in a private manager: pools take
+ * their first chunk lazily, so a check allocates no pool memory. */
 
-static const struct {
-  const char *strategy, *key;
-  opt_kind kind;
-} device_options[] = {
-    {"Pinned", "portable", OPT_BIT},
-    {"Pinned", "mapped", OPT_BIT},
-    {"Pinned", "write_combined", OPT_BIT},
-    {"Pinned", "device", OPT_UINT},
-    {"StreamOrdered", "device", OPT_UINT},
-    {"StreamOrdered", "pool", OPT_POOL},
-    {"StreamOrdered", "release_threshold", OPT_THRESHOLD},
-    {"StreamOrdered", "follow_event_dependencies", OPT_BIT},
-    {"StreamOrdered", "allow_opportunistic", OPT_BIT},
-    {"StreamOrdered", "allow_internal_dependencies", OPT_BIT},
-    {"StreamOrdered", "peers", OPT_PEERS},
-    {"StreamOrdered", "export", OPT_EXPORT_POSIX},
-    {"DeviceVmm", "device", OPT_UINT},
-    {"DeviceVmm", "reserve", OPT_SIZE},
-    {"DeviceVmm", "granularity", OPT_SIZE},
-    {"DeviceVmm", "peers", OPT_PEERS},
-    {"DeviceVmm", "export", OPT_EXPORT},
-};
-
-static bool device_strategy(const rap_strategy *s) {
-  return s == &rapi_pinned_strategy || s == &rapi_stream_ordered_strategy ||
-         s == &rapi_device_vmm_strategy;
-}
-
-static int check_one_option(rap_options *opts, const char *key, opt_kind kind) {
-  const char *who = opts->owner, *v = NULL;
-  uint64_t u = 0;
-  size_t size = 0;
-  switch (kind) {
-  case OPT_UINT:
-    return rap_options_get_uint(opts, key, &u);
-  case OPT_BIT: {
-    int st = rap_options_get_uint(opts, key, &u);
-    if (st == RAP_OK && u > 1) return rapi_fail(RAP_ERR_INVALID, "%s: option '%s' is 0 or 1", who, key);
-    return st;
-  }
-  case OPT_SIZE:
-    return rap_options_get_size(opts, key, &size);
-  default:
-    break;
-  }
-  int st = rap_options_get_string(opts, key, &v);
-  if (st != RAP_OK || v == NULL) return st;
-  if (kind == OPT_EXPORT || kind == OPT_EXPORT_POSIX) {
-    int mode = 0;
-    return rapi_ipc_export_mode(who, v, kind == OPT_EXPORT, &mode);
-  }
-  if (kind == OPT_POOL && strcmp(v, "default") != 0 && strcmp(v, "new") != 0)
-    return rapi_fail(RAP_ERR_INVALID, "%s: option 'pool' is 'default' (the device's) or 'new', not "
-                     "'%s'", who, v);
-  if (kind == OPT_THRESHOLD && strcmp(v, "max") != 0 && rapi_parse_size(v, &size) != RAP_OK)
-    return rapi_fail(RAP_ERR_INVALID, "%s: option 'release_threshold' is a size or 'max', not '%s'",
-                     who, v);
-  if (kind == OPT_PEERS && strcmp(v, "all") != 0) {
-    for (const char *c = v;;) {
-      char *end;
-      long d = strtol(c, &end, 10);
-      if (end == c || !isdigit((unsigned char)*c) || d > 4096 || (*end != 0 && *end != '+'))
-        return rapi_fail(RAP_ERR_INVALID, "%s: option 'peers' is 'all' or device numbers joined by "
-                         "'+' (peers=1+3), not '%s'", who, v);
-      if (*end == 0) break;
-      c = end + 1;
-    }
-  }
-  return RAP_OK;
+/* The table of a platform that needs a device to be made, or NULL. */
+static const rapi_option_table *device_options(const rap_strategy *s) {
+  return s == &rapi_pinned_strategy           ? &rapi_pinned_options
+         : s == &rapi_stream_ordered_strategy ? &rapi_stream_ordered_options
+         : s == &rapi_device_vmm_strategy     ? &rapi_device_vmm_options
+                                              : NULL;
 }
 
 static int check_device_options(const rap_strategy *s, const char *name, const char *options,
@@ -315,15 +250,8 @@ static int check_device_options(const rap_strategy *s, const char *name, const c
   rap_options opts;
   int st = rapi_options_parse(options, owner, &opts);
   if (st != RAP_OK) return st;
-  for (size_t i = 0; st == RAP_OK && i < sizeof device_options / sizeof device_options[0]; i++)
-    if (strcmp(device_options[i].strategy, s->name) == 0)
-      st = check_one_option(&opts, device_options[i].key, device_options[i].kind);
-  const char *exp = NULL, *pool = NULL;   /* the one rule across options: as StreamOrdered's init */
-  if (st == RAP_OK && s == &rapi_stream_ordered_strategy &&
-      rap_options_get_string(&opts, "export", &exp) == RAP_OK && exp != NULL && strcmp(exp, "none") != 0 &&
-      (rap_options_get_string(&opts, "pool", &pool) != RAP_OK || pool == NULL || strcmp(pool, "new") != 0))
-    st = rapi_fail(RAP_ERR_INVALID, "%s: export=posix needs pool=new: the device's default pool is "
-                   "made with no shareable handle type, so no other process can open it", owner);
+  rapi_option_value values[RAPI_OPTIONS_MAX];
+  st = rapi_platform_options(&opts, device_options(s), values);
   if (st == RAP_ERR_INVALID && rapi_options_misspelt(&opts) != RAP_OK) st = RAP_ERR_INVALID;
   if (st == RAP_OK) st = rapi_options_check_unused(&opts);
   rapi_options_free(&opts);
@@ -352,7 +280,7 @@ static int build_check(rap_manager *rm, node *n, const char *name, rap_allocator
     int st = build_check(rm, n->parent, inner, &parent);
     if (st != RAP_OK) return st;
   }
-  if (s != NULL && device_strategy(s)) {
+  if (s != NULL && device_options(s) != NULL) {
     int st = check_device_options(s, name, n->options, parent != NULL,
                                   parent != NULL ? rap_allocator_name(parent) : "");
     return st != RAP_OK ? st : rap_allocator_get(rm, "HOST", out);

@@ -8,6 +8,7 @@
  * statically; ROCm's loads without a GPU): asking for one of these there is RAP_ERR_UNSUPPORTED.
  */
 #include "rap_internal.h"
+#include "platforms/platform_options.h"
 #include "resources/gpu_runtime.h"
 
 #include <stdatomic.h>
@@ -180,24 +181,13 @@ static int gpu_init(rap_allocator *self, void *state, rap_options *opts) {
 /* Pinned(device=N, portable=0|1, mapped=0|1, write_combined=0|1): page-locked host memory with
  * cudaHostAlloc's flags, as a strategy without a parent (PINNED is the same with none). */
 static int pinned_init(rap_allocator *self, void *state, rap_options *opts) {
-  static const struct {
-    const char *key;
-    unsigned flag;
-  } flags[] = {{"portable", gpuHostAllocPortable}, {"mapped", gpuHostAllocMapped},
-               {"write_combined", gpuHostAllocWriteCombined}};
-  unsigned host_flags = 0;
-  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
-    uint64_t on = 0;
-    int st = rap_options_get_uint(opts, flags[i].key, &on);
-    if (st != RAP_OK) return st;
-    if (on > 1)
-      return rapi_fail(RAP_ERR_INVALID, "%s: option '%s' is 0 or 1", rap_allocator_name(self),
-                       flags[i].key);
-    if (on) host_flags |= flags[i].flag;
-  }
-  uint64_t device = 0;
-  int st = rap_options_get_uint(opts, "device", &device);
+  rapi_option_value o[RAPI_PINNED_OPTIONS];   /* read through Pinned's table (platform_options.c) */
+  int st = rapi_platform_options(opts, &rapi_pinned_options, o);
   if (st != RAP_OK) return st;
+  unsigned host_flags = (o[RAPI_PINNED_PORTABLE].u ? gpuHostAllocPortable : 0) |
+                        (o[RAPI_PINNED_MAPPED].u ? gpuHostAllocMapped : 0) |
+                        (o[RAPI_PINNED_WRITE_COMBINED].u ? gpuHostAllocWriteCombined : 0);
+  uint64_t device = o[RAPI_PINNED_DEVICE].u;
   if ((st = rapi_gpu_device_exists(self, device)) != RAP_OK) return st;
   gpu_impl *c = rapi_malloc(sizeof *c);
   if (c == NULL) return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));

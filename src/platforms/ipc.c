@@ -13,7 +13,8 @@
  * passed, or the importer is gone (watched through a pidfd, its start time read from /proc);
  * rap_ipc_export, rap_ipc_revoke, and the reading of a descriptor. A StreamOrdered pool (CUDA's
  * pool IPC) has no range and no mappings: its ticket carries the allocation the block lies in (an
- * id, the block's offset in it and cudaMemPoolExportPointer's data), found by stream_ordered.c.
+ * id, the block's offset in it and cudaMemPoolExportPointer's data). The exporting platform is
+ * reached through its record's export entry (rap_internal.h), never by its symbols.
  */
 #include "platforms/ipc.h"
 
@@ -67,9 +68,7 @@ static bool importer_alive(uint32_t pid, uint64_t start) {
 struct rapi_ipc_export {
   rap_resource r;                 /* the ipc resource: first, so its operations find the rest */
   pthread_mutex_t lock;           /* the tickets' exporter side, the opened events */
-  rap_allocator *self;            /* the exporting platform */
-  rapi_vmm *v;                    /* HostVmm, DeviceVmm: the range; NULL for a pool */
-  rapi_ipc_locate_fn locate;      /* a pool's: where a block lies (stream_ordered.c) */
+  rap_allocator *self;            /* the exporting platform (its record's export entry locates) */
   ipc_ctl *ctl;
   int ctl_fd;
   unsigned next_ticket;
@@ -94,45 +93,18 @@ typedef struct opened {
 static _Thread_local uint64_t bound_token;
 static _Thread_local rapi_ipc_export *bound_by;
 
-int rapi_ipc_export_mode(const char *who, const char *text, bool device, int *mode) {
-  *mode = 0;
-  if (text == NULL || strcmp(text, "none") == 0) return RAP_OK;
-  if (strcmp(text, "posix") == 0) *mode = 1;
-  else if (device && strcmp(text, "fabric") == 0) *mode = 2;
-  else if (device && strcmp(text, "auto") == 0) *mode = 3;
-  else
-    return rapi_fail(RAP_ERR_INVALID, "%s: option 'export' must be %s, not '%s'", who,
-                     device ? "posix, fabric, auto or none" : "posix or none", text);
-  return RAP_OK;
-}
-
-int rapi_ipc_export_option(rap_allocator *self, rap_options *opts, bool device, int *mode) {
-  const char *text = NULL;
-  *mode = 0;
-  int st = rap_options_get_string(opts, "export", &text);
-  if (st != RAP_OK) return st;
-  return rapi_ipc_export_mode(rap_allocator_name(self), text, device, mode);
-}
-
 static rapi_ipc_export *of_resource(rap_resource *r) { return (rapi_ipc_export *)(void *)r; }
 
-/* A block the pool records on the ipc resource gets a ticket: SENT, with its place and size. */
+/* A block the pool records on the ipc resource gets a ticket: SENT, with its place (the platform
+ * says where it lies) and size. */
 static int ipc_use_bind(rap_resource *r, void *ptr, size_t bytes, uint64_t *token) {
   rapi_ipc_export *x = of_resource(r);
-  rapi_vmm *v = x->v;
   rapi_ipc_place place;
   memset(&place, 0, sizeof place);
-  if (v == NULL) {
-    int st = x->locate(x->self, ptr, bytes, &place);
-    if (st != RAP_OK) return st;
-  } else if ((char *)ptr < v->base || (char *)ptr >= v->base + v->reserve) {
-    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_export: %p is not in the range of '%s'", ptr,
-                     rap_allocator_name(x->self));
-  } else {
-    place.offset = (uint64_t)((char *)ptr - v->base);
-  }
+  int st = x->self->platform->exporter->locate(x->self, ptr, bytes, &place);
+  if (st != RAP_OK) return st;
   pthread_mutex_lock(&x->lock);
-  int st = RAP_ERR_NOMEM;
+  st = RAP_ERR_NOMEM;
   for (unsigned n = 0; n < IPC_TICKETS; n++) {
     unsigned i = (x->next_ticket + n) % IPC_TICKETS;
     ipc_ticket *t = &x->ctl->tickets[i];
@@ -205,7 +177,7 @@ static int ipc_use_passed(rap_resource *r, uint64_t token) {
     int q = RAP_ERR_NOMEM;
     if (o == NULL && (o = rapi_calloc(1, sizeof *o)) != NULL) {
       memcpy(o->handle, t->event, sizeof o->handle);
-      if ((q = rapi_ipc_event_query(o->handle, &o->event)) < 0 && o->event == NULL) {
+      if ((q = rapi_gpu_ipc_event_query(o->handle, &o->event)) < 0 && o->event == NULL) {
         free(o);
         o = NULL;
       } else {
@@ -213,7 +185,7 @@ static int ipc_use_passed(rap_resource *r, uint64_t token) {
         x->opened = o;
       }
     } else if (o != NULL) {
-      q = rapi_ipc_event_query(o->handle, &o->event);
+      q = rapi_gpu_ipc_event_query(o->handle, &o->event);
     }
     pthread_mutex_unlock(&x->lock);
     if (q == 1) return 1;
@@ -318,7 +290,7 @@ static int export_make(rap_allocator *self, int kind, int device, rapi_ipc_expor
   c->device = device;
   c->pool_fd = -1;
   if (kind != RAPI_IPC_HOST) {
-    int st = rapi_ipc_device_bus_id(device, c->bus_id, sizeof c->bus_id);
+    int st = rapi_gpu_bus_id(device, c->bus_id, sizeof c->bus_id);
     if (st != RAP_OK) {
       munmap(x->ctl, sizeof(ipc_ctl));
       close(x->ctl_fd);
@@ -350,20 +322,17 @@ int rapi_ipc_export_start(rapi_vmm *v, int kind) {
   x->ctl->reserve = v->reserve;
   x->ctl->granularity = v->granularity;
   x->ctl->handle_types = v->handle_types;
-  x->v = v;
   export_open(x);
   v->ipc = x;
   return RAP_OK;
 }
 
-int rapi_ipc_pool_export_start(rap_allocator *self, int device, int pool_fd, rapi_ipc_locate_fn locate,
-                               rapi_ipc_export **out) {
+int rapi_ipc_pool_export_start(rap_allocator *self, int device, int pool_fd, rapi_ipc_export **out) {
   rapi_ipc_export *x = NULL;
   int st = export_make(self, RAPI_IPC_POOL, device, &x);
   if (st != RAP_OK) return st;
   x->ctl->handle_types = RAPI_IPC_POSIX;
   x->ctl->pool_fd = pool_fd;
-  x->locate = locate;
   export_open(x);
   *out = x;
   return RAP_OK;
@@ -377,7 +346,7 @@ void rapi_ipc_pool_export_stop(rapi_ipc_export *x) {
   while (x->opened != NULL) {
     opened *o = x->opened;
     x->opened = o->next;
-    rapi_ipc_event_close(o->event);
+    rapi_gpu_ipc_event_close(o->event);
     free(o);
   }
   munmap(x->ctl, sizeof(ipc_ctl));
@@ -418,16 +387,12 @@ void rapi_ipc_extent_remove(rapi_vmm *v, rapi_vmm_extent *e) {
 
 /* ---- export --------------------------------------------------------------------------------- */
 
-/* The exporting state of a's platform, from the record its chain inherits (rap_internal.h); *known
- * false where the platform cannot export. */
-static rapi_ipc_export *exporting(const rap_allocator *a, bool *known) {
+/* The exporting state of a's platform, asked through the export entry of the record its chain
+ * inherits (rap_internal.h); *e NULL where the platform cannot export. */
+static rapi_ipc_export *exporting(const rap_allocator *a, const rapi_platform_export **e) {
   const rapi_platform *p = a->platform;
-  *known = true;
-  if (p != NULL && p->source == RAPI_SOURCE_VMM && p->vmm != NULL) return p->vmm->ipc;
-  if (p != NULL && p->source == RAPI_SOURCE_STREAM_ORDERED && p->root != NULL)
-    return rapi_stream_ordered_ipc(p->root);
-  *known = false;
-  return NULL;
+  *e = p != NULL && p->root != NULL ? p->exporter : NULL;
+  return *e != NULL ? (*e)->state(p->root) : NULL;
 }
 
 /* The chain's platform allocator, for sentences. */
@@ -440,18 +405,17 @@ int rap_ipc_export(rap_allocator *a, void *ptr, rap_ipc_desc *out) {
   if (a == NULL || out == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_ipc_export: allocator or out is NULL");
   if (ptr == NULL) return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_ipc_export('%s'): pointer is NULL", a->name);
   rap_allocator *root = root_of(a);
-  bool known = false;
-  rapi_ipc_export *x = exporting(a, &known);
-  if (!known)
+  const rapi_platform_export *e = NULL;
+  rapi_ipc_export *x = exporting(a, &e);
+  if (e == NULL)
     return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_export('%s'): its memory comes from '%s' (%s), "
                      "which no other process can open; make the pool over DeviceVmm(export=posix), "
                      "HostVmm(export=posix) or StreamOrdered(pool=new, export=posix)", a->name,
                      root->name, root->strategy->name);
   if (x == NULL)
     return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_export('%s'): '%s' was made without export=; "
-                     "%s(%sexport=posix) makes memory other processes can open", a->name, root->name,
-                     root->strategy->name,
-                     a->platform != NULL && a->platform->source == RAPI_SOURCE_STREAM_ORDERED ? "pool=new, " : "");
+                     "%s(%s) makes memory other processes can open", a->name, root->name,
+                     root->strategy->name, e->options);
   if (a == root)
     return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_export('%s'): export a block of a "
                      "ResourceAwarePool over it, whose free keeps the block until its importers "
@@ -506,8 +470,8 @@ int rap_ipc_revoke(rap_allocator *a, const rap_ipc_desc *desc) {
   ipc_desc d;
   int st = rapi_ipc_desc_read("rap_ipc_revoke", desc, &d);
   if (st != RAP_OK) return st;
-  bool known = false;
-  rapi_ipc_export *x = exporting(a, &known);
+  const rapi_platform_export *e = NULL;
+  rapi_ipc_export *x = exporting(a, &e);
   if (x == NULL || d.pid != (int32_t)getpid() || d.pool_id != x->ctl->pool_id)
     return rapi_fail(RAP_ERR_INVALID, "rap_ipc_revoke('%s'): the descriptor was not exported from "
                      "its memory by this process", a->name);

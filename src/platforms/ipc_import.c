@@ -203,7 +203,7 @@ static int pool_open(const ipc_desc *d, imp_pool **out) {
       char bus[33];
       memcpy(bus, p->ctl->bus_id, 32);
       bus[32] = '\0';
-      st = rapi_ipc_device_by_bus_id(bus, &p->device);
+      st = rapi_gpu_device_by_bus_id(bus, &p->device);
     }
     if (st == RAP_OK && p->kind == RAPI_IPC_POOL) {
       /* The pool's shareable handle, taken from the exporter as its mappings' are. */
@@ -555,7 +555,7 @@ static int signal_close(imp_pool *p, imp_ticket *tk, rap_resource *r, imp_event 
     bool made = e == NULL;
     if (made && (e = rapi_calloc(1, sizeof *e)) == NULL)
       return rapi_fail(RAP_ERR_NOMEM, "rap_ipc_close: out of host memory");
-    int st = rapi_ipc_event_record(r, e->handle, &e->event);
+    int st = rapi_gpu_ipc_event_record(r, e->handle, &e->event);
     if (st != RAP_OK) {
       if (made) free(e);
       return st;
@@ -689,9 +689,9 @@ void rapi_ipc_manager_fini(rap_manager *rm) {
       imp_event *e = p->events;
       p->events = e->next;
       ipc_ticket *t = &p->ctl->tickets[e->ticket];
-      if (rapi_ipc_event_synchronize(e->event) == RAP_OK)
+      if (rapi_gpu_ipc_event_synchronize(e->event) == RAP_OK)
         (void)cas(&t->word, e->word, tword(tw_serial(e->word), tw_pid(e->word), T_DONE));
-      rapi_ipc_event_destroy(e->event);
+      rapi_gpu_ipc_event_destroy(e->event);
       free(e);
     }
     pool_free(p);

@@ -1,6 +1,7 @@
 /* platform.c — the questions asked of the platform at the bottom of a chain, answered from its
  * record (rapi_platform, rap_internal.h): a device's access to the memory (peer access, and the
- * peers= option that grants it at make time) and the address a kernel uses for a block.
+ * peers= option that grants it at make time, whose list is parsed here only), the address a
+ * kernel uses for a block, and whether a pointer lies in a growable platform's reserved range.
  *
  * Each is a small dispatcher: what the memory is answers most of it, and the record's methods the
  * rest (CUDA's peer access for DEVICE::N, a pool's or a mapping's access for StreamOrdered and
@@ -8,7 +9,10 @@
  * nothing here names it. Compiled into every build: without a GPU backend only host memory exists.
  */
 #include "rap_internal.h"
+#include "platforms/platform_options.h"
+#include "platforms/vmm.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,26 +43,42 @@ int rapi_platform_peer_access(rap_allocator *a, int device, int enable, int *own
   return p->peer(root, device, enable);
 }
 
+/* A pointer that is not a block's start (a tensor's view) is still the memory of the growable
+ * platform whose reserved range holds it. */
+bool rapi_platform_in_range(const rap_allocator *x, const void *ptr) {
+  const rapi_platform *p = x->platform;
+  if (p == NULL || p->root != x || p->source != RAPI_SOURCE_VMM || p->vmm == NULL) return false;
+  return (const char *)ptr >= p->vmm->base && (const char *)ptr < p->vmm->base + p->vmm->reserve;
+}
+
+/* A list of peers is read here only, for a platform's init and for rap_spec_check alike
+ * (platform_options.c). */
+int rapi_peers_next(const char *who, const char *text, const char **at, int *device) {
+  const char *c = *at;
+  if (c == NULL) return 0;
+  char *end;
+  long d = strtol(c, &end, 10);
+  if (end == c || !isdigit((unsigned char)*c) || d > 4096 || (*end != 0 && *end != '+'))
+    return rapi_fail(RAP_ERR_INVALID, "%s: option 'peers' is 'all' or device numbers joined by "
+                     "'+' (peers=1+3), not '%s'", who, text);
+  *device = (int)d;
+  *at = *end == '+' ? end + 1 : NULL;
+  return 1;
+}
+
 /* peers=all (every other device that can reach this one's memory) or peers=1+3 (each must). */
-int rapi_gpu_peers_option(rap_allocator *self, int owner, rap_options *opts) {
-  const char *peers = NULL;
-  int st = rap_options_get_string(opts, "peers", &peers);
-  if (st != RAP_OK || peers == NULL) return st;
+int rapi_gpu_peers_option(rap_allocator *self, int owner, const char *peers) {
+  if (peers == NULL) return RAP_OK;
   int count = 0;
-  if ((st = rapi_cuda_devices(rap_allocator_name(self), &count)) != RAP_OK) return st;
+  int st = rapi_cuda_devices(rap_allocator_name(self), &count);
+  if (st != RAP_OK) return st;
   bool all = strcmp(peers, "all") == 0;
-  const char *s = peers;
-  for (int d = 0; all ? d < count : *s != 0; d++) {
+  const char *at = peers;
+  for (int d = 0;; d++) {
     int device = d;
-    if (!all) {
-      char *end;
-      long v = strtol(s, &end, 10);
-      if (end == s || v < 0 || v > 4096 || (*end != 0 && *end != '+'))
-        return rapi_fail(RAP_ERR_INVALID, "%s: option 'peers' is 'all' or device numbers joined by "
-                         "'+' (peers=1+3), not '%s'", rap_allocator_name(self), peers);
-      device = (int)v;
-      s = *end == '+' ? end + 1 : end;
-    }
+    if (all && d >= count) break;
+    if (!all && (st = rapi_peers_next(rap_allocator_name(self), peers, &at, &device)) != 1)
+      return st;   /* 0: every device of the list was granted */
     if (device == owner) continue;
     int own = -1;
     st = rapi_platform_peer_access(self, device, 1, &own);

@@ -17,7 +17,7 @@
  * CUDA's pool IPC (ipc.c; the importer's calls are at the end of this file). Only the CUDA build
  * has it: elsewhere making one answers RAP_ERR_UNSUPPORTED with a sentence.
  */
-#include "platforms/vmm.h"
+#include "platforms/vmm.h"   /* memory across processes (ipc.c), the platforms' options */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,7 +170,12 @@ static int so_locate(rap_allocator *self, void *ptr, size_t bytes, rapi_ipc_plac
 
 _Static_assert(sizeof(struct cudaMemPoolPtrExportData) == 64, "a ticket holds the export data");
 
-rapi_ipc_export *rapi_stream_ordered_ipc(rap_allocator *a) { return ((stream_ordered *)a->state)->ipc; }
+static rapi_ipc_export *so_export_state(rap_allocator *self) {
+  return ((stream_ordered *)self->state)->ipc;
+}
+
+/* The export entry of the record (rap_internal.h): how ipc.c reaches this platform. */
+static const rapi_platform_export so_export = {"pool=new, export=posix", so_export_state, so_locate};
 
 static int so_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   stream_ordered *s = state;
@@ -375,26 +380,23 @@ static void so_fini(rap_allocator *self, void *state) {
   pthread_mutex_destroy(&s->lock);
 }
 
-static int set_reuse(stream_ordered *s, rap_options *opts, const char *key, enum cudaMemPoolAttr which) {
-  uint64_t v = 0;
-  if (!rapi_options_given(opts, key)) return RAP_OK;   /* absent: leave the pool's */
-  int st = rap_options_get_uint(opts, key, &v);
-  if (st != RAP_OK) return st;
-  if (v > 1)
-    return rapi_fail(RAP_ERR_INVALID, "%s: option '%s' is 0 or 1", rap_allocator_name(s->self), key);
-  int on = (int)v;
+static int set_reuse(stream_ordered *s, const rapi_option_value *o, enum cudaMemPoolAttr which) {
+  if (!o->given) return RAP_OK;   /* absent: leave the pool's */
+  int on = (int)o->u;
   cudaError_t e = cudaMemPoolSetAttribute(s->pool, which, &on);
   return e == cudaSuccess ? RAP_OK : cuda_fail(s, "cudaMemPoolSetAttribute", e);
 }
 
-static int so_init_steps(rap_allocator *self, stream_ordered *s, rap_options *opts);
+static int so_init_steps(rap_allocator *self, stream_ordered *s, const rapi_option_value *o);
 
 /* The manager does not call fini when init fails: what init made is undone here. */
 static int so_init(rap_allocator *self, void *state, rap_options *opts) {
   stream_ordered *s = state;
   s->self = self;
   s->export_fd = -1;
-  int st = so_init_steps(self, s, opts);
+  rapi_option_value o[RAPI_SO_OPTIONS];
+  int st = rapi_platform_options(opts, &rapi_stream_ordered_options, o);
+  if (st == RAP_OK) st = so_init_steps(self, s, o);
   if (st != RAP_OK) {
     export_end(s);
     if (s->created && s->pool != NULL) (void)cudaMemPoolDestroy(s->pool);
@@ -409,26 +411,12 @@ static int so_init(rap_allocator *self, void *state, rap_options *opts) {
   return st;
 }
 
-static int so_init_steps(rap_allocator *self, stream_ordered *s, rap_options *opts) {
-  uint64_t device = 0;
-  const char *pool = "default", *threshold = NULL;
-  int st = rap_options_get_uint(opts, "device", &device), mode = 0;
-  if (st == RAP_OK) st = rap_options_get_string(opts, "pool", &pool);
-  if (st == RAP_OK) st = rap_options_get_string(opts, "release_threshold", &threshold);
-  if (st == RAP_OK) st = rapi_ipc_export_option(self, opts, false, &mode);
-  if (st != RAP_OK) return st;
-  if (strcmp(pool, "default") != 0 && strcmp(pool, "new") != 0)
-    return rapi_fail(RAP_ERR_INVALID, "%s: option 'pool' is 'default' (the device's) or 'new', not "
-                     "'%s'", rap_allocator_name(self), pool);
-  if (mode != 0 && strcmp(pool, "new") != 0)
-    return rapi_fail(RAP_ERR_INVALID, "%s: export=posix needs pool=new: the device's default pool "
-                     "is made with no shareable handle type, so no other process can open it",
-                     rap_allocator_name(self));
-  uint64_t max_threshold = UINT64_MAX;
-  size_t limit = 0;
-  if (threshold != NULL && strcmp(threshold, "max") != 0 && rapi_parse_size(threshold, &limit) != RAP_OK)
-    return rapi_fail(RAP_ERR_INVALID, "%s: option 'release_threshold' is a size or 'max', not '%s'",
-                     rap_allocator_name(self), threshold);
+/* The options were read through the platform's table (platform_options.c), which checked each
+ * value and the rule between export= and pool=. */
+static int so_init_steps(rap_allocator *self, stream_ordered *s, const rapi_option_value *o) {
+  uint64_t device = o[RAPI_SO_DEVICE].u;
+  const char *pool = o[RAPI_SO_POOL].text != NULL ? o[RAPI_SO_POOL].text : "default";
+  int st = RAP_OK, mode = (int)o[RAPI_SO_EXPORT].u;
   if ((st = rapi_gpu_device_exists(self, device)) != RAP_OK) return st;
   s->device = (int)device;
   int supported = 0;
@@ -463,24 +451,25 @@ static int so_init_steps(rap_allocator *self, stream_ordered *s, rap_options *op
   s->locked = true;
   if (rapi_map_init(&s->map) != RAP_OK)
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(self));
-  if (threshold != NULL) {
-    uint64_t v = strcmp(threshold, "max") == 0 ? max_threshold : (uint64_t)limit;
+  if (o[RAPI_SO_THRESHOLD].given) {
+    uint64_t v = o[RAPI_SO_THRESHOLD].u;   /* max: UINT64_MAX */
     e = cudaMemPoolSetAttribute(s->pool, cudaMemPoolAttrReleaseThreshold, &v);
     if (e != cudaSuccess) return cuda_fail(s, "cudaMemPoolSetAttribute(release threshold)", e);
   }
-  if ((st = set_reuse(s, opts, "follow_event_dependencies", cudaMemPoolReuseFollowEventDependencies)) != RAP_OK ||
-      (st = set_reuse(s, opts, "allow_opportunistic", cudaMemPoolReuseAllowOpportunistic)) != RAP_OK ||
-      (st = set_reuse(s, opts, "allow_internal_dependencies", cudaMemPoolReuseAllowInternalDependencies)) != RAP_OK)
+  if ((st = set_reuse(s, &o[RAPI_SO_FOLLOW], cudaMemPoolReuseFollowEventDependencies)) != RAP_OK ||
+      (st = set_reuse(s, &o[RAPI_SO_OPPORTUNISTIC], cudaMemPoolReuseAllowOpportunistic)) != RAP_OK ||
+      (st = set_reuse(s, &o[RAPI_SO_INTERNAL], cudaMemPoolReuseAllowInternalDependencies)) != RAP_OK)
     return st;
   rap_allocator_set_alignment(self, 256);
   s->platform = (rapi_platform){.root = self, .memory = RAPI_MEMORY_DEVICE,
                                 .source = RAPI_SOURCE_STREAM_ORDERED, .device = s->device,
-                                .capture_ok = true, .peer = rapi_stream_ordered_peer};
+                                .capture_ok = true, .peer = rapi_stream_ordered_peer,
+                                .exporter = &so_export};
   self->platform = &s->platform;
   self->devices_ok = rapi_device_bit(s->device);
-  st = rapi_gpu_peers_option(self, s->device, opts);
+  st = rapi_gpu_peers_option(self, s->device, o[RAPI_SO_PEERS].text);
   if (st == RAP_OK && mode != 0)
-    st = rapi_ipc_pool_export_start(self, s->device, s->export_fd, so_locate, &s->ipc);
+    st = rapi_ipc_pool_export_start(self, s->device, s->export_fd, &s->ipc);
   return st;
 }
 
@@ -627,11 +616,6 @@ int rapi_stream_ordered_peer(rap_allocator *a, int device, int enable) {
   (void)device;
   (void)enable;
   return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: " SO_BUILD, rap_allocator_name(a));
-}
-
-rapi_ipc_export *rapi_stream_ordered_ipc(rap_allocator *a) {
-  (void)a;
-  return NULL;
 }
 
 static int no_pool_ipc(void) {

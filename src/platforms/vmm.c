@@ -18,46 +18,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* ---- options, shared by HostVmm and DeviceVmm ------------------------------------------------ */
-
-int rapi_vmm_options(rap_allocator *self, rap_options *opts, rapi_vmm_sizes *out) {
-  memset(out, 0, sizeof *out);
-  (void)self;   /* the option sentences name the allocator already */
-  out->has_reserve = rapi_options_given(opts, "reserve");
-  out->has_granularity = rapi_options_given(opts, "granularity");
-  int st = rap_options_get_size(opts, "reserve", &out->reserve);
-  if (st == RAP_OK) st = rap_options_get_size(opts, "granularity", &out->granularity);
-  if (st == RAP_OK) st = rap_options_get_size(opts, "piece", &out->piece);
-  return st;
-}
-
-int rapi_vmm_check_piece(rap_allocator *self, size_t piece, size_t granularity, bool exporting) {
-  const char *who = rap_allocator_name(self);
-  if (piece == 0) return RAP_OK;
-  if (exporting)
-    return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: option 'piece' (pages given back from inside "
-                     "allocations) cannot go with export=: other processes map whole mappings", who);
-  if (!rapi_is_pow2(piece) || piece % granularity != 0 || piece > ((size_t)1 << 40))
-    return rapi_fail(RAP_ERR_INVALID, "%s: option 'piece' must be 0 or a power of two, a multiple "
-                     "of the granularity (%zu) and at most 1TiB, not %zu", who, granularity, piece);
-  return RAP_OK;
-}
-
-int rapi_vmm_check_sizes(rap_allocator *self, size_t least, size_t *reserve, size_t granularity) {
-  const char *who = rap_allocator_name(self);
-  char sz[32];
-  rapi_format_size(sz, sizeof sz, least);
-  if (!rapi_is_pow2(granularity) || granularity % least != 0 || granularity > ((size_t)1 << 40))
-    return rapi_fail(RAP_ERR_INVALID, "%s: option 'granularity' must be a power of two, a multiple "
-                     "of %s (the least this platform maps) and at most 1TiB, not %zu", who, sz,
-                     granularity);
-  if (*reserve == 0 || *reserve > ((size_t)1 << 56))
-    return rapi_fail(RAP_ERR_INVALID, "%s: option 'reserve' must be between 1 byte and 64PiB, not "
-                     "%zu", who, *reserve);
-  *reserve = rapi_align_up(*reserve, granularity);
-  return RAP_OK;
-}
-
 /* ---- extents ---------------------------------------------------------------------------------- */
 
 static char *range_end(const rapi_vmm *v) { return v->base + v->reserve; }
@@ -585,6 +545,23 @@ static void vmm_walk(rap_allocator *a, void *ctx, void (*locked)(void *arg),
   rapi_unlock(&held);
 }
 
+/* ---- memory across processes: the export entry of the record (rap_internal.h) --------------- */
+
+static rapi_ipc_export *vmm_export_state(rap_allocator *root) { return root->platform->vmm->ipc; }
+
+/* ipc.c asks, when a pool over this platform exports [ptr, ptr+bytes): its offset in the range. */
+static int vmm_locate(rap_allocator *root, void *ptr, size_t bytes, rapi_ipc_place *out) {
+  const rapi_vmm *v = root->platform->vmm;
+  (void)bytes;
+  if ((char *)ptr < v->base || (char *)ptr >= v->base + v->reserve)
+    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_export: %p is not in the range of '%s'", ptr,
+                     rap_allocator_name(root));
+  out->offset = (uint64_t)((char *)ptr - v->base);
+  return RAP_OK;
+}
+
+static const rapi_platform_export vmm_export = {"export=posix", vmm_export_state, vmm_locate};
+
 /* ---- life cycle ------------------------------------------------------------------------------- */
 
 int rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v) {
@@ -612,7 +589,7 @@ int rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v) {
   self->resizable = &v->resizable;
   /* Host memory until the device backend says otherwise (vmm_device.c). */
   v->platform = (rapi_platform){.root = self, .memory = RAPI_MEMORY_HOST, .source = RAPI_SOURCE_VMM,
-                                .device = -1, .vmm = v};
+                                .device = -1, .vmm = v, .exporter = &vmm_export};
   self->platform = &v->platform;
   v->segments.walk = vmm_walk;
   v->segments.device = v->device;   /* HostVmm says -1 after this */
@@ -741,15 +718,14 @@ int rapi_vmm_no_parent(rap_allocator *self) {
 }
 
 static int host_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
+  rapi_option_value o[RAPI_VMM_OPTIONS];
   rapi_vmm_sizes asked;
-  const char *peers = NULL;
-  int mode = 0;
   if (rapi_vmm_no_parent(self) != RAP_OK) return RAP_ERR_INVALID;
-  int st = rapi_vmm_options(self, opts, &asked);
-  if (st == RAP_OK) st = rap_options_get_string(opts, "peers", &peers);
-  if (st == RAP_OK) st = rapi_ipc_export_option(self, opts, false, &mode);
+  int st = rapi_platform_options(opts, &rapi_host_vmm_options, o);
   if (st != RAP_OK) return st;
-  if (peers != NULL)
+  int mode = (int)o[RAPI_VMM_EXPORT].u;
+  rapi_vmm_sizes_of(o, &asked);
+  if (o[RAPI_VMM_PEERS].text != NULL)
     return rapi_fail(RAP_ERR_UNSUPPORTED, "%s: option 'peers' (access from other devices) is for "
                      "DeviceVmm: HostVmm's memory is the host's", rap_allocator_name(self));
   long page = sysconf(_SC_PAGESIZE);

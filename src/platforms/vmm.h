@@ -10,6 +10,7 @@
 #define RAP_VMM_H
 
 #include "rap_internal.h"
+#include "platforms/platform_options.h"   /* and the sizes of HostVmm and DeviceVmm */
 
 typedef struct rapi_vmm rapi_vmm;
 typedef struct rapi_ipc_export rapi_ipc_export;   /* ipc.c: an exporting platform's shared state */
@@ -74,23 +75,9 @@ struct rapi_vmm {
   rapi_segments segments;          /* its mappings, for segment observers (core/observe.c) */
 };
 
-/* ---- vmm.c ------------------------------------------------------------------------------------
- * Reads reserve= and granularity=, and whether each was given (every value written is used, and
- * checked: none stands for "absent"): shared by both platforms so that their options read alike
- * (peers= is DeviceVmm's own). */
-typedef struct rapi_vmm_sizes {
-  size_t reserve, granularity, piece;
-  bool has_reserve, has_granularity;
-} rapi_vmm_sizes;
-int  rapi_vmm_options(rap_allocator *self, rap_options *opts, rapi_vmm_sizes *out);
+/* ---- vmm.c ----------------------------------------------------------------------------------- */
 /* RAP_ERR_INVALID with a sentence when self was given a parent: a platform maps its own memory. */
 int  rapi_vmm_no_parent(rap_allocator *self);
-/* Checks a granularity against the backend's least one (a power of two, a multiple of it) and
- * rounds the reserve up to it: RAP_ERR_INVALID with a sentence for a bad value. */
-int  rapi_vmm_check_sizes(rap_allocator *self, size_t least, size_t *reserve, size_t granularity);
-/* Checks piece= against the granularity (0, or a power of two and a multiple of it) and refuses it
- * on an exporting platform, whose mappings importers hold: RAP_ERR_INVALID or UNSUPPORTED. */
-int  rapi_vmm_check_piece(rap_allocator *self, size_t piece, size_t granularity, bool exporting);
 /* Starts the platform over a range the backend has reserved (v from rapi_malloc, filled in):
  * the tracked body, the alignment, the resizable contract. On failure the range is given back and
  * v freed. */
@@ -125,6 +112,10 @@ int  rapi_vmm_calls(rap_allocator *a, size_t *maps, size_t *unmaps);
 
 /* ---- vmm_device.c: DeviceVmm, or its stub in a build without CUDA ------------------------- */
 extern const rap_strategy rapi_device_vmm_strategy;
+/* stream_ordered.c, vmm_device.c: a peer's access to their memory (cudaMemPoolSetAccess; the
+ * mappings' access descriptors, now and for every later mapping): their records' peer. */
+int  rapi_stream_ordered_peer(rap_allocator *a, int device, int enable);
+int  rapi_device_vmm_peer(rap_allocator *a, int device, int enable);
 
 /* ---- ipc.c: memory across processes (docs/DESIGN.md, "Memory across processes") ------------- */
 #define RAPI_IPC_POSIX 1u                /* handle types an exporting platform makes */
@@ -133,27 +124,20 @@ extern const rap_strategy rapi_device_vmm_strategy;
 #define RAPI_IPC_HOST 1                  /* the kinds of exporting platform */
 #define RAPI_IPC_DEVICE 2
 #define RAPI_IPC_POOL 3                  /* StreamOrdered(pool=new, export=posix): CUDA's pool IPC */
-/* Reads export=posix|fabric|auto|none into *mode (0 none, 1 posix, 2 fabric, 3 auto); HostVmm
- * takes posix and none only. */
-int  rapi_ipc_export_option(rap_allocator *self, rap_options *opts, bool device, int *mode);
-/* The same for a value already read, with who naming the platform in the sentence (spec checks). */
-int  rapi_ipc_export_mode(const char *who, const char *text, bool device, int *mode);
 /* Starts an exporting platform's shared state (after rapi_vmm_start); on failure nothing stays. */
 int  rapi_ipc_export_start(rapi_vmm *v, int kind);
 void rapi_ipc_export_stop(rapi_vmm *v);   /* the platform goes: importers are refused from now */
-/* A StreamOrdered pool's: where a block lies (the id of the allocation it is in, its offset there,
- * cudaMemPoolExportPointer's data for that allocation), said by the platform (stream_ordered.c)
- * when a pool over it exports the block; its shared state is started with the descriptor of the
- * pool's shareable handle (kept open by the platform until after the stop). */
+/* Where a block lies, said by the platform's export entry (rapi_platform_export.locate) when a
+ * pool over it exports the block: its offset in the range (HostVmm, DeviceVmm), or a StreamOrdered
+ * pool's allocation (its id, the block's offset there, cudaMemPoolExportPointer's data for it). A
+ * pool's shared state is started with the descriptor of the pool's shareable handle (kept open by
+ * the platform until after the stop). */
 typedef struct rapi_ipc_place {
   uint64_t alloc, offset;
   unsigned char data[64];
 } rapi_ipc_place;
-typedef int (*rapi_ipc_locate_fn)(rap_allocator *self, void *ptr, size_t bytes, rapi_ipc_place *out);
-int  rapi_ipc_pool_export_start(rap_allocator *self, int device, int pool_fd, rapi_ipc_locate_fn locate,
-                                rapi_ipc_export **out);
+int  rapi_ipc_pool_export_start(rap_allocator *self, int device, int pool_fd, rapi_ipc_export **out);
 void rapi_ipc_pool_export_stop(rapi_ipc_export *x);
-rapi_ipc_export *rapi_stream_ordered_ipc(rap_allocator *a);   /* NULL: made without export= */
 /* The importer's side of a pool (stream_ordered.c): open the exporter's pool from its handle (fd,
  * which the call does not close) and let it go; import an allocation; give the device of r's
  * stream access where it is another (granted: the devices given it, bits); free one imported here
@@ -174,15 +158,5 @@ int  rapi_ipc_device_reserve(int device, size_t size, size_t granularity, char *
 void rapi_ipc_device_unreserve(char *base, size_t size);
 int  rapi_ipc_device_map(int device, char *addr, size_t size, int fd, const unsigned char *fabric);
 int  rapi_ipc_device_unmap(char *addr, size_t size);
-/* The device of a PCI bus id ("0000:3b:00.0") in this process, and of a device ordinal. */
-int  rapi_ipc_device_by_bus_id(const char *bus_id, int *device);
-int  rapi_ipc_device_bus_id(int device, char *bus_id, size_t cap);
-/* Interprocess events: the importer records one on a CUDA resource and hands its handle (64 bytes)
- * over; the exporter opens it once (*opened) and queries it (1 passed, 0 not yet, < 0 status). */
-int  rapi_ipc_event_record(rap_resource *r, unsigned char handle[64], void **event);
-int  rapi_ipc_event_synchronize(void *event);
-void rapi_ipc_event_destroy(void *event);
-int  rapi_ipc_event_query(const unsigned char handle[64], void **opened);
-void rapi_ipc_event_close(void *opened);
 
 #endif /* RAP_VMM_H */

@@ -448,14 +448,14 @@ static int export_types(rapi_vmm *v, int mode) {
 /* DeviceVmm(device=N, reserve=SIZE, granularity=SIZE): reserve defaults to twice the device's
  * memory, granularity to the driver's recommended one (2 MiB on current GPUs). */
 static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) {
+  rapi_option_value o[RAPI_VMM_OPTIONS];
   rapi_vmm_sizes sz;
-  uint64_t device = 0;
-  int mode = 0;
   int st = rapi_vmm_no_parent(self);
-  if (st == RAP_OK) st = rap_options_get_uint(opts, "device", &device);
-  if (st == RAP_OK) st = rapi_vmm_options(self, opts, &sz);
-  if (st == RAP_OK) st = rapi_ipc_export_option(self, opts, true, &mode);
+  if (st == RAP_OK) st = rapi_platform_options(opts, &rapi_device_vmm_options, o);
   if (st != RAP_OK) return st;
+  uint64_t device = o[RAPI_VMM_DEVICE].u;
+  int mode = (int)o[RAPI_VMM_EXPORT].u;
+  rapi_vmm_sizes_of(o, &sz);
   if ((st = rapi_gpu_device_exists(self, device)) != RAP_OK || (st = drv_ready(self)) != RAP_OK)
     return st;
   rapi_vmm *v = rapi_calloc(1, sizeof *v);
@@ -483,7 +483,7 @@ static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) 
   v->platform.device = v->device;
   v->platform.peer = rapi_device_vmm_peer;
   self->devices_ok = rapi_device_bit(v->device);
-  st = rapi_gpu_peers_option(self, v->device, opts);
+  st = rapi_gpu_peers_option(self, v->device, o[RAPI_VMM_PEERS].text);
   if (st == RAP_OK && mode != 0) st = rapi_ipc_export_start(v, RAPI_IPC_DEVICE);
   if (st != RAP_OK) rapi_vmm_fini(self, state);   /* the manager calls no fini when init fails */
   return st;
@@ -522,7 +522,7 @@ int rapi_device_vmm_peer(rap_allocator *a, int device, int enable) {
 }
 
 
-/* ---- the importer's side (ipc.c) and interprocess events -------------------------------------- */
+/* ---- the importer's side of a mapping (ipc_import.c; events and bus ids: gpu_device.c) ------- */
 
 static int ipc_drv(const char *who) {
   pthread_once(&drv_once, drv_load);
@@ -604,74 +604,6 @@ int rapi_ipc_device_unmap(char *addr, size_t size) {
   return r == CUDA_SUCCESS ? RAP_OK : ipc_cu_fail("cuMemUnmap", r, size);
 }
 
-int rapi_ipc_device_by_bus_id(const char *bus_id, int *device) {
-  cudaError_t e = cudaDeviceGetByPCIBusId(device, bus_id);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the exporter's GPU (PCI bus %s) is not "
-                     "visible to this process (CUDA_VISIBLE_DEVICES?): %s", bus_id,
-                     cudaGetErrorString(e));
-  }
-  return RAP_OK;
-}
-
-int rapi_ipc_device_bus_id(int device, char *bus_id, size_t cap) {
-  cudaError_t e = cudaDeviceGetPCIBusId(bus_id, (int)cap, device);
-  return e == cudaSuccess ? RAP_OK : ipc_rt_fail("cudaDeviceGetPCIBusId", e);
-}
-
-/* An interprocess event (made once, recorded again for later closes) recorded on r's stream,
- * with its stream's device current. */
-int rapi_ipc_event_record(rap_resource *r, unsigned char handle[64], void **event) {
-  cudaStream_t s = rap_resource_cuda_stream(r);
-  int dev = 0, saved = 0;
-  cudaError_t e = cudaStreamGetDevice(s, &dev);
-  if (e != cudaSuccess) return ipc_rt_fail("cudaStreamGetDevice", e);
-  int st = ipc_enter(dev, &saved);
-  if (st != RAP_OK) return st;
-  if (*event == NULL) {
-    cudaEvent_t ev;
-    cudaIpcEventHandle_t h;
-    e = cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming);
-    if (e == cudaSuccess && (e = cudaIpcGetEventHandle(&h, ev)) != cudaSuccess) (void)cudaEventDestroy(ev);
-    if (e == cudaSuccess) {
-      memcpy(handle, &h, 64);
-      *event = ev;
-    }
-  }
-  if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)*event, s);
-  (void)cudaSetDevice(saved);
-  return e == cudaSuccess ? RAP_OK : ipc_rt_fail("an interprocess event for rap_ipc_close", e);
-}
-
-int rapi_ipc_event_synchronize(void *event) {
-  cudaError_t e = cudaEventSynchronize((cudaEvent_t)event);
-  return e == cudaSuccess ? RAP_OK : ipc_rt_fail("cudaEventSynchronize", e);
-}
-
-void rapi_ipc_event_destroy(void *event) {
-  if (event != NULL && cudaEventDestroy((cudaEvent_t)event) != cudaSuccess) (void)cudaGetLastError();
-}
-
-int rapi_ipc_event_query(const unsigned char handle[64], void **opened) {
-  cudaError_t e = cudaSuccess;
-  if (*opened == NULL) {
-    cudaIpcEventHandle_t h;
-    cudaEvent_t ev;
-    memcpy(&h, handle, 64);
-    if ((e = cudaIpcOpenEventHandle(&ev, h)) != cudaSuccess) return ipc_rt_fail("cudaIpcOpenEventHandle", e);
-    *opened = ev;
-  }
-  e = cudaEventQuery((cudaEvent_t)*opened);
-  if (e == cudaSuccess) return 1;
-  if (e == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return ipc_rt_fail("cudaEventQuery (an importer's event)", e);
-}
-
-void rapi_ipc_event_close(void *opened) { rapi_ipc_event_destroy(opened); }
 
 #else /* no CUDA, or HIP: a clear refusal */
 
@@ -710,28 +642,6 @@ int rapi_ipc_device_unmap(char *addr, size_t size) {
   (void)addr, (void)size;
   return RAP_OK;
 }
-int rapi_ipc_device_by_bus_id(const char *bus_id, int *device) {
-  (void)bus_id, (void)device;
-  return no_device_ipc();
-}
-int rapi_ipc_device_bus_id(int device, char *bus_id, size_t cap) {
-  (void)device, (void)bus_id, (void)cap;
-  return no_device_ipc();
-}
-int rapi_ipc_event_record(rap_resource *r, unsigned char handle[64], void **event) {
-  (void)r, (void)handle, (void)event;
-  return no_device_ipc();
-}
-int rapi_ipc_event_synchronize(void *event) {
-  (void)event;
-  return RAP_OK;
-}
-void rapi_ipc_event_destroy(void *event) { (void)event; }
-int rapi_ipc_event_query(const unsigned char handle[64], void **opened) {
-  (void)handle, (void)opened;
-  return no_device_ipc();
-}
-void rapi_ipc_event_close(void *opened) { (void)opened; }
 #endif
 
 const rap_strategy rapi_device_vmm_strategy = {

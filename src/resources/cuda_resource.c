@@ -5,12 +5,14 @@
  * is empty. A cuda resource waits for another cuda event on the device (cudaStreamWaitEvent); for
  * an event of a CPU queue it has no device-side wait, so the host waits instead. Work submitted
  * to it runs as a host function in stream order (cudaLaunchHostFunc). HIP alike, call for call,
- * but for that last one (hipStreamAddCallback: see cr_submit).
+ * but for that last one (hipStreamAddCallback: see cr_submit). At the end, CUDA only: the
+ * interprocess event an importer of memory across processes records for its close.
  */
 #include "rap_internal.h"
 #include "resources/gpu_runtime.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct gpu_res {
   rap_resource base;
@@ -255,3 +257,38 @@ int gpu_resource_end_capture(rap_resource *r, gpuGraph_t *graph) {
   __atomic_store_n(&r->capturing, 0, __ATOMIC_RELEASE);
   return RAP_OK;
 }
+
+/* ---- memory across processes: an importer's close on a CUDA stream (platforms/ipc_import.c) ---
+ * CUDA only (no_cuda.c answers for a HIP build): the exporter learns of the close from an
+ * interprocess event (gpu_device.c opens and queries it there). */
+#if RAP_HAVE_CUDA && !RAP_HAVE_HIP
+static int ipc_fail(const char *call, cudaError_t e) {
+  (void)cudaGetLastError();
+  return rapi_fail(e == cudaErrorMemoryAllocation ? RAP_ERR_NOMEM : RAP_ERR_BACKEND, "rap_ipc: %s: %s",
+                   call, cudaGetErrorString(e));
+}
+
+/* An interprocess event (made once, recorded again for later closes) recorded on r's stream,
+ * with its stream's device current (put back after). */
+int rapi_gpu_ipc_event_record(rap_resource *r, unsigned char handle[64], void **event) {
+  cudaStream_t s = rap_resource_cuda_stream(r);
+  int dev = 0, saved = 0;
+  cudaError_t e = cudaStreamGetDevice(s, &dev);
+  if (e != cudaSuccess) return ipc_fail("cudaStreamGetDevice", e);
+  if ((e = cudaGetDevice(&saved)) == cudaSuccess) e = cudaSetDevice(dev);
+  if (e != cudaSuccess) return ipc_fail("cudaSetDevice", e);
+  if (*event == NULL) {
+    cudaEvent_t ev;
+    cudaIpcEventHandle_t h;
+    e = cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming);
+    if (e == cudaSuccess && (e = cudaIpcGetEventHandle(&h, ev)) != cudaSuccess) (void)cudaEventDestroy(ev);
+    if (e == cudaSuccess) {
+      memcpy(handle, &h, 64);
+      *event = ev;
+    }
+  }
+  if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)*event, s);
+  (void)cudaSetDevice(saved);
+  return e == cudaSuccess ? RAP_OK : ipc_fail("an interprocess event for rap_ipc_close", e);
+}
+#endif

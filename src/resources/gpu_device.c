@@ -1,11 +1,13 @@
 /* gpu_device.c — the GPU devices themselves, for the resources and platforms that need them: how
  * many there are (or why none is usable), whether device N is there, its memory, and whether one
- * device can reach another's. One source spelled for CUDA or HIP (gpu_runtime.h), compiled in a
- * build with a GPU backend; no_cuda.c stands in where there is none.
+ * device can reach another's; for memory across processes, a device's PCI bus id and interprocess
+ * events (CUDA only). One source spelled for CUDA or HIP (gpu_runtime.h), compiled in a build with
+ * a GPU backend; no_cuda.c stands in where there is none.
  */
 #include "rap_internal.h"
 #include "resources/gpu_runtime.h"
 
+#include <string.h>
 #include <unistd.h>
 
 bool rapi_cuda_compiled(void) { return true; }
@@ -95,3 +97,61 @@ int rapi_gpu_can_access_peer(const char *who, int device, int own) {
   return RAP_OK;
 #endif
 }
+
+/* ---- memory across processes: the device's side (platforms/ipc.c, ipc_import.c) ---------------
+ * The PCI bus id, which names a device in every process, and interprocess events: an importer
+ * records one on a CUDA resource (cuda_resource.c) and hands its handle (64 bytes) over, the
+ * exporter opens it once and queries it. CUDA only: a HIP build has no device memory across
+ * processes, and no_cuda.c answers for it. A failure is a sentence that starts with rap_ipc. */
+#if RAP_HAVE_CUDA && !RAP_HAVE_HIP
+static int ipc_fail(const char *call, cudaError_t e) {
+  (void)cudaGetLastError();
+  return rapi_fail(e == cudaErrorMemoryAllocation ? RAP_ERR_NOMEM : RAP_ERR_BACKEND, "rap_ipc: %s: %s",
+                   call, cudaGetErrorString(e));
+}
+
+int rapi_gpu_device_by_bus_id(const char *bus_id, int *device) {
+  cudaError_t e = cudaDeviceGetByPCIBusId(device, bus_id);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the exporter's GPU (PCI bus %s) is not "
+                     "visible to this process (CUDA_VISIBLE_DEVICES?): %s", bus_id,
+                     cudaGetErrorString(e));
+  }
+  return RAP_OK;
+}
+
+int rapi_gpu_bus_id(int device, char *bus_id, size_t cap) {
+  cudaError_t e = cudaDeviceGetPCIBusId(bus_id, (int)cap, device);
+  return e == cudaSuccess ? RAP_OK : ipc_fail("cudaDeviceGetPCIBusId", e);
+}
+
+int rapi_gpu_ipc_event_synchronize(void *event) {
+  cudaError_t e = cudaEventSynchronize((cudaEvent_t)event);
+  return e == cudaSuccess ? RAP_OK : ipc_fail("cudaEventSynchronize", e);
+}
+
+void rapi_gpu_ipc_event_destroy(void *event) {
+  if (event != NULL && cudaEventDestroy((cudaEvent_t)event) != cudaSuccess) (void)cudaGetLastError();
+}
+
+int rapi_gpu_ipc_event_query(const unsigned char handle[64], void **opened) {
+  cudaError_t e = cudaSuccess;
+  if (*opened == NULL) {
+    cudaIpcEventHandle_t h;
+    cudaEvent_t ev;
+    memcpy(&h, handle, 64);
+    if ((e = cudaIpcOpenEventHandle(&ev, h)) != cudaSuccess) return ipc_fail("cudaIpcOpenEventHandle", e);
+    *opened = ev;
+  }
+  e = cudaEventQuery((cudaEvent_t)*opened);
+  if (e == cudaSuccess) return 1;
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return ipc_fail("cudaEventQuery (an importer's event)", e);
+}
+
+void rapi_gpu_ipc_event_close(void *opened) { rapi_gpu_ipc_event_destroy(opened); }
+#endif

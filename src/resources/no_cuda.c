@@ -3,7 +3,8 @@
  * Without CUDA, rap/cuda.h's functions say why they are missing; without HIP, rap/hip.h's do, so
  * a program written against either header links with any rap (they are exported like the API).
  * In a build with neither, the questions about devices (gpu_device.c's) answer that there are
- * none; the platforms' side (DEVICE, PINNED and UM still resolve, and say why they are missing) is
+ * none, and those of memory across processes (CUDA's only) refuse in a HIP build too; the
+ * platforms' side (DEVICE, PINNED and UM still resolve, and say why they are missing) is
  * platforms/no_gpu_platform.c.
  */
 #include "rap_internal.h"
@@ -40,6 +41,37 @@ int rapi_gpu_can_access_peer(const char *who, int device, int own) {
   (void)own;
   return no_gpu(who);
 }
+#endif
+
+#if !RAP_HAVE_CUDA || RAP_HAVE_HIP
+/* gpu_device.c's side of memory across processes, which only a CUDA build has: a HIP build or one
+ * without a device refuses device memory across processes, and host memory needs none of it. */
+static int no_device_ipc(void) {
+  return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc: device memory across processes needs a CUDA "
+                   "build (DeviceVmm); HostVmm(export=posix) is the host's");
+}
+int rapi_gpu_device_by_bus_id(const char *bus_id, int *device) {
+  (void)bus_id, (void)device;
+  return no_device_ipc();
+}
+int rapi_gpu_bus_id(int device, char *bus_id, size_t cap) {
+  (void)device, (void)bus_id, (void)cap;
+  return no_device_ipc();
+}
+int rapi_gpu_ipc_event_record(rap_resource *r, unsigned char handle[64], void **event) {
+  (void)r, (void)handle, (void)event;
+  return no_device_ipc();
+}
+int rapi_gpu_ipc_event_synchronize(void *event) {
+  (void)event;
+  return RAP_OK;
+}
+void rapi_gpu_ipc_event_destroy(void *event) { (void)event; }
+int rapi_gpu_ipc_event_query(const unsigned char handle[64], void **opened) {
+  (void)handle, (void)opened;
+  return no_device_ipc();
+}
+void rapi_gpu_ipc_event_close(void *opened) { (void)opened; }
 #endif
 
 #if !RAP_HAVE_CUDA
