@@ -291,7 +291,7 @@ static int row_map(imp_pool *p, unsigned i, uint64_t serial) {
 
 /* A row mapped here that the exporter gave back, used by no open block: unmapped now. Its last
  * block's close passed before the exporter let it go, so nothing queued here touches it. */
-static void row_settle(imp_pool *p, unsigned i) {
+static void row_unmap_if_given_back(imp_pool *p, unsigned i) {
   imp_extent *e = &p->rows[i];
   if (e->serial == 0 || e->refs > 0 || LOAD(&p->ctl->extents[i].serial) == e->serial) return;
   if (p->kind == RAPI_IPC_DEVICE) (void)rapi_ipc_device_unmap(p->base + e->offset, e->size);
@@ -312,7 +312,7 @@ static int rows_take(imp_pool *p, uint64_t off, uint64_t size, unsigned **rows, 
     uint64_t xo = p->ctl->extents[i].offset, xs = p->ctl->extents[i].size;
     if (xo >= end || xo + xs <= off) continue;
     if (p->rows[i].serial != serial) {
-      row_settle(p, i);
+      row_unmap_if_given_back(p, i);
       if (p->rows[i].serial != 0) {
         st = rapi_fail(RAP_ERR_BUSY, "rap_ipc_import: the exporter mapped new memory where a "
                        "block still open here lies; close it first");
@@ -338,7 +338,7 @@ static int rows_take(imp_pool *p, uint64_t off, uint64_t size, unsigned **rows, 
   if (st != RAP_OK) {
     for (unsigned j = 0; j < k; j++) {
       p->rows[got[j]].refs--;
-      row_settle(p, got[j]);
+      row_unmap_if_given_back(p, got[j]);
     }
     free(got);
     return st;
@@ -589,7 +589,7 @@ static int signal_close(imp_pool *p, imp_ticket *tk, rap_resource *r, imp_event 
 static void block_forget(struct rapi_ipc_importer *im, imp_block *b) {
   for (unsigned j = 0; j < b->nrows; j++) {
     b->pool->rows[b->rows[j]].refs--;
-    row_settle(b->pool, b->rows[j]);
+    row_unmap_if_given_back(b->pool, b->rows[j]);
   }
   HASH_DEL(im->blocks, b);
   free(b->rows);
