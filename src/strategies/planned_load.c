@@ -5,7 +5,7 @@
  * arena, aligned), and a checksum over the domain's lines, so a damaged or hand-broken file is a
  * status with a sentence naming the line, never a plan that hands out the wrong bytes. Where two
  * placed entries overlap in the arena the plan is still taken: the strategy never hands out a
- * cell in use, so such a plan only misses.
+ * cell in use, so such a plan only misses. The bounds are plan_file.h's, shared with rap-trace plan.
  */
 #define _POSIX_C_SOURCE 200809L   /* getline */
 #include "planned.h"
@@ -14,9 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define MAX_ENTRIES (1u << 26)
-#define MAX_STREAMS 255u
 
 typedef struct reader {
   FILE *f;
@@ -108,8 +105,9 @@ static int entry_line(reader *rd, const rapi_plan *p, rapi_plan_entry *e) {
 /* The domain that starts at the "rap-plan 1" just read; keep says whether it is the one asked. */
 static int read_domain(reader *rd, rapi_plan *p, int keep) {
   uint64_t streams, alignment, arena, n;
-  if (keyed(rd, "streams", MAX_STREAMS, &streams) || keyed(rd, "alignment", 1ull << 30, &alignment) ||
-      keyed(rd, "arena", UINT64_MAX / 4, &arena) || keyed(rd, "entries", MAX_ENTRIES, &n))
+  if (keyed(rd, "streams", RAPI_PLAN_MAX_STREAMS, &streams) ||
+      keyed(rd, "alignment", RAPI_PLAN_MAX_ALIGNMENT, &alignment) ||
+      keyed(rd, "arena", RAPI_PLAN_MAX_ARENA, &arena) || keyed(rd, "entries", RAPI_PLAN_MAX_ENTRIES, &n))
     return RAP_ERR_INVALID;
   if (!rapi_is_pow2(alignment)) return bad(rd, "'alignment' is not a power of two");
   if (n == 0) return bad(rd, "a domain has no entries");

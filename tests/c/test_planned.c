@@ -9,7 +9,7 @@
 #include "rap_testing.h"   /* the Fault calls */
 #include "stall.h"
 #include "test_util.h"
-#include "trace_plan.h"   /* tools/: the planner itself */
+#include "trace_plan.h"   /* tools/: the planner itself, and plan_file.h: the bounds of a plan */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -27,24 +27,26 @@ static void tp_path(char *buf, size_t cap, const char *what) {
 typedef struct tw {
   FILE *f;
   uint64_t t;
+  const char *name;   /* the allocator's ("torch") */
 } tw;
 
 static void tw_open(tw *w, const char *path) {
   w->f = fopen(path, "w");
   RAP_CHECK(w->f != NULL);
   w->t = 0;
+  w->name = "torch";
   fprintf(w->f, "{\"t\":0,\"ev\":\"trace\",\"version\":\"0.1.0\",\"clock\":\"monotonic ns\"}\n");
 }
 
 static void tw_alloc(tw *w, int r, uint64_t p, uint64_t n) {
-  fprintf(w->f, "{\"t\":%llu,\"th\":1,\"ev\":\"alloc\",\"a\":\"torch\",\"d\":0,\"r\":%d,\"rk\":\"cuda\","
-          "\"p\":\"0x%llx\",\"n\":%llu}\n", (unsigned long long)++w->t, r, (unsigned long long)p,
+  fprintf(w->f, "{\"t\":%llu,\"th\":1,\"ev\":\"alloc\",\"a\":\"%s\",\"d\":0,\"r\":%d,\"rk\":\"cuda\","
+          "\"p\":\"0x%llx\",\"n\":%llu}\n", (unsigned long long)++w->t, w->name, r, (unsigned long long)p,
           (unsigned long long)n);
 }
 
 static void tw_free(tw *w, int r, uint64_t p) {
-  fprintf(w->f, "{\"t\":%llu,\"th\":1,\"ev\":\"dealloc\",\"a\":\"torch\",\"d\":0,\"r\":%d,\"rk\":\"cuda\","
-          "\"p\":\"0x%llx\",\"n\":0}\n", (unsigned long long)++w->t, r, (unsigned long long)p);
+  fprintf(w->f, "{\"t\":%llu,\"th\":1,\"ev\":\"dealloc\",\"a\":\"%s\",\"d\":0,\"r\":%d,\"rk\":\"cuda\","
+          "\"p\":\"0x%llx\",\"n\":0}\n", (unsigned long long)++w->t, w->name, r, (unsigned long long)p);
 }
 
 static void tw_step(tw *w) { fprintf(w->f, "{\"t\":%llu,\"ev\":\"step\"}\n", (unsigned long long)++w->t); }
@@ -186,6 +188,108 @@ RAP_TEST(PlanBuild, OneIterationIsRefused) {
   trace_free(&t);
   plan_domain_free(&d);
   unlink(tp);
+}
+
+/* ---- what the planner writes, Planned reads ------------------------------------------------ */
+
+/* Three iterations between step lines, each allocating `together` blocks of n bytes (live at
+ * once, freed within the iteration) on each of `streams` resources in turn, for allocator name. */
+static void edge_trace(const char *path, const char *name, int streams, uint64_t n, int together) {
+  tw w;
+  tw_open(&w, path);
+  w.name = name;
+  for (int it = 0; it < 3; it++) {
+    tw_step(&w);
+    for (int r = 1; r <= streams; r++) {
+      uint64_t base = 0x100000000ull * (uint64_t)(it + 1) + 0x10000ull * (uint64_t)r;
+      for (int k = 0; k < together; k++) tw_alloc(&w, r, base + 0x100 * (uint64_t)k, n);
+      for (int k = 0; k < together; k++) tw_free(&w, r, base + 0x100 * (uint64_t)k);
+    }
+  }
+  RAP_CHECK(fclose(w.f) == 0);
+}
+
+/* plan_build on the trace's only allocator: 0 with the plan written to plan_path (and d kept, to
+ * free), or -1 with the planner's sentence in err. */
+static int edge_plan(const char *trace_path, const char *plan_path, plan_domain *d, char *err, size_t cap) {
+  trace t;
+  RAP_CHECK(trace_load(trace_path, &t, err, cap) == 0);
+  RAP_CHECK_EQ(t.nnames, 1);
+  plan_opts o = {256, 0, 0};
+  int rc = plan_build(&t, 0, &o, d, err, cap);
+  trace_free(&t);
+  if (rc != 0) return rc;
+  FILE *f = fopen(plan_path, "w");
+  RAP_CHECK(f != NULL);
+  RAP_CHECK(plan_write(f, d, 1) == 0);
+  RAP_CHECK(fclose(f) == 0);
+  return 0;
+}
+
+/* Planned's reader on a plan file, through rap_spec_check (as a make would read it). */
+static int planned_reads(const char *plan_path) {
+  char spec[600];
+  snprintf(spec, sizeof spec, "Planned(HOST, plan=%s)", plan_path);
+  return rap_spec_check(spec);
+}
+
+/* At each bound Planned's reader checks (plan_file.h), the planner writes what the reader takes
+ * and refuses, with a sentence, what it would refuse: 255 streams and 256; the largest block an
+ * arena holds and the next; blocks of 2^63 bytes, whose sums wrapped (an arena smaller than its
+ * blocks; UBSan: a signed overflow); two blocks whose arena passes the bound; a name of the most
+ * bytes and one more; an empty name. */
+RAP_TEST(PlanBuild, WritesOnlyWhatPlannedReads) {
+  char tp[256], pp[256], err[512];
+  tp_path(tp, sizeof tp, "edge.jsonl");
+  tp_path(pp, sizeof pp, "edge.plan");
+  static char long_name[RAPI_PLAN_MAX_NAME + 2];
+  memset(long_name, 'n', RAPI_PLAN_MAX_NAME);
+  long_name[RAPI_PLAN_MAX_NAME] = '\0';
+  const uint64_t biggest = RAPI_PLAN_MAX_ARENA & ~255ull;   /* 2^62 - 256 at alignment 256 */
+  static const struct {
+    int streams;
+    uint64_t n;
+    int together, longer;
+    const char *name, *says;   /* says: NULL where the plan is written and read */
+  } edges[] = {
+      {RAPI_PLAN_MAX_STREAMS, 1000, 1, 0, "torch", NULL},
+      {RAPI_PLAN_MAX_STREAMS + 1, 1000, 1, 0, "torch", "uses more than 255 resources (streams): a plan holds at most 255"},
+      {1, RAPI_PLAN_MAX_ARENA & ~255ull, 1, 0, "torch", NULL},
+      {1, (RAPI_PLAN_MAX_ARENA & ~255ull) + 1, 1, 0, "torch", "recurs with 4611686018427387649 bytes: more than a plan's arena holds"},
+      {1, 1ull << 62, 1, 0, "torch", "more than a plan's arena holds (4611686018427387903 bytes"},
+      {1, 1ull << 63, 2, 0, "torch", "recurs with 9223372036854775808 bytes"},
+      {1, 1ull << 61, 2, 0, "torch", "need an arena of more than 4611686018427387903 bytes"},
+      {2, 1ull << 61, 1, 0, "torch", NULL},   /* one at a time: they share the place */
+      {1, 1000, 1, 0, NULL, NULL},            /* the longest name */
+      {1, 1000, 1, 1, NULL, "is 1025 bytes: a plan's domain name is at most 1024"},
+      {1, 1000, 1, 0, "", "an allocator of the trace has an empty name"},
+  };
+  for (size_t k = 0; k < sizeof edges / sizeof *edges; k++) {
+    long_name[RAPI_PLAN_MAX_NAME] = edges[k].longer ? 'n' : '\0';
+    edge_trace(tp, edges[k].name ? edges[k].name : long_name, edges[k].streams, edges[k].n, edges[k].together);
+    plan_domain d;
+    unlink(pp);
+    int rc = edge_plan(tp, pp, &d, err, sizeof err);
+    if (edges[k].says != NULL) {
+      if (rc == 0) {
+        int st = planned_reads(pp);
+        rap_test_fail(__FILE__, __LINE__, "edge %zu: a plan was written (Planned answers %s: %s)", k,
+                      rap_status_name(st), st != RAP_OK ? rap_last_error() : "");
+      }
+      RAP_CHECK_STR(err, edges[k].says);
+      RAP_CHECK(access(pp, F_OK) != 0);
+      continue;
+    }
+    if (rc != 0) rap_test_fail(__FILE__, __LINE__, "edge %zu refused: %s", k, err);
+    RAP_CHECK_EQ(d.streams, (size_t)edges[k].streams);
+    if (edges[k].n == biggest) RAP_CHECK_EQ(d.arena, biggest);
+    if (edges[k].n == 1ull << 61) RAP_CHECK_EQ(d.arena, 1ull << 61);
+    plan_domain_free(&d);
+    int st = planned_reads(pp);
+    if (st != RAP_OK) rap_test_fail(__FILE__, __LINE__, "edge %zu: Planned refuses the plan: %s", k, rap_last_error());
+  }
+  unlink(tp);
+  unlink(pp);
 }
 
 /* ---- serving ------------------------------------------------------------------------------------ */
