@@ -3,8 +3,11 @@
  * Plans are made from traces the tests write: a tiny iteration whose places are worked out by
  * hand, and a longer seeded workload whose second run is served by the plan of its first. The
  * strategy runs over a ResourceAwarePool on host_async queues; the cross-stream case holds the
- * queue that freed a place behind a gate, with no sleeps.
+ * queue that freed a place behind a gate, with no sleeps. A plan file that is no regular file, or
+ * holds endless lines, is read in a child of its own with a deadline: before the reader was
+ * bounded it blocked or read until memory ran out.
  */
+#define _GNU_SOURCE   /* fork, alarm, mkfifo, ftruncate under -std=c11 */
 #include "gate.h"
 #include "rap_testing.h"   /* the Fault calls */
 #include "stall.h"
@@ -15,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void tp_path(char *buf, size_t cap, const char *what) {
@@ -524,6 +529,114 @@ RAP_TEST(Planned, BadPlanFilesAreRefused) {
   fclose(f);
   RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "p", spec, &a), RAP_ERR_INVALID);
   RAP_CHECK_OK(rap_manager_destroy(rm));
+  unlink(tp);
+  unlink(pp);
+  unlink(bad);
+}
+
+/* ---- a plan file read with bounds ------------------------------------------------------------- */
+
+#define PROMPT_S 5   /* a refusal takes microseconds; before the bounds these ran until killed */
+
+/* rap_spec_check(spec) in a child of its own, given PROMPT_S seconds: its status, and its sentence
+ * in said. The test fails where it did not return in time (a read that blocks, or never ends). */
+static int spec_check_promptly(const char *spec, char *said, size_t cap) {
+  int fds[2];
+  RAP_CHECK(pipe(fds) == 0);
+  pid_t pid = fork();
+  RAP_CHECK(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    alarm(PROMPT_S);
+    int st = rap_spec_check(spec);
+    char buf[2048];
+    int len = snprintf(buf, sizeof buf, "%d %s", st, st != RAP_OK ? rap_last_error() : "");
+    if (len > (int)sizeof buf - 1) len = (int)sizeof buf - 1;
+    _exit(write(fds[1], buf, (size_t)len) == len ? 0 : 1);
+  }
+  close(fds[1]);
+  size_t got = 0;
+  ssize_t r;
+  while (got + 1 < cap && (r = read(fds[0], said + got, cap - 1 - got)) > 0) got += (size_t)r;
+  said[got] = '\0';
+  close(fds[0]);
+  int status = 0;
+  RAP_CHECK(waitpid(pid, &status, 0) == pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    rap_test_fail(__FILE__, __LINE__, "rap_spec_check(\"%s\") did not return within %d s", spec, PROMPT_S);
+  char *rest = NULL;
+  long st = strtol(said, &rest, 10);
+  memmove(said, rest + (*rest == ' '), strlen(rest + (*rest == ' ')) + 1);
+  return (int)st;
+}
+
+/* A plan that is no regular file is refused before a byte is read, and opening it does not wait:
+ * /dev/zero (read until memory ran out), a FIFO nothing writes (the open blocked rap_spec_check),
+ * a directory, and a sparse file larger than any plan (16 GiB of zeros). */
+RAP_TEST(Planned, APlanThatIsNoRegularFileIsRefusedPromptly) {
+  char fifo[256], dir[256], sparse[256], spec[700], said[2048];
+  tp_path(fifo, sizeof fifo, "fifo.plan");
+  tp_path(dir, sizeof dir, "dir.plan");
+  tp_path(sparse, sizeof sparse, "sparse.plan");
+  unlink(fifo);
+  RAP_CHECK(mkfifo(fifo, 0600) == 0);
+  RAP_CHECK(mkdir(dir, 0700) == 0);
+  FILE *f = fopen(sparse, "w");
+  RAP_CHECK(f != NULL);
+  RAP_CHECK(ftruncate(fileno(f), (off_t)RAPI_PLAN_MAX_FILE + 1) == 0);
+  RAP_CHECK(fclose(f) == 0);
+  const struct { const char *path, *says; } cases[] = {
+      {"/dev/zero", "is a character device, not a regular file"},
+      {fifo, "is a FIFO, not a regular file"},
+      {dir, "is a directory, not a regular file"},
+      {sparse, "holds 17179869185 bytes: more than a plan file may (17179869184)"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    snprintf(spec, sizeof spec, "Planned(HOST, plan=%s)", cases[k].path);
+    RAP_CHECK_EQ(spec_check_promptly(spec, said, sizeof said), RAP_ERR_INVALID);
+    RAP_CHECK_STR(said, cases[k].path);
+    RAP_CHECK_STR(said, cases[k].says);
+  }
+  unlink(fifo);
+  rmdir(dir);
+  unlink(sparse);
+}
+
+/* A line of a plan is at most RAPI_PLAN_MAX_LINE bytes, its newline included: a comment of that
+ * length before a good plan is read, one byte more is refused naming the line, as is a line that
+ * never ends, and a NUL byte. */
+RAP_TEST(Planned, APlanLineIsBounded) {
+  char tp[256], pp[256], bad[256], spec[700], said[2048];
+  tp_path(tp, sizeof tp, "lines.jsonl");
+  tp_path(pp, sizeof pp, "lines.plan");
+  tp_path(bad, sizeof bad, "lines-bad.plan");
+  plan_domain d;
+  tiny_plan(tp, pp, &d, 0);
+  plan_domain_free(&d);
+  FILE *f = fopen(pp, "r");
+  RAP_CHECK(f != NULL);
+  static char text[4096];
+  size_t len = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[len] = '\0';
+  static const struct { size_t comment; int nul; int st; const char *says; } cases[] = {
+      {RAPI_PLAN_MAX_LINE, 0, RAP_OK, ""},
+      {RAPI_PLAN_MAX_LINE + 1, 0, RAP_ERR_INVALID, "line 1: the line is longer than 4096 bytes"},
+      {(size_t)1 << 20, 0, RAP_ERR_INVALID, "line 1: the line is longer than 4096 bytes"},
+      {16, 1, RAP_ERR_INVALID, "line 1: the line holds a NUL byte"},
+  };
+  snprintf(spec, sizeof spec, "Planned(HOST, plan=%s)", bad);
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    f = fopen(bad, "w");
+    RAP_CHECK(f != NULL);
+    fputc('#', f);   /* a comment of cases[k].comment bytes with its newline, then the plan */
+    for (size_t i = 1; i + 1 < cases[k].comment; i++) fputc(cases[k].nul && i == 8 ? '\0' : 'x', f);
+    fputc('\n', f);
+    fputs(text, f);
+    RAP_CHECK(fclose(f) == 0);
+    RAP_CHECK_EQ(spec_check_promptly(spec, said, sizeof said), cases[k].st);
+    RAP_CHECK_STR(said, cases[k].says);
+  }
   unlink(tp);
   unlink(pp);
   unlink(bad);
