@@ -21,9 +21,11 @@
 
 #include <rap/rap.h>
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 int rap_resource_create_cuda_stream(rap_manager *rm, rap_resource **out);   /* rap/cuda.h */
@@ -284,6 +286,7 @@ static int plan(const trace *t, const plan_cli *c) {
   char *has = calloc(t->nnames ? t->nnames : 1, 1);
   size_t nd = 0;
   int rc = 1;
+  char err[512];
   if (d == NULL || has == NULL) {
     fprintf(stderr, "rap-trace: out of memory\n");
     goto out;
@@ -297,7 +300,6 @@ static int plan(const trace *t, const plan_cli *c) {
     if (t->ev[i].kind == TE_ALLOC && t->ev[i].d == 0) has[t->ev[i].a] = 1;
   for (size_t a = 0; a < t->nnames; a++) {
     if (!has[a] || (only >= 0 && (int)a != only)) continue;
-    char err[512];
     if (plan_build(t, (int)a, &c->o, &d[nd], err, sizeof err) != 0) {
       fprintf(stderr, "rap-trace: %s\n", err);
       goto out;
@@ -308,14 +310,23 @@ static int plan(const trace *t, const plan_cli *c) {
     fprintf(stderr, "rap-trace: the trace has no user allocation to plan\n");
     goto out;
   }
-  FILE *f = fopen(c->out, "w");
-  if (f == NULL) {
-    fprintf(stderr, "rap-trace: cannot write '%s'\n", c->out);
+  if (plan_check_file(d, nd, err, sizeof err) != 0) {
+    fprintf(stderr, "rap-trace: %s\n", err);
     goto out;
   }
-  int wr = plan_write(f, d, nd);
+  /* Every refusal is said before the file is opened; a write that fails removes what it wrote. */
+  FILE *f = fopen(c->out, "w");
+  if (f == NULL) {
+    fprintf(stderr, "rap-trace: cannot write '%s': %s\n", c->out, strerror(errno));
+    goto out;
+  }
+  struct stat sb;
+  int regular = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode);
+  int wr = plan_write(f, d, nd), werr = errno;
   if (fclose(f) != 0 || wr != 0) {
-    fprintf(stderr, "rap-trace: writing '%s' failed\n", c->out);
+    fprintf(stderr, "rap-trace: writing '%s' failed: %s%s\n", c->out, strerror(wr != 0 ? werr : errno),
+            regular ? "; the part written is removed" : "");
+    if (regular) remove(c->out);
     goto out;
   }
   for (size_t k = 0; k < nd; k++) {
@@ -386,7 +397,7 @@ int main(int argc, char **argv) {
       char *end;
       unsigned long long v = strtoull(val, &end, 10);
       int align = arg[2] == 'a';
-      if (*val == '\0' || *end != '\0' || (align && (v == 0 || (v & (v - 1)) != 0 || v > (1ull << 30)))) {
+      if (*val == '\0' || *end != '\0' || (align && (v == 0 || (v & (v - 1)) != 0 || v > RAPI_PLAN_MAX_ALIGNMENT))) {
         fprintf(stderr, "rap-trace: %s is %s, not '%s'\n", arg,
                 align ? "a power of two up to 1 GiB" : "a number of iterations", val);
         return 2;

@@ -8,6 +8,10 @@
  * order (by size, by lifetime, by area), each at the best-fitting (or lowest) gap left by the
  * entries already placed whose lifetimes meet its own; the order and fit with the smallest arena
  * win. It is quadratic in the entries of one iteration, which is thousands for a training step.
+ * Every plan written is one the Planned strategy reads (the bounds of plan_file.h, shared with its
+ * reader): a trace whose plan would pass one (more streams, entries or bytes than a plan holds, an
+ * allocator without a name) is refused with a sentence, and sizes and sums are unsigned, checked
+ * against RAPI_PLAN_MAX_ARENA before they could wrap.
  */
 #define _POSIX_C_SOURCE 200809L   /* strdup */
 #include "trace_plan.h"
@@ -23,6 +27,16 @@ typedef struct call {
 
 static uint64_t sig_of(const call *c) { return c->size * 0x9E3779B97F4A7C15ull + c->stream + 1; }
 
+/* x > k * y, where k * y may pass 64 bits. */
+static int above_times(uint64_t x, uint64_t k, uint64_t y) {
+  return k == 0 ? x > 0 : y <= UINT64_MAX / k && x > k * y;
+}
+
+/* An entry's bytes in the arena: its largest size rounded up to the alignment, one granule for
+ * zero (as Planned's reader counts them). Placed entries are at most RAPI_PLAN_MAX_ARENA: no
+ * wrap. */
+static uint64_t granted(uint64_t max, uint64_t align) { return max == 0 ? align : (max + align - 1) & ~(align - 1); }
+
 /* ---- the user's calls of one allocator ------------------------------------------------------ */
 
 typedef struct calls {
@@ -30,7 +44,7 @@ typedef struct calls {
   size_t n, cap;
   size_t *steps;            /* allocation counts at the step lines */
   size_t nsteps, steps_cap;
-  int64_t ids[256];         /* resource ids, by first appearance */
+  int64_t ids[RAPI_PLAN_MAX_STREAMS];   /* resource ids, by first appearance */
   size_t nids;
 } calls;
 
@@ -62,8 +76,9 @@ static int collect(const trace *t, int a, calls *cs, char *err, size_t cap) {
     size_t s = 0;
     while (s < cs->nids && cs->ids[s] != e->r) s++;
     if (s == cs->nids) {
-      if (cs->nids == 256) {
-        snprintf(err, cap, "allocator '%s' uses more than 256 resources: too many for a plan", t->names[a]);
+      if (cs->nids == RAPI_PLAN_MAX_STREAMS) {
+        snprintf(err, cap, "allocator '%s' uses more than %u resources (streams): a plan holds at most %u "
+                 "(Planned refuses more)", t->names[a], RAPI_PLAN_MAX_STREAMS, RAPI_PLAN_MAX_STREAMS);
         pmap_free(&live);
         return -1;
       }
@@ -204,7 +219,7 @@ static int meet(const plan_entry *a, const plan_entry *b, int64_t p) {
 static const plan_entry *sort_e;
 static uint64_t sort_align;
 static uint64_t span(const plan_entry *e) { return (e->end - e->start); }
-static uint64_t rsize(const plan_entry *e) { return (e->max + sort_align - 1) & ~(sort_align - 1); }
+static uint64_t rsize(const plan_entry *e) { return granted(e->max, sort_align); }
 
 #define TIE(x, y) ((x) != (y) ? ((x) < (y) ? 1 : -1) : 0)
 static int by_size(const void *x, const void *y) {
@@ -226,7 +241,11 @@ static int by_area(const void *x, const void *y) {
   return c ? c : TIE(*(const size_t *)y, *(const size_t *)x);
 }
 
-/* Places the entries of order (m of them) into off[]; the arena's size, or 0 out of memory. */
+#define TOO_BIG UINT64_MAX   /* place(): the arena would pass RAPI_PLAN_MAX_ARENA */
+
+/* Places the entries of order (m of them) into off[]; the arena's size, 0 out of memory, or
+ * TOO_BIG. Each entry is at most RAPI_PLAN_MAX_ARENA bytes and every place found lies below the
+ * arena so far, so no sum here passes 2^63. */
 static uint64_t place(const plan_entry *e, int64_t p, const size_t *order, size_t m, uint64_t align,
                       int best_fit, uint64_t *off) {
   size_t *placed = malloc((m + 1) * sizeof *placed);   /* by offset */
@@ -235,12 +254,11 @@ static uint64_t place(const plan_entry *e, int64_t p, const size_t *order, size_
   uint64_t arena = 0;
   for (size_t k = 0; k < m; k++) {
     size_t i = order[k];
-    uint64_t size = (e[i].max + align - 1) & ~(align - 1), top = 0, at = UINT64_MAX, gap_best = UINT64_MAX;
-    if (size == 0) size = align;
+    uint64_t size = granted(e[i].max, align), top = 0, at = UINT64_MAX, gap_best = UINT64_MAX;
     for (size_t j = 0; j < np; j++) {
       const plan_entry *o = &e[placed[j]];
       if (!meet(&e[i], o, p)) continue;
-      uint64_t lo = off[placed[j]], hi = lo + ((o->max + align - 1) & ~(align - 1));
+      uint64_t lo = off[placed[j]], hi = lo + granted(o->max, align);
       if (lo >= top + size && lo - top < gap_best) {
         at = top;
         gap_best = lo - top;
@@ -249,6 +267,10 @@ static uint64_t place(const plan_entry *e, int64_t p, const size_t *order, size_
       if (hi > top) top = hi;
     }
     if (at == UINT64_MAX) at = top;
+    if (size > RAPI_PLAN_MAX_ARENA - at) {
+      free(placed);
+      return TOO_BIG;
+    }
     off[i] = at;
     if (at + size > arena) arena = at + size;
     size_t pos = np;
@@ -261,13 +283,14 @@ static uint64_t place(const plan_entry *e, int64_t p, const size_t *order, size_
   return arena;
 }
 
-/* The most bytes of placed entries live at once (the arena can be no smaller). */
+/* The most bytes of placed entries live at once (the arena can be no smaller). Counted modulo
+ * 2^64: the changes wrap, the running sum is what is live, and that fits in the arena. */
 static uint64_t live_peak(const plan_entry *e, size_t p, uint64_t align) {
-  int64_t *diff = calloc(p + 1, sizeof *diff);
+  uint64_t *diff = calloc(p + 1, sizeof *diff);
   if (diff == NULL) return 0;
   for (size_t i = 0; i < p; i++) {
     if (e[i].offset == PLAN_NONE) continue;
-    int64_t sz = (int64_t)((e[i].max + align - 1) & ~(align - 1));
+    uint64_t sz = granted(e[i].max, align);
     diff[e[i].start] += sz;
     if (e[i].end <= p) {
       diff[e[i].end] -= sz;
@@ -277,15 +300,17 @@ static uint64_t live_peak(const plan_entry *e, size_t p, uint64_t align) {
       diff[e[i].end - p] -= sz;
     }
   }
-  int64_t cur = 0, peak = 0;
+  uint64_t cur = 0, peak = 0;
   for (size_t k = 0; k < p; k++) {
     cur += diff[k];
     if (cur > peak) peak = cur;
   }
   free(diff);
-  return (uint64_t)peak;
+  return peak;
 }
 
+/* Places d's entries by the best of six orders and fits: 0, -1 out of memory, or -2 where every
+ * one's arena would pass RAPI_PLAN_MAX_ARENA. */
 static int place_all(plan_domain *d) {
   size_t *order = malloc((d->n + 1) * sizeof *order);
   uint64_t *off = malloc((d->n + 1) * sizeof *off), *best = malloc((d->n + 1) * sizeof *best);
@@ -295,7 +320,7 @@ static int place_all(plan_domain *d) {
   for (size_t i = 0; i < d->n; i++)
     if (d->e[i].offset != PLAN_NONE) order[m++] = i;
   static int (*const cmp[3])(const void *, const void *) = {by_size, by_span, by_area};
-  uint64_t arena = UINT64_MAX;
+  uint64_t arena = TOO_BIG;
   sort_e = d->e;
   sort_align = d->alignment;
   for (int c = 0; c < 3; c++) {
@@ -312,6 +337,10 @@ static int place_all(plan_domain *d) {
       }
     }
   }
+  if (m > 0 && arena == TOO_BIG) {
+    rc = -2;
+    goto out;
+  }
   for (size_t k = 0; k < m; k++) d->e[order[k]].offset = best[order[k]];
   d->arena = m > 0 ? arena : 0;
   d->placed = m;
@@ -326,13 +355,128 @@ out:
 
 /* ---- the plan of one allocator -------------------------------------------------------------- */
 
+/* The iteration found by the period of cs's calls (no step lines): its first call *base, its
+ * length *p and how many were seen; 0, or -1 with a sentence. */
+static int by_period(const calls *cs, const char *name, const plan_opts *o, size_t *base, size_t *p,
+                     size_t *iters, char *err, size_t cap) {
+  uint64_t *sig = malloc((cs->n + 1) * sizeof *sig), *life = malloc((cs->n + 1) * sizeof *life);
+  if (sig == NULL || life == NULL) {
+    free(sig);
+    free(life);
+    snprintf(err, cap, "out of memory");
+    return -1;
+  }
+  /* Two signatures: (size, stream), and (stream, lifetime) for sizes that follow the data (a
+   * mixture of experts), where only the order of allocations and frees repeats. Each gives a
+   * period; the one whose iteration frees more of what it allocates within a period wins. */
+  size_t start = 0, best_frac = 0;
+  *p = 0;
+  for (size_t i = 0; i < cs->n; i++) life[i] = cs->c[i].free_at == PLAN_NONE ? PLAN_NONE : cs->c[i].free_at - i;
+  for (int kind = 0; kind < 2; kind++) {
+    for (size_t i = 0; i < cs->n; i++)
+      sig[i] = kind == 0 ? sig_of(&cs->c[i]) : (life[i] + 1) * 0x9E3779B97F4A7C15ull + cs->c[i].stream + 1;
+    size_t s0 = 0, d = plan_period(sig, life, cs->n, &s0), frac = 0;
+    for (size_t i = s0; d > 0 && i < s0 + d && i < cs->n; i++) frac += life[i] <= d;
+    frac = d > 0 ? frac * 20 / d : 0;
+    if (d > 0 && (*p == 0 || frac > best_frac)) {
+      *p = d;
+      start = s0;
+      best_frac = frac;
+    }
+  }
+  free(life);
+  free(sig);
+  if (*p == 0) {
+    snprintf(err, cap, "the %zu allocations of '%s' do not repeat: no iteration found (a trace of "
+             "two or more iterations, or step lines, docs/trace.md)", cs->n, name);
+    return -1;
+  }
+  *iters = (cs->n - start) / *p;
+  /* A period seen once, late in a sequence that did other things for longer than a period
+   * before it, is no repetition: nothing says a next run follows it (serving). One iteration and
+   * a part after a short prefix (weights, a first step) is a run cut short, and planned. */
+  if (*iters < 2 && start > *p) {
+    snprintf(err, cap, "the %zu allocations of '%s' repeat only from allocation %zu on, and hold "
+             "one iteration of that period (%zu allocations) at most: nothing repeats, so a plan "
+             "would not serve a second run (serving with prompts of varying length is such a "
+             "trace; the ResourceAwarePool alone serves it); record two or more iterations, or "
+             "mark them with step lines (docs/trace.md)", cs->n, name, start, *p);
+    return -1;
+  }
+  if (o->skip_iterations >= *iters) {
+    snprintf(err, cap, "'%s' repeats %zu times; cannot skip %zu", name, *iters, o->skip_iterations);
+    return -1;
+  }
+  *base = start + o->skip_iterations * *p;
+  return 0;
+}
+
+/* Entry k of the iteration that starts at call base, p calls long: its sizes and lifetime, widened
+ * by the iterations after it, and whether it is placed (offset 0 for now, or PLAN_NONE). */
+static void make_entry(const calls *cs, size_t base, size_t p, size_t k, const plan_opts *o, int by_steps,
+                       plan_entry *e) {
+  const call *c = &cs->c[base + k];
+  e->min = e->max = c->size;
+  e->stream = c->stream;
+  e->start = k;
+  e->end = c->free_at == PLAN_NONE ? PLAN_NONE : c->free_at - base;
+  /* The same allocation in the iterations after it (same place, same signature): its longest
+   * lifetime, so that a later iteration's slower free does not make it miss. Where only its size
+   * differs (within a factor of two, on the same stream, its neighbours the same: a size that
+   * follows the data, as a mixture of experts' routed tokens do), its sizes widen to cover them. */
+  for (size_t j = base + k + p; !by_steps && j < cs->n; j += p) {
+    const call *later = &cs->c[j];
+    if (later->free_at == PLAN_NONE || e->end == PLAN_NONE) break;
+    if (sig_of(later) != sig_of(c)) {
+      int nb = k > 0 && k + 1 < p && j + 1 < cs->n && sig_of(&cs->c[j - 1]) == sig_of(&cs->c[base + k - 1]) &&
+               sig_of(&cs->c[j + 1]) == sig_of(&cs->c[base + k + 1]);
+      int same_life = c->free_at != PLAN_NONE && later->free_at - j == c->free_at - (base + k);
+      uint64_t ratio = same_life || nb ? (same_life ? 4 : 2) : 0;
+      if (later->stream != c->stream || above_times(later->size, ratio, c->size) ||
+          above_times(c->size, ratio, later->size))
+        break;
+      if (later->size < e->min) e->min = later->size;
+      if (later->size > e->max) e->max = later->size;
+    }
+    if (later->free_at - (j - k) > e->end) e->end = later->free_at - (j - k);
+  }
+  /* A size that followed the data gets a quarter of its spread more room above (at most 2^64 - 1). */
+  uint64_t more = (e->max - e->min) / 4;
+  e->max = more > UINT64_MAX - e->max ? UINT64_MAX : e->max + more;
+  int recurs = e->end != PLAN_NONE && e->end - e->start <= p && c->size > 0 &&
+               (o->dynamic || e->max - e->min <= e->min / 2);
+  e->offset = recurs ? 0 : PLAN_NONE;
+}
+
+/* What Planned's reader would refuse in a plan of allocator name with these options, said before
+ * anything is built: 0, or -1 with a sentence. */
+static int check_name_opts(const char *name, const plan_opts *o, char *err, size_t cap) {
+  size_t len = strlen(name);
+  if (len == 0) {
+    snprintf(err, cap, "an allocator of the trace has an empty name: a plan's domain is named (Planned "
+             "refuses 'domain' without a name)");
+    return -1;
+  }
+  if (len > RAPI_PLAN_MAX_NAME) {
+    snprintf(err, cap, "the name of allocator '%.32s...' is %zu bytes: a plan's domain name is at most %u "
+             "(Planned reads a plan's line up to %u bytes)", name, len, RAPI_PLAN_MAX_NAME, RAPI_PLAN_MAX_LINE);
+    return -1;
+  }
+  if (o->alignment == 0 || (o->alignment & (o->alignment - 1)) != 0 || o->alignment > RAPI_PLAN_MAX_ALIGNMENT) {
+    snprintf(err, cap, "the alignment %llu is not a power of two up to %llu (what Planned reads)",
+             (unsigned long long)o->alignment, RAPI_PLAN_MAX_ALIGNMENT);
+    return -1;
+  }
+  return 0;
+}
+
 int plan_build(const trace *t, int a, const plan_opts *o, plan_domain *out, char *err, size_t cap) {
   memset(out, 0, sizeof *out);
   calls cs;
   memset(&cs, 0, sizeof cs);
   int rc = -1;
-  uint64_t *sig = NULL;
-  if (collect(t, a, &cs, err, cap) != 0) goto out;
+  const char *name = t->names[a];
+  if (check_name_opts(name, o, err, cap) != 0 || collect(t, a, &cs, err, cap) != 0) goto out;
   size_t base = 0, p = 0, iters = 0;
   if (cs.nsteps >= 2 + o->skip_iterations) {
     /* Step lines: iteration j runs from step j to step j + 1. */
@@ -340,64 +484,20 @@ int plan_build(const trace *t, int a, const plan_opts *o, plan_domain *out, char
     p = cs.steps[o->skip_iterations + 1] - base;
     iters = cs.nsteps - 1;
     out->by_steps = 1;
-  } else {
-    sig = malloc((cs.n + 1) * sizeof *sig);
-    if (sig == NULL) {
-      snprintf(err, cap, "out of memory");
-      goto out;
-    }
-    /* Two signatures: (size, stream), and (stream, lifetime) for sizes that follow the data (a
-     * mixture of experts), where only the order of allocations and frees repeats. Each gives a
-     * period; the one whose iteration frees more of what it allocates within a period wins. */
-    size_t start = 0, best_frac = 0;
-    uint64_t *life = malloc((cs.n + 1) * sizeof *life);
-    if (life == NULL) {
-      snprintf(err, cap, "out of memory");
-      goto out;
-    }
-    for (size_t i = 0; i < cs.n; i++) life[i] = cs.c[i].free_at == PLAN_NONE ? PLAN_NONE : cs.c[i].free_at - i;
-    for (int kind = 0; kind < 2; kind++) {
-      for (size_t i = 0; i < cs.n; i++)
-        sig[i] = kind == 0 ? sig_of(&cs.c[i]) : (life[i] + 1) * 0x9E3779B97F4A7C15ull + cs.c[i].stream + 1;
-      size_t s0 = 0, d = plan_period(sig, life, cs.n, &s0), frac = 0;
-      for (size_t i = s0; d > 0 && i < s0 + d && i < cs.n; i++) frac += life[i] <= d;
-      frac = d > 0 ? frac * 20 / d : 0;
-      if (d > 0 && (p == 0 || frac > best_frac)) {
-        p = d;
-        start = s0;
-        best_frac = frac;
-      }
-    }
-    free(life);
-    if (p == 0) {
-      snprintf(err, cap, "the %zu allocations of '%s' do not repeat: no iteration found (a trace of "
-               "two or more iterations, or step lines, docs/trace.md)", cs.n, t->names[a]);
-      goto out;
-    }
-    iters = (cs.n - start) / p;
-    /* A period seen once, late in a sequence that did other things for longer than a period
-     * before it, is no repetition: nothing says a next run follows it (serving). One iteration and
-     * a part after a short prefix (weights, a first step) is a run cut short, and planned. */
-    if (iters < 2 && start > p) {
-      snprintf(err, cap, "the %zu allocations of '%s' repeat only from allocation %zu on, and hold "
-               "one iteration of that period (%zu allocations) at most: nothing repeats, so a plan "
-               "would not serve a second run (serving with prompts of varying length is such a "
-               "trace; the ResourceAwarePool alone serves it); record two or more iterations, or "
-               "mark them with step lines (docs/trace.md)", cs.n, t->names[a], start, p);
-      goto out;
-    }
-    if (o->skip_iterations >= iters) {
-      snprintf(err, cap, "'%s' repeats %zu times; cannot skip %zu", t->names[a], iters, o->skip_iterations);
-      goto out;
-    }
-    base = start + o->skip_iterations * p;
+  } else if (by_period(&cs, name, o, &base, &p, &iters, err, cap) != 0) {
+    goto out;
   }
   if (p == 0) {
-    snprintf(err, cap, "the iteration of '%s' has no allocation", t->names[a]);
+    snprintf(err, cap, "the iteration of '%s' has no allocation", name);
+    goto out;
+  }
+  if (p > RAPI_PLAN_MAX_ENTRIES) {
+    snprintf(err, cap, "the iteration of '%s' holds %zu allocations: a plan holds at most %u (Planned "
+             "refuses more)", name, p, RAPI_PLAN_MAX_ENTRIES);
     goto out;
   }
   out->e = calloc(p, sizeof *out->e);
-  out->name = strdup(t->names[a]);
+  out->name = strdup(name);
   if (out->e == NULL || out->name == NULL) {
     snprintf(err, cap, "out of memory");
     goto out;
@@ -407,45 +507,26 @@ int plan_build(const trace *t, int a, const plan_opts *o, plan_domain *out, char
   out->iterations = iters;
   out->alignment = o->alignment;
   for (size_t k = 0; k < p; k++) {
-    const call *c = &cs.c[base + k];
     plan_entry *e = &out->e[k];
-    e->min = e->max = c->size;
-    e->stream = c->stream;
-    e->start = k;
-    e->end = c->free_at == PLAN_NONE ? PLAN_NONE : c->free_at - base;
-    /* The same allocation in the iterations after it (same place, same signature): its longest
-     * lifetime, so that a later iteration's slower free does not make it miss. Where only its size
-     * differs (within a factor of two, on the same stream, its neighbours the same: a size that
-     * follows the data, as a mixture of experts' routed tokens do), its sizes widen to cover them. */
-    for (size_t j = base + k + p; !out->by_steps && j < cs.n; j += p) {
-      const call *later = &cs.c[j];
-      if (later->free_at == PLAN_NONE || e->end == PLAN_NONE) break;
-      if (sig_of(later) != sig_of(c)) {
-        int nb = k > 0 && k + 1 < p && j + 1 < cs.n && sig_of(&cs.c[j - 1]) == sig_of(&cs.c[base + k - 1]) &&
-                 sig_of(&cs.c[j + 1]) == sig_of(&cs.c[base + k + 1]);
-        int same_life = c->free_at != PLAN_NONE && later->free_at - j == c->free_at - (base + k);
-        uint64_t ratio = same_life || nb ? (same_life ? 4 : 2) : 0;
-        if (later->stream != c->stream || later->size > ratio * c->size || ratio * later->size < c->size) break;
-        if (later->size < e->min) e->min = later->size;
-        if (later->size > e->max) e->max = later->size;
-      }
-      if (later->free_at - (j - k) > e->end) e->end = later->free_at - (j - k);
+    make_entry(&cs, base, p, k, o, out->by_steps, e);
+    if (e->offset != PLAN_NONE && e->max > (RAPI_PLAN_MAX_ARENA & ~(o->alignment - 1))) {
+      snprintf(err, cap, "allocation %zu of the iteration of '%s' recurs with %llu bytes: more than a "
+               "plan's arena holds (%llu bytes, what Planned reads); is the trace damaged?", k, name,
+               (unsigned long long)e->max, (unsigned long long)RAPI_PLAN_MAX_ARENA);
+      goto out;
     }
-    /* A size that followed the data gets a quarter of its spread more room above. */
-    if (e->max > e->min) e->max += (e->max - e->min) / 4;
-    int recurs = e->end != PLAN_NONE && e->end - e->start <= p && c->size > 0 &&
-                 (o->dynamic || e->max <= e->min + e->min / 2);
-    e->offset = recurs ? 0 : PLAN_NONE;
   }
   out->streams = cs.nids;
-  if (place_all(out) != 0) {
+  int placed = place_all(out);
+  if (placed == -2)
+    snprintf(err, cap, "the allocations of '%s' that recur need an arena of more than %llu bytes: more "
+             "than a plan holds (what Planned reads); is the trace damaged?", name,
+             (unsigned long long)RAPI_PLAN_MAX_ARENA);
+  else if (placed != 0)
     snprintf(err, cap, "out of memory placing %zu entries", p);
-    goto out;
-  }
-  rc = 0;
+  rc = placed == 0 ? 0 : -1;
 out:
   if (rc != 0) plan_domain_free(out);
-  free(sig);
   free(cs.c);
   free(cs.steps);
   return rc;
@@ -465,47 +546,60 @@ typedef struct sum_out {
   int bad;
 } sum_out;
 
-/* Writes a line and folds it into the checksum (FNV-1a over every line but comments). */
-static void line(sum_out *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void line(sum_out *s, const char *fmt, ...) {
-  char buf[512];
+/* Writes a line, at most RAPI_PLAN_MAX_LINE bytes (what Planned reads), and folds it into the
+ * checksum (FNV-1a over every line but comments). */
+static void line(sum_out *s, int comment, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void line(sum_out *s, int comment, const char *fmt, ...) {
+  char buf[RAPI_PLAN_MAX_LINE + 1];
   va_list ap;
   va_start(ap, fmt);
   int len = vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  if (len < 0 || (size_t)len >= sizeof buf) {
+  if (len < 0 || (size_t)len > RAPI_PLAN_MAX_LINE) {
     s->bad = 1;
     return;
   }
-  for (int i = 0; i < len; i++) s->h = (s->h ^ (unsigned char)buf[i]) * 1099511628211ull;
+  for (int i = 0; !comment && i < len; i++) s->h = (s->h ^ (unsigned char)buf[i]) * 1099511628211ull;
   if (fwrite(buf, 1, (size_t)len, s->f) != (size_t)len) s->bad = 1;
 }
 
 int plan_write(FILE *f, const plan_domain *d, size_t nd) {
   for (size_t k = 0; k < nd; k++) {
     const plan_domain *p = &d[k];
-    fprintf(f, "# %s: %zu allocations an iteration (%s, %zu seen), %zu placed; arena %llu bytes for "
-            "%llu live at most (%.4f); placed by %s\n", p->name, p->n,
-            p->by_steps ? "step lines" : "period of the sequence", p->iterations, p->placed,
-            (unsigned long long)p->arena, (unsigned long long)p->live_peak,
-            p->live_peak ? (double)p->arena / (double)p->live_peak : 1.0, p->order ? p->order : "-");
     sum_out s = {f, 1469598103934665603ull, 0};
-    line(&s, "rap-plan 1\n");
-    line(&s, "domain %s\n", p->name);
-    line(&s, "streams %zu\n", p->streams);
-    line(&s, "alignment %llu\n", (unsigned long long)p->alignment);
-    line(&s, "arena %llu\n", (unsigned long long)p->arena);
-    line(&s, "entries %zu\n", p->n);
+    line(&s, 1, "# %s: %zu allocations an iteration (%s, %zu seen), %zu placed; arena %llu bytes for "
+         "%llu live at most (%.4f); placed by %s\n", p->name, p->n,
+         p->by_steps ? "step lines" : "period of the sequence", p->iterations, p->placed,
+         (unsigned long long)p->arena, (unsigned long long)p->live_peak,
+         p->live_peak ? (double)p->arena / (double)p->live_peak : 1.0, p->order ? p->order : "-");
+    line(&s, 0, "rap-plan 1\n");
+    line(&s, 0, "domain %s\n", p->name);
+    line(&s, 0, "streams %zu\n", p->streams);
+    line(&s, 0, "alignment %llu\n", (unsigned long long)p->alignment);
+    line(&s, 0, "arena %llu\n", (unsigned long long)p->arena);
+    line(&s, 0, "entries %zu\n", p->n);
     for (size_t i = 0; i < p->n; i++) {
       const plan_entry *e = &p->e[i];
       char off[24] = "-", end[24] = "-";
       if (e->offset != PLAN_NONE) snprintf(off, sizeof off, "%llu", (unsigned long long)e->offset);
       if (e->end != PLAN_NONE) snprintf(end, sizeof end, "%llu", (unsigned long long)e->end);
-      line(&s, "%u %llu %llu %s %llu %s\n", e->stream, (unsigned long long)e->min,
+      line(&s, 0, "%u %llu %llu %s %llu %s\n", e->stream, (unsigned long long)e->min,
            (unsigned long long)e->max, off, (unsigned long long)e->start, end);
     }
     if (s.bad) return -1;
     fprintf(f, "end %016llx\n", (unsigned long long)s.h);
   }
   return ferror(f) ? -1 : 0;
+}
+
+int plan_check_file(const plan_domain *d, size_t nd, char *err, size_t cap) {
+  /* Eight lines a domain of at most RAPI_PLAN_MAX_LINE bytes, and its entries' lines: at most
+   * 2^16 domains of 2^26 entries, far below 2^64. */
+  uint64_t most = 0;
+  for (size_t k = 0; k < nd; k++) most += 8ull * RAPI_PLAN_MAX_LINE + (uint64_t)d[k].n * RAPI_PLAN_ENTRY_LINE;
+  if (most <= RAPI_PLAN_MAX_FILE) return 0;
+  snprintf(err, cap, "the plan of %zu domain%s could take %llu bytes: more than a plan file may hold "
+           "(%llu bytes, what Planned reads); plan one allocator at a time (--allocator NAME)", nd,
+           nd == 1 ? "" : "s", (unsigned long long)most, (unsigned long long)RAPI_PLAN_MAX_FILE);
+  return -1;
 }

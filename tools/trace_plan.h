@@ -6,11 +6,13 @@
  * of one reference iteration is an entry with a lifetime on the iteration's cyclic clock (counted
  * in allocations), and the entries that recur are placed in one arena so that no two whose
  * lifetimes meet share an address (greedy placement in the address x time plane, the best of a
- * few orders).
+ * few orders). A plan stays within the bounds of plan_file.h (src/strategies/), those the Planned
+ * strategy's reader checks: what would pass one is refused, with a sentence.
  */
 #ifndef RAP_TRACE_PLAN_H
 #define RAP_TRACE_PLAN_H
 
+#include "plan_file.h"
 #include "trace_read.h"
 
 #include <stdio.h>
@@ -45,10 +47,15 @@ typedef struct plan_opts {
                              serves them, as the plan says) */
 } plan_opts;
 
-/* Builds the plan of allocator a (an index into t->names). 0, or -1 with a sentence in err. */
+/* Builds the plan of allocator a (an index into t->names). 0, or -1 with a sentence in err: among
+ * others where the plan would pass a bound of plan_file.h (an empty or long name, more streams or
+ * entries, an arena or an entry larger than a plan holds, an alignment Planned does not read). */
 int  plan_build(const trace *t, int a, const plan_opts *o, plan_domain *out, char *err, size_t cap);
 void plan_domain_free(plan_domain *d);
-/* Writes the domains as one plan file; 0, or -1 (errno set by stdio). */
+/* Whether the file of these domains stays within RAPI_PLAN_MAX_FILE bytes (counted from above, by
+ * lines and entries): 0, or -1 with a sentence. */
+int  plan_check_file(const plan_domain *d, size_t nd, char *err, size_t cap);
+/* Writes the domains (each built by plan_build) as one plan file; 0, or -1 (errno set by stdio). */
 int  plan_write(FILE *f, const plan_domain *d, size_t nd);
 
 /* The period of a signature sequence: the shift d under which it repeats (at most one in five

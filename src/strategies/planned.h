@@ -8,6 +8,7 @@
 #ifndef RAP_PLANNED_H
 #define RAP_PLANNED_H
 
+#include "plan_file.h"
 #include "rap_internal.h"
 
 #define RAPI_PLAN_NONE UINT64_MAX   /* an entry without a place: the parent serves it */

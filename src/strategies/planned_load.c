@@ -5,26 +5,30 @@
  * arena, aligned), and a checksum over the domain's lines, so a damaged or hand-broken file is a
  * status with a sentence naming the line, never a plan that hands out the wrong bytes. Where two
  * placed entries overlap in the arena the plan is still taken: the strategy never hands out a
- * cell in use, so such a plan only misses.
+ * cell in use, so such a plan only misses. What is read is bounded (plan_file.h): only a regular
+ * file is read (a FIFO, a device or a directory is refused before a byte is read, and opening never
+ * waits), no larger than RAPI_PLAN_MAX_FILE and no further than its size when opened, a line at a
+ * time of at most RAPI_PLAN_MAX_LINE bytes.
  */
-#define _POSIX_C_SOURCE 200809L   /* getline */
+#define _POSIX_C_SOURCE 200809L   /* O_CLOEXEC */
 #include "planned.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define MAX_ENTRIES (1u << 26)
-#define MAX_STREAMS 255u
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct reader {
   FILE *f;
   const char *path, *who;
-  char *line;
-  size_t cap;
   unsigned long lineno;
   uint64_t sum;
+  uint64_t left;    /* bytes of the file, as it was opened, not read yet */
+  int st;           /* RAP_OK, or the status of a line refused by next_line (the sentence is set) */
+  char line[RAPI_PLAN_MAX_LINE + 1];
 } reader;
 
 static int bad(reader *rd, const char *what) {
@@ -33,25 +37,47 @@ static int bad(reader *rd, const char *what) {
 }
 
 /* The next line that is not a comment or blank, without its newline, folded into the checksum;
- * NULL at the end of the file. */
+ * NULL at the end of the file, or with rd->st set where the line is refused: longer than
+ * RAPI_PLAN_MAX_LINE, holding a NUL byte, or past the bytes the file held when it was opened. */
 static char *next_line(reader *rd) {
-  ssize_t len;
-  while ((len = getline(&rd->line, &rd->cap, rd->f)) >= 0) {
+  while (rd->st == RAP_OK) {
+    size_t len = 0;
+    int c = 0;
+    while (len < RAPI_PLAN_MAX_LINE && c != '\n' && (c = getc(rd->f)) != EOF) rd->line[len++] = (char)c;
+    if (len == 0) {
+      if (ferror(rd->f)) rd->st = bad(rd, "the file cannot be read further");
+      return NULL;
+    }
     rd->lineno++;
-    if (len == 0 || rd->line[0] == '#' || rd->line[0] == '\n') continue;
+    if (rd->line[len - 1] != '\n' && len == RAPI_PLAN_MAX_LINE && getc(rd->f) != EOF) {
+      char what[96];
+      snprintf(what, sizeof what, "the line is longer than %u bytes: not a plan file", RAPI_PLAN_MAX_LINE);
+      rd->st = bad(rd, what);
+    } else if (len > rd->left) {
+      rd->st = bad(rd, "the file grew while it was read (is it being written?)");
+    } else if (memchr(rd->line, '\0', len) != NULL) {
+      rd->st = bad(rd, "the line holds a NUL byte: not a plan file");
+    }
+    if (rd->st != RAP_OK) return NULL;
+    rd->left -= len;
+    if (rd->line[0] == '#' || rd->line[0] == '\n') continue;
     if (strncmp(rd->line, "end ", 4) != 0)
-      for (ssize_t i = 0; i < len; i++) rd->sum = (rd->sum ^ (unsigned char)rd->line[i]) * 1099511628211ull;
-    if (rd->line[len - 1] == '\n') rd->line[len - 1] = '\0';
+      for (size_t i = 0; i < len; i++) rd->sum = (rd->sum ^ (unsigned char)rd->line[i]) * 1099511628211ull;
+    if (rd->line[len - 1] == '\n') len--;
+    rd->line[len] = '\0';
     return rd->line;
   }
   return NULL;
 }
 
+/* A line expected and not there: the sentence of the line next_line refused, or what. */
+static int missing(reader *rd, const char *what) { return rd->st != RAP_OK ? rd->st : bad(rd, what); }
+
 /* "key N": N, or -1 with the sentence set. */
 static int keyed(reader *rd, const char *key, uint64_t max, uint64_t *out) {
   char *l = next_line(rd);
   size_t k = strlen(key);
-  if (l == NULL) return bad(rd, "the file ends inside a domain"), -1;
+  if (l == NULL) return missing(rd, "the file ends inside a domain"), -1;
   if (strncmp(l, key, k) != 0 || l[k] != ' ') {
     char what[96];
     snprintf(what, sizeof what, "'%s N' expected", key);
@@ -89,7 +115,7 @@ static int field(char **s, int dash, uint64_t *out) {
 
 static int entry_line(reader *rd, const rapi_plan *p, rapi_plan_entry *e) {
   char *s = next_line(rd);
-  if (s == NULL) return bad(rd, "the file ends before the domain's last entry");
+  if (s == NULL) return missing(rd, "the file ends before the domain's last entry");
   uint64_t stream, start, end;
   if (field(&s, 0, &stream) || field(&s, 0, &e->min) || field(&s, 0, &e->max) || field(&s, 1, &e->off) ||
       field(&s, 0, &start) || field(&s, 1, &end) || *s != '\0')
@@ -108,8 +134,9 @@ static int entry_line(reader *rd, const rapi_plan *p, rapi_plan_entry *e) {
 /* The domain that starts at the "rap-plan 1" just read; keep says whether it is the one asked. */
 static int read_domain(reader *rd, rapi_plan *p, int keep) {
   uint64_t streams, alignment, arena, n;
-  if (keyed(rd, "streams", MAX_STREAMS, &streams) || keyed(rd, "alignment", 1ull << 30, &alignment) ||
-      keyed(rd, "arena", UINT64_MAX / 4, &arena) || keyed(rd, "entries", MAX_ENTRIES, &n))
+  if (keyed(rd, "streams", RAPI_PLAN_MAX_STREAMS, &streams) ||
+      keyed(rd, "alignment", RAPI_PLAN_MAX_ALIGNMENT, &alignment) ||
+      keyed(rd, "arena", RAPI_PLAN_MAX_ARENA, &arena) || keyed(rd, "entries", RAPI_PLAN_MAX_ENTRIES, &n))
     return RAP_ERR_INVALID;
   if (!rapi_is_pow2(alignment)) return bad(rd, "'alignment' is not a power of two");
   if (n == 0) return bad(rd, "a domain has no entries");
@@ -131,7 +158,7 @@ static int read_domain(reader *rd, rapi_plan *p, int keep) {
   unsigned long long want = l != NULL && strncmp(l, "end ", 4) == 0 ? strtoull(l + 4, &end, 16) : 0;
   if (end == NULL || *end != '\0' || end == l + 4) {
     free(q.e);
-    return bad(rd, "'end CHECKSUM' expected after the last entry");
+    return missing(rd, "'end CHECKSUM' expected after the last entry");
   }
   if (want != sum) {
     free(q.e);
@@ -182,13 +209,46 @@ static int make_cells(rapi_plan *p, const char *who) {
   return RAP_OK;
 }
 
-int rapi_plan_load(const char *path, const char *domain, const char *who, rapi_plan *out) {
-  reader rd = {fopen(path, "r"), path, who, NULL, 0, 0, 0};
-  if (rd.f == NULL)
+static const char *file_kind(mode_t m) {
+  return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+/* Opens the plan file for rd: a regular file of at most RAPI_PLAN_MAX_FILE bytes. The open does
+ * not wait (O_NONBLOCK: a FIFO without a writer would block it; on a regular file the flag does
+ * nothing), and what it opened is looked at before a byte is read. */
+static int open_plan(reader *rd) {
+  int fd = open(rd->path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0)
     return rapi_fail(errno == ENOENT ? RAP_ERR_NOT_FOUND : RAP_ERR_INVALID,
-                     "%s: cannot open the plan file '%s': %s", who, path, strerror(errno));
+                     "%s: cannot open the plan file '%s': %s", rd->who, rd->path, strerror(errno));
+  struct stat sb;
+  int st = RAP_OK;
+  if (fstat(fd, &sb) != 0)
+    st = rapi_fail(RAP_ERR_INVALID, "%s: cannot look at the plan file '%s': %s", rd->who, rd->path,
+                   strerror(errno));
+  else if (!S_ISREG(sb.st_mode))
+    st = rapi_fail(RAP_ERR_INVALID, "%s: the plan file '%s' is %s, not a regular file: a plan is the "
+                   "file rap-trace plan wrote", rd->who, rd->path, file_kind(sb.st_mode));
+  else if ((uint64_t)sb.st_size > RAPI_PLAN_MAX_FILE)
+    st = rapi_fail(RAP_ERR_INVALID, "%s: the plan file '%s' holds %llu bytes: more than a plan file "
+                   "may (%llu)", rd->who, rd->path, (unsigned long long)sb.st_size, RAPI_PLAN_MAX_FILE);
+  else if ((rd->f = fdopen(fd, "r")) == NULL)
+    st = rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory to read the plan file '%s'", rd->who, rd->path);
+  if (st != RAP_OK) {
+    close(fd);
+    return st;
+  }
+  rd->left = (uint64_t)sb.st_size;
+  return RAP_OK;
+}
+
+int rapi_plan_load(const char *path, const char *domain, const char *who, rapi_plan *out) {
+  reader rd = {NULL, path, who, 0, 0, 0, RAP_OK, ""};
+  int st = open_plan(&rd);
+  if (st != RAP_OK) return st;
   rapi_plan p = {0};
-  int st = RAP_OK, found = 0, domains = 0;
+  int found = 0, domains = 0;
   char first[RAPI_NAME_MAX] = "";
   char *l;
   while (st == RAP_OK && (l = next_line(&rd)) != NULL) {
@@ -202,7 +262,7 @@ int rapi_plan_load(const char *path, const char *domain, const char *who, rapi_p
     rd.sum = (rd.sum ^ '\n') * 1099511628211ull;
     l = next_line(&rd);
     if (l == NULL || strncmp(l, "domain ", 7) != 0 || l[7] == '\0') {
-      st = bad(&rd, "'domain NAME' expected");
+      st = missing(&rd, "'domain NAME' expected");
       break;
     }
     int keep = !found && (domain == NULL ? domains == 0 : strcmp(l + 7, domain) == 0);
@@ -210,7 +270,7 @@ int rapi_plan_load(const char *path, const char *domain, const char *who, rapi_p
     st = read_domain(&rd, &p, keep);
     found |= keep && st == RAP_OK;
   }
-  free(rd.line);
+  if (st == RAP_OK) st = rd.st;
   fclose(rd.f);
   if (st == RAP_OK && domains == 0)
     st = rapi_fail(RAP_ERR_INVALID, "%s: the plan file '%s' holds no plan", who, path);

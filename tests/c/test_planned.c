@@ -3,18 +3,23 @@
  * Plans are made from traces the tests write: a tiny iteration whose places are worked out by
  * hand, and a longer seeded workload whose second run is served by the plan of its first. The
  * strategy runs over a ResourceAwarePool on host_async queues; the cross-stream case holds the
- * queue that freed a place behind a gate, with no sleeps.
+ * queue that freed a place behind a gate, with no sleeps. A plan file that is no regular file, or
+ * holds endless lines, is read in a child of its own with a deadline: before the reader was
+ * bounded it blocked or read until memory ran out.
  */
+#define _GNU_SOURCE   /* fork, alarm, mkfifo, ftruncate under -std=c11 */
 #include "gate.h"
 #include "rap_testing.h"   /* the Fault calls */
 #include "stall.h"
 #include "test_util.h"
-#include "trace_plan.h"   /* tools/: the planner itself */
+#include "trace_plan.h"   /* tools/: the planner itself, and plan_file.h: the bounds of a plan */
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void tp_path(char *buf, size_t cap, const char *what) {
@@ -27,24 +32,26 @@ static void tp_path(char *buf, size_t cap, const char *what) {
 typedef struct tw {
   FILE *f;
   uint64_t t;
+  const char *name;   /* the allocator's ("torch") */
 } tw;
 
 static void tw_open(tw *w, const char *path) {
   w->f = fopen(path, "w");
   RAP_CHECK(w->f != NULL);
   w->t = 0;
+  w->name = "torch";
   fprintf(w->f, "{\"t\":0,\"ev\":\"trace\",\"version\":\"0.1.0\",\"clock\":\"monotonic ns\"}\n");
 }
 
 static void tw_alloc(tw *w, int r, uint64_t p, uint64_t n) {
-  fprintf(w->f, "{\"t\":%llu,\"th\":1,\"ev\":\"alloc\",\"a\":\"torch\",\"d\":0,\"r\":%d,\"rk\":\"cuda\","
-          "\"p\":\"0x%llx\",\"n\":%llu}\n", (unsigned long long)++w->t, r, (unsigned long long)p,
+  fprintf(w->f, "{\"t\":%llu,\"th\":1,\"ev\":\"alloc\",\"a\":\"%s\",\"d\":0,\"r\":%d,\"rk\":\"cuda\","
+          "\"p\":\"0x%llx\",\"n\":%llu}\n", (unsigned long long)++w->t, w->name, r, (unsigned long long)p,
           (unsigned long long)n);
 }
 
 static void tw_free(tw *w, int r, uint64_t p) {
-  fprintf(w->f, "{\"t\":%llu,\"th\":1,\"ev\":\"dealloc\",\"a\":\"torch\",\"d\":0,\"r\":%d,\"rk\":\"cuda\","
-          "\"p\":\"0x%llx\",\"n\":0}\n", (unsigned long long)++w->t, r, (unsigned long long)p);
+  fprintf(w->f, "{\"t\":%llu,\"th\":1,\"ev\":\"dealloc\",\"a\":\"%s\",\"d\":0,\"r\":%d,\"rk\":\"cuda\","
+          "\"p\":\"0x%llx\",\"n\":0}\n", (unsigned long long)++w->t, w->name, r, (unsigned long long)p);
 }
 
 static void tw_step(tw *w) { fprintf(w->f, "{\"t\":%llu,\"ev\":\"step\"}\n", (unsigned long long)++w->t); }
@@ -186,6 +193,108 @@ RAP_TEST(PlanBuild, OneIterationIsRefused) {
   trace_free(&t);
   plan_domain_free(&d);
   unlink(tp);
+}
+
+/* ---- what the planner writes, Planned reads ------------------------------------------------ */
+
+/* Three iterations between step lines, each allocating `together` blocks of n bytes (live at
+ * once, freed within the iteration) on each of `streams` resources in turn, for allocator name. */
+static void edge_trace(const char *path, const char *name, int streams, uint64_t n, int together) {
+  tw w;
+  tw_open(&w, path);
+  w.name = name;
+  for (int it = 0; it < 3; it++) {
+    tw_step(&w);
+    for (int r = 1; r <= streams; r++) {
+      uint64_t base = 0x100000000ull * (uint64_t)(it + 1) + 0x10000ull * (uint64_t)r;
+      for (int k = 0; k < together; k++) tw_alloc(&w, r, base + 0x100 * (uint64_t)k, n);
+      for (int k = 0; k < together; k++) tw_free(&w, r, base + 0x100 * (uint64_t)k);
+    }
+  }
+  RAP_CHECK(fclose(w.f) == 0);
+}
+
+/* plan_build on the trace's only allocator: 0 with the plan written to plan_path (and d kept, to
+ * free), or -1 with the planner's sentence in err. */
+static int edge_plan(const char *trace_path, const char *plan_path, plan_domain *d, char *err, size_t cap) {
+  trace t;
+  RAP_CHECK(trace_load(trace_path, &t, err, cap) == 0);
+  RAP_CHECK_EQ(t.nnames, 1);
+  plan_opts o = {256, 0, 0};
+  int rc = plan_build(&t, 0, &o, d, err, cap);
+  trace_free(&t);
+  if (rc != 0) return rc;
+  FILE *f = fopen(plan_path, "w");
+  RAP_CHECK(f != NULL);
+  RAP_CHECK(plan_write(f, d, 1) == 0);
+  RAP_CHECK(fclose(f) == 0);
+  return 0;
+}
+
+/* Planned's reader on a plan file, through rap_spec_check (as a make would read it). */
+static int planned_reads(const char *plan_path) {
+  char spec[600];
+  snprintf(spec, sizeof spec, "Planned(HOST, plan=%s)", plan_path);
+  return rap_spec_check(spec);
+}
+
+/* At each bound Planned's reader checks (plan_file.h), the planner writes what the reader takes
+ * and refuses, with a sentence, what it would refuse: 255 streams and 256; the largest block an
+ * arena holds and the next; blocks of 2^63 bytes, whose sums wrapped (an arena smaller than its
+ * blocks; UBSan: a signed overflow); two blocks whose arena passes the bound; a name of the most
+ * bytes and one more; an empty name. */
+RAP_TEST(PlanBuild, WritesOnlyWhatPlannedReads) {
+  char tp[256], pp[256], err[512];
+  tp_path(tp, sizeof tp, "edge.jsonl");
+  tp_path(pp, sizeof pp, "edge.plan");
+  static char long_name[RAPI_PLAN_MAX_NAME + 2];
+  memset(long_name, 'n', RAPI_PLAN_MAX_NAME);
+  long_name[RAPI_PLAN_MAX_NAME] = '\0';
+  const uint64_t biggest = RAPI_PLAN_MAX_ARENA & ~255ull;   /* 2^62 - 256 at alignment 256 */
+  static const struct {
+    int streams;
+    uint64_t n;
+    int together, longer;
+    const char *name, *says;   /* says: NULL where the plan is written and read */
+  } edges[] = {
+      {RAPI_PLAN_MAX_STREAMS, 1000, 1, 0, "torch", NULL},
+      {RAPI_PLAN_MAX_STREAMS + 1, 1000, 1, 0, "torch", "uses more than 255 resources (streams): a plan holds at most 255"},
+      {1, RAPI_PLAN_MAX_ARENA & ~255ull, 1, 0, "torch", NULL},
+      {1, (RAPI_PLAN_MAX_ARENA & ~255ull) + 1, 1, 0, "torch", "recurs with 4611686018427387649 bytes: more than a plan's arena holds"},
+      {1, 1ull << 62, 1, 0, "torch", "more than a plan's arena holds (4611686018427387903 bytes"},
+      {1, 1ull << 63, 2, 0, "torch", "recurs with 9223372036854775808 bytes"},
+      {1, 1ull << 61, 2, 0, "torch", "need an arena of more than 4611686018427387903 bytes"},
+      {2, 1ull << 61, 1, 0, "torch", NULL},   /* one at a time: they share the place */
+      {1, 1000, 1, 0, NULL, NULL},            /* the longest name */
+      {1, 1000, 1, 1, NULL, "is 1025 bytes: a plan's domain name is at most 1024"},
+      {1, 1000, 1, 0, "", "an allocator of the trace has an empty name"},
+  };
+  for (size_t k = 0; k < sizeof edges / sizeof *edges; k++) {
+    long_name[RAPI_PLAN_MAX_NAME] = edges[k].longer ? 'n' : '\0';
+    edge_trace(tp, edges[k].name ? edges[k].name : long_name, edges[k].streams, edges[k].n, edges[k].together);
+    plan_domain d;
+    unlink(pp);
+    int rc = edge_plan(tp, pp, &d, err, sizeof err);
+    if (edges[k].says != NULL) {
+      if (rc == 0) {
+        int st = planned_reads(pp);
+        rap_test_fail(__FILE__, __LINE__, "edge %zu: a plan was written (Planned answers %s: %s)", k,
+                      rap_status_name(st), st != RAP_OK ? rap_last_error() : "");
+      }
+      RAP_CHECK_STR(err, edges[k].says);
+      RAP_CHECK(access(pp, F_OK) != 0);
+      continue;
+    }
+    if (rc != 0) rap_test_fail(__FILE__, __LINE__, "edge %zu refused: %s", k, err);
+    RAP_CHECK_EQ(d.streams, (size_t)edges[k].streams);
+    if (edges[k].n == biggest) RAP_CHECK_EQ(d.arena, biggest);
+    if (edges[k].n == 1ull << 61) RAP_CHECK_EQ(d.arena, 1ull << 61);
+    plan_domain_free(&d);
+    int st = planned_reads(pp);
+    if (st != RAP_OK) rap_test_fail(__FILE__, __LINE__, "edge %zu: Planned refuses the plan: %s", k, rap_last_error());
+  }
+  unlink(tp);
+  unlink(pp);
 }
 
 /* ---- serving ------------------------------------------------------------------------------------ */
@@ -420,6 +529,114 @@ RAP_TEST(Planned, BadPlanFilesAreRefused) {
   fclose(f);
   RAP_CHECK_STATUS(rap_allocator_make_spec(rm, "p", spec, &a), RAP_ERR_INVALID);
   RAP_CHECK_OK(rap_manager_destroy(rm));
+  unlink(tp);
+  unlink(pp);
+  unlink(bad);
+}
+
+/* ---- a plan file read with bounds ------------------------------------------------------------- */
+
+#define PROMPT_S 5   /* a refusal takes microseconds; before the bounds these ran until killed */
+
+/* rap_spec_check(spec) in a child of its own, given PROMPT_S seconds: its status, and its sentence
+ * in said. The test fails where it did not return in time (a read that blocks, or never ends). */
+static int spec_check_promptly(const char *spec, char *said, size_t cap) {
+  int fds[2];
+  RAP_CHECK(pipe(fds) == 0);
+  pid_t pid = fork();
+  RAP_CHECK(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    alarm(PROMPT_S);
+    int st = rap_spec_check(spec);
+    char buf[2048];
+    int len = snprintf(buf, sizeof buf, "%d %s", st, st != RAP_OK ? rap_last_error() : "");
+    if (len > (int)sizeof buf - 1) len = (int)sizeof buf - 1;
+    _exit(write(fds[1], buf, (size_t)len) == len ? 0 : 1);
+  }
+  close(fds[1]);
+  size_t got = 0;
+  ssize_t r;
+  while (got + 1 < cap && (r = read(fds[0], said + got, cap - 1 - got)) > 0) got += (size_t)r;
+  said[got] = '\0';
+  close(fds[0]);
+  int status = 0;
+  RAP_CHECK(waitpid(pid, &status, 0) == pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    rap_test_fail(__FILE__, __LINE__, "rap_spec_check(\"%s\") did not return within %d s", spec, PROMPT_S);
+  char *rest = NULL;
+  long st = strtol(said, &rest, 10);
+  memmove(said, rest + (*rest == ' '), strlen(rest + (*rest == ' ')) + 1);
+  return (int)st;
+}
+
+/* A plan that is no regular file is refused before a byte is read, and opening it does not wait:
+ * /dev/zero (read until memory ran out), a FIFO nothing writes (the open blocked rap_spec_check),
+ * a directory, and a sparse file larger than any plan (16 GiB of zeros). */
+RAP_TEST(Planned, APlanThatIsNoRegularFileIsRefusedPromptly) {
+  char fifo[256], dir[256], sparse[256], spec[700], said[2048];
+  tp_path(fifo, sizeof fifo, "fifo.plan");
+  tp_path(dir, sizeof dir, "dir.plan");
+  tp_path(sparse, sizeof sparse, "sparse.plan");
+  unlink(fifo);
+  RAP_CHECK(mkfifo(fifo, 0600) == 0);
+  RAP_CHECK(mkdir(dir, 0700) == 0);
+  FILE *f = fopen(sparse, "w");
+  RAP_CHECK(f != NULL);
+  RAP_CHECK(ftruncate(fileno(f), (off_t)RAPI_PLAN_MAX_FILE + 1) == 0);
+  RAP_CHECK(fclose(f) == 0);
+  const struct { const char *path, *says; } cases[] = {
+      {"/dev/zero", "is a character device, not a regular file"},
+      {fifo, "is a FIFO, not a regular file"},
+      {dir, "is a directory, not a regular file"},
+      {sparse, "holds 17179869185 bytes: more than a plan file may (17179869184)"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    snprintf(spec, sizeof spec, "Planned(HOST, plan=%s)", cases[k].path);
+    RAP_CHECK_EQ(spec_check_promptly(spec, said, sizeof said), RAP_ERR_INVALID);
+    RAP_CHECK_STR(said, cases[k].path);
+    RAP_CHECK_STR(said, cases[k].says);
+  }
+  unlink(fifo);
+  rmdir(dir);
+  unlink(sparse);
+}
+
+/* A line of a plan is at most RAPI_PLAN_MAX_LINE bytes, its newline included: a comment of that
+ * length before a good plan is read, one byte more is refused naming the line, as is a line that
+ * never ends, and a NUL byte. */
+RAP_TEST(Planned, APlanLineIsBounded) {
+  char tp[256], pp[256], bad[256], spec[700], said[2048];
+  tp_path(tp, sizeof tp, "lines.jsonl");
+  tp_path(pp, sizeof pp, "lines.plan");
+  tp_path(bad, sizeof bad, "lines-bad.plan");
+  plan_domain d;
+  tiny_plan(tp, pp, &d, 0);
+  plan_domain_free(&d);
+  FILE *f = fopen(pp, "r");
+  RAP_CHECK(f != NULL);
+  static char text[4096];
+  size_t len = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[len] = '\0';
+  static const struct { size_t comment; int nul; int st; const char *says; } cases[] = {
+      {RAPI_PLAN_MAX_LINE, 0, RAP_OK, ""},
+      {RAPI_PLAN_MAX_LINE + 1, 0, RAP_ERR_INVALID, "line 1: the line is longer than 4096 bytes"},
+      {(size_t)1 << 20, 0, RAP_ERR_INVALID, "line 1: the line is longer than 4096 bytes"},
+      {16, 1, RAP_ERR_INVALID, "line 1: the line holds a NUL byte"},
+  };
+  snprintf(spec, sizeof spec, "Planned(HOST, plan=%s)", bad);
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    f = fopen(bad, "w");
+    RAP_CHECK(f != NULL);
+    fputc('#', f);   /* a comment of cases[k].comment bytes with its newline, then the plan */
+    for (size_t i = 1; i + 1 < cases[k].comment; i++) fputc(cases[k].nul && i == 8 ? '\0' : 'x', f);
+    fputc('\n', f);
+    fputs(text, f);
+    RAP_CHECK(fclose(f) == 0);
+    RAP_CHECK_EQ(spec_check_promptly(spec, said, sizeof said), cases[k].st);
+    RAP_CHECK_STR(said, cases[k].says);
+  }
   unlink(tp);
   unlink(pp);
   unlink(bad);

@@ -204,6 +204,64 @@ RAP_TEST(TraceTool, ResourcesAreMappedSparselyAndCapped) {
   remove(path);
 }
 
+/* Three iterations between step lines of allocator a: in each, `together` blocks of n bytes live
+ * at once on each of `streams` resources in turn. */
+static void plan_trace(const char *path_what, char *path, size_t cap, const char *a, int streams,
+                       unsigned long long n, int together) {
+  FILE *f = trace_file(path, cap, path_what);
+  unsigned long long t = 1;
+  for (int it = 0; it < 3; it++) {
+    fprintf(f, "{\"t\":%llu,\"ev\":\"step\"}\n", t++);
+    for (int r = 1; r <= streams; r++) {
+      unsigned long long base = 0x100000000ull * (unsigned long long)(it + 1) + 0x10000ull * (unsigned long long)r;
+      for (int k = 0; k < together; k++) line(f, t++, "alloc", a, r, base + 0x100ull * (unsigned long long)k, n, NULL);
+      for (int k = 0; k < together; k++) line(f, t++, "dealloc", a, r, base + 0x100ull * (unsigned long long)k, 0, NULL);
+    }
+  }
+  RAP_CHECK(fclose(f) == 0);
+}
+
+/* rap-trace plan refuses, with status 1 and a sentence and no file written, a trace whose plan
+ * the Planned strategy would refuse (it wrote such plans and said nothing): 256 streams (255 are
+ * planned), blocks of 2^62 and 2^63 bytes (whose sums wrapped: "arena ... for 0.00 MiB live"),
+ * an allocator without a name. */
+RAP_TEST(TraceTool, PlanRefusesWhatPlannedWouldRefuse) {
+  char path[256], plan[256], args[768];
+  tt_path(plan, sizeof plan, "edge.plan");
+  static const struct {
+    const char *a;
+    int streams;
+    unsigned long long n;
+    int together;
+    const char *says;   /* NULL: planned */
+  } cases[] = {
+      {"pool", 255, 1000, 1, NULL},
+      {"pool", 256, 1000, 1, "rap-trace: allocator 'pool' uses more than 255 resources (streams): a plan holds at most 255"},
+      {"pool", 1, 1ull << 62, 1, "recurs with 4611686018427387904 bytes: more than a plan's arena holds"},
+      {"pool", 1, 1ull << 63, 2, "recurs with 9223372036854775808 bytes: more than a plan's arena holds"},
+      {"pool", 1, 1ull << 61, 2, "need an arena of more than 4611686018427387903 bytes"},
+      {"", 1, 1000, 1, "rap-trace: an allocator of the trace has an empty name"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    plan_trace("edge.jsonl", path, sizeof path, cases[k].a, cases[k].streams, cases[k].n, cases[k].together);
+    remove(plan);
+    snprintf(args, sizeof args, "plan %s -o %s", path, plan);
+    tool_run r;
+    run_tool_measured(&r, args);
+    if (cases[k].says == NULL) {
+      RAP_CHECK_EQ(r.status, 0);
+      RAP_CHECK_STR(r.out, "on 255 streams");
+      RAP_CHECK(access(plan, F_OK) == 0);
+      continue;
+    }
+    if (r.status != 1) rap_test_fail(__FILE__, __LINE__, "case %zu: status %d, said: %s", k, r.status, r.out);
+    RAP_CHECK_STR(r.out, cases[k].says);
+    RAP_CHECK(access(plan, F_OK) != 0);
+  }
+  remove(path);
+  remove(plan);
+}
+
 /* A file of lines that name allocators but hold no event is refused with a sentence, and what was
  * read is freed: the reader leaves nothing behind (in the ASan build a leak fails this process). */
 RAP_TEST(TraceTool, NoEventsIsASentenceAndNoLeak) {
