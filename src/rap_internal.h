@@ -299,6 +299,7 @@ struct rap_allocator {
   char *name;
   size_t alignment;
   size_t children;
+  int guard_warned;               /* atomic: the guard said once that a free waited its turn */
   size_t holders;                 /* atomic: allocators over it, at any depth, that hand out its
                                      memory without asking it (not RAP_STRATEGY_PASS_THROUGH) */
   uint64_t seq;                   /* creation order: children are always newer than parents */

@@ -7,6 +7,7 @@
 #include "rap_internal.h"
 #include "rap_testing.h"   /* rap_guard_membarrier_state */
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,8 @@ size_t rap_allocator_alignment(const rap_allocator *a) { return a ? a->alignment
 /* ---- the thread guard: one thread at a time inside a plain pool ------------------------------
  * A plain pool (QuickPool, DynamicPoolList, ResourceAwarePool, FixedPool) not under ThreadSafe or
  * ThreadCache serves one thread at a time, as Umpire's do; a second thread inside it at once is
- * answered RAP_ERR_BUSY with a sentence, before it touches anything. The guard is biased to the
+ * answered RAP_ERR_BUSY with a sentence, before it touches anything, but for a free, which waits
+ * its turn (waits_its_turn: nothing is lost by a caller that ignores a free's status). The guard is biased to the
  * thread that used the pool last (its owner): the owner's call stores `busy`, checks it is still
  * the owner and runs, with no atomic read-modify-write (one costs 10 ns here, as much as the whole
  * pair). Another thread takes the `gate` (a compare-exchange), makes itself the owner, and makes
@@ -102,8 +104,8 @@ static RAPI_NOINLINE int two_threads(const char *fn, const rap_allocator *a) {
 #define RAPI_GUARD_HANDOVERS 64
 #define RAPI_GUARD_UNBIASED ((uintptr_t)1)   /* no thread's pointer: nobody is the owner again */
 
-/* Everyone but the owner: the mode to leave with, or RAP_ERR_BUSY. */
-int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn) {
+/* One try of everyone but the owner: the mode to leave with, or -1 where another thread is inside. */
+static int guard_try(rap_allocator *a, uintptr_t me) {
   if (__atomic_load_n(&a->guard_lock, __ATOMIC_RELAXED) != NULL) {
     /* A wrapper above orders the threads: every call in is under its lock, which is the barrier a
      * change of owner needs. The pool is biased to this thread with a plain store, so that the
@@ -115,7 +117,7 @@ int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn) {
   }
   int open = 0;
   if (!__atomic_compare_exchange_n(&a->gate, &open, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-    return two_threads(fn, a);
+    return -1;
   uintptr_t old = __atomic_load_n(&a->owner, __ATOMIC_RELAXED);
   if (old != me && old != RAPI_GUARD_UNBIASED && rapi_membarrier_ready()) {
     uintptr_t next = ++a->handovers >= RAPI_GUARD_HANDOVERS ? RAPI_GUARD_UNBIASED : me;
@@ -124,10 +126,34 @@ int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn) {
     if (__atomic_load_n(&a->busy, __ATOMIC_ACQUIRE) != 0) {
       __atomic_store_n(&a->owner, old, __ATOMIC_RELAXED);
       __atomic_store_n(&a->gate, 0, __ATOMIC_RELEASE);
-      return two_threads(fn, a);
+      return -1;
     }
   }   /* without membarrier no pool is ever biased: every call comes through the gate */
   return RAPI_GUARD_GATE;
+}
+
+/* A free that meets another thread inside waits its turn: a caller that ignores a free's status
+ * (most do) would lose the block. Not a queue's own work, though: a thread inside the pool may be
+ * waiting on the host for that very queue (teardown, out of memory), and neither would move. The
+ * pool says once that it is being shared without a wrapper. */
+static bool waits_its_turn(rap_allocator *a, const char *fn) {
+  if (rapi_current_queue != NULL || strcmp(fn, "rap_deallocate") != 0) return false;
+  if (__atomic_exchange_n(&a->guard_warned, 1, __ATOMIC_RELAXED) == 0)
+    rap_log(RAP_LOG_WARN, "rap_deallocate('%s'): another thread is inside this %s at the same time; "
+            "the free waits its turn. A plain pool serves one thread at a time: wrap it in "
+            "ThreadSafe(...) or ThreadCache(...) to share it between threads (said once per pool)",
+            a->name, a->strategy->name);
+  return true;
+}
+
+/* Everyone but the owner: the mode to leave with, or RAP_ERR_BUSY (a free waits instead). */
+int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn) {
+  for (;;) {
+    int mode = guard_try(a, me);
+    if (mode >= 0) return mode;
+    if (!waits_its_turn(a, fn)) return two_threads(fn, a);
+    sched_yield();
+  }
 }
 
 /* ---- blocks: the hot entry points go straight to the strategy ------------------------------- */
