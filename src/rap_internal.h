@@ -530,7 +530,8 @@ typedef struct rapi_watch_set {
 int  rapi_watch_set_add(rapi_watch_set *s, rap_resource *r, rap_allocator *self);
 void rapi_watch_set_forget(rapi_watch_set *s, rap_resource *r, rap_allocator *self);
 void rapi_watch_set_clear(rapi_watch_set *s, rap_allocator *self);
-/* The host_async queue whose work function this thread is running, or NULL. */
+/* The host_async queue whose work function this thread is running, or NULL (defined with the
+ * thread guard in core/allocator.c, the lowest layer that asks; resources/host_async.c sets it). */
 extern _Thread_local rap_resource *rapi_current_queue;
 
 typedef struct rapi_strategy_entry {

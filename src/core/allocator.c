@@ -76,6 +76,8 @@ size_t rap_allocator_alignment(const rap_allocator *a) { return a ? a->alignment
  * inline in the strategies' entry functions (RAPI_GUARDED, rap_internal.h), where it adds no call
  * of its own; the rest is here. */
 
+_Thread_local rap_resource *rapi_current_queue;
+
 static int membarrier_ok;   /* atomic: 0 unknown, 1 registered, -1 not available */
 
 bool rapi_membarrier_ready(void) {

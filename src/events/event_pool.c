@@ -12,8 +12,6 @@
 
 #include <stdlib.h>
 
-_Thread_local rap_resource *rapi_current_queue;
-
 void rapi_event_pool_init(rap_resource *r) {
   pthread_mutex_init(&r->event_lock, NULL);
   r->free_events = NULL;
