@@ -401,6 +401,17 @@ static rap_allocator *root_of(rap_allocator *a) {
   return a;
 }
 
+/* A refusal of the record the export makes (a pointer that is not a live block, a pool asleep),
+ * said again under the name of the call the program made. */
+static int as_export(const rap_allocator *a, int st) {
+  const char *said = rap_last_error();
+  if (strncmp(said, "rap_record_resource", strlen("rap_record_resource")) != 0) return st;
+  const char *rest = strstr(said, ": ");
+  char copy[512];
+  snprintf(copy, sizeof copy, "%s", rest != NULL ? rest + 2 : said);
+  return rapi_fail(st, "rap_ipc_export('%s'): %s", a->name, copy);
+}
+
 int rap_ipc_export(rap_allocator *a, void *ptr, rap_ipc_desc *out) {
   if (a == NULL || out == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_ipc_export: allocator or out is NULL");
   if (ptr == NULL) return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_ipc_export('%s'): pointer is NULL", a->name);
@@ -426,7 +437,7 @@ int rap_ipc_export(rap_allocator *a, void *ptr, rap_ipc_desc *out) {
     return rapi_fail(st, "rap_ipc_export('%s'): its chain keeps no per-stream lifetime for blocks "
                      "(%s); export needs a ResourceAwarePool (under ThreadSafe or ThreadCache at "
                      "most) over the exporting platform", a->name, rap_last_error());
-  if (st != RAP_OK) return st;
+  if (st != RAP_OK) return as_export(a, st);
   if (bound_by != x)
     return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_export('%s'): no ResourceAwarePool in its chain "
                      "took the export", a->name);
