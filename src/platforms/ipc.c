@@ -473,6 +473,9 @@ int rapi_ipc_desc_read(const char *who, const rap_ipc_desc *desc, ipc_desc *d) {
       (d->kind != RAPI_IPC_HOST && d->kind != RAPI_IPC_DEVICE && d->kind != RAPI_IPC_POOL))
     return rapi_fail(RAP_ERR_INVALID, "%s: not a descriptor rap_ipc_export made (truncated, forged "
                      "or corrupted: its check does not match)", who);
+  if (d->pid <= 0)
+    return rapi_fail(RAP_ERR_INVALID, "%s: not a descriptor rap_ipc_export made: it names no "
+                     "process (pid %d), though its check matches (forged)", who, (int)d->pid);
   return RAP_OK;
 }
 

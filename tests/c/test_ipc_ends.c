@@ -13,6 +13,97 @@
 #define POOL "ResourceAwarePool(HostVmm(export=posix, reserve=1GiB))"
 #define MIB ((size_t)1 << 20)
 
+/* The peer's answer to "export J": the descriptor it printed. */
+static rap_ipc_desc peer_export(peer *p, unsigned j) {
+  char b[1024];
+  const char *a = peer_say(p, b, sizeof b, "export %u", j);
+  if (strncmp(a, "ok ", 3) != 0) rap_test_fail(__FILE__, __LINE__, "peer: %s", a);
+  rap_ipc_desc d;
+  for (size_t i = 0; i < sizeof d.bytes; i++) {
+    unsigned v = 0;
+    RAP_CHECK(sscanf(a + 3 + 2 * i, "%2x", &v) == 1);
+    d.bytes[i] = (unsigned char)v;
+  }
+  return d;
+}
+
+/* The peer's "alloc SIZE": the block's index; *chunks the chunks of the platform under its pool. */
+static unsigned peer_alloc(peer *p, size_t size, unsigned *chunks) {
+  char b[1024];
+  const char *a = peer_say(p, b, sizeof b, "alloc %zu", size);
+  unsigned j = 0;
+  if (sscanf(a, "ok %u %u", &j, chunks) != 2) rap_test_fail(__FILE__, __LINE__, "peer: %s", a);
+  return j;
+}
+
+/* The exporting process ends (without cleaning up, as a crash would) after this one opened its
+ * pool: a descriptor of a mapping this process has not opened, and one of a mapping it has, are
+ * both RAP_ERR_NOT_FOUND, saying the exporter is gone; a block opened before stays readable and
+ * closes. */
+RAP_TEST(IpcEnds, ImportsFromAnExporterThatEndedAreNotFound) {
+  rap_manager *rm = tu_manager();
+  peer p;
+  peer_start(&p);
+  PEER_OK(&p, "pool ResourceAwarePool(HostVmm(export=posix, reserve=1GiB), initial_size=2MiB)");
+  unsigned chunks = 0;
+  unsigned ja = peer_alloc(&p, MIB, &chunks), jc = peer_alloc(&p, 4096, &chunks);
+  RAP_CHECK_EQ(chunks, 1);
+  unsigned jb = peer_alloc(&p, 8 * MIB, &chunks);   /* a mapping of its own */
+  RAP_CHECK_EQ(chunks, 2);
+  rap_ipc_desc da = peer_export(&p, ja), dc = peer_export(&p, jc), db = peer_export(&p, jb);
+  uint64_t *x = NULL;
+  RAP_CHECK_OK(rap_ipc_import(rm, &da, NULL, (void **)&x));
+  x[0] = 77;
+  peer_end(&p, false);   /* ends at once: closes nothing, marks nothing gone */
+  void *y = NULL;
+  RAP_CHECK_STATUS(rap_ipc_import(rm, &dc, NULL, &y), RAP_ERR_NOT_FOUND);   /* mapped here */
+  RAP_CHECK_STR(rap_last_error(), "exporting process");
+  RAP_CHECK_STR(rap_last_error(), "is gone");
+  RAP_CHECK_STATUS(rap_ipc_import(rm, &db, NULL, &y), RAP_ERR_NOT_FOUND);   /* not mapped here */
+  RAP_CHECK_STR(rap_last_error(), "exporting process");
+  RAP_CHECK_STR(rap_last_error(), "is gone");
+  RAP_CHECK(y == NULL);
+  RAP_CHECK_EQ(x[0], 77);
+  RAP_CHECK_OK(rap_ipc_close(rm, x, NULL));
+  /* A manager that never opened the pool. */
+  rap_manager *other = tu_manager();
+  RAP_CHECK_STATUS(rap_ipc_import(other, &dc, NULL, &y), RAP_ERR_NOT_FOUND);
+  RAP_CHECK_STR(rap_last_error(), "is gone");
+  RAP_CHECK_OK(rap_manager_destroy(other));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* A forged descriptor whose check matches but which names no process (pid 0 or negative) is not
+ * one rap_ipc_export made: RAP_ERR_INVALID, before any system call. */
+RAP_TEST(IpcEnds, ADescriptorThatNamesNoProcessIsInvalid) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", POOL, &pool));
+  void *a = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &a, MIB, NULL));
+  rap_ipc_desc d;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+  rap_stats before = stats(pool);
+  const int32_t pids[] = {0, -1, INT32_MIN};
+  for (size_t k = 0; k < sizeof pids / sizeof pids[0]; k++) {
+    rap_ipc_desc f = d;   /* the pid at byte 8, the check over the 48 bytes before byte 48 */
+    memcpy(f.bytes + 8, &pids[k], 4);
+    uint64_t check = fnv(f.bytes, 48);
+    memcpy(f.bytes + 48, &check, 8);
+    void *q = NULL;
+    RAP_CHECK_STATUS(rap_ipc_import(rm, &f, NULL, &q), RAP_ERR_INVALID);
+    RAP_CHECK_STR(rap_last_error(), "rap_ipc_import: ");
+    RAP_CHECK_STR(rap_last_error(), "names no process");
+    RAP_CHECK(q == NULL);
+    RAP_CHECK_STATUS(rap_ipc_revoke(pool, &f), RAP_ERR_INVALID);
+    RAP_CHECK_STR(rap_last_error(), "rap_ipc_revoke: ");
+  }
+  same_stats(before, stats(pool));
+  RAP_CHECK_OK(rap_ipc_revoke(pool, &d));
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 /* An export of a pointer that is not a live block of the allocator says so under the export's
  * name, not under the call it makes inside (rap_record_resource), through a wrapper too. */
 RAP_TEST(IpcEnds, ExportingAPointerThatIsNotALiveBlockSaysSoAsExport) {
