@@ -565,6 +565,9 @@ int  rapi_platform_registrable(rap_allocator *a, const char *who);
 /* ---- platforms/ipc_import.c: what the manager's destroy calls, after its resources are synchronized:
  * closes every block and pool this manager imported from other processes. */
 void rapi_ipc_manager_fini(rap_manager *rm);
+/* What rap_resource_destroy asks first: RAP_ERR_BUSY, naming the block, while an import given r
+ * is open (a close without a resource uses r); else RAP_OK. */
+int  rapi_ipc_resource_busy(rap_resource *r);
 
 /* ---- resources/resource.c: the manager's list of created resources ------------------------- */
 void rapi_resource_link(rap_manager *rm, rap_resource *r);

@@ -669,6 +669,28 @@ int rap_ipc_close(rap_manager *rm, void *ptr, rap_resource *r) {
   return st;
 }
 
+/* An import keeps the resource it was given for its close, as a block keeps the resource that
+ * owns it: while one is open, r is not destroyed. */
+int rapi_ipc_resource_busy(rap_resource *r) {
+  pthread_mutex_lock(&importer_make_lock);
+  struct rapi_ipc_importer *im = r->rm->ipc;
+  pthread_mutex_unlock(&importer_make_lock);
+  if (im == NULL) return RAP_OK;
+  size_t n = 0;
+  void *first = NULL;
+  rapi_held held;
+  rapi_lock(&im->lock, &held);
+  for (imp_block *b = im->blocks; b != NULL; b = b->hh.next)
+    for (imp_ticket *tk = b->tickets; tk != NULL; tk = tk->next)
+      if (tk->r == r && n++ == 0) first = b->ptr;
+  rapi_unlock(&held);
+  if (n == 0) return RAP_OK;
+  return rapi_fail(RAP_ERR_BUSY, "rap_resource_destroy: %zu import%s of another process's block "
+                   "(rap_ipc_import) %s this %s resource for %s close, the first at %p; "
+                   "rap_ipc_close %s first", n, n == 1 ? "" : "s", n == 1 ? "was given" : "were given",
+                   r->ops->kind, n == 1 ? "its" : "their", first, n == 1 ? "it" : "them");
+}
+
 /* The manager goes, its resources synchronized: what is still open here is closed (its work has
  * passed), events are waited for and the exporter told, and every pool is let go. */
 void rapi_ipc_manager_fini(rap_manager *rm) {

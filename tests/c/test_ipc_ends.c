@@ -36,6 +36,37 @@ static unsigned peer_alloc(peer *p, size_t size, unsigned *chunks) {
   return j;
 }
 
+/* The importer's queue is the resource a close without one uses: while an import given it is
+ * open, destroying the queue is refused with a sentence naming the import, and the close that
+ * follows uses a queue that is still there. (Before, the destroy answered RAP_OK and the close
+ * read the freed queue: a heap-use-after-free under ASan, in the peer.) */
+RAP_TEST(IpcEnds, TheImportersQueueIsNotDestroyedUnderAnOpenImport) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", POOL, &pool));
+  void *a = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, &a, MIB, NULL));
+  rap_ipc_desc d;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+  peer p;
+  peer_start(&p);
+  unsigned long long i = import(&p, &d, "async");   /* the import's resource: the peer's queue */
+  char said[1024], b[1024];
+  snprintf(said, sizeof said, "%s", peer_say(&p, b, sizeof b, "drop"));
+  PEER_OK(&p, "close %llu host", i);   /* no resource: the import's own queue */
+  if (strncmp(said, "err RAP_ERR_BUSY ", 17) != 0)
+    rap_test_fail(__FILE__, __LINE__, "destroying the queue of an open import answered '%s'", said);
+  RAP_CHECK_STR(said, "rap_resource_destroy: ");
+  RAP_CHECK_STR(said, "rap_ipc_import");
+  RAP_CHECK_STR(said, "rap_ipc_close");
+  PEER_OK(&p, "sync");
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  PEER_OK(&p, "drop");   /* closed: the queue goes */
+  peer_end(&p, true);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 /* The exporting process ends (without cleaning up, as a crash would) after this one opened its
  * pool: a descriptor of a mapping this process has not opened, and one of a mapping it has, are
  * both RAP_ERR_NOT_FOUND, saying the exporter is gone; a block opened before stays readable and
