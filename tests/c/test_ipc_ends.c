@@ -67,6 +67,62 @@ RAP_TEST(IpcEnds, TheImportersQueueIsNotDestroyedUnderAnOpenImport) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+/* One block that lives on, exported to 5 000 consumers in turn, each importing and closing it,
+ * and as often exported and revoked: each export's slot comes back once its importer closed it or
+ * its exporter revoked it (4 096 open at once is the most). Then 4 100 live blocks, each exported
+ * and revoked: the slots of blocks that live on come back too. Then the slots of imports whose
+ * importer ended without closing them. */
+RAP_TEST(IpcEnds, ExportSlotsComeBackWhileTheirBlockLivesOn) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", "ResourceAwarePool(HostVmm(export=posix, "
+                                       "reserve=1GiB), initial_size=64MiB)", &pool));
+  uint64_t *a = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&a, MIB, NULL));
+  peer p;
+  peer_start(&p);
+  for (unsigned k = 0; k < 5000; k++) {
+    a[0] = k;
+    rap_ipc_desc d, r;
+    RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+    unsigned long long i = import(&p, &d, "host");
+    RAP_CHECK_EQ(PEER_OK(&p, "read %llu 0", i), k);
+    PEER_OK(&p, "close %llu host", i);
+    RAP_CHECK_OK(rap_ipc_export(pool, a, &r));
+    RAP_CHECK_OK(rap_ipc_revoke(pool, &r));
+  }
+  peer_end(&p, true);
+  enum { N = 4100 };
+  void **blk = malloc(N * sizeof *blk);
+  RAP_CHECK(blk != NULL);
+  for (unsigned k = 0; k < N; k++) {
+    rap_ipc_desc d;
+    RAP_CHECK_OK(rap_allocate(pool, &blk[k], 4096, NULL));
+    RAP_CHECK_OK(rap_ipc_export(pool, blk[k], &d));
+    RAP_CHECK_OK(rap_ipc_revoke(pool, &d));
+  }
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  for (unsigned k = 0; k < N; k++) RAP_CHECK_OK(rap_deallocate(pool, blk[k], NULL));
+  free(blk);
+  /* 4 096 imports open at once hold every slot; their importer ends without closing them, and the
+   * next export finds their slots free. */
+  peer_start(&p);
+  for (unsigned k = 0; k < 4096; k++) {
+    rap_ipc_desc d;
+    RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+    import(&p, &d, "host");
+  }
+  rap_ipc_desc d;
+  RAP_CHECK_STATUS(rap_ipc_export(pool, a, &d), RAP_ERR_NOMEM);
+  RAP_CHECK_STR(rap_last_error(), "has 4096 exports open");
+  peer_end(&p, false);
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+  RAP_CHECK_OK(rap_ipc_revoke(pool, &d));
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 /* The exporting process ends (without cleaning up, as a crash would) after this one opened its
  * pool: a descriptor of a mapping this process has not opened, and one of a mapping it has, are
  * both RAP_ERR_NOT_FOUND, saying the exporter is gone; a block opened before stays readable and
