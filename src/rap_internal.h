@@ -443,10 +443,14 @@ typedef struct rapi_resource_ops {
   /* Uses fenced per block, not per batch (the ipc resource: platforms/ipc.c); NULL for every other
    * kind. A pool that records a block on such a resource gets a token for that block from bind
    * (ptr, its bytes), asks passed(token) (1 passed, 0 not yet) where it would query a batch's
-   * event, never waits for it, and calls drop(token) when the use record goes. */
+   * event, never waits for it, and calls drop(token) when the use record goes. over(token) says,
+   * without a system call, whether the use has ended for good (1): the pool then drops the use of
+   * a block that lives on, so that a block bound again and again keeps only the uses that may
+   * still hold it. */
   int  (*use_bind)(rap_resource *r, void *ptr, size_t bytes, uint64_t *token);
   int  (*use_passed)(rap_resource *r, uint64_t token);
   void (*use_drop)(rap_resource *r, uint64_t token);
+  int  (*use_over)(rap_resource *r, uint64_t token);
 } rapi_resource_ops;
 #define RAPI_HOST_WAIT 1
 
@@ -567,6 +571,9 @@ int  rapi_platform_registrable(rap_allocator *a, const char *who);
 /* ---- platforms/ipc_import.c: what the manager's destroy calls, after its resources are synchronized:
  * closes every block and pool this manager imported from other processes. */
 void rapi_ipc_manager_fini(rap_manager *rm);
+/* What rap_resource_destroy asks first: RAP_ERR_BUSY, naming the block, while an import given r
+ * is open (a close without a resource uses r); else RAP_OK. */
+int  rapi_ipc_resource_busy(rap_resource *r);
 
 /* ---- resources/resource.c: the manager's list of created resources ------------------------- */
 void rapi_resource_link(rap_manager *rm, rap_resource *r);

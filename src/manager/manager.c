@@ -424,7 +424,8 @@ static unsigned deepest(const rap_resource *r) {
 }
 
 /* Synchronizes r, so that everything it was used for has passed; refuses while r owns live blocks
- * (asking every pool that knows r before changing any), then every such pool drops r. Pools that
+ * (asking every pool that knows r before changing any) or an open import of another process's
+ * block was given r (its close would use r), then every such pool drops r. Pools that
  * never saw r are not touched: other threads may be using them. The memory of r stays while a
  * wait queued elsewhere may still look at its events. */
 int rap_resource_destroy(rap_resource *r) {
@@ -435,7 +436,8 @@ int rap_resource_destroy(rap_resource *r) {
   if (r == rapi_current_queue)
     return rapi_fail(RAP_ERR_BUSY, "rap_resource_destroy: a resource cannot be destroyed from its "
                      "own work");
-  int st = r->ops->synchronize(r);
+  int st = rapi_ipc_resource_busy(r);
+  if (st == RAP_OK) st = r->ops->synchronize(r);
   if (st != RAP_OK) return st;
   rapi_held held;
   rapi_lock(&rm->lock, &held);

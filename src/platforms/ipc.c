@@ -95,41 +95,13 @@ static _Thread_local rapi_ipc_export *bound_by;
 
 static rapi_ipc_export *of_resource(rap_resource *r) { return (rapi_ipc_export *)(void *)r; }
 
-/* A block the pool records on the ipc resource gets a ticket: SENT, with its place (the platform
- * says where it lies) and size. */
-static int ipc_use_bind(rap_resource *r, void *ptr, size_t bytes, uint64_t *token) {
-  rapi_ipc_export *x = of_resource(r);
-  rapi_ipc_place place;
-  memset(&place, 0, sizeof place);
-  int st = x->self->platform->exporter->locate(x->self, ptr, bytes, &place);
-  if (st != RAP_OK) return st;
-  pthread_mutex_lock(&x->lock);
-  st = RAP_ERR_NOMEM;
-  for (unsigned n = 0; n < IPC_TICKETS; n++) {
-    unsigned i = (x->next_ticket + n) % IPC_TICKETS;
-    ipc_ticket *t = &x->ctl->tickets[i];
-    uint64_t w = LOAD(&t->word);
-    if (tw_state(w) != T_FREE) continue;
-    uint64_t serial = (tw_serial(w) + 1) & 0xffffff;
-    if (serial == 0) serial = 1;
-    t->offset = place.offset;
-    t->size = bytes;
-    t->start = 0;
-    t->alloc = place.alloc;
-    memcpy(t->data, place.data, sizeof t->data);
-    STORE(&t->word, tword(serial, 0, T_SENT));
-    x->next_ticket = (i + 1) % IPC_TICKETS;
-    *token = serial << 32 | i;
-    bound_token = *token;
-    bound_by = x;
-    st = RAP_OK;
-    break;
-  }
-  pthread_mutex_unlock(&x->lock);
-  if (st != RAP_OK)
-    return rapi_fail(st, "rap_ipc_export: '%s' has %u exports open (every one until its importer "
-                     "closed it), its most", rap_allocator_name(x->self), IPC_TICKETS);
-  return RAP_OK;
+/* A ticket whose export has ended for good: taken back (FREE), closed on the host or by a queue
+ * that passed the close (DONE), or revoked. Its slot may go to another export at once: the use that
+ * held it, if the pool still keeps one, sees another serial, which is passed, and its drop
+ * changes nothing. */
+static bool ended(uint64_t w) {
+  unsigned s = tw_state(w);
+  return s == T_FREE || s == T_DONE || s == T_REVOKED;
 }
 
 /* Whether an importer still runs, under x->lock. The first time a process is asked about, /proc
@@ -158,52 +130,113 @@ static bool watched_alive(rapi_ipc_export *x, uint32_t pid, uint64_t start) {
   return true;
 }
 
-/* Passed: closed on the host, closed on a queue that reached the close, closed on a CUDA stream
- * whose event completed, or the importer (or the one who would import it) is gone. */
-static int ipc_use_passed(rap_resource *r, uint64_t token) {
-  rapi_ipc_export *x = of_resource(r);
-  unsigned i = (unsigned)(token & 0xffffffff);
-  ipc_ticket *t = &x->ctl->tickets[i];
-  uint64_t w = LOAD(&t->word);
-  if (tw_serial(w) != token >> 32) return 1;   /* taken back already */
-  switch (tw_state(w)) {
-  case T_DONE:
-  case T_REVOKED: return 1;
-  case T_SENT: return 0;   /* not imported yet: the descriptor may be on its way */
-  case T_EVENT: {
-    pthread_mutex_lock(&x->lock);
-    opened *o = x->opened;
-    while (o != NULL && memcmp(o->handle, t->event, sizeof o->handle) != 0) o = o->next;
-    int q = RAP_ERR_NOMEM;
-    if (o == NULL && (o = rapi_calloc(1, sizeof *o)) != NULL) {
-      memcpy(o->handle, t->event, sizeof o->handle);
-      if ((q = rapi_gpu_ipc_event_query(o->handle, &o->event)) < 0 && o->event == NULL) {
-        free(o);
-        o = NULL;
-      } else {
-        o->next = x->opened;
-        x->opened = o;
-      }
-    } else if (o != NULL) {
-      q = rapi_gpu_ipc_event_query(o->handle, &o->event);
+/* Whether the importer's CUDA event recorded for a close completed, under x->lock (1 yes, 0 not
+ * yet, < 0 a status); each importer's event is opened here once. */
+static int event_passed(rapi_ipc_export *x, const ipc_ticket *t) {
+  opened *o = x->opened;
+  while (o != NULL && memcmp(o->handle, t->event, sizeof o->handle) != 0) o = o->next;
+  if (o != NULL) return rapi_gpu_ipc_event_query(o->handle, &o->event);
+  if ((o = rapi_calloc(1, sizeof *o)) == NULL) return RAP_ERR_NOMEM;
+  memcpy(o->handle, t->event, sizeof o->handle);
+  int q = rapi_gpu_ipc_event_query(o->handle, &o->event);
+  if (q < 0 && o->event == NULL) {
+    free(o);
+  } else {
+    o->next = x->opened;
+    x->opened = o;
+  }
+  return q;
+}
+
+/* Whether an imported ticket (its word w) has passed, under x->lock: closed on a CUDA stream whose
+ * event completed, or its importer (or the one who would import it) gone. One that passed so is
+ * marked DONE, so that later questions, and an export looking for a slot, see it ended. */
+static bool imported_passed(rapi_ipc_export *x, ipc_ticket *t, uint64_t w) {
+  if (tw_state(w) == T_EVENT) {
+    int q = event_passed(x, t);
+    if (q == 1) {
+      (void)cas(&t->word, w, tword(tw_serial(w), tw_pid(w), T_DONE));
+      return true;
     }
-    pthread_mutex_unlock(&x->lock);
-    if (q == 1) return 1;
     if (q < 0)
       rap_log(RAP_LOG_DEBUG, "%s: querying an importer's event: %s", rap_allocator_name(x->self),
               rap_last_error());
-    break;
   }
-  default: break;
-  }
-  pthread_mutex_lock(&x->lock);
-  bool alive = watched_alive(x, tw_pid(w), LOAD(&t->start));
-  pthread_mutex_unlock(&x->lock);
-  if (alive) return 0;
+  if (watched_alive(x, tw_pid(w), LOAD(&t->start))) return false;
   rap_log(RAP_LOG_INFO, "%s: importer process %u ended without closing a block of %llu bytes at "
-          "offset %llu: it goes back to the pool", rap_allocator_name(x->self), tw_pid(w),
+          "offset %llu: the block is no longer held for it", rap_allocator_name(x->self), tw_pid(w),
           (unsigned long long)t->size, (unsigned long long)t->offset);
-  return 1;
+  (void)cas(&t->word, w, tword(tw_serial(w), tw_pid(w), T_DONE));
+  return true;
+}
+
+/* A free ticket for an export, under x->lock: the next one that ended, in turn; where none has,
+ * every imported one is asked whether it passed (only when all 4096 are out). */
+static int ticket_find(rapi_ipc_export *x) {
+  for (int asked = 0; asked < 2; asked++)
+    for (unsigned n = 0; n < IPC_TICKETS; n++) {
+      unsigned i = (x->next_ticket + n) % IPC_TICKETS;
+      ipc_ticket *t = &x->ctl->tickets[i];
+      uint64_t w = LOAD(&t->word);
+      if (ended(w) || (asked && tw_state(w) != T_SENT && imported_passed(x, t, w) &&
+                       ended(LOAD(&t->word))))
+        return (int)i;
+    }
+  return -1;
+}
+
+/* A block the pool records on the ipc resource gets a ticket: SENT, with its place (the platform
+ * says where it lies) and size. */
+static int ipc_use_bind(rap_resource *r, void *ptr, size_t bytes, uint64_t *token) {
+  rapi_ipc_export *x = of_resource(r);
+  rapi_ipc_place place;
+  memset(&place, 0, sizeof place);
+  int st = x->self->platform->exporter->locate(x->self, ptr, bytes, &place);
+  if (st != RAP_OK) return st;
+  pthread_mutex_lock(&x->lock);
+  int i = ticket_find(x);
+  if (i >= 0) {
+    ipc_ticket *t = &x->ctl->tickets[i];
+    /* An ended word changes under x->lock alone: no importer touches it. */
+    uint64_t serial = (tw_serial(LOAD(&t->word)) + 1) & 0xffffff;
+    if (serial == 0) serial = 1;
+    t->offset = place.offset;
+    t->size = bytes;
+    t->start = 0;
+    t->alloc = place.alloc;
+    memcpy(t->data, place.data, sizeof t->data);
+    STORE(&t->word, tword(serial, 0, T_SENT));
+    x->next_ticket = ((unsigned)i + 1) % IPC_TICKETS;
+    *token = serial << 32 | (unsigned)i;
+    bound_token = *token;
+    bound_by = x;
+  }
+  pthread_mutex_unlock(&x->lock);
+  if (i < 0)
+    return rapi_fail(RAP_ERR_NOMEM, "rap_ipc_export: '%s' has %u exports open (every one until its "
+                     "importer closed it, or its exporter revoked it), its most",
+                     rap_allocator_name(x->self), IPC_TICKETS);
+  return RAP_OK;
+}
+
+/* Passed: closed on the host, closed on a queue that reached the close, revoked, closed on a CUDA
+ * stream whose event completed, or the importer (or the one who would import it) is gone. */
+static int ipc_use_passed(rap_resource *r, uint64_t token) {
+  rapi_ipc_export *x = of_resource(r);
+  ipc_ticket *t = &x->ctl->tickets[token & 0xffffffff];
+  uint64_t w = LOAD(&t->word);
+  if (tw_serial(w) != token >> 32 || ended(w)) return 1;   /* another serial: taken back already */
+  if (tw_state(w) == T_SENT) return 0;   /* not imported yet: the descriptor may be on its way */
+  pthread_mutex_lock(&x->lock);
+  bool passed = imported_passed(x, t, w);
+  pthread_mutex_unlock(&x->lock);
+  return passed;
+}
+
+/* Ended for good, known from the ticket's word alone. */
+static int ipc_use_over(rap_resource *r, uint64_t token) {
+  uint64_t w = LOAD(&of_resource(r)->ctl->tickets[token & 0xffffffff].word);
+  return tw_serial(w) != token >> 32 || ended(w);
 }
 
 static void ipc_use_drop(rap_resource *r, uint64_t token) {
@@ -255,6 +288,7 @@ static const rapi_resource_ops ipc_ops = {
     .use_bind = ipc_use_bind,
     .use_passed = ipc_use_passed,
     .use_drop = ipc_use_drop,
+    .use_over = ipc_use_over,
 };
 
 static uint64_t random_id(void) {
@@ -401,6 +435,17 @@ static rap_allocator *root_of(rap_allocator *a) {
   return a;
 }
 
+/* A refusal of the record the export makes (a pointer that is not a live block, a pool asleep),
+ * said again under the name of the call the program made. */
+static int as_export(const rap_allocator *a, int st) {
+  const char *said = rap_last_error();
+  if (strncmp(said, "rap_record_resource", strlen("rap_record_resource")) != 0) return st;
+  const char *rest = strstr(said, ": ");
+  char copy[512];
+  snprintf(copy, sizeof copy, "%s", rest != NULL ? rest + 2 : said);
+  return rapi_fail(st, "rap_ipc_export('%s'): %s", a->name, copy);
+}
+
 int rap_ipc_export(rap_allocator *a, void *ptr, rap_ipc_desc *out) {
   if (a == NULL || out == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_ipc_export: allocator or out is NULL");
   if (ptr == NULL) return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_ipc_export('%s'): pointer is NULL", a->name);
@@ -426,7 +471,7 @@ int rap_ipc_export(rap_allocator *a, void *ptr, rap_ipc_desc *out) {
     return rapi_fail(st, "rap_ipc_export('%s'): its chain keeps no per-stream lifetime for blocks "
                      "(%s); export needs a ResourceAwarePool (under ThreadSafe or ThreadCache at "
                      "most) over the exporting platform", a->name, rap_last_error());
-  if (st != RAP_OK) return st;
+  if (st != RAP_OK) return as_export(a, st);
   if (bound_by != x)
     return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_export('%s'): no ResourceAwarePool in its chain "
                      "took the export", a->name);
@@ -462,6 +507,9 @@ int rapi_ipc_desc_read(const char *who, const rap_ipc_desc *desc, ipc_desc *d) {
       (d->kind != RAPI_IPC_HOST && d->kind != RAPI_IPC_DEVICE && d->kind != RAPI_IPC_POOL))
     return rapi_fail(RAP_ERR_INVALID, "%s: not a descriptor rap_ipc_export made (truncated, forged "
                      "or corrupted: its check does not match)", who);
+  if (d->pid <= 0)
+    return rapi_fail(RAP_ERR_INVALID, "%s: not a descriptor rap_ipc_export made: it names no "
+                     "process (pid %d), though its check matches (forged)", who, (int)d->pid);
   return RAP_OK;
 }
 

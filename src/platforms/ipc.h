@@ -22,7 +22,10 @@
  * DONE (close on the host), CLOSING -> DONE (close on a CPU queue: its work sets DONE when the
  * queue reaches it) or EVENT (close on a CUDA stream: an interprocess event recorded there) ->
  * FREE (exporter, once passed). SENT -> REVOKED (exporter: rap_ipc_revoke of a descriptor nobody
- * imported) -> FREE: a later import of it is refused. */
+ * imported) -> FREE: a later import of it is refused. The exporter marks DONE an EVENT whose event
+ * completed and a ticket whose importer is gone; a DONE or REVOKED ticket has ended, and its slot
+ * goes to the next export with a new serial even while its block lives on (no importer touches an
+ * ended word). */
 enum { T_FREE, T_SENT, T_CLAIMED, T_CLOSING, T_EVENT, T_DONE, T_REVOKED };
 static inline uint64_t tword(uint64_t serial, uint32_t pid, unsigned state) {
   return serial << 40 | (uint64_t)pid << 8 | state;

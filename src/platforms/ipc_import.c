@@ -15,6 +15,7 @@
 #include "platforms/ipc.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -120,7 +121,18 @@ static uint64_t my_start(void) {
 static int pidfd_open_(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
 static int pidfd_getfd_(int pidfd, int fd) { return (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0); }
 
+static int exporter_gone(int32_t pid) {
+  return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the exporting process %d is gone", pid);
+}
+
+/* Whether the exporter ended: its pidfd is readable once it has. */
+static bool exporter_ended(const imp_pool *p) {
+  struct pollfd pf = {p->pidfd, POLLIN, 0};
+  return poll(&pf, 1, 0) > 0;
+}
+
 static int getfd_fail(int err, int32_t pid, const char *what) {
+  if (err == ESRCH) return exporter_gone(pid);
   if (err == EPERM || err == EACCES)
     return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_import: pidfd_getfd on process %d (%s): %s; "
                      "taking another process's file descriptor needs ptrace permission over it: "
@@ -175,8 +187,7 @@ static int pool_open(const ipc_desc *d, imp_pool **out) {
     st = rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
   } else if ((p->pidfd = pidfd_open_(d->pid)) < 0) {
     int err = errno;
-    st = err == ESRCH ? rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the exporting process %d "
-                                  "is gone", d->pid)
+    st = err == ESRCH ? exporter_gone(d->pid)
                       : rapi_fail(err == ENOSYS ? RAP_ERR_UNSUPPORTED : RAP_ERR_BACKEND,
                                   "rap_ipc_import: pidfd_open(%d): %s", d->pid, strerror(err));
   } else {
@@ -419,6 +430,9 @@ static int claim(imp_pool *p, const ipc_desc *d, uint64_t *claimed) {
   if (!LOAD(&p->ctl->alive))
     return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the pool this descriptor names was "
                      "destroyed in process %d", d->pid);
+  /* An exporter that ended without destroying its pool (a crash) left it marked alive, and what
+   * this process mapped of it still reads: its pidfd says it ended. */
+  if (exporter_ended(p)) return exporter_gone(d->pid);
   ipc_ticket *t = &p->ctl->tickets[d->ticket];
   uint64_t w = LOAD(&t->word);
   if (tw_serial(w) != d->serial || tw_state(w) == T_FREE)
@@ -653,6 +667,28 @@ int rap_ipc_close(rap_manager *rm, void *ptr, rap_resource *r) {
   int st = close_one(im, b, r != NULL ? r : b->tickets->r);
   rapi_unlock(&held);
   return st;
+}
+
+/* An import keeps the resource it was given for its close, as a block keeps the resource that
+ * owns it: while one is open, r is not destroyed. */
+int rapi_ipc_resource_busy(rap_resource *r) {
+  pthread_mutex_lock(&importer_make_lock);
+  struct rapi_ipc_importer *im = r->rm->ipc;
+  pthread_mutex_unlock(&importer_make_lock);
+  if (im == NULL) return RAP_OK;
+  size_t n = 0;
+  void *first = NULL;
+  rapi_held held;
+  rapi_lock(&im->lock, &held);
+  for (imp_block *b = im->blocks; b != NULL; b = b->hh.next)
+    for (imp_ticket *tk = b->tickets; tk != NULL; tk = tk->next)
+      if (tk->r == r && n++ == 0) first = b->ptr;
+  rapi_unlock(&held);
+  if (n == 0) return RAP_OK;
+  return rapi_fail(RAP_ERR_BUSY, "rap_resource_destroy: %zu import%s of another process's block "
+                   "(rap_ipc_import) %s this %s resource for %s close, the first at %p; "
+                   "rap_ipc_close %s first", n, n == 1 ? "" : "s", n == 1 ? "was given" : "were given",
+                   r->ops->kind, n == 1 ? "its" : "their", first, n == 1 ? "it" : "them");
 }
 
 /* The manager goes, its resources synchronized: what is still open here is closed (its work has

@@ -33,6 +33,22 @@ bool rapi_ra_uses_passed(const ra_block *b) {
   return true;
 }
 
+/* The uses of b on the per-block resource rs that ended for good (an export its importer closed,
+ * or its exporter revoked), dropped while b lives on: a block exported again and again keeps only
+ * the uses that may still hold it. */
+void rapi_ra_drop_uses_over(ra_pool *p, ra_block *b, rstate *rs) {
+  for (rapi_use **pp = &b->uses, *u; (u = *pp) != NULL;) {
+    if (u->rs != rs || rs->r->ops->use_over(rs->r, u->token) != 1) {
+      pp = &u->next;
+      continue;
+    }
+    *pp = u->next;
+    rs->r->ops->use_drop(rs->r, u->token);
+    rs->uses_out--;
+    rapi_slab_free(&p->use_recs, u);
+  }
+}
+
 bool rapi_ra_has_per_block_use(const ra_block *b) {
   for (const rapi_use *u = b->uses; u != NULL; u = u->next)
     if (per_block(u->rs)) return true;

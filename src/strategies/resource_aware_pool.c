@@ -319,8 +319,9 @@ RAPI_GUARDED_ENTRY(static int, ra_deallocate, "rap_deallocate", ((ra_pool *)stat
                    ra_deallocate_body, (void *state, void *ptr, rap_resource *r), (state, ptr, r))
 
 /* Each record on a per-block resource is a use of its own (an export per descriptor), with the
- * token the resource gives for this block. */
+ * token the resource gives for this block; the block's uses there that ended go first. */
 static int record_per_block(ra_pool *p, ra_block *b, rstate *rs) {
+  rapi_ra_drop_uses_over(p, b, rs);
   rapi_use *u = rapi_slab_alloc(&p->use_recs);
   if (u == NULL)
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a use record",
