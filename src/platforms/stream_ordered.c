@@ -525,13 +525,16 @@ void rapi_ipc_pool_close(int device, void *pool) {
   }
 }
 
-/* An import used on a stream of another device: that device is given access to the imported pool
- * (an imported pool is accessible from its own device only), once per device (*granted: bits). */
+/* An import used on another device: that device is given access to the imported pool (an imported
+ * pool is accessible from its own device only), once per device (*granted: bits). The device is
+ * the stream's for an import on a CUDA stream, and the calling thread's current device for one on
+ * the host (no resource): where that thread's kernels will run. */
 int rapi_ipc_pool_reach(int device, void *pool, rap_resource *r, uint64_t *granted) {
-  if (r == NULL || strcmp(rap_resource_kind(r), "cuda") != 0) return RAP_OK;
+  bool stream = r != NULL && strcmp(rap_resource_kind(r), "cuda") == 0;
+  if (r != NULL && !stream && r->ops->record != NULL) return RAP_OK;   /* refused by the caller */
   int dev = device;
-  cudaError_t e = cudaStreamGetDevice(rap_resource_cuda_stream(r), &dev);
-  if (e != cudaSuccess) return imp_fail("cudaStreamGetDevice", e);
+  cudaError_t e = stream ? cudaStreamGetDevice(rap_resource_cuda_stream(r), &dev) : cudaGetDevice(&dev);
+  if (e != cudaSuccess) return imp_fail(stream ? "cudaStreamGetDevice" : "cudaGetDevice", e);
   if (dev == device || (dev < 64 && (*granted >> dev & 1))) return RAP_OK;
   struct cudaMemAccessDesc desc;
   memset(&desc, 0, sizeof desc);

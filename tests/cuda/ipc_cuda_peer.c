@@ -4,6 +4,8 @@
  * copies the block into a buffer of its own, then the close (an interprocess event). The exporter
  * meanwhile runs ahead and frees. At the end every copy must hold its block's tag, and the answer
  * on stdout is "foreign N" (words that were not the tag) or "err STATUS sentence".
+ *   rap_ipc_cuda_peer SIZE [DEVICE [host]]: the stream and kernels on DEVICE; with "host", each
+ * block is imported and closed on the host (no resource), the stream synchronized before the close.
  */
 #define _GNU_SOURCE   /* nanosleep, rand_r */
 #include "kernels.h"
@@ -14,6 +16,7 @@
 #include <rap/rap.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,6 +64,7 @@ int main(int argc, char **argv) {
     printf("err cudaSetDevice(%s) failed\n", argv[2]);
     return 1;
   }
+  bool on_host = argc > 3 && strcmp(argv[3], "host") == 0;
   rap_manager *rm = NULL;
   rap_resource *q = NULL;
   int st = rap_manager_create(&rm);
@@ -80,13 +84,17 @@ int main(int argc, char **argv) {
     int tag = 0;
     if (fread(&tag, sizeof tag, 1, stdin) != 1) break;
     void *p = NULL;
-    if ((st = rap_ipc_import(rm, &d, q, &p)) != RAP_OK) return fail(st);
+    if ((st = rap_ipc_import(rm, &d, on_host ? NULL : q, &p)) != RAP_OK) return fail(st);
     if (cudaMalloc((void **)&copies[n], size) != cudaSuccess || gpu_gate_create(&o.gates[n]) != 0)
       return fail(RAP_ERR_BACKEND);
     tags[n] = tag;
-    gpu_gated_fill(s, o.gates[n], scratch, 256, 0);   /* a random time on the importer's stream */
+    if (!on_host) gpu_gated_fill(s, o.gates[n], scratch, 256, 0);   /* a random time on the stream */
     gpu_copy(s, copies[n], p, size);                    /* then it reads the block */
-    if ((st = rap_ipc_close(rm, p, q)) != RAP_OK) return fail(st);
+    if (on_host && cudaStreamSynchronize(s) != cudaSuccess) {
+      printf("err cudaStreamSynchronize: %s\n", cudaGetErrorString(cudaGetLastError()));
+      return 1;
+    }
+    if ((st = rap_ipc_close(rm, p, on_host ? NULL : q)) != RAP_OK) return fail(st);
     pthread_mutex_lock(&o.lock);
     o.n = ++n;
     pthread_mutex_unlock(&o.lock);

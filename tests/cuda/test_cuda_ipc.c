@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static bool import_on_host;   /* the importer imports and closes with no resource */
+
 /* importer: the device of the importer's stream and kernels, or -1 for this process's current one
  * (the exporter's). */
 static void race_on(const char *spec, int steps, size_t size, int importer) {
@@ -44,7 +46,7 @@ static void race_on(const char *spec, int steps, size_t size, int importer) {
   snprintf(dev, sizeof dev, "%d", device);
   char path[4096];
   peer_path(path, sizeof path, "rap_ipc_cuda_peer", RAP_IPC_CUDA_PEER);
-  char *argv[] = {path, arg, dev, NULL};
+  char *argv[] = {path, arg, dev, import_on_host ? "host" : NULL, NULL};
   pid_t pid;
   RAP_CHECK(posix_spawn(&pid, path, &fa, NULL, argv, environ) == 0);
   posix_spawn_file_actions_destroy(&fa);
@@ -181,6 +183,42 @@ RAP_TEST(CudaIpc, StreamOrderedImportedOnTheOtherGpu) {
   race_on("ResourceAwarePool(StreamOrdered(device=1, pool=new, export=posix), initial_size=4MiB, "
           "next_size=2MiB)", 16, (size_t)2 << 20, 0);
   RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
+}
+
+/* The mirror of the case above: the exporter's pool on device 0, the importer's stream and kernels
+ * on device 1. */
+RAP_TEST(CudaIpc, StreamOrderedImportedOnTheOtherGpuMirrored) {
+  int n = 0, can = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
+    (void)cudaGetLastError();
+    RAP_SKIP("needs two GPUs");
+  }
+  if (cudaDeviceCanAccessPeer(&can, 1, 0) != cudaSuccess || !can) {
+    (void)cudaGetLastError();
+    RAP_SKIP("device 1 cannot access device 0's memory (no peer link)");
+  }
+  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
+  race_on("ResourceAwarePool(StreamOrdered(device=0, pool=new, export=posix), initial_size=4MiB, "
+          "next_size=2MiB)", 16, (size_t)2 << 20, 1);
+}
+
+/* The same, each block imported with no resource (the host's) by a process whose kernels run on
+ * device 1: the imported pool is made accessible to the importing thread's device. */
+RAP_TEST(CudaIpc, StreamOrderedImportedOnTheHostOfTheOtherGpu) {
+  int n = 0, can = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
+    (void)cudaGetLastError();
+    RAP_SKIP("needs two GPUs");
+  }
+  if (cudaDeviceCanAccessPeer(&can, 1, 0) != cudaSuccess || !can) {
+    (void)cudaGetLastError();
+    RAP_SKIP("device 1 cannot access device 0's memory (no peer link)");
+  }
+  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
+  import_on_host = true;
+  race_on("ResourceAwarePool(StreamOrdered(device=0, pool=new, export=posix), initial_size=4MiB, "
+          "next_size=2MiB)", 16, (size_t)2 << 20, 1);
+  import_on_host = false;
 }
 
 /* Two blocks of one chunk (one allocation of CUDA's pool, imported once by the peer): each freed
