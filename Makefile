@@ -26,7 +26,11 @@ test: build
 debug-checks: build
 	ctest --preset debug-checks
 
-demo: build
+# The demo alone: build/ configured once (as make build does) and the demo's target built, not the
+# tests, fuzzers and benchmarks that make build makes.
+demo: deps
+	@[ -f build/CMakeCache.txt ] || cmake --preset default
+	cmake --build --preset default --target demo -j $(JOBS)
 	./build/examples/demo
 
 asan: deps

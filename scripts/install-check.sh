@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # install-check.sh — installs rap into a scratch prefix and builds an outside program against it,
 # once through find_package(rap) and once through pkg-config, then runs both (with a CUDA or HIP
-# build, also one that includes rap/cuda.h or rap/hip.h); imports the installed Python package rap
-# from the prefix; and checks that the shared library exports nothing but the public API.
+# build, also one that includes rap/cuda.h or rap/hip.h); builds and runs README.md's examples with
+# the README's own build lines; imports the installed Python package rap from the prefix; and
+# checks that the shared library exports nothing but the public API.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -38,6 +39,28 @@ if [ -n "$hip" ]; then   # a HIP build: rap/hip.h through pkg-config too
     $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs rap) -o "$work/pc-hip-consumer"
   LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/pc-hip-consumer"
 fi
+# README.md's examples, each block built in a folder of its own with the README's build line as
+# written (cc ex.c ...): the host one always, the CUDA one in a CUDA build. Without a usable GPU
+# the CUDA one must say why in rap's words and exit 1.
+readme_example() {   # HEADING FOLDER: builds FOLDER/a.out
+  mkdir "$2"
+  bash scripts/readme-example.sh code "$1" > "$2/ex.c"
+  local line; line=$(bash scripts/readme-example.sh build-line "$1")
+  (cd "$2" && PKG_CONFIG_PATH="$libdir" bash -euo pipefail -c "$line") ||
+    { echo "install-check: README.md's \"$line\" under \"## $1\" does not build"; exit 1; }
+}
+readme_example "Example on the host" "$work/readme-host"
+LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/readme-host/a.out" >/dev/null
+readme_note=", README.md's host example"
+if [ -x "$work/cmake/cuda_consumer" ]; then
+  readme_example "Example: a pool on a CUDA stream" "$work/readme-cuda"
+  st=0; out=$(LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/readme-cuda/a.out" 2>&1) || st=$?
+  if [ "$st" -ne 0 ] && ! { [ "$st" -eq 1 ] && grep -q '^RAP_ERR_UNSUPPORTED: .*no CUDA device is usable here' <<<"$out"; }; then
+    echo "install-check: README.md's CUDA example exited $st without rap's sentence on the GPU:"
+    echo "$out"; exit 1
+  fi
+  readme_note="$readme_note and CUDA example (${out%%$'\n'*})"
+fi
 # The static archive, with the private dependencies pkg-config lists for it.
 static_libs=$(PKG_CONFIG_PATH="$libdir" pkg-config --static --libs rap | sed 's/-lrap//')
 cc -std=c11 -Wall -Werror tests/consumer/main.c $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags rap) \
@@ -70,4 +93,4 @@ PY
   ) || { echo "install-check: the installed Python package rap does not work"; exit 1; }
   py_note=", the Python package rap imports from ${pydir#"$work/prefix/"}"
 fi
-echo "install-check: find_package and pkg-config consumers built and ran, rap-trace runs$py_note; librap.so exports $(nm -D --defined-only "$so" | grep -c ' rap_') rap_* symbols and nothing else"
+echo "install-check: find_package and pkg-config consumers built and ran$readme_note, rap-trace runs$py_note; librap.so exports $(nm -D --defined-only "$so" | grep -c ' rap_') rap_* symbols and nothing else"
