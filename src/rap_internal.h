@@ -651,6 +651,16 @@ int  rapi_quick_pool_owns(void *state, const void *ptr);
 int  rapi_quick_pool_check(void *state);
 extern const rap_strategy rapi_fault_strategy;
 extern const rap_strategy rapi_resource_aware_pool_strategy;
+/* A wrapper's figures (ThreadSafe, ThreadCache): out holds its inner allocator's, own the blocks
+ * live through the wrapper, which it counts itself. Those are its live blocks, whatever else the
+ * inner holds (a platform or a pool shared with other allocators: docs/DESIGN.md). The byte
+ * figures stay the inner's, which are the wrapper's own while the inner holds nothing for others;
+ * a wrapper keeps no sizes, so where the inner does, its live bytes are zero with no block of its
+ * own live, and the inner's, a bound from above, with some. */
+static inline void rapi_stats_own(rap_stats *out, size_t own) {
+  if (own == 0 && out->allocation_count > 0) out->current_bytes = out->used_bytes = 0;
+  out->allocation_count = own;
+}
 extern const rap_strategy rapi_thread_safe_strategy;
 extern const rap_strategy rapi_thread_cache_strategy;
 extern const rap_strategy rapi_size_limiter_strategy;

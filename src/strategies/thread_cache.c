@@ -59,12 +59,28 @@ static size_t class_units(unsigned cls) {
 
 /* ---- the parent, under the lock ---------------------------------------------------------------- */
 
+/* Under lock: a block no cache keeps (no record: past max_size, a class the parent refuses, or a
+ * thread without a cache), counted in uncached while it lives. */
+static int uncached_allocate(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
+  int st = rap_allocate(t->inner, out, bytes, r);
+  t->uncached += st == RAP_OK;
+  return st;
+}
+
+/* Under lock: a pointer with no record goes to the parent. One the parent takes back that never
+ * came through here (a caller's mistake) leaves the count at zero. */
+static int uncached_deallocate(thread_cache *t, void *ptr, rap_resource *r) {
+  int st = rap_deallocate(t->inner, ptr, r);
+  t->uncached -= st == RAP_OK && t->uncached > 0;
+  return st;
+}
+
 static RAPI_NOINLINE int locked_allocate(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
   int st;
-  TC_LOCKED(st, t, rap_allocate(t->inner, out, bytes, r));
+  TC_LOCKED(st, t, uncached_allocate(t, out, bytes, r));
   if (st == RAP_ERR_NOMEM) {   /* what the caches hold may be what is missing */
     rapi_tc_flush_all(t, NULL);
-    TC_LOCKED(st, t, rap_allocate(t->inner, out, bytes, r));
+    TC_LOCKED(st, t, uncached_allocate(t, out, bytes, r));
   }
   return st;
 }
@@ -357,7 +373,7 @@ static RAPI_NOINLINE int deallocate_slow(thread_cache *t, void *ptr, rap_resourc
   tc_rec *rec = rapi_map_get_shared(&t->map, ptr);
   if (RAPI_UNLIKELY(rec == NULL)) {   /* not cached: above max_size, or not ours */
     int st;
-    TC_LOCKED(st, t, rap_deallocate(t->inner, ptr, r));
+    TC_LOCKED(st, t, uncached_deallocate(t, ptr, r));
     return st;
   }
   if ((r != NULL && r != rec->r) | __atomic_load_n(&rec->recorded, __ATOMIC_RELAXED))
@@ -418,18 +434,23 @@ static int tc_deallocate(void *state, void *ptr, rap_resource *r) {
 /* ---- the cold calls ---------------------------------------------------------------------------- */
 
 /* Under lock: what the caches hold (for r only, unless NULL), other threads' frees and the blocks
- * on their way back to the parent included. Every block that came through a cache has its record
- * in the map until the parent has it back, and the map and the parent change together under the
- * lock: so a block a thread is handing back (a trim, an evicted slot, a thread's end) counts as
- * cached here while the parent still counts it live, and the two figures agree at every moment. */
-static void cached_sum_locked(thread_cache *t, rap_resource *r, size_t *bytes, size_t *blocks) {
-  *bytes = *blocks = 0;
+ * on their way back to the parent included; in *live, the blocks with a record that a user holds.
+ * Every block that came through a cache has its record in the map until the parent has it back,
+ * and the map and the parent change together under the lock: so a block a thread is handing back
+ * (a trim, an evicted slot, a thread's end) counts as cached here while the parent still counts it
+ * live, and the two figures agree at every moment. */
+static void cached_sum_locked(thread_cache *t, rap_resource *r, size_t *bytes, size_t *blocks,
+                              size_t *live) {
+  *bytes = *blocks = *live = 0;
   const tc_rec *rec;
   for (size_t i = 0; (rec = rapi_map_next(&t->map, &i)) != NULL;) {
     int st = __atomic_load_n(&rec->state, __ATOMIC_ACQUIRE);
-    if ((st == TC_CACHED || st == TC_XFREED) && (r == NULL || rec->r == r)) {
+    if (r != NULL && rec->r != r) continue;
+    if (st == TC_CACHED || st == TC_XFREED) {
       *bytes += t->cls_size[rec->cls];
       *blocks += 1;
+    } else {
+      *live += 1;   /* TC_LIVE, or TC_GOING: the parent has not taken it back yet */
     }
   }
 }
@@ -442,16 +463,19 @@ static void see_through(rap_stats *out, size_t bytes, size_t blocks) {
   out->cached_count += blocks;
 }
 
-/* The parent's figures (of r, unless NULL), with the cached blocks moved from live to cached. */
+/* The parent's figures (of r, unless NULL), with the cached blocks moved from live to cached;
+ * the allocator's live blocks are its own, those it handed out (rapi_stats_own). */
 static int stats_through(thread_cache *t, rap_resource *r, rap_stats *out) {
-  size_t bytes = 0, blocks = 0;
+  size_t bytes = 0, blocks = 0, live = 0;
   rapi_held held;
   rapi_lock(&t->lock, &held);
   int st = r == NULL ? rap_allocator_stats(t->inner, out) : rap_allocator_resource_stats(t->inner, r, out);
-  if (st == RAP_OK) cached_sum_locked(t, r, &bytes, &blocks);
+  if (st == RAP_OK) cached_sum_locked(t, r, &bytes, &blocks, &live);
+  live += t->uncached;
   rapi_unlock(&held);
   if (st != RAP_OK) return st;
   see_through(out, bytes, blocks);
+  if (r == NULL) rapi_stats_own(out, live);
   return RAP_OK;
 }
 
@@ -572,8 +596,8 @@ static int tc_pointer_resource(void *state, const void *ptr, rap_resource **out)
 
 /* Under lock: r's blocks that are cached or on their way back to the parent. */
 static size_t cached_of(thread_cache *t, rap_resource *r) {
-  size_t bytes, blocks;
-  cached_sum_locked(t, r, &bytes, &blocks);
+  size_t bytes, blocks, live;
+  cached_sum_locked(t, r, &bytes, &blocks, &live);
   return blocks;
 }
 

@@ -98,6 +98,7 @@ struct thread_cache {
   unsigned shift;            /* log2(align) */
   unsigned ncls;
   size_t max_size;           /* largest request cached: bigger ones go to the parent under the lock */
+  size_t uncached;           /* live blocks handed out with no record (locked_allocate), under lock */
   size_t cap_bytes;          /* per thread */
   size_t cap_blocks;         /* per bin */
   size_t cls_size[TC_MAX_CLASSES];

@@ -2,15 +2,18 @@
  *
  * One mutex per ThreadSafe instance, taken around every call into the wrapped allocator (its
  * parent), statistics and checks included. Nothing is process-wide: two ThreadSafe pools never
- * contend with each other. The wrapper also guards the allocators below it (their `guard_lock`),
- * so that the manager's own calls into them (rap_allocator_find, rap_resource_destroy) take the
- * same lock as the wrapper's callers.
+ * contend with each other. Under that mutex it counts its live blocks, so that its statistics and
+ * leak check answer for what went through it, not for what a shared parent holds for others. The
+ * wrapper also guards the allocators below it (their `guard_lock`), so that the manager's own
+ * calls into them (rap_allocator_find, rap_resource_destroy) take the same lock as the wrapper's
+ * callers.
  */
 #include "rap_internal.h"
 
 typedef struct thread_safe {
   pthread_mutex_t lock;
   rap_allocator *inner;
+  size_t live;   /* blocks handed out through this wrapper and not yet given back, under lock */
 } thread_safe;
 
 /* rapi_lock notes the lock on this thread's stack, so that a pool below that must block the host
@@ -43,19 +46,39 @@ static void ts_fini(rap_allocator *self, void *state) {
   pthread_mutex_destroy(&ts->lock);
 }
 
+/* Under the lock: the inner's call, and the count of live blocks after it. A pointer the inner
+ * takes back that never came through here (a caller's mistake) leaves the count at zero. */
+static int counted_allocate(thread_safe *ts, void **out, size_t bytes, rap_resource *r) {
+  int st = rap_allocate(ts->inner, out, bytes, r);
+  ts->live += st == RAP_OK;
+  return st;
+}
+
+static int counted_deallocate(thread_safe *ts, void *ptr, rap_resource *r) {
+  int st = rap_deallocate(ts->inner, ptr, r);
+  if (RAPI_LIKELY(st == RAP_OK) && RAPI_LIKELY(ts->live > 0)) ts->live--;
+  return st;
+}
+
+static int own_stats(thread_safe *ts, rap_stats *out) {
+  int st = rap_allocator_stats(ts->inner, out);
+  if (st == RAP_OK) rapi_stats_own(out, ts->live);
+  return st;
+}
+
 static int ts_allocate(void *state, void **out, size_t bytes, rap_resource *r) {
   thread_safe *ts = state;
-  LOCKED(ts, rap_allocate(ts->inner, out, bytes, r));
+  LOCKED(ts, counted_allocate(ts, out, bytes, r));
 }
 
 static int ts_deallocate(void *state, void *ptr, rap_resource *r) {
   thread_safe *ts = state;
-  LOCKED(ts, rap_deallocate(ts->inner, ptr, r));
+  LOCKED(ts, counted_deallocate(ts, ptr, r));
 }
 
 static int ts_stats(void *state, rap_stats *out) {
   thread_safe *ts = state;
-  LOCKED(ts, rap_allocator_stats(ts->inner, out));
+  LOCKED(ts, own_stats(ts, out));
 }
 
 static int ts_owns(void *state, const void *ptr) {
