@@ -140,7 +140,8 @@ static int guard_try(rap_allocator *a, uintptr_t me) {
  * pool says once that it is being shared without a wrapper. */
 static bool waits_its_turn(rap_allocator *a, const char *fn) {
   if (rapi_current_queue != NULL || strcmp(fn, "rap_deallocate") != 0) return false;
-  if (__atomic_exchange_n(&a->guard_warned, 1, __ATOMIC_RELAXED) == 0)
+  if (__atomic_load_n(&a->guard_warned, __ATOMIC_RELAXED) == 0 &&
+      __atomic_exchange_n(&a->guard_warned, 1, __ATOMIC_RELAXED) == 0)
     rap_log(RAP_LOG_WARN, "rap_deallocate('%s'): another thread is inside this %s at the same time; "
             "the free waits its turn. A plain pool serves one thread at a time: wrap it in "
             "ThreadSafe(...) or ThreadCache(...) to share it between threads (said once per pool)",

@@ -258,15 +258,8 @@ static void forget_resource(ra_pool *p, rap_resource *r) {
       for (rapi_block *b = c->first; b != NULL; b = b->next) drop_uses_on(p, rs, ra_of(b));
   while (rs->fifo_head != NULL) {
     ra_block *b = rs->fifo_head;
-    if (rapi_ra_uses_passed(b)) {
-      drop_pending(p, rs, b);
-      RAPI_TRACE("ready", p->bp.self, rs->r, b->base.ptr, b->base.size, ",\"pb\":%zu", rs->pending_bytes);
-      free_uses(p, b);
-      b->owner = NULL;
-      rapi_bp_make_free(&p->bp, &b->base);
-    } else {
-      rehome(p, rs, b);
-    }
+    if (rapi_ra_uses_passed(b)) rapi_ra_make_ready(p, rs, b);
+    else rehome(p, rs, b);
   }
   forget(p, rs);
   (void)rapi_ra_poll_all(p, false);   /* blocks that waited only on r's uses come back */

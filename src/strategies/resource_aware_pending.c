@@ -75,18 +75,22 @@ int rapi_ra_fence_open(ra_pool *p, rstate *rs) {
 
 /* ---- polling ------------------------------------------------------------------------------------ */
 
+/* b, pending on rs, has passed (its batch and every use): free for every resource, merged. */
+void rapi_ra_make_ready(ra_pool *p, rstate *rs, ra_block *b) {
+  drop_pending(p, rs, b);
+  RAPI_TRACE("ready", p->bp.self, rs->r, b->base.ptr, b->base.size, ",\"pb\":%zu", rs->pending_bytes);
+  free_uses(p, b);
+  b->owner = NULL;
+  rapi_bp_make_free(&p->bp, &b->base);
+}
+
 /* Returns every pending block of rs whose owner batch and uses have passed to the free index. */
 void rapi_ra_drain(ra_pool *p, rstate *rs) {
   ra_block *b = rs->fifo_head;
   while (b != NULL && passed(rs, b->batch)) {
     ra_block *next = b->fifo_next;
-    if (rapi_ra_uses_passed(b)) {
-      drop_pending(p, rs, b);
-      RAPI_TRACE("ready", p->bp.self, rs->r, b->base.ptr, b->base.size, ",\"pb\":%zu", rs->pending_bytes);
-      free_uses(p, b);
-      b->owner = NULL;
-      rapi_bp_make_free(&p->bp, &b->base);
-    }   /* else it waits on a use elsewhere; blocks behind it need not */
+    if (rapi_ra_uses_passed(b)) rapi_ra_make_ready(p, rs, b);
+    /* else it waits on a use elsewhere; blocks behind it need not */
     b = next;
   }
 }

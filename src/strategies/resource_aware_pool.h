@@ -273,6 +273,7 @@ bool       rapi_ra_uses_passed(const ra_block *b);       /* every use of b has p
 bool       rapi_ra_has_per_block_use(const ra_block *b);
 void       rapi_ra_drop_uses_over(ra_pool *p, ra_block *b, rstate *rs);   /* per-block rs's, ended */
 int        rapi_ra_fence_open(ra_pool *p, rstate *rs);   /* one event for rs's open batch */
+void       rapi_ra_make_ready(ra_pool *p, rstate *rs, ra_block *b);   /* a passed one: free now */
 void       rapi_ra_drain(ra_pool *p, rstate *rs);        /* passed pending blocks to the free index */
 int        rapi_ra_poll_all(ra_pool *p, bool record);    /* every resource: fence, query, drain */
 int        rapi_ra_wait_all(ra_pool *p);                 /* host wait for every fence */

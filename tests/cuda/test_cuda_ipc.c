@@ -166,60 +166,36 @@ RAP_TEST(CudaIpc, StreamOrderedTwoProcessesOnTheSecondGpu) {
   RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
 }
 
-/* Across two GPUs: the exporter's pool on device 1, the importer's stream and kernels on device 0,
- * which reads and writes the memory over the peer link (the import gives device 0 access to the
- * imported pool: an imported pool is accessible from its own device only). */
-RAP_TEST(CudaIpc, StreamOrderedImportedOnTheOtherGpu) {
+/* Across two GPUs: the exporter's StreamOrdered pool on device pool_dev, the importer's stream and
+ * kernels on device importer, which reads and writes the memory over the peer link (the import
+ * gives the importer's device access to the imported pool: an imported pool is accessible from its
+ * own device only). on_host: each block is imported and closed with no resource (the host's). */
+static void across_gpus(int pool_dev, int importer, bool on_host) {
   int n = 0, can = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
     (void)cudaGetLastError();
     RAP_SKIP("needs two GPUs");
   }
-  if (cudaDeviceCanAccessPeer(&can, 0, 1) != cudaSuccess || !can) {
+  if (cudaDeviceCanAccessPeer(&can, importer, pool_dev) != cudaSuccess || !can) {
     (void)cudaGetLastError();
-    RAP_SKIP("device 0 cannot access device 1's memory (no peer link)");
+    RAP_SKIP("device %d cannot access device %d's memory (no peer link)", importer, pool_dev);
   }
-  RAP_CHECK(cudaSetDevice(1) == cudaSuccess);
-  race_on("ResourceAwarePool(StreamOrdered(device=1, pool=new, export=posix), initial_size=4MiB, "
-          "next_size=2MiB)", 16, (size_t)2 << 20, 0);
-  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
-}
-
-/* The mirror of the case above: the exporter's pool on device 0, the importer's stream and kernels
- * on device 1. */
-RAP_TEST(CudaIpc, StreamOrderedImportedOnTheOtherGpuMirrored) {
-  int n = 0, can = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
-    (void)cudaGetLastError();
-    RAP_SKIP("needs two GPUs");
-  }
-  if (cudaDeviceCanAccessPeer(&can, 1, 0) != cudaSuccess || !can) {
-    (void)cudaGetLastError();
-    RAP_SKIP("device 1 cannot access device 0's memory (no peer link)");
-  }
-  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
-  race_on("ResourceAwarePool(StreamOrdered(device=0, pool=new, export=posix), initial_size=4MiB, "
-          "next_size=2MiB)", 16, (size_t)2 << 20, 1);
-}
-
-/* The same, each block imported with no resource (the host's) by a process whose kernels run on
- * device 1: the imported pool is made accessible to the importing thread's device. */
-RAP_TEST(CudaIpc, StreamOrderedImportedOnTheHostOfTheOtherGpu) {
-  int n = 0, can = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
-    (void)cudaGetLastError();
-    RAP_SKIP("needs two GPUs");
-  }
-  if (cudaDeviceCanAccessPeer(&can, 1, 0) != cudaSuccess || !can) {
-    (void)cudaGetLastError();
-    RAP_SKIP("device 1 cannot access device 0's memory (no peer link)");
-  }
-  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
-  import_on_host = true;
-  race_on("ResourceAwarePool(StreamOrdered(device=0, pool=new, export=posix), initial_size=4MiB, "
-          "next_size=2MiB)", 16, (size_t)2 << 20, 1);
+  char spec[160];
+  snprintf(spec, sizeof spec, "ResourceAwarePool(StreamOrdered(device=%d, pool=new, export=posix), "
+           "initial_size=4MiB, next_size=2MiB)", pool_dev);
+  RAP_CHECK(cudaSetDevice(pool_dev) == cudaSuccess);
+  import_on_host = on_host;
+  race_on(spec, 16, (size_t)2 << 20, importer);
   import_on_host = false;
+  RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
 }
+
+RAP_TEST(CudaIpc, StreamOrderedImportedOnTheOtherGpu) { across_gpus(1, 0, false); }
+RAP_TEST(CudaIpc, StreamOrderedImportedOnTheOtherGpuMirrored) { across_gpus(0, 1, false); }
+
+/* Imported on the host by a process whose kernels run on the other device: the imported pool is
+ * made accessible to the importing thread's current device. */
+RAP_TEST(CudaIpc, StreamOrderedImportedOnTheHostOfTheOtherGpu) { across_gpus(0, 1, true); }
 
 /* Two blocks of one chunk (one allocation of CUDA's pool, imported once by the peer): each freed
  * block stays pending until the peer closed it, and the last close gives the imported allocation
