@@ -11,14 +11,9 @@ int rapi_clock_fence(rapi_batch_clock *c, rap_resource *r, const rap_allocator *
   return RAP_OK;
 }
 
-int rapi_clock_event(rapi_batch_clock *c, rap_resource *r, uint64_t batch, const rap_allocator *self,
-                     rapi_event **ev) {
+int rapi_clock_event(const rapi_batch_clock *c, uint64_t batch, rapi_event **ev) {
   *ev = NULL;
   if (rapi_clock_passed(c, batch)) return RAP_OK;
-  if (batch == c->open) {
-    int st = rapi_clock_fence(c, r, self, 0);
-    if (st != RAP_OK) return st;
-  }
   *ev = rapi_fence_ring_find(&c->fences, batch);
   return *ev != NULL ? RAP_OK : RAP_ERR_BUSY;
 }

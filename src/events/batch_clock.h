@@ -55,11 +55,10 @@ static inline rapi_event *rapi_clock_newest(const rapi_batch_clock *c) {
 /* Records one event on r fencing the open batch, where something carries it, and opens the next;
  * traced as a "fence" line of self's, count naming the blocks the batch holds. */
 int rapi_clock_fence(rapi_batch_clock *c, rap_resource *r, const rap_allocator *self, size_t count);
-/* For a resource that waits for batch of this clock's resource r: *ev the event to wait on (the
- * open batch fenced first), or NULL where the batch has passed. RAP_ERR_BUSY (no sentence) where
- * no event covers it. */
-int rapi_clock_event(rapi_batch_clock *c, rap_resource *r, uint64_t batch, const rap_allocator *self,
-                     rapi_event **ev);
+/* For a resource that waits for batch: *ev the event to wait on, or NULL where the batch has passed.
+ * RAP_ERR_BUSY (no sentence) where no event covers it: the open batch is fenced by the pool first
+ * (rapi_clock_fence, with what the pool does while its resource captures a graph). */
+int rapi_clock_event(const rapi_batch_clock *c, uint64_t batch, rapi_event **ev);
 /* Gives every event back to r; the clock is left empty. */
 void rapi_clock_fini(rapi_batch_clock *c, rap_resource *r);
 

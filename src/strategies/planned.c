@@ -112,7 +112,7 @@ static int wait_for(planned *p, pl_res *rs, unsigned s, uint64_t tag) {
   if (tag == o->clock.open) st = fence_open(p, o);   /* nothing when nothing carries it */
   if (st == RAP_OK) st = query_fences(o);
   rapi_event *ev = NULL;
-  if (st == RAP_OK) st = rapi_clock_event(&o->clock, o->r, tag, p->self, &ev);
+  if (st == RAP_OK) st = rapi_clock_event(&o->clock, tag, &ev);
   if (st != RAP_OK || ev == NULL) return st;
   st = rs->r->ops->wait(rs->r, ev);
   if (st == RAPI_HOST_WAIT) return RAP_ERR_BUSY;

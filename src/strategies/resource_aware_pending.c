@@ -163,9 +163,9 @@ static int wait_event(ra_pool *p, rstate *rs, rapi_event *ev, bool *host_waited)
 /* Makes rs wait for batch of o's: its event (the open batch fenced first), queued on rs or waited
  * for on the host (*host_waited). */
 static int wait_batch(ra_pool *p, rstate *rs, rstate *o, uint64_t batch, bool *host_waited) {
-  int st = batch == o->clock.open ? rapi_ra_fence_open(p, o) : RAP_OK;   /* its count too */
+  int st = batch == o->clock.open ? rapi_ra_fence_open(p, o) : RAP_OK;   /* the pool's own fence */
   rapi_event *ev = NULL;
-  if (st == RAP_OK) st = rapi_clock_event(&o->clock, o->r, batch, p->bp.self, &ev);
+  if (st == RAP_OK) st = rapi_clock_event(&o->clock, batch, &ev);
   if (st == RAP_OK && ev != NULL) st = wait_event(p, rs, ev, host_waited);
   return st;
 }
