@@ -30,6 +30,12 @@ typedef struct bench_env {
   int driver_version, runtime_version;
 } bench_env;
 
+/* The pool rap.torch and rap_cupy make when the user names none (integrations/torch/rap_torch.cpp,
+ * device 0): the "rap default" row, first in the trace workloads. */
+#define BENCH_DEFAULT_SPEC                                                                         \
+  "ResourceAwarePool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never, "              \
+  "cross_resource=wait, wait_above=512MiB, wait_pending_above=512MiB)"
+
 typedef struct bench_peer {
   char name[64];
   int device_mem;               /* 1: device memory, 0: host memory */
@@ -44,6 +50,8 @@ typedef struct bench_peer {
   /* Peers that can only learn their peak by looking after each call do so while this is on;
    * NULL: the peak costs nothing to keep. */
   void (*track_peak)(void *ctx, int on);
+  /* calls that mapped or unmapped memory so far (rap_stats' maps, unmaps); NULL: not known. */
+  int  (*calls)(void *ctx, size_t *maps, size_t *unmaps);
   void (*destroy)(void *ctx);
 } bench_peer;
 

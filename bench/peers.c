@@ -398,6 +398,16 @@ static int r_held(void *ctx, size_t *now, size_t *peak) {
   return 0;
 }
 
+static int r_calls(void *ctx, size_t *maps, size_t *unmaps) {
+  rap_ctx *c = ctx;
+  rap_stats st;
+  int e = rap_allocator_stats(c->a, &st);
+  if (e != RAP_OK) return e;
+  *maps = st.maps;
+  *unmaps = st.unmaps;
+  return 0;
+}
+
 static void r_destroy(void *ctx) {
   rap_ctx *c = ctx;
   int st = rap_manager_destroy(c->rm);
@@ -440,6 +450,7 @@ int peer_rap(bench_peer *p, const bench_env *env, const char *label, const char 
   p->free = r_free;
   p->record = strstr(spec, "ResourceAwarePool") ? r_record : NULL;
   p->held = r_held;
+  p->calls = r_calls;
   p->destroy = r_destroy;
   return 0;
 }

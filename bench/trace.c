@@ -85,8 +85,17 @@ static int run_trace(bench_peer *p, trace *t) {
   return 0;
 }
 
+/* Maps and unmaps of p so far, summed; 0 where p does not say. */
+static size_t calls_now(const bench_peer *p, int *known) {
+  size_t m = 0, u = 0;
+  *known = p->calls != NULL && p->calls(p->ctx, &m, &u) == 0;
+  return m + u;
+}
+
 /* Replays t through every peer: a first, cold run (its ns per allocation, and peak held / peak
- * live), then reps timed runs (ns per pair); frees t. */
+ * live), then reps timed runs (ns per pair; held at its peak over all runs); frees t. Peers that
+ * count their maps and unmaps (rap's) say how many they made per 1 000 pairs, in the first run
+ * and in the runs after it. */
 static void replay(const char *wl, const char *cas, const pdesc *peers, size_t npeers, trace *t,
                    int reps, const char *what) {
   for (size_t k = 0; k < npeers; k++) {
@@ -104,7 +113,8 @@ static void replay(const char *wl, const char *cas, const pdesc *peers, size_t n
       continue;
     }
     size_t held_now = 0, held_peak = 0;
-    int have_held = p.held && p.held(p.ctx, &held_now, &held_peak) == 0;
+    int have_held = p.held && p.held(p.ctx, &held_now, &held_peak) == 0, known;
+    size_t calls0 = calls_now(&p, &known);
     double samples[64];
     int n = 0;
     for (int r = 0; r < reps && st == 0; r++, n++) {
@@ -113,10 +123,18 @@ static void replay(const char *wl, const char *cas, const pdesc *peers, size_t n
       samples[r] = (now_ns() - t0) / (double)t->nallocs;
       sync_device();
     }
+    size_t calls1 = calls_now(&p, &known), held_all = 0;
     if (st != 0) peer_failed(wl, &p, what);
     else if (n > 0) add_row(wl, cas, p.name, "ns/pair", samples, n, k == 0);
     add_one(wl, cas, p.name, "ns/pair first", cold, k == 0);
     if (have_held) add_one(wl, cas, p.name, "held/live", (double)held_peak / (double)t->peak_live, k == 0);
+    if (have_held && n > 0 && p.held(p.ctx, &held_now, &held_all) == 0)
+      add_one(wl, cas, p.name, "held/live all runs", (double)held_all / (double)t->peak_live, k == 0);
+    if (known) {
+      add_one(wl, cas, p.name, "maps/1000 first", 1000.0 * (double)calls0 / (double)t->nallocs, k == 0);
+      if (st == 0 && n > 0)
+        add_one(wl, cas, p.name, "maps/1000 pairs", 1000.0 * (double)(calls1 - calls0) / ((double)n * (double)t->nallocs), k == 0);
+    }
     p.destroy(p.ctx);
     progress("  (%s) %s done", wl, p.name);
   }
@@ -142,6 +160,7 @@ static void random_trace(const char *wl, const pdesc *peers, size_t npeers) {
 
 void wl_b(void) {
   static const pdesc peers[] = {
+      {P_RAP, "rap default", BENCH_DEFAULT_SPEC, 0},
       {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(DEVICE, initial_size=1MiB, next_size=1MiB)", 0},
       {P_RAP, "rap QuickPool", "QuickPool(DEVICE, initial_size=1MiB, next_size=1MiB)", 0},
       {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE, initial_size=1MiB, next_size=1MiB)", 0},
@@ -387,13 +406,17 @@ static void recorded_trace(const char *wl, const char *path, const pdesc *peers,
     all[n++] = (pdesc){P_RAP, labels[v], specs[v], host};
   }
   for (size_t k = at; k < npeers; k++) all[n++] = peers[k];
-  replay(wl, cas, planned ? all : peers, planned ? n : npeers, &t, 0, "the recorded trace");
+  /* Two runs after the first: a training loop's later steps, the pool warm (its steady state). */
+  const char *rr = getenv("RAP_BENCH_TRACE_REPS");   /* more runs after the first, up to 64 */
+  int reps = rr && atoi(rr) > 0 ? (atoi(rr) < 64 ? atoi(rr) : 64) : 2;
+  replay(wl, cas, planned ? all : peers, planned ? n : npeers, &t, reps, "the recorded trace");
   if (plan[0] != '\0') unlink(plan);
 }
 
 /* Pools as rap_torch makes them (64 MiB, then 32 MiB chunks; and with max_split=128MiB), over the
  * growable platform by 2 MiB granules, and the peers. */
 static const pdesc f_peers[] = {
+    {P_RAP, "rap default", BENCH_DEFAULT_SPEC, 0},
     {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
     {P_RAP, "rap QuickPool", "QuickPool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
     {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},

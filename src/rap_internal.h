@@ -608,6 +608,7 @@ struct rapi_tracked {
   rapi_ptr_map map;                /* live pointer -> its rapi_prec */
   rapi_slab recs;
   size_t current, hwm, count, actual, actual_hwm;
+  size_t raw_allocs, raw_frees;    /* calls to the backend that succeeded (rap_stats' maps) */
   /* r is passed through by wrappers (Fault, SizeLimiter) and ignored by real platforms. */
   int (*raw_alloc)(rapi_tracked *p, void **out, size_t bytes, rap_resource *r);
   int (*raw_free)(rapi_tracked *p, void *ptr, size_t bytes, rap_resource *r);

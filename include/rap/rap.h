@@ -150,6 +150,11 @@ typedef struct rap_stats {
   size_t waits, host_waits;                    /* cross_resource=wait: waits for another resource's
                                                   block (queued on the asker), and of them those
                                                   made on the host (ResourceAwarePool) */
+  size_t maps, unmaps;                         /* calls that took memory from the system or gave
+                                                  it back, made by the platform under this
+                                                  allocator since it was made: cudaMalloc/cudaFree,
+                                                  malloc/free, and a growable platform's maps and
+                                                  unmaps of physical memory (one per mapping) */
 } rap_stats;
 /* size: the caller's sizeof(rap_stats), at least one field; RAP_ERR_INVALID below that. */
 int  rap_allocator_stats_sized(rap_allocator *a, rap_stats *out, size_t size);

@@ -339,6 +339,19 @@ static void stats_out(rap_stats *out, size_t size, const rap_stats *s) {
   if (size > sizeof *s) memset((char *)out + sizeof *s, 0, size - sizeof *s);
 }
 
+/* maps and unmaps are the platform's, at the bottom of a's chain: the pools above it count none.
+ * A strategy of the user's at the bottom is not asked again. */
+static void platform_calls(rap_allocator *a, rap_stats *s) {
+  rap_allocator *p = a;
+  while (p->parent != NULL) p = p->parent;
+  if (p->strategy->allocate != rapi_tracked_allocate) return;
+  rap_stats ps;
+  memset(&ps, 0, sizeof ps);
+  if (p->strategy->stats(p->state, &ps) != RAP_OK) return;
+  s->maps = ps.maps;
+  s->unmaps = ps.unmaps;
+}
+
 static int stats_size_ok(const char *fn, size_t size) {
   if (size >= sizeof(size_t)) return RAP_OK;
   return rapi_fail(RAP_ERR_INVALID, "%s: size %zu holds no field of rap_stats (sizeof(rap_stats) "
@@ -353,6 +366,7 @@ int rap_allocator_stats_sized(rap_allocator *a, rap_stats *out, size_t size) {
   rap_stats s;
   memset(&s, 0, sizeof s);
   st = a->strategy->stats(a->state, &s);
+  if (st == RAP_OK) platform_calls(a, &s);
   if (st == RAP_OK) stats_out(out, size, &s);
   return st;
 }
@@ -385,6 +399,7 @@ int rap_allocator_resource_stats_sized(rap_allocator *a, rap_resource *r, rap_st
     /* Without resource tracking every block belongs to the host resource. */
     st = r == &a->rm->host ? a->strategy->stats(a->state, &s) : RAP_OK;
   }
+  if (st == RAP_OK) platform_calls(a, &s);   /* the platform's, for every resource alike */
   if (st == RAP_OK) stats_out(out, size, &s);
   return st;
 }

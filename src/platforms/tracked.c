@@ -80,6 +80,7 @@ int rapi_tracked_allocate(void *state, void **out, size_t bytes, rap_resource *r
   rec->ptr = ptr;
   rec->bytes = bytes;
   rapi_map_insert(&p->map, ptr, rec);
+  p->raw_allocs++;
   p->current += bytes;
   p->actual += raw;
   p->count++;
@@ -103,6 +104,7 @@ int rapi_tracked_deallocate(void *state, void *ptr, rap_resource *r) {
   }
   int st = p->raw_free(p, ptr, rec->bytes, r);
   if (st == RAP_OK) {
+    p->raw_frees++;
     rapi_map_remove(&p->map, ptr);
     p->current -= rec->bytes;
     p->actual -= rec->bytes || p->pass_through ? rec->bytes : 1;
@@ -132,6 +134,8 @@ int rapi_tracked_stats(void *state, rap_stats *out) {
   out->allocation_count = p->count;
   out->block_count = p->count;
   out->used_bytes = p->actual;
+  out->maps = p->raw_allocs;
+  out->unmaps = p->raw_frees;
   pthread_mutex_unlock(&p->lock);
   return RAP_OK;
 }

@@ -628,6 +628,8 @@ int rapi_vmm_stats(void *state, rap_stats *out) {
   out->actual_bytes = v->mapped;        /* what is mapped, granules rounded up */
   out->actual_high_watermark = v->mapped_hwm;
   out->chunk_count = v->extents;
+  out->maps = v->map_calls;             /* physical memory mapped, not the allocations served */
+  out->unmaps = v->unmap_calls;
   pthread_mutex_unlock(&p->lock);
   return RAP_OK;
 }

@@ -53,6 +53,7 @@ int rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out) {
   bp->actual += request;
   bp->usable += usable;
   if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
+  if (bp->actual > bp->map_peak) bp->map_peak = bp->actual;
   bp->chunk_count++;
   RAPI_TRACE("grow", bp->self, NULL, base, request, ",\"held\":%zu", bp->actual);
   rapi_segment_notify(bp->self, RAP_SEGMENT_MAP, base, request, base, request);
@@ -131,6 +132,7 @@ static void note_resize(rapi_bp *bp, rapi_chunk *c, size_t bytes, const char *ev
     bp->actual += delta;
     bp->usable += delta;
     if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
+    if (bp->actual > bp->map_peak) bp->map_peak = bp->actual;
   } else {
     c->usable -= delta;
     bp->actual -= delta;

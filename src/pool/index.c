@@ -112,6 +112,23 @@ rapi_block *rapi_index_find(rapi_index *ix, size_t size) {
   return NULL;
 }
 
+rapi_block *rapi_index_find_if(rapi_index *ix, size_t size, unsigned limit,
+                               bool (*ok)(const void *ctx, const rapi_block *b, size_t size),
+                               const void *ctx) {
+  unsigned fl, sl;
+  mapping(size - 1, &fl, &sl);
+  for (; fl < RAPI_FL_COUNT; fl++, sl = 0) {
+    if (!(ix->fl_bitmap & ((uint64_t)1 << fl))) continue;
+    for (uint32_t slmap = ix->sl_bitmap[fl] & (~0u << sl); slmap != 0; slmap &= slmap - 1)
+      for (rapi_block *b = ix->heads[fl][__builtin_ctz(slmap)]; b != NULL; b = b->link_next) {
+        if (b->size < size) continue;
+        if (ok(ctx, b, size)) return b;
+        if (--limit == 0) return NULL;
+      }
+  }
+  return NULL;
+}
+
 size_t rapi_index_largest(const rapi_index *ix) {
   if (ix->fl_bitmap == 0) return 0;
   unsigned fl = fls_size(ix->fl_bitmap);

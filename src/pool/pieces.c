@@ -85,6 +85,31 @@ RAPI_NOINLINE void rapi_bp_punch_all(rapi_bp *bp, rapi_block *skip, char *keep_l
   }
 }
 
+/* Before mapping `more` bytes past the most the pool ever mapped: free blocks give their pieces
+ * back, largest first, until the mapping stays within that peak (or nothing is left to give).
+ * Only the deficit goes, not every free piece: what stays mapped serves the requests after this
+ * one without a map (a training step that repeats maps again only what its peak moved), and the
+ * largest blocks give the most bytes for the fewest calls. */
+RAPI_NOINLINE void rapi_bp_make_room(rapi_bp *bp, size_t more, rapi_block *skip, char *keep_lo,
+                                     char *keep_hi) {
+  if (skip != NULL && keep_lo != NULL) {   /* skip's bytes outside what is about to be taken */
+    if (keep_lo > skip->ptr) punch_in(bp, skip, skip->ptr, (size_t)(keep_lo - skip->ptr));
+    if (keep_hi < skip->ptr + skip->size) punch_in(bp, skip, keep_hi, (size_t)(skip->ptr + skip->size - keep_hi));
+  }
+  if (bp->list) {   /* DynamicPoolList: address order, no classes */
+    for (rapi_block *b = bp->free.heads[0][0]; b != NULL && bp->actual + more > bp->map_peak; b = b->link_next)
+      if (b != skip && b->size >= bp->unmap_free && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
+    return;
+  }
+  for (unsigned fl = RAPI_FL_COUNT; fl-- > 0 && bp->actual + more > bp->map_peak;) {
+    if (!(bp->free.fl_bitmap & ((uint64_t)1 << fl))) continue;
+    for (unsigned sl = RAPI_SL_COUNT; sl-- > 0 && bp->actual + more > bp->map_peak;)
+      for (rapi_block *b = bp->free.heads[fl][sl]; b != NULL && bp->actual + more > bp->map_peak;
+           b = b->link_next)
+        if (b != skip && b->size >= bp->unmap_free && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
+  }
+}
+
 /* The pieces that the size bytes from b's start lie in, within b's chunk. */
 static void fill_range(const rapi_bp *bp, const rapi_block *b, size_t size, char **lo, char **hi) {
   const rapi_chunk *c = b->chunk;
@@ -99,7 +124,7 @@ bool rapi_bp_fill_passes_peak(const rapi_bp *bp, const rapi_block *b, size_t siz
   if (!b->holes) return false;
   char *lo, *hi;
   fill_range(bp, b, size, &lo, &hi);
-  return bp->actual + bp->resizable->unmapped_inside(bp->parent, lo, hi) > bp->actual_hwm;
+  return bp->actual + bp->resizable->unmapped_inside(bp->parent, lo, hi) > bp->map_peak;
 }
 
 int rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size) {
@@ -113,6 +138,7 @@ int rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size) {
   c->unmapped -= bytes;
   bp->actual += bytes;
   if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
+  if (bp->actual > bp->map_peak) bp->map_peak = bp->actual;
   if (st != RAP_OK || bytes == 0) return st;
   rapi_segment_notify(bp->self, RAP_SEGMENT_FILL, c->base, c->size, lo, (size_t)(hi - lo));
   return RAP_OK;
@@ -133,4 +159,5 @@ void rapi_bp_holes_filled(rapi_bp *bp) {
       for (rapi_block *b = c->first; b != NULL; b = b->next) b->holes = 0;
   }
   if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
+  if (bp->actual > bp->map_peak) bp->map_peak = bp->actual;
 }

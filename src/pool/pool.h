@@ -66,6 +66,11 @@ rapi_block *rapi_index_find(rapi_index *ix, size_t size);   /* a block of at lea
  * place when the class is unchanged, which is the common case of a split or a merge. */
 void        rapi_index_replace(rapi_index *ix, rapi_block *old, size_t old_size, rapi_block *nb);
 size_t      rapi_index_largest(const rapi_index *ix);
+/* The first block of at least size, smallest classes first, for which ok(ctx, b, size) holds,
+ * looking at no more than limit blocks that fit: a slow path's search for a block of a kind. */
+rapi_block *rapi_index_find_if(rapi_index *ix, size_t size, unsigned limit,
+                               bool (*ok)(const void *ctx, const rapi_block *b, size_t size),
+                               const void *ctx);
 /* pool/free_list.c: the same four operations over an address-ordered list (DynamicPoolList):
  * insert, best fit and largest cost O(free blocks) by design; the list head is heads[0][0]. */
 void        rapi_list_insert(rapi_index *ix, rapi_block *b);
@@ -105,6 +110,8 @@ typedef struct rapi_bp {
   rapi_slab block_recs, chunk_recs;
   size_t record_size;                /* of a block record, the engine's part first */
   size_t current, hwm, used_bytes, used_hwm, actual, actual_hwm;
+  size_t map_peak;                   /* the most it ever mapped: giving pieces back keeps to it
+                                        (actual_hwm is the user's: rap_allocator_reset_peaks) */
   size_t releasable_bytes, releasable_usable, releasable_chunks, pending_bytes, pending_count;
   size_t usable;                     /* bytes the chunks' blocks tile */
   size_t allocation_count, block_count, chunk_count;
@@ -265,12 +272,14 @@ void  rapi_bp_sync_before_unmap(rapi_bp *bp);
  * wholly inside that range (a span of blocks about to be joined). */
 void  rapi_bp_punch_all(rapi_bp *bp, rapi_block *skip, char *keep_lo, char *keep_hi);
 /* Before the pool maps `more` bytes (growth, or pieces mapped again): where that would take what
- * it holds past its peak, the free pieces go back first, so the peak rises only by what the live
- * bytes need. Below the peak nothing goes back, and nothing costs a call. */
+ * it maps past the most it ever mapped, free pieces go back first, largest blocks first, as many
+ * as keep it there (rapi_bp_make_room), so the peak rises only by what the live bytes need. Below
+ * the peak nothing goes back, and nothing costs a call. */
+void  rapi_bp_make_room(rapi_bp *bp, size_t more, rapi_block *skip, char *keep_lo, char *keep_hi);
 static inline void rapi_bp_before_mapping(rapi_bp *bp, size_t more, rapi_block *skip, char *keep_lo,
                                           char *keep_hi) {
-  if (bp->unmap_free != SIZE_MAX && bp->actual + more > bp->actual_hwm)
-    rapi_bp_punch_all(bp, skip, keep_lo, keep_hi);
+  if (bp->unmap_free != SIZE_MAX && bp->actual + more > bp->map_peak)
+    rapi_bp_make_room(bp, more, skip, keep_lo, keep_hi);
 }
 /* Maps again the pieces of the size bytes from b's start (b has holes; size may run on over the
  * blocks after b in its chunk, whose free ones keep their pieces meanwhile): a status, b unchanged

@@ -109,13 +109,25 @@ static inline bool poll_first(ra_pool *p, const rstate *rs, size_t size, size_t 
 }
 
 /* f, the free block that fits best, has holes (unmap_free). Where mapping them would pass the
- * pool's peak, pending memory whose batches have passed comes back first (it merges, and what
- * stays free gives its pieces back before anything is mapped): the caller looks again. The poll is
- * made at most once between two deallocations, so a second look takes f, or (own) r's fitting
- * pending block, which the pool maps already. */
+ * pool's peak, a larger free block that the pool maps already serves instead (the fit is looser,
+ * but no piece is unmapped elsewhere to map these: at the peak of a repeating step, taking the best
+ * fit unmapped one block and mapped another of its size every step); failing that, pending memory
+ * whose batches have passed comes back first (it merges, and what stays free gives its pieces back
+ * before anything is mapped): the caller looks again. The poll is made at most once between two
+ * deallocations, so a second look takes f, or (own) r's fitting pending block, which the pool maps
+ * already. */
 enum { RA_TAKE_FREE, RA_LOOK_AGAIN, RA_TAKE_OWN };
-static RAPI_NOINLINE int past_peak(ra_pool *p, rapi_block *f, size_t size, bool own) {
+static bool mapped_enough(const void *bp, const rapi_block *b, size_t size) {
+  return !b->holes || !rapi_bp_fill_passes_peak(bp, b, size);
+}
+static RAPI_NOINLINE int past_peak(ra_pool *p, rapi_block **fp, size_t size, bool own) {
+  rapi_block *f = *fp;
   if (!rapi_bp_fill_passes_peak(&p->bp, f, size)) return RA_TAKE_FREE;
+  rapi_block *m = rapi_index_find_if(&p->bp.free, size, 256, mapped_enough, &p->bp);
+  if (m != NULL && rapi_bp_may_cut(&p->bp, m->size, size)) {   /* a larger free block, mapped */
+    *fp = m;
+    return RA_TAKE_FREE;
+  }
   if (p->bp.pending_bytes > 0 && p->peak_polled != p->free_seq) {
     p->peak_polled = p->free_seq;
     (void)rapi_ra_poll_all(p, true);
@@ -149,7 +161,7 @@ again:
   if (b == NULL || b->base.size > size) {
     rapi_block *f = rapi_bp_find_free(&p->bp, size);
     if (f != NULL && (b == NULL || f->size < b->base.size)) {
-      int how = RAPI_LIKELY(!f->holes) ? RA_TAKE_FREE : past_peak(p, f, size, b != NULL);
+      int how = RAPI_LIKELY(!f->holes) ? RA_TAKE_FREE : past_peak(p, &f, size, b != NULL);
       if (how == RA_LOOK_AGAIN) goto again;
       if (how == RA_TAKE_FREE) {
         if (RAPI_UNLIKELY(poll_first(p, rs, size, f->size))) goto again;
