@@ -9,8 +9,9 @@
 #       against its one-thread figure (bench/scaling.py), then the ThreadCache race detector at the
 #       top count (ThreadCache.RaceDetectorAtScale, RAP_TEST_THREADS): its line of foreign words.
 #       Results: $OUT/scale.{json,csv,log}, $OUT/scale-race.log; RAP_BENCH_ARGS adds options.
-#   RAP_DEVICE_RUN=distributed bash scripts/device-run.sh  torch.distributed on two GPUs: DDP and
-#     FSDP2 native vs rap, NCCL's registration of rap memory (integrations/torch/run_distributed.sh)
+#   RAP_DEVICE_RUN=distributed bash scripts/device-run.sh  torch.distributed on every GPU (at least
+#     two; RAP_DIST_RANKS=N for fewer): DDP and FSDP2 native vs rap per rank, NCCL's registration of
+#     rap memory (integrations/torch/run_distributed.sh)
 # The CUDA tests also run under compute-sanitizer (memcheck with leak check, racecheck, synccheck),
 # with RAP_TEST_SMALL=1: the long test loops run a tenth of their rounds there (tests/cuda/
 # gpu_test.h), since every launch and API call costs far more under a tool. Each tool's log is
