@@ -96,6 +96,12 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
     "$b"/tests/stress/rap_stress_cuda --ops 100000 > "$out/stress_cuda.log" 2>&1 || status=1
     tail -1 "$out/stress_cuda.log"
   fi
+  if [ -x "$b/tests/rap_ipc_all_to_all" ]; then   # every GPU, one process each (77: fewer than two)
+    "$b"/tests/rap_ipc_all_to_all all > "$out/ipc_all_to_all.log" 2>&1
+    a2a=$?
+    [ "$a2a" = 0 ] || [ "$a2a" = 77 ] || status=1
+    grep -E '^(DeviceVmm|StreamOrdered|skipped)' "$out/ipc_all_to_all.log"
+  fi
   "$b"/examples/demo > "$out/demo.log" 2>&1 || status=1
   cat "$out/demo.log"
 fi
