@@ -187,6 +187,9 @@ static int all_back(rank_ctx *c, void *more[2]) {
   rap_stats a;
   int st = RAP_OK;
   for (int k = 0; k < 2 && st == RAP_OK; k++) st = rap_deallocate(c->pool, more[k], c->r);
+  /* The first release fences the stream's open batch (an event recorded now), the second finds it
+   * passed. */
+  if (st == RAP_OK) st = rap_release(c->pool);
   if (st == RAP_OK && cudaStreamSynchronize(c->s) != cudaSuccess) st = RAP_ERR_BACKEND;
   if (st == RAP_OK) st = rap_release(c->pool);
   if (st == RAP_OK) st = rap_allocator_check(c->pool);
