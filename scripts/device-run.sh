@@ -9,8 +9,9 @@
 #       against its one-thread figure (bench/scaling.py), then the ThreadCache race detector at the
 #       top count (ThreadCache.RaceDetectorAtScale, RAP_TEST_THREADS): its line of foreign words.
 #       Results: $OUT/scale.{json,csv,log}, $OUT/scale-race.log; RAP_BENCH_ARGS adds options.
-#   RAP_DEVICE_RUN=distributed bash scripts/device-run.sh  torch.distributed on two GPUs: DDP and
-#     FSDP2 native vs rap, NCCL's registration of rap memory (integrations/torch/run_distributed.sh)
+#   RAP_DEVICE_RUN=distributed bash scripts/device-run.sh  torch.distributed on every GPU (at least
+#     two; RAP_DIST_RANKS=N for fewer): DDP and FSDP2 native vs rap per rank, NCCL's registration of
+#     rap memory (integrations/torch/run_distributed.sh)
 # The CUDA tests also run under compute-sanitizer (memcheck with leak check, racecheck, synccheck),
 # with RAP_TEST_SMALL=1: the long test loops run a tenth of their rounds there (tests/cuda/
 # gpu_test.h), since every launch and API call costs far more under a tool. Each tool's log is
@@ -94,6 +95,12 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
   if [ -x "$b/tests/stress/rap_stress_cuda" ]; then
     "$b"/tests/stress/rap_stress_cuda --ops 100000 > "$out/stress_cuda.log" 2>&1 || status=1
     tail -1 "$out/stress_cuda.log"
+  fi
+  if [ -x "$b/tests/rap_ipc_all_to_all" ]; then   # every GPU, one process each (77: fewer than two)
+    "$b"/tests/rap_ipc_all_to_all all > "$out/ipc_all_to_all.log" 2>&1
+    a2a=$?
+    [ "$a2a" = 0 ] || [ "$a2a" = 77 ] || status=1
+    grep -E '^(DeviceVmm|StreamOrdered|skipped)' "$out/ipc_all_to_all.log"
   fi
   "$b"/examples/demo > "$out/demo.log" 2>&1 || status=1
   cat "$out/demo.log"

@@ -1,22 +1,25 @@
 """bench_distributed.py — torch.distributed on rap: DDP and FSDP2 training, native against rap, and
-NCCL's registration of rap memory. Run on a machine with two GPUs by run_distributed.sh, which
-launches each run with torchrun and then prints one table.
+NCCL's registration of rap memory. Run on a machine with two or more GPUs by run_distributed.sh,
+which launches each run with torchrun on RAP_DIST_RANKS ranks (default: every GPU) and then prints
+the tables.
 
-  torchrun --standalone --nproc_per_node 2 bench_distributed.py train --allocator native|rap|registered [--registered] --out DIR --trial N
+  torchrun --standalone --nproc_per_node N bench_distributed.py train --allocator native|rap|registered [--registered] --out DIR --trial N
       DDP then FSDP2 (registered: DDP only; native --registered: then the registered DDP in the same
       process) training of a 6-layer GPT-2 (transformers' config,
-      random weights), batch 8 x 512, bf16, AdamW, 30 steps: median step ms of steps 5-29, peak
+      random weights), batch 8 x 512, bf16, AdamW, RAP_DIST_STEPS steps (default 30): median step ms
+      of the steps after the first few (5, fewer for short runs), peak
       reserved, losses, and rap's cross-stream waits. native: PyTorch's allocator; rap:
       rap.torch.enable() with its default spec (or RAP_TORCH_SPEC); registered: PyTorch's
       allocator with DDP's buckets in a torch.cuda.MemPool over rap.torch.allocator(NCCL_SPEC),
       registered with NCCL (rap.torch.register_mem_pool).
-  torchrun --standalone --nproc_per_node 2 bench_distributed.py nccl --out DIR
-      all-reduce and one DDP step on registered rap memory against native memory: results equal,
-      times; NCCL's log (NCCL_DEBUG_FILE) is read by report.
+  torchrun --standalone --nproc_per_node N bench_distributed.py nccl --out DIR
+      all-reduce, all-gather and one DDP step on registered rap memory against native memory:
+      results equal on every rank, times; NCCL's log (NCCL_DEBUG_FILE) is read by report.
   python3 bench_distributed.py bad --out DIR
       registering a pool of rap memory NCCL cannot register gets rap's sentence.
-  python3 bench_distributed.py report --out DIR
-      the table (medians, spreads, peak reserved per rank) and DIR/distributed.json.
+  python3 bench_distributed.py report --out DIR [--ranks N]
+      the tables (medians and spreads over the runs, step time and peak reserved per rank, the
+      check on every rank) and DIR/distributed.json; --ranks: how many ranks every launch had.
 """
 
 import argparse
@@ -30,7 +33,19 @@ import sys
 import time
 import traceback
 
-STEPS, SKIP, BATCH, SEQ, LAYERS = 30, 5, 8, 512, 6
+BATCH, SEQ, LAYERS = 8, 512, 6
+
+
+def _steps_from_env():
+    """RAP_DIST_STEPS (default 30, at least 3); the first SKIP steps (warm-up) are not timed."""
+    v = os.environ.get("RAP_DIST_STEPS", "30")
+    if not v.isdigit() or int(v) < 3:
+        sys.exit("RAP_DIST_STEPS is a number of steps, at least 3, not %r" % v)
+    n = int(v)
+    return n, min(5, n // 3)
+
+
+STEPS, SKIP = _steps_from_env()
 
 
 def _rank():
@@ -112,8 +127,8 @@ def _one(torch, dist, rank, mode, allocator, pool=None):
             fully_shard(model)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         times, losses = _steps(torch, model, opt, rank, cfg.vocab_size)
-    r = {"mode": mode, "allocator": allocator, "rank": rank,
-         "step_ms": times, "median_ms": statistics.median(times[SKIP:]), "losses": losses,
+    r = {"mode": mode, "allocator": allocator, "rank": rank, "world": dist.get_world_size(),
+         "steps": STEPS, "step_ms": times, "median_ms": statistics.median(times[SKIP:]), "losses": losses,
          "peak_reserved": torch.cuda.max_memory_reserved(), "peak_allocated": torch.cuda.max_memory_allocated()}
     r.update(_rap_figures(allocator))
     del model, opt
@@ -171,17 +186,21 @@ def _release_pool(torch, dist, pool):
     rap_torch.deregister_mem_pool(pool)
 
 
-def _time_all_reduce(torch, dist, x, n=20):
+def _time_collective(torch, call, n=20):
     for _ in range(3):
-        dist.all_reduce(x)
+        call()
     torch.cuda.synchronize()
     ts = []
     for _ in range(n):
         t0 = time.perf_counter()
-        dist.all_reduce(x)
+        call()
         torch.cuda.synchronize()
         ts.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(ts)
+
+
+def _time_all_reduce(torch, dist, x, n=20):
+    return _time_collective(torch, lambda: dist.all_reduce(x), n)
 
 
 def cmd_nccl(args):
@@ -208,6 +227,23 @@ def cmd_nccl(args):
         r["all_reduce_equal"] = bool(torch.equal(reg, nat))
         r["all_reduce_ms_registered"] = _time_all_reduce(torch, dist, reg)
         r["all_reduce_ms_native"] = _time_all_reduce(torch, dist, nat)
+        # All-gather into registered rap memory against native memory: every rank's piece, equal.
+        world = dist.get_world_size()
+        r["world"] = world
+        piece = 16 << 20   # floats per rank: 64 MiB
+        with torch.cuda.use_mem_pool(pool):
+            gathered = torch.empty(piece * world, device="cuda")
+        gathered_nat = torch.empty(piece * world, device="cuda")
+        mine = src[:piece]
+        dist.all_gather_into_tensor(gathered, mine)
+        dist.all_gather_into_tensor(gathered_nat, mine)
+        r["all_gather_equal"] = bool(torch.equal(gathered, gathered_nat)) and bool(
+            torch.equal(gathered[rank * piece:(rank + 1) * piece], mine))
+        r["all_gather_ms_registered"] = _time_collective(
+            torch, lambda: dist.all_gather_into_tensor(gathered, mine))
+        r["all_gather_ms_native"] = _time_collective(
+            torch, lambda: dist.all_gather_into_tensor(gathered_nat, mine))
+        del gathered, gathered_nat, mine
         # One DDP step with the buckets in registered rap memory against one in native memory.
         from torch.nn.parallel import DistributedDataParallel as DDP
         grads = []
@@ -226,7 +262,7 @@ def cmd_nccl(args):
             r["ddp_loss_" + where] = loss.item()
             del ddp, model
         r["ddp_grads_equal"] = all(torch.equal(a, b) for a, b in zip(grads[0], grads[1]))
-        r["ok"] = r["registrable"] and r["all_reduce_equal"] and r["ddp_grads_equal"]
+        r["ok"] = r["registrable"] and r["all_reduce_equal"] and r["all_gather_equal"] and r["ddp_grads_equal"]
         del early, reg, nat, src, grads   # the pool's tensors go before the pool (_release_pool)
     except Exception as e:  # noqa: BLE001
         r["error"] = "%s: %s" % (type(e).__name__, str(e)[:600])
@@ -289,6 +325,69 @@ def _nccl_log_lines(out):
     return lines
 
 
+def _per_rank(rs):
+    """{rank: (run medians of its step ms, its peak reserved MiB per run)} over the good runs."""
+    out = {}
+    for r in sorted((r for r in rs if "error" not in r), key=lambda r: r["run"]):
+        t, m = out.setdefault(r["rank"], ([], []))
+        t.append(r["median_ms"])
+        m.append(r["peak_reserved"] / 2**20)
+    return out
+
+
+def _report_per_rank(summary, table):
+    """Per rank, over the runs: the median and spread of the step time and of the peak reserved,
+    and the check against native on the same rank: rap's median step time at most native's (or
+    within native's spread: at most its slowest run) and rap's median peak reserved at most native's
+    median. Every rank must pass; reported, not asserted (the machine decides)."""
+    print()
+    print("| config | rank | runs | step ms median (spread) | peak reserved MiB median (spread) |")
+    print("| --- | --- | --- | --- | --- |")
+    ranks = {}
+    for (mode, alloc), rs in sorted(table.items(), key=lambda kv: kv[0]):
+        ranks[(mode, alloc)] = _per_rank(rs)
+        for rank, (t, m) in sorted(ranks[(mode, alloc)].items()):
+            print("| %s %s | %d | %d | %.1f (%s) | %.0f (%s) |" % (
+                mode.upper(), alloc, rank, len(t), statistics.median(t), _spread(t),
+                statistics.median(m), "%.0f-%.0f" % (min(m), max(m))))
+        for c in summary["configs"]:
+            if (c["mode"], c["allocator"]) == (mode, alloc):
+                c["per_rank"] = {str(k): {"step_ms": t, "peak_reserved_mib": m}
+                                 for k, (t, m) in sorted(ranks[(mode, alloc)].items())}
+    world = summary.get("world")
+    for mode in ("ddp", "fsdp"):
+        n = ranks.get((mode, "native"), {})
+        for al in sorted(al for (m, al) in ranks if m == mode and al.startswith("rap")) or ["rap"]:
+            a = ranks.get((mode, al), {})
+            key = "target_" + mode + ("" if al == "rap" else "_" + al)
+            want = set(range(world)) if world else set(n) | set(a)
+            if not n or not a or set(n) != want or set(a) != want:
+                print("%s: native and %s did not both finish on every rank (%s and %s of %d): nothing "
+                      "to compare" % (mode.upper(), al, sorted(n), sorted(a), len(want)))
+                summary["ok"] &= al != "rap"   # the default must run; a variant may fail
+                continue
+            each = {}
+            for k in sorted(want):
+                (nt, nm), (at, am) = n[k], a[k]
+                each[str(k)] = {"time": statistics.median(at) <= max(nt),
+                                "time_strict": statistics.median(at) <= statistics.median(nt),
+                                "memory": statistics.median(am) <= statistics.median(nm)}
+                print("%s rank %d: %s %.1f ms %s native %.1f ms (spread %s)%s; peak reserved %.0f MiB %s "
+                      "native %.0f MiB" % (
+                          mode.upper(), k, al, statistics.median(at),
+                          "<=" if each[str(k)]["time_strict"] else ">", statistics.median(nt), _spread(nt),
+                          "" if each[str(k)]["time_strict"] else (
+                              ", within its spread" if each[str(k)]["time"] else ", ABOVE its slowest run"),
+                          statistics.median(am), "<=" if each[str(k)]["memory"] else "NOT <=",
+                          statistics.median(nm)))
+            fast = all(v["time"] for v in each.values())
+            small = all(v["memory"] for v in each.values())
+            summary[key] = {"time": fast, "memory": small, "ranks": each}
+            print("%s: %s against native on every one of %d ranks: step time %s, peak reserved %s" % (
+                mode.upper(), al, len(want), "passed" if fast else "FAILED",
+                "passed" if small else "FAILED"))
+
+
 def cmd_report(args):
     out = args.out
     runs = _load_all(out, "train_*.json")
@@ -296,7 +395,11 @@ def cmd_report(args):
     for r in runs:
         key = (r.get("mode"), r.get("allocator"))
         table.setdefault(key, []).append(r)
-    summary = {"configs": [], "ok": True}
+    worlds = {r["world"] for r in runs if "world" in r}
+    world = args.ranks or (max(worlds) if worlds else None)
+    summary = {"configs": [], "ok": True, "world": world}
+    if world:
+        print("%d ranks, %s" % (world, "steps %s" % sorted({r.get("steps") for r in runs if r.get("steps")})))
     print("| config | runs | step ms: median of run medians (spread) | each run | peak reserved MiB per rank (max over runs) | rap waits | losses vs native |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     native_losses = {}
@@ -337,25 +440,7 @@ def cmd_report(args):
     for c in summary["configs"]:
         for e in c["errors"][:2]:
             print("error in %s %s: %s" % (c["mode"], c["allocator"], e))
-    # The targets: rap's median within native's spread (at most its slowest run), peak reserved at
-    # most native's on every rank. Reported, not asserted: the machine decides.
-    by = {(c["mode"], c["allocator"]): c for c in summary["configs"]}
-    for mode in ("ddp", "fsdp"):
-        n = by.get((mode, "native"))
-        raps = sorted(al for (m, al) in by if m == mode and al.startswith("rap"))
-        for al in raps or ["rap"]:
-            a = by.get((mode, al))
-            if not n or not a or not n["run_medians_ms"] or not a["run_medians_ms"]:
-                print("%s: no training run of native and %s both finished: nothing to compare" % (mode.upper(), al))
-                summary["ok"] &= al != "rap"   # the default must run; a variant may fail
-                continue
-            fast = a["median_ms"] <= max(n["run_medians_ms"])
-            small = all(a["peak_reserved_mib"].get(k, 0) <= v for k, v in n["peak_reserved_mib"].items())
-            summary["target_" + mode + ("" if al == "rap" else "_" + al)] = {"time": fast, "memory": small}
-            print("%s: %s's median %.1f ms %s native's slowest run %.1f ms (native median %.1f); peak "
-                  "reserved %s native's on every rank; waits %d" % (
-                      mode.upper(), al, a["median_ms"], "<=" if fast else ">", max(n["run_medians_ms"]),
-                      n["median_ms"], "<=" if small else "NOT <=", a["waits"]))
+    _report_per_rank(summary, table)
     # The registration test, the bad input, the single-process record_stream hand-off.
     nccl = _load_all(out, "nccl_rank*.json")
     lines = _nccl_log_lines(out)
@@ -365,11 +450,19 @@ def cmd_report(args):
         if "error" in r:
             print("NCCL registration, rank %d: %s" % (r["rank"], r["error"]))
             continue
-        print("NCCL registration, rank %d: registrable %s, all-reduce equal %s, DDP grads equal %s, "
-              "all-reduce 256 MiB %.2f ms registered vs %.2f ms native (%s)" % (
-                  r["rank"], r["registrable"], r["all_reduce_equal"], r["ddp_grads_equal"],
-                  r["all_reduce_ms_registered"], r["all_reduce_ms_native"],
-                  "<=" if r["all_reduce_ms_registered"] <= r["all_reduce_ms_native"] else ">"))
+        print("NCCL registration, rank %d: registrable %s, all-reduce equal %s, all-gather equal %s, "
+              "DDP grads equal %s, all-reduce 256 MiB %.2f ms registered vs %.2f ms native (%s), "
+              "all-gather 64 MiB a rank %.2f vs %.2f ms" % (
+                  r["rank"], r["registrable"], r["all_reduce_equal"], r.get("all_gather_equal"),
+                  r["ddp_grads_equal"], r["all_reduce_ms_registered"], r["all_reduce_ms_native"],
+                  "<=" if r["all_reduce_ms_registered"] <= r["all_reduce_ms_native"] else ">",
+                  r.get("all_gather_ms_registered", 0), r.get("all_gather_ms_native", 0)))
+    nccl_ranks = sorted(r["rank"] for r in nccl)
+    every = bool(world) and nccl_ranks == list(range(world))
+    summary["nccl"]["every_rank"] = every
+    if not every:
+        print("NCCL registration: results from ranks %s, not from every one of %s ranks" % (nccl_ranks, world))
+    summary["ok"] &= every
     print("NCCL's log (NCCL_DEBUG_SUBSYS=REG): %d lines about registration%s" % (
         len(lines), ", e.g.:" if lines else " (none: not registered, or this NCCL logs nothing)"))
     for l in registered_lines[:4]:
@@ -421,6 +514,8 @@ def main():
                     help="with --allocator native: then DDP on registered rap memory in the same process")
     ap.add_argument("--variant", default="",
                     help="with --allocator rap: the name its results go under (rap:NAME); RAP_TORCH_SPEC is its spec")
+    ap.add_argument("--ranks", type=int, default=0,
+                    help="with report: how many ranks every launch had (default: what the runs say)")
     ap.add_argument("--trial", dest="run", type=int, default=0,
                     help="which run of the benchmark (not --run: torchrun would take it for its --run-path)")
     args = ap.parse_args()

@@ -27,6 +27,7 @@ typedef struct imp_extent {       /* one row of the exporter's table, as mapped 
   uint64_t serial;                /* 0: nothing mapped here for this row */
   uint64_t offset, size;
   unsigned refs;                  /* open blocks that use it */
+  uint64_t users;                 /* device: other devices given access to it here (bits) */
 } imp_extent;
 
 typedef struct imp_event {        /* an interprocess event this process recorded for a close */
@@ -67,6 +68,7 @@ typedef struct imp_pool {
   imp_event *events;
   void *mempool;                  /* a pool's: the exporter's pool imported here */
   uint64_t granted;               /* a pool's: other devices given access to it here (bits) */
+  uint64_t reach;                 /* device: other devices found able to access its memory (bits) */
   imp_alloc *allocs;              /* a pool's: its allocations imported here */
   struct imp_pool *next;
 } imp_pool;
@@ -251,8 +253,9 @@ static int pool_open(const ipc_desc *d, imp_pool **out) {
   return RAP_OK;
 }
 
-/* Maps row i of the exporter's table here (serial: what the row said when read). */
-static int row_map(imp_pool *p, unsigned i, uint64_t serial) {
+/* Maps row i of the exporter's table here (serial: what the row said when read); a device's
+ * memory is given to the memory's device and to user, the device the block is used on. */
+static int row_map(imp_pool *p, unsigned i, uint64_t serial, int user) {
   ipc_extent *x = &p->ctl->extents[i];
   uint64_t off = x->offset, size = x->size;
   int32_t xfd = x->fd;
@@ -267,7 +270,7 @@ static int row_map(imp_pool *p, unsigned i, uint64_t serial) {
   if (fabric) {
     unsigned char handle[sizeof x->fabric];
     memcpy(handle, x->fabric, sizeof handle);
-    st = rapi_ipc_device_map(p->device, addr, size, -1, handle);
+    st = rapi_ipc_device_map(p->device, user, addr, size, -1, handle);
     fabric = st == RAP_OK;
     if (!fabric && xfd < 0) return st;
     if (!fabric)
@@ -278,7 +281,7 @@ static int row_map(imp_pool *p, unsigned i, uint64_t serial) {
   if (!fabric && xfd >= 0 && (fd = pidfd_getfd_(p->pidfd, xfd)) < 0)
     return getfd_fail(errno, p->pid, "a mapping");
   if (!fabric && p->kind == RAPI_IPC_DEVICE) {
-    st = fd >= 0 ? rapi_ipc_device_map(p->device, addr, size, fd, NULL)
+    st = fd >= 0 ? rapi_ipc_device_map(p->device, user, addr, size, fd, NULL)
                  : rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: the exporter's table names neither a "
                              "descriptor nor a fabric handle for a mapping (corrupt)");
   } else if (!fabric && (fd < 0 || mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
@@ -296,7 +299,8 @@ static int row_map(imp_pool *p, unsigned i, uint64_t serial) {
     return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the exporter gave the memory back while "
                      "it was being opened");
   }
-  p->rows[i] = (imp_extent){serial, off, size, 0};
+  bool other = p->kind == RAPI_IPC_DEVICE && user != p->device && user >= 0 && user < 64;
+  p->rows[i] = (imp_extent){serial, off, size, 0, other ? (uint64_t)1 << user : 0};
   return RAP_OK;
 }
 
@@ -311,8 +315,18 @@ static void row_unmap_if_given_back(imp_pool *p, unsigned i) {
   e->serial = 0;
 }
 
-/* Every row that covers [off, off+size) mapped here and counted for the block. */
-static int rows_take(imp_pool *p, uint64_t off, uint64_t size, unsigned **rows, unsigned *n) {
+/* A device's row mapped here, used on device user: that device given access where it has none. */
+static int row_reach(imp_pool *p, unsigned i, int user) {
+  imp_extent *e = &p->rows[i];
+  if (p->kind != RAPI_IPC_DEVICE || user < 0 || user == p->device || (user < 64 && (e->users >> user & 1)))
+    return RAP_OK;
+  int st = rapi_ipc_device_grant(p->device, user, p->base + e->offset, e->size);
+  if (st == RAP_OK && user < 64) e->users |= (uint64_t)1 << user;
+  return st;
+}
+
+/* Every row that covers [off, off+size) mapped here, reached from user and counted for the block. */
+static int rows_take(imp_pool *p, uint64_t off, uint64_t size, int user, unsigned **rows, unsigned *n) {
   uint64_t end = off + (size ? size : 1), covered = 0;
   unsigned top = LOAD(&p->ctl->extents_top), cap = 4, k = 0;
   unsigned *got = rapi_malloc(cap * sizeof *got);
@@ -329,8 +343,9 @@ static int rows_take(imp_pool *p, uint64_t off, uint64_t size, unsigned **rows, 
                        "block still open here lies; close it first");
         break;
       }
-      if ((st = row_map(p, i, serial)) != RAP_OK) break;
+      if ((st = row_map(p, i, serial, user)) != RAP_OK) break;
     }
+    if ((st = row_reach(p, i, user)) != RAP_OK) break;
     if (k == cap) {
       unsigned *more = rapi_realloc(got, 2 * cap * sizeof *got);
       if (more == NULL) {
@@ -460,6 +475,19 @@ static void unclaim(imp_pool *p, unsigned ticket, uint64_t claimed) {
   (void)cas(&p->ctl->tickets[ticket].word, claimed, tword(tw_serial(claimed), 0, T_SENT));
 }
 
+/* What a pool asks of the importer before anything is claimed: a StreamOrdered pool's block is used
+ * on a CUDA stream or on the host, its pool reached from that device; a DeviceVmm block's device
+ * (user) can reach the memory. */
+static int import_where(imp_pool *p, rap_resource *r, int *user) {
+  *user = -1;
+  if (p->kind == RAPI_IPC_DEVICE) return rapi_ipc_device_user(p->device, r, &p->reach, user);
+  if (p->kind != RAPI_IPC_POOL) return RAP_OK;
+  if (r != NULL && r->ops->record != NULL && strcmp(r->ops->kind, "cuda") != 0)
+    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: a block of a StreamOrdered pool is used and "
+                     "closed on a CUDA stream or on the host, not on a %s resource", r->ops->kind);
+  return rapi_ipc_pool_reach(p->device, p->mempool, r, &p->granted);
+}
+
 int rap_ipc_import(rap_manager *rm, const rap_ipc_desc *desc, rap_resource *r, void **out) {
   if (rm == NULL || desc == NULL || out == NULL)
     return rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: manager, descriptor or out is NULL");
@@ -481,12 +509,8 @@ int rap_ipc_import(rap_manager *rm, const rap_ipc_desc *desc, rap_resource *r, v
     p->next = im->pools;
     im->pools = p;
   }
-  if (st == RAP_OK && p->kind == RAPI_IPC_POOL && r != NULL && r->ops->record != NULL &&
-      strcmp(r->ops->kind, "cuda") != 0)
-    st = rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: a block of a StreamOrdered pool is used and "
-                   "closed on a CUDA stream or on the host, not on a %s resource", r->ops->kind);
-  if (st == RAP_OK && p->kind == RAPI_IPC_POOL)
-    st = rapi_ipc_pool_reach(p->device, p->mempool, r, &p->granted);
+  int user = -1;
+  if (st == RAP_OK) st = import_where(p, r, &user);
   uint64_t claimed = 0;
   if (st == RAP_OK) st = claim(p, &d, &claimed);
   imp_block *b = NULL;
@@ -499,10 +523,11 @@ int rap_ipc_import(rap_manager *rm, const rap_ipc_desc *desc, rap_resource *r, v
     HASH_FIND_PTR(im->blocks, &ptr, b);
     if (tk == NULL) st = rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
   }
+  for (unsigned j = 0; st == RAP_OK && b != NULL && j < b->nrows; j++) st = row_reach(p, b->rows[j], user);
   if (st == RAP_OK && b == NULL) {
     imp_block *nb = rapi_calloc(1, sizeof *nb);
     if (nb == NULL) st = rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
-    if (st == RAP_OK && al == NULL) st = rows_take(p, d.offset, d.size, &nb->rows, &nb->nrows);
+    if (st == RAP_OK && al == NULL) st = rows_take(p, d.offset, d.size, user, &nb->rows, &nb->nrows);
     bool added = false;
     if (st == RAP_OK) {
       nb->ptr = ptr;

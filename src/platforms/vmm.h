@@ -153,10 +153,14 @@ void rapi_ipc_extent_remove(rapi_vmm *v, rapi_vmm_extent *e);
 /* The importer's side of a backend: reserve a range, map what an exporter's descriptor of one
  * mapping names at addr (fd: a descriptor this process owns, which the call does not close;
  * fabric: a device's fabric handle), give back. The host's is in ipc_import.c, the device's in
- * vmm_device.c. */
+ * vmm_device.c. A device block is used on user, the device of the import's stream or else the
+ * calling thread's current one (refused where it cannot reach device; reach: devices found able,
+ * bits): a mapping gives it access with the memory's own device, or later (grant). */
 int  rapi_ipc_device_reserve(int device, size_t size, size_t granularity, char **base);
 void rapi_ipc_device_unreserve(char *base, size_t size);
-int  rapi_ipc_device_map(int device, char *addr, size_t size, int fd, const unsigned char *fabric);
+int  rapi_ipc_device_user(int device, rap_resource *r, uint64_t *reach, int *user);
+int  rapi_ipc_device_map(int device, int user, char *addr, size_t size, int fd, const unsigned char *fabric);
+int  rapi_ipc_device_grant(int device, int user, char *addr, size_t size);
 int  rapi_ipc_device_unmap(char *addr, size_t size);
 
 #endif /* RAP_VMM_H */

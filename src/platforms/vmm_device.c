@@ -568,9 +568,41 @@ void rapi_ipc_device_unreserve(char *base, size_t size) {
   if (drv.address_free != NULL) (void)drv.address_free((CUdeviceptr)(uintptr_t)base, size);
 }
 
+/* The device an importer uses a block on: its CUDA stream's, or else the calling thread's current
+ * device (an import on the host or a CPU queue: where that thread's kernels will run). Where it is
+ * another device than the memory's, it must be able to reach it (reach: the devices found able,
+ * bits); a refusal happens here, before anything is mapped. */
+int rapi_ipc_device_user(int device, rap_resource *r, uint64_t *reach, int *user) {
+  bool stream = r != NULL && strcmp(rap_resource_kind(r), "cuda") == 0;
+  int dev = device, can = 0;
+  cudaError_t e = stream ? cudaStreamGetDevice(rap_resource_cuda_stream(r), &dev) : cudaGetDevice(&dev);
+  if (e != cudaSuccess) return ipc_rt_fail(stream ? "cudaStreamGetDevice" : "cudaGetDevice", e);
+  *user = dev;
+  if (dev == device || (dev < 64 && (*reach >> dev & 1))) return RAP_OK;
+  if ((e = cudaDeviceCanAccessPeer(&can, dev, device)) != cudaSuccess)
+    return ipc_rt_fail("cudaDeviceCanAccessPeer", e);
+  if (!can)
+    return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_import: the block lies in device %d's memory and "
+                     "the importer uses it on device %d (%s), which cannot access device %d's memory "
+                     "(no peer access between them); import it on a stream of device %d", device, dev,
+                     stream ? "its stream's" : "the calling thread's current device", device, device);
+  if (dev < 64) *reach |= (uint64_t)1 << dev;
+  return RAP_OK;
+}
+
+static CUmemAccessDesc ipc_access(int device) {
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof access);
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return access;
+}
+
 /* Imports the exporter's memory (a POSIX descriptor, else a fabric handle), maps it at addr and
- * gives this process's device access; the mapping holds the memory, so the handle goes at once. */
-int rapi_ipc_device_map(int device, char *addr, size_t size, int fd, const unsigned char *fabric) {
+ * gives access to the memory's device and to user (rapi_ipc_device_user) where that is another;
+ * the mapping holds the memory, so the handle goes at once. */
+int rapi_ipc_device_map(int device, int user, char *addr, size_t size, int fd, const unsigned char *fabric) {
   int saved = 0, st = ipc_drv("rap_ipc_import");
   if (st != RAP_OK || (st = ipc_enter(device, &saved)) != RAP_OK) return st;
   CUmemGenericAllocationHandle h;
@@ -583,12 +615,8 @@ int rapi_ipc_device_map(int device, char *addr, size_t size, int fd, const unsig
     st = ipc_cu_fail("cuMemMap", r, size);
     (void)drv.release(h);
   } else {
-    CUmemAccessDesc access;
-    memset(&access, 0, sizeof access);
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = device;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if ((r = drv.set_access(d, size, &access, 1)) != CUDA_SUCCESS) {
+    CUmemAccessDesc access[2] = {ipc_access(device), ipc_access(user)};
+    if ((r = drv.set_access(d, size, access, user >= 0 && user != device ? 2 : 1)) != CUDA_SUCCESS) {
       st = ipc_cu_fail("cuMemSetAccess", r, size);
       (void)drv.unmap(d, size);
     }
@@ -596,6 +624,16 @@ int rapi_ipc_device_map(int device, char *addr, size_t size, int fd, const unsig
   }
   (void)cudaSetDevice(saved);
   return st;
+}
+
+/* A mapping made here earlier, now also used on device user: that device is given access. */
+int rapi_ipc_device_grant(int device, int user, char *addr, size_t size) {
+  int saved = 0, st = ipc_drv("rap_ipc_import");
+  if (st != RAP_OK || (st = ipc_enter(device, &saved)) != RAP_OK) return st;
+  CUmemAccessDesc access = ipc_access(user);
+  CUresult r = drv.set_access((CUdeviceptr)(uintptr_t)addr, size, &access, 1);
+  (void)cudaSetDevice(saved);
+  return r == CUDA_SUCCESS ? RAP_OK : ipc_cu_fail("cuMemSetAccess (for the importer's device)", r, size);
 }
 
 int rapi_ipc_device_unmap(char *addr, size_t size) {
@@ -634,8 +672,16 @@ int rapi_ipc_device_reserve(int device, size_t size, size_t granularity, char **
   return no_device_ipc();
 }
 void rapi_ipc_device_unreserve(char *base, size_t size) { (void)base, (void)size; }
-int rapi_ipc_device_map(int device, char *addr, size_t size, int fd, const unsigned char *fabric) {
-  (void)device, (void)addr, (void)size, (void)fd, (void)fabric;
+int rapi_ipc_device_user(int device, rap_resource *r, uint64_t *reach, int *user) {
+  (void)device, (void)r, (void)reach, (void)user;
+  return no_device_ipc();
+}
+int rapi_ipc_device_map(int device, int user, char *addr, size_t size, int fd, const unsigned char *fabric) {
+  (void)device, (void)user, (void)addr, (void)size, (void)fd, (void)fabric;
+  return no_device_ipc();
+}
+int rapi_ipc_device_grant(int device, int user, char *addr, size_t size) {
+  (void)device, (void)user, (void)addr, (void)size;
   return no_device_ipc();
 }
 int rapi_ipc_device_unmap(char *addr, size_t size) {

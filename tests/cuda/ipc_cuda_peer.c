@@ -4,8 +4,10 @@
  * copies the block into a buffer of its own, then the close (an interprocess event). The exporter
  * meanwhile runs ahead and frees. At the end every copy must hold its block's tag, and the answer
  * on stdout is "foreign N" (words that were not the tag) or "err STATUS sentence".
- *   rap_ipc_cuda_peer SIZE [DEVICE [host]]: the stream and kernels on DEVICE; with "host", each
- * block is imported and closed on the host (no resource), the stream synchronized before the close.
+ *   rap_ipc_cuda_peer SIZE [DEVICE [host|stream [SECOND]]]: the stream and kernels on DEVICE; with
+ * "host", each block is imported and closed on the host (no resource) by a thread whose current
+ * device is DEVICE, the stream synchronized before the close. With SECOND, every other block (the
+ * 2nd, 4th, ...) is used on device SECOND instead: its stream and kernels, its current device.
  */
 #define _GNU_SOURCE   /* nanosleep, rand_r */
 #include "kernels.h"
@@ -59,16 +61,22 @@ static int fail(int st) {
 
 int main(int argc, char **argv) {
   size_t size = argc > 1 ? strtoull(argv[1], NULL, 10) : (size_t)1 << 20;
-  /* The device of the exporter's memory: this process's stream and kernels are that device's. */
-  if (argc > 2 && cudaSetDevice(atoi(argv[2])) != cudaSuccess) {
+  /* The device of this process's stream and kernels (and SECOND's, for every other block). */
+  int device = argc > 2 ? atoi(argv[2]) : 0, second = argc > 4 ? atoi(argv[4]) : -1;
+  if (argc > 2 && cudaSetDevice(device) != cudaSuccess) {
     printf("err cudaSetDevice(%s) failed\n", argv[2]);
     return 1;
   }
   bool on_host = argc > 3 && strcmp(argv[3], "host") == 0;
   rap_manager *rm = NULL;
-  rap_resource *q = NULL;
+  rap_resource *q = NULL, *q2 = NULL;
   int st = rap_manager_create(&rm);
   if (st == RAP_OK) st = rap_resource_create_cuda_stream(rm, &q);
+  if (st == RAP_OK && second >= 0) {
+    if (cudaSetDevice(second) != cudaSuccess) return fail(RAP_ERR_BACKEND);
+    st = rap_resource_create_cuda_stream(rm, &q2);
+    if (cudaSetDevice(device) != cudaSuccess) return fail(RAP_ERR_BACKEND);
+  }
   if (st != RAP_OK) return fail(st);
   cudaStream_t s = rap_resource_cuda_stream(q);
   opener o;
@@ -84,17 +92,22 @@ int main(int argc, char **argv) {
     int tag = 0;
     if (fread(&tag, sizeof tag, 1, stdin) != 1) break;
     void *p = NULL;
-    if ((st = rap_ipc_import(rm, &d, on_host ? NULL : q, &p)) != RAP_OK) return fail(st);
+    bool other = q2 != NULL && n % 2 == 1;   /* used on SECOND, its current device meanwhile */
+    rap_resource *use = other ? q2 : q;
+    cudaStream_t us = rap_resource_cuda_stream(use);
+    if (other && cudaSetDevice(second) != cudaSuccess) return fail(RAP_ERR_BACKEND);
+    if ((st = rap_ipc_import(rm, &d, on_host ? NULL : use, &p)) != RAP_OK) return fail(st);
     if (cudaMalloc((void **)&copies[n], size) != cudaSuccess || gpu_gate_create(&o.gates[n]) != 0)
       return fail(RAP_ERR_BACKEND);
     tags[n] = tag;
-    if (!on_host) gpu_gated_fill(s, o.gates[n], scratch, 256, 0);   /* a random time on the stream */
-    gpu_copy(s, copies[n], p, size);                    /* then it reads the block */
-    if (on_host && cudaStreamSynchronize(s) != cudaSuccess) {
+    if (!on_host && !other) gpu_gated_fill(s, o.gates[n], scratch, 256, 0);   /* a random time */
+    gpu_copy(us, copies[n], p, size);                   /* then it reads the block */
+    if (on_host && cudaStreamSynchronize(us) != cudaSuccess) {
       printf("err cudaStreamSynchronize: %s\n", cudaGetErrorString(cudaGetLastError()));
       return 1;
     }
-    if ((st = rap_ipc_close(rm, p, on_host ? NULL : q)) != RAP_OK) return fail(st);
+    if ((st = rap_ipc_close(rm, p, on_host ? NULL : use)) != RAP_OK) return fail(st);
+    if (other && cudaSetDevice(device) != cudaSuccess) return fail(RAP_ERR_BACKEND);
     pthread_mutex_lock(&o.lock);
     o.n = ++n;
     pthread_mutex_unlock(&o.lock);
@@ -103,7 +116,9 @@ int main(int argc, char **argv) {
   o.done = 1;
   pthread_mutex_unlock(&o.lock);
   pthread_join(th, NULL);
-  if (cudaStreamSynchronize(s) != cudaSuccess) return fail(RAP_ERR_BACKEND);
+  if (cudaStreamSynchronize(s) != cudaSuccess ||
+      (q2 != NULL && cudaStreamSynchronize(rap_resource_cuda_stream(q2)) != cudaSuccess))
+    return fail(RAP_ERR_BACKEND);
   size_t foreign = 0;
   unsigned char *host = malloc(size);
   for (int k = 0; k < n; k++) {
@@ -114,7 +129,9 @@ int main(int argc, char **argv) {
   }
   free(host);
   cudaFree(scratch);
-  if ((st = rap_resource_destroy(q)) != RAP_OK || (st = rap_manager_destroy(rm)) != RAP_OK) return fail(st);
+  if ((q2 != NULL && (st = rap_resource_destroy(q2)) != RAP_OK) || (st = rap_resource_destroy(q)) != RAP_OK ||
+      (st = rap_manager_destroy(rm)) != RAP_OK)
+    return fail(st);
   printf("foreign %zu of %d blocks\n", foreign, n);
   fflush(stdout);
   return 0;

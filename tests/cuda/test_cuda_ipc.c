@@ -21,6 +21,7 @@
 #include <string.h>
 
 static bool import_on_host;   /* the importer imports and closes with no resource */
+static int import_second = -1; /* >= 0: the importer uses every other block on this device */
 
 /* importer: the device of the importer's stream and kernels, or -1 for this process's current one
  * (the exporter's). */
@@ -39,14 +40,15 @@ static void race_on(const char *spec, int steps, size_t size, int importer) {
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   posix_spawn_file_actions_addclose(&fa, in[1]);
   posix_spawn_file_actions_addclose(&fa, out[0]);
-  char arg[32], dev[16];
+  char arg[32], dev[16], second[16];
   snprintf(arg, sizeof arg, "%zu", size);
   int device = importer;
   if (device < 0) RAP_CHECK(cudaGetDevice(&device) == cudaSuccess);
   snprintf(dev, sizeof dev, "%d", device);
   char path[4096];
   peer_path(path, sizeof path, "rap_ipc_cuda_peer", RAP_IPC_CUDA_PEER);
-  char *argv[] = {path, arg, dev, import_on_host ? "host" : NULL, NULL};
+  snprintf(second, sizeof second, "%d", import_second);
+  char *argv[] = {path, arg, dev, import_on_host ? "host" : "stream", import_second >= 0 ? second : NULL, NULL};
   pid_t pid;
   RAP_CHECK(posix_spawn(&pid, path, &fa, NULL, argv, environ) == 0);
   posix_spawn_file_actions_destroy(&fa);
@@ -84,7 +86,11 @@ static void race_on(const char *spec, int steps, size_t size, int importer) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-static void race(const char *spec, int steps, size_t size) { race_on(spec, steps, size, -1); }
+static void race(const char *spec, int steps, size_t size) {
+  import_on_host = false;   /* every entry sets the importer's modes (a failed case leaves them) */
+  import_second = -1;
+  race_on(spec, steps, size, -1);
+}
 
 RAP_TEST(CudaIpc, TwoProcessesOneGpuNoBlockReusedBeforeTheImporterPassed) {
   race("ResourceAwarePool(DeviceVmm(export=posix, reserve=8GiB), initial_size=4MiB, next_size=2MiB)", 24, (size_t)4 << 20);
@@ -166,36 +172,60 @@ RAP_TEST(CudaIpc, StreamOrderedTwoProcessesOnTheSecondGpu) {
   RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
 }
 
-/* Across two GPUs: the exporter's StreamOrdered pool on device pool_dev, the importer's stream and
- * kernels on device importer, which reads and writes the memory over the peer link (the import
- * gives the importer's device access to the imported pool: an imported pool is accessible from its
- * own device only). on_host: each block is imported and closed with no resource (the host's). */
-static void across_gpus(int pool_dev, int importer, bool on_host) {
+/* Across two GPUs: the exporter's pool on device pool_dev (platform, with options: StreamOrdered or
+ * DeviceVmm), the importer's stream and kernels on device importer, which reads and writes the
+ * memory over the peer link: the import gives the importer's device access (an imported pool, or
+ * an imported mapping, is accessible from its memory's device only). on_host: each block is
+ * imported and closed with no resource (the host's), by a thread whose current device is importer.
+ * second >= 0: every other block is used on that device instead. */
+static void across(const char *platform, const char *options, int pool_dev, int importer, bool on_host,
+                   int second) {
   int n = 0, can = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
     (void)cudaGetLastError();
     RAP_SKIP("needs two GPUs");
   }
-  if (cudaDeviceCanAccessPeer(&can, importer, pool_dev) != cudaSuccess || !can) {
+  int far = second >= 0 ? second : importer;
+  if (cudaDeviceCanAccessPeer(&can, far, pool_dev) != cudaSuccess || !can) {
     (void)cudaGetLastError();
-    RAP_SKIP("device %d cannot access device %d's memory (no peer link)", importer, pool_dev);
+    RAP_SKIP("device %d cannot access device %d's memory (no peer link)", far, pool_dev);
   }
-  char spec[160];
-  snprintf(spec, sizeof spec, "ResourceAwarePool(StreamOrdered(device=%d, pool=new, export=posix), "
-           "initial_size=4MiB, next_size=2MiB)", pool_dev);
+  char spec[192];
+  snprintf(spec, sizeof spec, "ResourceAwarePool(%s(device=%d, %s), initial_size=4MiB, next_size=2MiB)",
+           platform, pool_dev, options);
   RAP_CHECK(cudaSetDevice(pool_dev) == cudaSuccess);
   import_on_host = on_host;
+  import_second = second;
   race_on(spec, 16, (size_t)2 << 20, importer);
   import_on_host = false;
+  import_second = -1;
   RAP_CHECK(cudaSetDevice(0) == cudaSuccess);
 }
 
-RAP_TEST(CudaIpc, StreamOrderedImportedOnTheOtherGpu) { across_gpus(1, 0, false); }
-RAP_TEST(CudaIpc, StreamOrderedImportedOnTheOtherGpuMirrored) { across_gpus(0, 1, false); }
+static void across_gpus(const char *platform, const char *options, int pool_dev, int importer, bool on_host) {
+  across(platform, options, pool_dev, importer, on_host, -1);
+}
+
+#define SO_OPTIONS "pool=new, export=posix"
+RAP_TEST(CudaIpc, StreamOrderedImportedOnTheOtherGpu) { across_gpus("StreamOrdered", SO_OPTIONS, 1, 0, false); }
+RAP_TEST(CudaIpc, StreamOrderedImportedOnTheOtherGpuMirrored) { across_gpus("StreamOrdered", SO_OPTIONS, 0, 1, false); }
 
 /* Imported on the host by a process whose kernels run on the other device: the imported pool is
  * made accessible to the importing thread's current device. */
-RAP_TEST(CudaIpc, StreamOrderedImportedOnTheHostOfTheOtherGpu) { across_gpus(0, 1, true); }
+RAP_TEST(CudaIpc, StreamOrderedImportedOnTheHostOfTheOtherGpu) { across_gpus("StreamOrdered", SO_OPTIONS, 0, 1, true); }
+
+/* DeviceVmm's mappings, likewise: each is mapped here with access for its memory's device and for
+ * the importer's (its stream's, or the importing thread's current device); a mapping made for an
+ * earlier block gives a later device access when a block in it is used there. */
+#define VMM_OPTIONS "export=posix, reserve=8GiB"
+RAP_TEST(CudaIpc, DeviceVmmImportedOnTheOtherGpu) { across_gpus("DeviceVmm", VMM_OPTIONS, 1, 0, false); }
+RAP_TEST(CudaIpc, DeviceVmmImportedOnTheOtherGpuMirrored) { across_gpus("DeviceVmm", VMM_OPTIONS, 0, 1, false); }
+RAP_TEST(CudaIpc, DeviceVmmImportedOnTheHostOfTheOtherGpu) { across_gpus("DeviceVmm", VMM_OPTIONS, 0, 1, true); }
+
+/* One importer on both devices: the even blocks on the memory's device 0 (a mapping made for one
+ * gives device 0 alone access), every odd block on device 1, most in a mapping made already. */
+RAP_TEST(CudaIpc, DeviceVmmImportedOnBothGpus) { across("DeviceVmm", VMM_OPTIONS, 0, 0, false, 1); }
+RAP_TEST(CudaIpc, DeviceVmmImportedOnTheHostOfBothGpus) { across("DeviceVmm", VMM_OPTIONS, 0, 0, true, 1); }
 
 /* Two blocks of one chunk (one allocation of CUDA's pool, imported once by the peer): each freed
  * block stays pending until the peer closed it, and the last close gives the imported allocation
