@@ -378,10 +378,11 @@ int rap_trace_start(const char *path) {
   pthread_mutex_lock(&control_lock);
   int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) {
+    int why = errno;
     pthread_mutex_unlock(&control_lock);
     free(slots);
-    return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot open '%s' for writing; nothing was "
-                     "changed", path);
+    return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot open '%s' for writing (%s); nothing "
+                     "was changed", path, strerror(why));
   }
   /* The open trace ends before the file is truncated: it may be this very file. */
   bool failed;
@@ -390,10 +391,12 @@ int rap_trace_start(const char *path) {
   struct stat st;
   bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   if (regular && ftruncate(fd, 0) != 0) {
+    int why = errno;
     close(fd);
     pthread_mutex_unlock(&control_lock);
     free(slots);
-    return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot truncate '%s'; tracing is off", path);
+    return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot truncate '%s' (%s); tracing is off", path,
+                     strerror(why));
   }
   install_handlers();
   pthread_mutex_lock(&trace_lock);
