@@ -139,6 +139,8 @@ static int parse_line(trace *t, const char *s, te *e) {
       e->p = strtoull(val, NULL, 16);
     } else if (KEY("n")) {
       e->n = strtoull(val, NULL, 10);
+    } else if (KEY("in_place")) {
+      e->in_place = *val == 't';
     } else if (KEY("held") || KEY("pb")) {
       e->level = strtoull(val, NULL, 10);
     } else if (KEY("version") && str) {

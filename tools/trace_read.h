@@ -30,6 +30,7 @@ typedef struct te {
   int8_t d;            /* depth of a call, -1 when the event has none */
   uint8_t rk;          /* index into trace.kinds */
   uint8_t skip;        /* a deallocation that was refused (a 'refused' line follows it) */
+  uint8_t in_place;    /* grow/release: at a chunk's end ("in_place":true), not a whole chunk */
 } te;
 
 struct name_ix;
