@@ -314,11 +314,15 @@ static void name_the_spec(const char *e, const char *root, char *out, size_t cap
       what = c + 1;
       what_len = (int)(strcspn(what, "/'"));
     }
+    /* "Planned('spec')": the strategy written before the name goes too. */
+    size_t wl = (size_t)what_len;
+    bool wrapped = close[1] == ')' && n > wl && out[n - 1] == '(' && strncmp(out + n - 1 - wl, what, wl) == 0;
+    if (wrapped) n -= wl + 1;
     int wrote = over == NULL ? snprintf(out + n, cap - n, "the spec's %s", root)
                              : snprintf(out + n, cap - n, "the spec's %.*s (under %.*s)", what_len, what,
                                         over_len, over);
     n = wrote < 0 || (size_t)wrote >= cap - n ? cap - 1 : n + (size_t)wrote;
-    e = close + 1;
+    e = close + 1 + wrapped;
     /* make's " (Strategy)" after the name says what was said already. */
     if (e[0] == ' ' && e[1] == '(' && strncmp(e + 2, what, (size_t)what_len) == 0 && e[2 + what_len] == ')')
       e += 3 + what_len;

@@ -416,6 +416,7 @@ RAP_TEST(Spec, CheckNamesThePartOfTheSpec) {
        "rap_spec_check: the spec's QuickPool (under ThreadSafe): unknown option 'bogus'"},
       {"ThreadSafe(QuickPool(SizeLimiter(HOST, limit=0x)))", RAP_ERR_INVALID, 0,
        "rap_spec_check: the spec's SizeLimiter (under QuickPool): option 'limit' needs a size"},
+      {"Planned(HOST)", RAP_ERR_INVALID, 0, "rap_spec_check: the spec's Planned: plan=FILE is required"},
   };
   for (size_t i = 0; i < sizeof said / sizeof said[0]; i++) {
     int st = rap_spec_check(said[i].spec);
