@@ -5,6 +5,8 @@
  *   rap-trace plot TRACE -o FILE.svg|FILE.html  a memory timeline (trace_plot.c)
  *   rap-trace plan TRACE -o PLAN                a placement of an iteration's allocations
  *                                               (trace_plan.c), for the Planned strategy
+ *   rap-trace stacks TRACE                      allocations by the stack that made them
+ *                                               (RAP_TRACE_STACK; trace_stacks.c)
  *
  * Replay takes the user's calls (depth 0) of one allocator (--allocator NAME; every allocator's by
  * default) and makes them, in the trace's order, on an allocator built from SPEC in a fresh
@@ -18,6 +20,7 @@
 #include "trace_read.h"
 #include "trace_plot.h"
 #include "trace_plan.h"
+#include "trace_stacks.h"
 
 #include <rap/rap.h>
 
@@ -38,6 +41,7 @@ static int usage(FILE *f) {
           "       rap-trace plot TRACE -o FILE.svg|FILE.html [--allocator NAME] [--title TEXT]\n"
           "       rap-trace plan TRACE -o PLAN [--allocator NAME] [--alignment N (256)] [--skip N (0)]\n"
           "                        [--place-dynamic]\n"
+          "       rap-trace stacks TRACE [--allocator NAME] [--top N (10)]\n"
           "       rap-trace --help | --version\n"
           "TRACE is a file written with RAP_TRACE=FILE (or rap_trace_start); docs/trace.md has its format.\n");
   return f == stderr ? 2 : 0;
@@ -386,6 +390,7 @@ int main(int argc, char **argv) {
   replay_opts ro = {NULL, NULL, "host_async", 0, 256};
   plot_opts po = {NULL, NULL, NULL};
   plan_cli pc = {NULL, NULL, {256, 0, 0}};
+  size_t top = 10;
   for (int i = 3; i < argc; i++) {
     const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(arg, "--json") == 0) {
@@ -427,13 +432,22 @@ int main(int argc, char **argv) {
       else pc.o.skip_iterations = (size_t)v;
     }
     else if (strcmp(arg, "--title") == 0) po.title = val;
+    else if (strcmp(arg, "--top") == 0) {
+      char *end;
+      unsigned long long v = strtoull(val, &end, 10);
+      if (*val == '\0' || *end != '\0' || v == 0 || v > 100000) {
+        fprintf(stderr, "rap-trace: --top is a number from 1 to 100000, not '%s'\n", val);
+        return 2;
+      }
+      top = (size_t)v;
+    }
     else {
       fprintf(stderr, "rap-trace: unknown option '%s'\n", arg);
       return usage(stderr);
     }
   }
   if (strcmp(cmd, "summary") != 0 && strcmp(cmd, "replay") != 0 && strcmp(cmd, "plot") != 0 &&
-      strcmp(cmd, "plan") != 0) {
+      strcmp(cmd, "plan") != 0 && strcmp(cmd, "stacks") != 0) {
     fprintf(stderr, "rap-trace: unknown command '%s'\n", cmd);
     return usage(stderr);
   }
@@ -463,6 +477,7 @@ int main(int argc, char **argv) {
   int rc = strcmp(cmd, "summary") == 0 ? summary(&t)
            : strcmp(cmd, "replay") == 0 ? replay(&t, &ro)
            : strcmp(cmd, "plan") == 0   ? plan(&t, &pc)
+           : strcmp(cmd, "stacks") == 0 ? trace_stacks(&t, pc.allocator, top)
                                         : trace_plot(&t, &po);
   trace_free(&t);
   return rc;

@@ -198,3 +198,62 @@ RAP_TEST(TraceToolUser, AGrowablePoolsChunkIsOneChunk) {
   RAP_CHECK_STR(out, "'vq': 20 user calls, peak live 20.00 MiB, 1 chunk taken, grown in place 9 times");
   remove(path);
 }
+
+/* ---- RAP_TRACE_STACK: where each allocation was made -------------------------------------------- */
+
+/* Allocates three blocks from a frame of its own (no tail call: its result is used after). */
+__attribute__((noinline)) static int the_users_allocating_site(rap_allocator *a, void **p) {
+  int st = RAP_OK;
+  for (int i = 0; i < 3 && st == RAP_OK; i++) st = rap_allocate(a, &p[i], 4096, NULL);
+  __asm__ volatile("" ::: "memory");
+  return st;
+}
+
+RAP_TEST(TraceToolUser, StacksSayWhereTheMemoryWasAllocated) {
+  char path[256], args[768], out[8192];
+  tu_path(path, sizeof path, "stacks.jsonl");
+  RAP_CHECK(setenv("RAP_TRACE_STACK", "33", 1) == 0);
+  RAP_CHECK_STATUS(rap_trace_start(path), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "RAP_TRACE_STACK is a number of frames from 0 to 32, not '33'");
+  RAP_CHECK(setenv("RAP_TRACE_STACK", "6", 1) == 0);
+  RAP_CHECK_OK(rap_trace_start(path));
+  rap_manager *rm = tu_manager();
+  rap_allocator *a = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "q", "ThreadSafe(QuickPool(HOST, initial_size=1MiB))", &a));
+  void *p[3];
+  RAP_CHECK_OK(the_users_allocating_site(a, p));
+  for (int i = 0; i < 3; i++) RAP_CHECK_OK(rap_deallocate(a, p[i], NULL));
+  RAP_CHECK_OK(rap_allocator_destroy(a));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+  RAP_CHECK_OK(rap_trace_stop());
+  RAP_CHECK(unsetenv("RAP_TRACE_STACK") == 0);
+  /* The user's alloc lines carry the stack; the pool's inside them do not. */
+  static char text[1 << 16];
+  file_text(path, text, sizeof text);
+  int user = 0, inner = 0;
+  for (char *l = strstr(text, "\"ev\":\"alloc\""); l != NULL; l = strstr(l + 1, "\"ev\":\"alloc\"")) {
+    char *end = strchr(l, '\n'), *st = strstr(l, "\"stack\":\"");
+    int has = st != NULL && st < end;
+    if (strstr(l, "\"d\":0") != NULL && strstr(l, "\"d\":0") < end) user += has;
+    else inner += has;
+  }
+  RAP_CHECK_EQ(user, 3);
+  RAP_CHECK_EQ(inner, 0);
+  snprintf(args, sizeof args, "stacks %s --allocator q", path);
+  RAP_CHECK_EQ(tool(args, out, sizeof out), 0);
+  RAP_CHECK_STR(out, "#1 peak live 12.00 KiB, 3 allocations, 12.00 KiB in all");
+  if (system("command -v addr2line > /dev/null 2>&1") == 0)
+    RAP_CHECK_STR(out, "the_users_allocating_site at ");   /* named, with its file and line */
+  else
+    RAP_CHECK_STR(out, "rap_host_tests+0x");
+  /* A trace without stacks says how to write one. */
+  char plain[256];
+  FILE *f = begin(plain, sizeof plain, "no-stacks.jsonl");
+  call(f, 1, "alloc", "pool", 0x5000, 64);
+  fclose(f);
+  snprintf(args, sizeof args, "stacks %s", plain);
+  RAP_CHECK_EQ(tool(args, out, sizeof out), 1);
+  RAP_CHECK_STR(out, "RAP_TRACE_STACK=N");
+  remove(plain);
+  remove(path);
+}
