@@ -122,6 +122,12 @@ extern _Thread_local unsigned rapi_trace_depth;
 static inline int  rapi_slow_calls(void) { return __atomic_load_n(&rapi_slow, __ATOMIC_RELAXED); }
 static inline bool rapi_tracing(void) { return __atomic_load_n(&rapi_tracing_on, __ATOMIC_RELAXED); }
 void rapi_slow_update(void);   /* after the debug level or the trace changed */
+/* core/trace_stack.c: RAP_TRACE_STACK=N, the caller's frames on a user's alloc line. The checked
+ * entry sets rapi_trace_caller (where rap_allocate returns to: the user's frame) before it traces. */
+extern _Thread_local const void *rapi_trace_caller;
+int    rapi_trace_stack_read_env(int *depth);   /* at a start: the frames asked for, or RAP_ERR_INVALID */
+void   rapi_trace_stack_set(int depth);         /* once the start can no longer fail */
+size_t rapi_trace_stack(char *line, size_t len, size_t cap);   /* appends ,"stack":"..." */
 void rapi_trace_read_env(void);
 /* One line: {"t":ns,"th":thread,"ev":ev,"a":name,"d":depth,"r":id,"rk":kind,"p":ptr,"n":n...};
  * r may be NULL ("r":null), p NULL (no "p"); fmt, if not NULL, adds fields (",\"k\":%zu"). */

@@ -5,6 +5,8 @@
  *   rap-trace plot TRACE -o FILE.svg|FILE.html  a memory timeline (trace_plot.c)
  *   rap-trace plan TRACE -o PLAN                a placement of an iteration's allocations
  *                                               (trace_plan.c), for the Planned strategy
+ *   rap-trace stacks TRACE                      allocations by the stack that made them
+ *                                               (RAP_TRACE_STACK; trace_stacks.c)
  *
  * Replay takes the user's calls (depth 0) of one allocator (--allocator NAME; every allocator's by
  * default) and makes them, in the trace's order, on an allocator built from SPEC in a fresh
@@ -18,6 +20,7 @@
 #include "trace_read.h"
 #include "trace_plot.h"
 #include "trace_plan.h"
+#include "trace_stacks.h"
 
 #include <rap/rap.h>
 
@@ -38,6 +41,7 @@ static int usage(FILE *f) {
           "       rap-trace plot TRACE -o FILE.svg|FILE.html [--allocator NAME] [--title TEXT]\n"
           "       rap-trace plan TRACE -o PLAN [--allocator NAME] [--alignment N (256)] [--skip N (0)]\n"
           "                        [--place-dynamic]\n"
+          "       rap-trace stacks TRACE [--allocator NAME] [--top N (10)]\n"
           "       rap-trace --help | --version\n"
           "TRACE is a file written with RAP_TRACE=FILE (or rap_trace_start); docs/trace.md has its format.\n");
   return f == stderr ? 2 : 0;
@@ -61,7 +65,7 @@ static int user_call(const te *e, int a) {
 /* One pass over the events, with each allocator's figures side by side and the sizes of live
  * blocks by allocator and pointer. */
 typedef struct alloc_sum {
-  size_t calls, live, peak, peak_held, grows;
+  size_t calls, live, peak, peak_held, grows, in_place;   /* in_place: growths at a chunk's end */
 } alloc_sum;
 
 static int summary(const trace *t) {
@@ -92,7 +96,8 @@ static int summary(const trace *t) {
       }
       if (s->live > s->peak) s->peak = s->live;
     } else if (e->kind == TE_GROW || e->kind == TE_RELEASE) {
-      s->grows += e->kind == TE_GROW;
+      s->grows += e->kind == TE_GROW && !e->in_place;
+      s->in_place += e->kind == TE_GROW && e->in_place;
       if (e->level > s->peak_held) s->peak_held = e->level;
     }
   }
@@ -108,8 +113,11 @@ static int summary(const trace *t) {
     mib(l, sizeof l, (double)s->peak);
     mib(h, sizeof h, (double)s->peak_held);
     printf("  '%s': %zu user calls, peak live %s", t->names[a], s->calls, l);
-    if (s->grows) printf(", %zu chunks taken, peak held %s (held/live %.2f)", s->grows, h,
-                         s->peak ? (double)s->peak_held / (double)s->peak : 0.0);
+    if (s->grows || s->in_place) {
+      printf(", %zu chunk%s taken", s->grows, s->grows == 1 ? "" : "s");
+      if (s->in_place) printf(", grown in place %zu time%s", s->in_place, s->in_place == 1 ? "" : "s");
+      printf(", peak held %s (held/live %.2f)", h, s->peak ? (double)s->peak_held / (double)s->peak : 0.0);
+    }
     printf("\n");
   }
   free(sum);
@@ -176,6 +184,19 @@ static int resource_for(rap_manager *rm, const replay_opts *o, rmap *m, int64_t 
   return RAP_OK;
 }
 
+/* Where the pool never held more than what it took at the first allocation, and that is well over
+ * what the trace had live, held/live measures the pool's first chunk (its initial_size), not the
+ * trace: say so, and how to size it. */
+static void first_chunk_note(size_t peak_live, size_t peak_held, size_t first_held) {
+  if (peak_live == 0 || first_held == 0 || peak_held > first_held || peak_held < 2 * peak_live) return;
+  char f[32];
+  mib(f, sizeof f, (double)first_held);
+  printf("  note: held is the first chunk (%s), taken whole at the first allocation: a pool's\n"
+         "        initial_size sets it (QuickPool, DynamicPoolList and ResourceAwarePool take 512 MiB\n"
+         "        unless told), not this trace; initial_size in --spec sizes it, e.g.\n"
+         "        'QuickPool(HOST, initial_size=1MiB)'\n", f);
+}
+
 static int replay(const trace *t, const replay_opts *o) {
   int a = -1;
   if (o->allocator != NULL && (a = trace_name(t, o->allocator)) < 0) {
@@ -193,7 +214,7 @@ static int replay(const trace *t, const replay_opts *o) {
   rap_allocator *root = al;
   while (rap_allocator_parent(root) != NULL) root = rap_allocator_parent(root);
   rmap rs = {{0}, NULL, 0, 0};
-  size_t calls = 0, allocs = 0, skipped = 0, failed = 0, live = 0, peak_live = 0;
+  size_t calls = 0, allocs = 0, skipped = 0, failed = 0, live = 0, peak_live = 0, first_held = 0;
   pmap ptrs = {0}, sizes = {0};
   double loop = 0;
   int rc = 0;
@@ -215,7 +236,10 @@ static int replay(const trace *t, const replay_opts *o) {
         failed++;
         continue;
       }
-      allocs++;
+      if (allocs++ == 0) {   /* the first chunk, taken at the first allocation */
+        rap_stats first;
+        if (rap_allocator_stats(root, &first) == RAP_OK) first_held = first.current_bytes;
+      }
       if (pmap_put(&ptrs, e->p, (uint64_t)(uintptr_t)p) != 0 || pmap_put(&sizes, e->p, e->n) != 0) {
         rc = fail("out of host memory", RAP_ERR_NOMEM);
         break;
@@ -251,8 +275,8 @@ static int replay(const trace *t, const replay_opts *o) {
     if (o->json) {
       printf("{\"spec\":\"%s\",\"calls\":%zu,\"allocations\":%zu,\"failed\":%zu,\"skipped\":%zu,"
              "\"peak_live\":%zu,\"peak_held\":%zu,\"held_at_end\":%zu,\"chunks_at_end\":%zu,"
-             "\"ns_per_call\":%.1f}\n",
-             o->spec, calls, allocs, failed, skipped, peak_live, peak_held, held_end, chunks, ns);
+             "\"first_held\":%zu,\"ns_per_call\":%.1f}\n",
+             o->spec, calls, allocs, failed, skipped, peak_live, peak_held, held_end, chunks, first_held, ns);
     } else {
       char l[32], h[32], e[32];
       mib(l, sizeof l, (double)peak_live);
@@ -263,6 +287,7 @@ static int replay(const trace *t, const replay_opts *o) {
       printf("  peak live   %s\n  peak held   %s (held/live %.3f)\n  held at end %s, %zu chunks\n",
              l, h, peak_live ? (double)peak_held / (double)peak_live : 0.0, e, chunks);
       printf("  %.1f ns per call (the allocator's calls alone)\n", ns);
+      first_chunk_note(peak_live, peak_held, first_held);
       if (failed) printf("  %zu calls failed here (out of memory?): %s\n", failed, rap_last_error());
       if (skipped) printf("  %zu deallocations of blocks the replay never had were skipped\n", skipped);
     }
@@ -333,9 +358,9 @@ static int plan(const trace *t, const plan_cli *c) {
     char ar[32], lp[32];
     mib(ar, sizeof ar, (double)d[k].arena);
     mib(lp, sizeof lp, (double)d[k].live_peak);
-    printf("plan of '%s': %zu allocations an iteration (%s, %zu iterations), %zu placed on %zu "
+    printf("plan of '%s': %zu allocation%s an iteration (%s, %zu iterations), %zu placed on %zu "
            "stream%s\n  arena %s for %s live at most (%.4f), placed by %s\n", d[k].name, d[k].n,
-           d[k].by_steps ? "from step lines" : "the sequence's period", d[k].iterations, d[k].placed,
+           d[k].n == 1 ? "" : "s", d[k].by_steps ? "from step lines" : "the sequence's period", d[k].iterations, d[k].placed,
            d[k].streams, d[k].streams == 1 ? "" : "s", ar, lp,
            d[k].live_peak ? (double)d[k].arena / (double)d[k].live_peak : 1.0, d[k].order ? d[k].order : "-");
   }
@@ -365,6 +390,7 @@ int main(int argc, char **argv) {
   replay_opts ro = {NULL, NULL, "host_async", 0, 256};
   plot_opts po = {NULL, NULL, NULL};
   plan_cli pc = {NULL, NULL, {256, 0, 0}};
+  size_t top = 10;
   for (int i = 3; i < argc; i++) {
     const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(arg, "--json") == 0) {
@@ -406,13 +432,22 @@ int main(int argc, char **argv) {
       else pc.o.skip_iterations = (size_t)v;
     }
     else if (strcmp(arg, "--title") == 0) po.title = val;
+    else if (strcmp(arg, "--top") == 0) {
+      char *end;
+      unsigned long long v = strtoull(val, &end, 10);
+      if (*val == '\0' || *end != '\0' || v == 0 || v > 100000) {
+        fprintf(stderr, "rap-trace: --top is a number from 1 to 100000, not '%s'\n", val);
+        return 2;
+      }
+      top = (size_t)v;
+    }
     else {
       fprintf(stderr, "rap-trace: unknown option '%s'\n", arg);
       return usage(stderr);
     }
   }
   if (strcmp(cmd, "summary") != 0 && strcmp(cmd, "replay") != 0 && strcmp(cmd, "plot") != 0 &&
-      strcmp(cmd, "plan") != 0) {
+      strcmp(cmd, "plan") != 0 && strcmp(cmd, "stacks") != 0) {
     fprintf(stderr, "rap-trace: unknown command '%s'\n", cmd);
     return usage(stderr);
   }
@@ -442,6 +477,7 @@ int main(int argc, char **argv) {
   int rc = strcmp(cmd, "summary") == 0 ? summary(&t)
            : strcmp(cmd, "replay") == 0 ? replay(&t, &ro)
            : strcmp(cmd, "plan") == 0   ? plan(&t, &pc)
+           : strcmp(cmd, "stacks") == 0 ? trace_stacks(&t, pc.allocator, top)
                                         : trace_plot(&t, &po);
   trace_free(&t);
   return rc;

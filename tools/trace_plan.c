@@ -202,6 +202,12 @@ size_t plan_period(const uint64_t *sig, const uint64_t *life, size_t n, size_t *
     }
   }
   free(cs);
+  /* One signature over and over (a loop of identical allocate+free pairs): period 1, where no
+   * longer one repeats. */
+  if (best_d == 0 && n >= 2) {
+    size_t s = 0, run = run_at(sig, n, 1, &s);
+    if (2 * run >= n) best_d = 1, best_start = s;
+  }
   *start = best_start;
   return best_d;
 }

@@ -10,6 +10,7 @@
  */
 #include "trace_plot.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +104,14 @@ static void fill(plot *pl, const columns *cs) {
   }
 }
 
+/* Whether allocator b is a (or, a >= 0, one of the chain under it: "a/QuickPool", ...), so that a
+ * plot of one allocator draws its own pools' lines and pending bytes, and no other's. */
+static bool in_chain(const trace *t, int a, int b) {
+  if (a < 0 || a == b) return true;
+  size_t n = strlen(t->names[a]);
+  return strncmp(t->names[b], t->names[a], n) == 0 && t->names[b][n] == '/';
+}
+
 static int build(plot *pl, const trace *t, int a) {
   memset(pl, 0, sizeof *pl);
   pl->span = t->ev[t->n - 1].t ? t->ev[t->n - 1].t : 1;
@@ -125,10 +134,10 @@ static int build(plot *pl, const trace *t, int a) {
         pmap_del(&owner, e->p, &o);
         if ((s = find(pl, 0, (int64_t)o - 1, -1, t, e)) != NULL) v = s->now - n;
       }
-    } else if (e->kind == TE_PENDING || e->kind == TE_READY || e->kind == TE_REUSE) {
+    } else if ((e->kind == TE_PENDING || e->kind == TE_READY || e->kind == TE_REUSE) && in_chain(t, a, e->a)) {
       s = find(pl, 1, e->r < 0 ? 0 : e->r, -1, t, e);
       v = e->level;
-    } else if (e->kind == TE_GROW || e->kind == TE_RELEASE) {
+    } else if ((e->kind == TE_GROW || e->kind == TE_RELEASE) && in_chain(t, a, e->a)) {
       s = find(pl, 2, -1, e->a, t, e);
       v = e->level;
     }
@@ -291,7 +300,7 @@ int trace_plot(const trace *t, const plot_opts *o) {
   FILE *f = fopen(o->out, "w");
   if (f == NULL) {
     free(pl);
-    fprintf(stderr, "rap-trace: cannot write '%s'\n", o->out);
+    fprintf(stderr, "rap-trace: cannot write '%s': %s\n", o->out, strerror(errno));
     return 1;
   }
   char title[256];
@@ -319,10 +328,17 @@ int trace_plot(const trace *t, const plot_opts *o) {
     }
     fprintf(f, "</table>\n<p>%zu events, %.3f s.</p></body></html>\n", t->n, (double)pl->span * 1e-9);
   }
+  int n = pl->n;
+  uint64_t span = pl->span;
   free(pl);
+  long size = ftell(f);
   if (fclose(f) != 0) {
     fprintf(stderr, "rap-trace: writing '%s' failed\n", o->out);
     return 1;
   }
+  char sz[32];
+  human(sz, sizeof sz, (double)(size > 0 ? size : 0));
+  printf("rap-trace: wrote %s (%s): %d series of %s%s%s over %.3f s\n", o->out, sz, n, a >= 0 ? "'" : "",
+         a >= 0 ? t->names[a] : "every allocator", a >= 0 ? "'" : "", (double)span * 1e-9);
   return 0;
 }

@@ -15,7 +15,7 @@ static int hash_oom;
 
 struct name_ix {
   UT_hash_handle hh;
-  int i;
+  long i;
 };
 
 struct kmap_item {
@@ -31,18 +31,20 @@ const char *const te_kind_names[TE_KINDS] = {"alloc", "dealloc", "refused", "oom
                                              "ready", "reuse", "fence", "wait", "grow", "release",
                                              "step", "other"};
 
-/* The index of an allocator name, added when new; -1 past 65 535 names or out of memory. */
-static int intern(trace *t, const char *s, size_t len) {
+/* The index of a string in a table (arr, n, cap, index), added when new; -1 past max strings or out
+ * of memory. */
+static long intern_into(char ***arr, size_t *n, size_t *cap, struct name_ix **index, size_t max,
+                        const char *s, size_t len) {
   struct name_ix *x = NULL;
-  HASH_FIND(hh, t->name_index, s, len, x);
+  HASH_FIND(hh, *index, s, len, x);
   if (x != NULL) return x->i;
-  if (t->nnames >= 65535) return -1;
-  if (t->nnames == t->names_cap) {
-    size_t ncap = t->names_cap ? t->names_cap * 2 : 16;
-    char **grown = realloc(t->names, ncap * sizeof *grown);
+  if (*n >= max) return -1;
+  if (*n == *cap) {
+    size_t ncap = *cap ? *cap * 2 : 16;
+    char **grown = realloc(*arr, ncap * sizeof *grown);
     if (grown == NULL) return -1;
-    t->names = grown;
-    t->names_cap = ncap;
+    *arr = grown;
+    *cap = ncap;
   }
   char *copy = malloc(len + 1);
   x = malloc(sizeof *x);
@@ -53,16 +55,21 @@ static int intern(trace *t, const char *s, size_t len) {
   }
   memcpy(copy, s, len);
   copy[len] = '\0';
-  x->i = (int)t->nnames;
+  x->i = (long)*n;
   hash_oom = 0;
-  HASH_ADD_KEYPTR(hh, t->name_index, copy, len, x);
+  HASH_ADD_KEYPTR(hh, *index, copy, len, x);
   if (hash_oom) {
     free(copy);
     free(x);
     return -1;
   }
-  t->names[t->nnames] = copy;
-  return (int)t->nnames++;
+  (*arr)[*n] = copy;
+  return (long)(*n)++;
+}
+
+/* The index of an allocator name; -1 past 65 535 names or out of memory. */
+static int intern(trace *t, const char *s, size_t len) {
+  return (int)intern_into(&t->names, &t->nnames, &t->names_cap, &t->name_index, 65535, s, len);
 }
 
 /* A string value starting after its opening quote: its end (the closing quote), escapes skipped
@@ -139,6 +146,12 @@ static int parse_line(trace *t, const char *s, te *e) {
       e->p = strtoull(val, NULL, 16);
     } else if (KEY("n")) {
       e->n = strtoull(val, NULL, 10);
+    } else if (KEY("stack") && str) {   /* RAP_TRACE_STACK: the allocation's frames */
+      long i = intern_into(&t->stacks, &t->nstacks, &t->stacks_cap, &t->stack_index, 0xfffffffe, val, vlen);
+      if (i < 0) return -1;
+      e->stack = (uint32_t)i + 1;
+    } else if (KEY("in_place")) {
+      e->in_place = *val == 't';
     } else if (KEY("held") || KEY("pb")) {
       e->level = strtoull(val, NULL, 10);
     } else if (KEY("version") && str) {
@@ -227,6 +240,12 @@ void trace_free(trace *t) {
     HASH_DEL(t->name_index, x);
     free(x);
   }
+  HASH_ITER(hh, t->stack_index, x, tmp) {
+    HASH_DEL(t->stack_index, x);
+    free(x);
+  }
+  for (size_t i = 0; i < t->nstacks; i++) free(t->stacks[i]);
+  free(t->stacks);
   for (size_t i = 0; i < t->nnames; i++) free(t->names[i]);
   for (size_t i = 0; i < t->nkinds; i++) free(t->kinds[i]);
   free(t->names);

@@ -30,6 +30,8 @@ typedef struct te {
   int8_t d;            /* depth of a call, -1 when the event has none */
   uint8_t rk;          /* index into trace.kinds */
   uint8_t skip;        /* a deallocation that was refused (a 'refused' line follows it) */
+  uint8_t in_place;    /* grow/release: at a chunk's end ("in_place":true), not a whole chunk */
+  uint32_t stack;      /* alloc: its frames, trace.stacks[stack - 1] (RAP_TRACE_STACK); 0: none */
 } te;
 
 struct name_ix;
@@ -39,6 +41,9 @@ typedef struct trace {
   char **names;        /* allocator names */
   size_t nnames, names_cap;
   struct name_ix *name_index;   /* names by string (uthash) */
+  char **stacks;       /* the distinct "stack" strings: "MODULE+0xADDR ..." */
+  size_t nstacks, stacks_cap;
+  struct name_ix *stack_index;
   char *kinds[16];     /* resource kinds */
   size_t nkinds;
   size_t bad_lines;

@@ -223,7 +223,8 @@ static RAPI_NOINLINE int wrong_device(const char *fn, const rap_allocator *a, co
  * answered (its parent's growth inside it comes first); a deallocation is written before it runs
  * (so that a block handed out again right after never appears to be so while still live), with
  * a 'refused' line after it if it failed. */
-static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
+static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t bytes, rap_resource *r,
+                                          const void *caller) {
   if (a == NULL || out == NULL || (r != NULL && r->rm != a->rm))
     return bad_call("rap_allocate", a, out, r);
   if (capture_refused(a, r)) return capturing("rap_allocate", a, r);
@@ -235,6 +236,7 @@ static RAPI_NOINLINE int allocate_checked(rap_allocator *a, void **out, size_t b
   rapi_trace_depth--;
   if (rapi_tracing()) {
     rap_resource *on = r != NULL ? r : &a->rm->host;
+    rapi_trace_caller = caller;   /* after the calls inside: theirs were written */
     if (st == RAP_OK) rapi_trace("alloc", a, on, *out, bytes, NULL);
     else if (st == RAP_ERR_NOMEM) rapi_trace("oom", a, on, NULL, bytes, NULL);
   }
@@ -254,11 +256,12 @@ static RAPI_INLINE bool resource_odd(const rap_allocator *a, const rap_resource 
  * strategy's call is then the last thing here (a jump, with nothing kept across it). Each test is
  * its own branch, all predicted not taken: about 12 instructions with the host resource. */
 int rap_allocate(rap_allocator *a, void **out, size_t bytes, rap_resource *r) {
-  if (RAPI_UNLIKELY(a == NULL) || RAPI_UNLIKELY(out == NULL)) return allocate_checked(a, out, bytes, r);
-  if (r != NULL && resource_odd(a, r)) return allocate_checked(a, out, bytes, r);
+  if (RAPI_UNLIKELY(a == NULL) || RAPI_UNLIKELY(out == NULL))
+    return allocate_checked(a, out, bytes, r, __builtin_return_address(0));
+  if (r != NULL && resource_odd(a, r)) return allocate_checked(a, out, bytes, r, __builtin_return_address(0));
   if (RAPI_UNLIKELY(rapi_slow_calls() != 0) ||
       RAPI_UNLIKELY(__atomic_load_n(&a->oom, __ATOMIC_RELAXED) != NULL))
-    return allocate_checked(a, out, bytes, r);
+    return allocate_checked(a, out, bytes, r, __builtin_return_address(0));
   return a->strategy->allocate(a->state, out, bytes, r);
 }
 

@@ -230,7 +230,7 @@ static size_t put_str(char *buf, size_t len, const char *s) {
  * at most ~230 bytes beside the name (escaped, cut at 256) and the extra fields. */
 void rapi_trace(const char *ev, const rap_allocator *a, const rap_resource *r, const void *p,
                 size_t n, const char *fmt, ...) {
-  char line[1024];
+  char line[4096];   /* a stack of 32 frames with their modules' paths fits */
   size_t len = 0;
   if (thread_no == 0) thread_no = __atomic_add_fetch(&next_thread, 1, __ATOMIC_RELAXED);
   /* The generation first: a start publishes t0 before it, so t is measured from this file's t0. */
@@ -272,6 +272,7 @@ void rapi_trace(const char *ev, const rap_allocator *a, const rap_resource *r, c
   len = put_str(line, len, ",\"n\":");
   len = put_u64(line, len, n);
   size_t cap = sizeof line - 2;
+  if (rapi_trace_depth == 0 && strcmp(ev, "alloc") == 0) len = rapi_trace_stack(line, len, cap);
   if (fmt != NULL) {
     va_list ap;
     va_start(ap, fmt);
@@ -369,7 +370,8 @@ int rap_trace_start(const char *path) {
   if (expand_path(path, name, sizeof name) != RAP_OK) return RAP_ERR_INVALID;
   path = name;
   size_t entries;
-  int status = ring_entries(&entries);
+  int status = ring_entries(&entries), frames = 0;
+  if (status == RAP_OK) status = rapi_trace_stack_read_env(&frames);
   if (status != RAP_OK) return status;
   ring_slot *slots = entries ? rapi_calloc(entries, sizeof *slots) : NULL;
   if (entries && slots == NULL)
@@ -378,10 +380,11 @@ int rap_trace_start(const char *path) {
   pthread_mutex_lock(&control_lock);
   int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) {
+    int why = errno;
     pthread_mutex_unlock(&control_lock);
     free(slots);
-    return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot open '%s' for writing; nothing was "
-                     "changed", path);
+    return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot open '%s' for writing (%s); nothing "
+                     "was changed", path, strerror(why));
   }
   /* The open trace ends before the file is truncated: it may be this very file. */
   bool failed;
@@ -390,12 +393,15 @@ int rap_trace_start(const char *path) {
   struct stat st;
   bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   if (regular && ftruncate(fd, 0) != 0) {
+    int why = errno;
     close(fd);
     pthread_mutex_unlock(&control_lock);
     free(slots);
-    return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot truncate '%s'; tracing is off", path);
+    return rapi_fail(RAP_ERR_BACKEND, "rap_trace_start: cannot truncate '%s' (%s); tracing is off", path,
+                     strerror(why));
   }
   install_handlers();
+  rapi_trace_stack_set(frames);
   pthread_mutex_lock(&trace_lock);
   trace_len = header(trace_buf, sizeof trace_buf);
   ring = slots;

@@ -289,6 +289,47 @@ static int build_check(rap_manager *rm, node *n, const char *name, rap_allocator
                                     n->options, out);
 }
 
+/* The name rap_spec_check gives the chain it makes; its sentences name the spec's parts instead. */
+#define CHECK_NAME "spec"
+
+/* e with each name of the checked chain said as the user wrote it: "'spec' (QuickPool)" is "the
+ * spec's QuickPool", "'spec/QuickPool/SizeLimiter' (SizeLimiter)" is "the spec's SizeLimiter
+ * (under QuickPool)"; root is the outermost strategy, the one "spec/QuickPool" is under. */
+static void name_the_spec(const char *e, const char *root, char *out, size_t cap) {
+  static const char open[] = "'" CHECK_NAME;
+  size_t n = 0;
+  while (*e != '\0' && n + 1 < cap) {
+    const char *end = strncmp(e, open, sizeof open - 1) == 0 ? e + sizeof open - 1 : NULL;
+    const char *close = end != NULL && (*end == '\'' || *end == '/') ? strchr(end, '\'') : NULL;
+    if (close == NULL) {
+      out[n++] = *e++;
+      continue;
+    }
+    /* what: the part's strategy (the name's last component); over: the one it is under. */
+    const char *what = root, *over = NULL;
+    int what_len = (int)strlen(root), over_len = 0;
+    for (const char *c = end; c < close; c++) {
+      if (*c != '/') continue;
+      over = what, over_len = what_len;
+      what = c + 1;
+      what_len = (int)(strcspn(what, "/'"));
+    }
+    /* "Planned('spec')": the strategy written before the name goes too. */
+    size_t wl = (size_t)what_len;
+    bool wrapped = close[1] == ')' && n > wl && out[n - 1] == '(' && strncmp(out + n - 1 - wl, what, wl) == 0;
+    if (wrapped) n -= wl + 1;
+    int wrote = over == NULL ? snprintf(out + n, cap - n, "the spec's %s", root)
+                             : snprintf(out + n, cap - n, "the spec's %.*s (under %.*s)", what_len, what,
+                                        over_len, over);
+    n = wrote < 0 || (size_t)wrote >= cap - n ? cap - 1 : n + (size_t)wrote;
+    e = close + 1 + wrapped;
+    /* make's " (Strategy)" after the name says what was said already. */
+    if (e[0] == ' ' && e[1] == '(' && strncmp(e + 2, what, (size_t)what_len) == 0 && e[2 + what_len] == ')')
+      e += 3 + what_len;
+  }
+  out[n] = '\0';
+}
+
 /* The spec is made as rap_allocator_make_spec would make it, in a manager of its own that is gone
  * when the answer is: every name, option and value is checked, and sentences are make's. */
 int rap_spec_check(const char *spec) {
@@ -300,13 +341,15 @@ int rap_spec_check(const char *spec) {
   int st = rap_manager_create(&rm);
   if (st == RAP_OK) {
     rap_allocator *a = NULL;
-    st = build_check(rm, root, "spec", &a);
+    st = build_check(rm, root, CHECK_NAME, &a);
     if (st != RAP_OK) {
-      /* The call is rap_spec_check's: make's own call name goes. */
-      static const char made[] = "rap_allocator_make('spec'): ";
+      /* The call is rap_spec_check's: make's own call name goes, and so does the name the check
+       * gave the chain, which the user never wrote. */
+      static const char made[] = "rap_allocator_make('" CHECK_NAME "'): ";
       char sentence[512];
       const char *e = rap_last_error();
-      snprintf(sentence, sizeof sentence, "%s", strncmp(e, made, sizeof made - 1) == 0 ? e + sizeof made - 1 : e);
+      name_the_spec(strncmp(e, made, sizeof made - 1) == 0 ? e + sizeof made - 1 : e, root->name, sentence,
+                    sizeof sentence);
       rapi_fail(st, "rap_spec_check: %s", sentence);
     }
     char saved[600];

@@ -175,7 +175,8 @@ static int host_raw_alloc(rapi_tracked *p, void **out, size_t bytes, rap_resourc
   if (ptr == NULL) {
     char sz[32];
     rapi_format_size(sz, sizeof sz, bytes);
-    return rapi_fail(RAP_ERR_NOMEM, "%s: rapi_malloc(%s) failed", rap_allocator_name(p->self), sz);
+    return rapi_fail(RAP_ERR_NOMEM, "%s: the host has no %s to give (malloc failed)",
+                     rap_allocator_name(p->self), sz);
   }
   *out = ptr;
   return RAP_OK;

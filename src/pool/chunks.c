@@ -139,7 +139,7 @@ static void note_resize(rapi_bp *bp, rapi_chunk *c, size_t bytes, const char *ev
     bp->usable -= delta;
   }
   c->size = bytes;
-  RAPI_TRACE(ev, bp->self, NULL, end, delta, ",\"held\":%zu", bp->actual);
+  RAPI_TRACE(ev, bp->self, NULL, end, delta, ",\"held\":%zu,\"in_place\":true", bp->actual);
   if (RAPI_UNLIKELY(rapi_log_on(RAP_LOG_DEBUG))) {
     char sz[32], held[32];
     rapi_format_size(sz, sizeof sz, delta);

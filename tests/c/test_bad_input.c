@@ -315,7 +315,7 @@ static const row rows[] = {
     {"rap_allocate", "SIZE_MAX bytes from a SizeLimiter", RAP_ERR_NOMEM, "limiter", c_alloc_max_limiter},
     {"rap_allocate", "SIZE_MAX bytes from a FixedPool", RAP_ERR_INVALID, "fixed", c_alloc_max_fixed},
     {"rap_allocate", "SIZE_MAX/4 + 1 bytes from a pool", RAP_ERR_NOMEM, "pool", c_alloc_quarter},
-    {"rap_allocate", "PTRDIFF_MAX + 1 bytes from HOST", RAP_ERR_NOMEM, "HOST", c_alloc_ptrdiff},
+    {"rap_allocate", "PTRDIFF_MAX + 1 bytes from HOST", RAP_ERR_NOMEM, "HOST: the host has no", c_alloc_ptrdiff},
     {"rap_allocate", "more than a FixedPool's object size", RAP_ERR_INVALID, "object size", c_alloc_fixed_big},
     {"rap_allocate", "past a SizeLimiter's limit", RAP_ERR_NOMEM, "limit", c_alloc_limit},
     {"rap_allocate", "zero bytes from a pool: a unique pointer", RAP_OK, NULL, c_alloc_zero},
@@ -526,6 +526,9 @@ static void check_row(bad *b, const row *r) {
     if (!rap_test_contains(sentence, r->mention))
       rap_test_fail(__FILE__, __LINE__, "%s (%s): '%s' does not mention '%s'", r->fn, r->input, sentence,
                     r->mention);
+    /* The user's sentence names what they called, never a function of rap's insides. */
+    if (rap_test_contains(sentence, "rapi_"))
+      rap_test_fail(__FILE__, __LINE__, "%s (%s): '%s' names an internal function", r->fn, r->input, sentence);
   }
   snap(b, &after);
   if (r->want == RAP_OK)   /* a zero-byte block came and went: only the peaks and the platform's

@@ -405,6 +405,29 @@ RAP_TEST(Spec, CheckAnswersAsMakeWould) {
   RAP_CHECK_STR(rap_last_error(), "...");
 }
 
+/* A sentence of rap_spec_check names the part of the spec the user wrote, never the name the
+ * check gave the chain it made ('spec', 'spec/QuickPool'): the outermost by its strategy, an inner
+ * one by its strategy and the one it is under. */
+RAP_TEST(Spec, CheckNamesThePartOfTheSpec) {
+  static const bad said[] = {
+      {"QuickPool(HOST, initial_size=banana)", RAP_ERR_INVALID, 0,
+       "rap_spec_check: the spec's QuickPool: option 'initial_size' needs a size"},
+      {"ThreadSafe(QuickPool(HOST, bogus=1))", RAP_ERR_INVALID, 0,
+       "rap_spec_check: the spec's QuickPool (under ThreadSafe): unknown option 'bogus'"},
+      {"ThreadSafe(QuickPool(SizeLimiter(HOST, limit=0x)))", RAP_ERR_INVALID, 0,
+       "rap_spec_check: the spec's SizeLimiter (under QuickPool): option 'limit' needs a size"},
+      {"Planned(HOST)", RAP_ERR_INVALID, 0, "rap_spec_check: the spec's Planned: plan=FILE is required"},
+  };
+  for (size_t i = 0; i < sizeof said / sizeof said[0]; i++) {
+    int st = rap_spec_check(said[i].spec);
+    if (st != said[i].status || !rap_test_contains(rap_last_error(), said[i].why) ||
+        rap_test_contains(rap_last_error(), "'spec"))
+      rap_test_fail(__FILE__, __LINE__, "'%s' gave %s '%s', expected %s with '%s'", said[i].spec,
+                    rap_status_name(st), st ? rap_last_error() : "", rap_status_name(said[i].status),
+                    said[i].why);
+  }
+}
+
 /* The mistakes a new user makes, each refused by rap_spec_check with the status and sentence of
  * a make; device specs pass where no device is (their names and options are checked all the
  * same), and nothing stays made. */
@@ -417,7 +440,7 @@ RAP_TEST(Spec, CheckRefusesWhatMakeRefuses) {
       {"QuickPool(HOST, alignment=3)", RAP_ERR_INVALID, 0, "'alignment' must be a power of two"},
       {"QuickPool(HOST, heuristic=sometimes)", RAP_ERR_INVALID, 0, "not 'sometimes'"},
       {"SizeLimiter(HOST, limt=1GiB)", RAP_ERR_INVALID, 0,
-       "'spec' (SizeLimiter): unknown option 'limt' \xe2\x80\x94 did you mean 'limit'?"},
+       "the spec's SizeLimiter: unknown option 'limt' \xe2\x80\x94 did you mean 'limit'?"},
       {"QuickPool()", RAP_ERR_INVALID, 0, "QuickPool needs a parent allocator"},
       {"QuickPool(HOST, initial_size=-1)", RAP_ERR_INVALID, 0, "not '-1'"},
       {"ResourceAwarePool(HOST, cross_resource=maybe)", RAP_ERR_INVALID, 0, "not 'maybe'"},
@@ -428,7 +451,7 @@ RAP_TEST(Spec, CheckRefusesWhatMakeRefuses) {
       {"QuickPool(DeviceVmm(peers=1+x))", RAP_ERR_INVALID, 0, "'peers' is 'all' or device numbers"},
       {"QuickPool(DeviceVmm(HOST))", RAP_ERR_INVALID, 0, "takes no parent ('HOST' was given)"},
       {"Pinned(mapped=2)", RAP_ERR_INVALID, 0, "option 'mapped' is 0 or 1"},
-      {"ThreadCache(HOST, cache_blocks=0)", RAP_ERR_INVALID, 0, "'spec' (ThreadCache): cache_blocks"},
+      {"ThreadCache(HOST, cache_blocks=0)", RAP_ERR_INVALID, 0, "the spec's ThreadCache: cache_blocks"},
   };
   for (size_t i = 0; i < sizeof mistakes / sizeof mistakes[0]; i++) {
     int st = rap_spec_check(mistakes[i].spec);

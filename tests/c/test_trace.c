@@ -182,7 +182,8 @@ RAP_TEST(Trace, StartAndStopAnswerWithSentences) {
   RAP_CHECK_OK(rap_trace_stop());   /* none open */
   RAP_CHECK_STATUS(rap_trace_start(NULL), RAP_ERR_INVALID);
   RAP_CHECK_STATUS(rap_trace_start("/nonexistent-dir/x.jsonl"), RAP_ERR_BACKEND);
-  RAP_CHECK_STR(rap_last_error(), "cannot open '/nonexistent-dir/x.jsonl' for writing");
+  RAP_CHECK_STR(rap_last_error(), "cannot open '/nonexistent-dir/x.jsonl' for writing (No such file or "
+                                  "directory)");
   char first[256], second[256];
   temp_path(first, sizeof first, "first.jsonl");
   temp_path(second, sizeof second, "second.jsonl");
