@@ -22,6 +22,10 @@ _DLPACK_DEVICE = {"host": _dlpack.CPU, "device": _dlpack.CUDA, "pinned": _dlpack
                   "managed": _dlpack.CUDA_MANAGED}
 
 
+def _value(resource):
+    return resource.value if resource is not None else None
+
+
 class IpcHandle:
     """A block of an exporting pool described for another process (rap_ipc_desc, 64 bytes), and
     its size. Picklable: send it through a pipe, a queue or a file; Allocator.open(handle) in the
@@ -74,6 +78,7 @@ class Buffer:
         self._freed = False          # free() asked for
         self._gone = False           # the block is given back
         self._mem = None             # (kind, device), asked for once
+        self._free_stream = None     # the stream free() named while tensors were alive
 
     nbytes = property(lambda self: self.size)
     closed = property(lambda self: self._freed, doc="free() was called (or the with block ended)")
@@ -112,13 +117,15 @@ class Buffer:
         return self.ptr
 
     def free(self, stream=None):
-        """Gives the block back, on stream (None: the stream that owns it). While a DLPack
+        """Gives the block back on the stream that owns it; stream, where another, is where it
+        was last used: the block waits for that stream too (rap_record_resource). While a DLPack
         consumer still holds a tensor of it, the block goes back when the last one is deleted."""
         with self._lock:
             if self._freed:
                 return
             self._freed = True
             if self._exports:
+                self._free_stream = stream   # for the last consumer's deleter
                 return
         self._give_back(stream)
 
@@ -128,8 +135,11 @@ class Buffer:
         self._gone = True
         if self._close is not None:
             self._close(self.ptr, stream)
-        else:
-            self.allocator.free(self.ptr, stream)
+            return
+        a = self.allocator
+        if stream is not None and _value(a._resource(stream)) != _value(a._resource(self.stream)):
+            a._record(self.ptr, stream)   # a pool frees on the owner: the other stream is a use
+        a.free(self.ptr)
 
     def _export(self):
         with self._lock:
@@ -141,7 +151,7 @@ class Buffer:
             self._exports -= 1
             last = self._exports == 0 and self._freed
         if last:
-            self._give_back()
+            self._give_back(self._free_stream)
 
     def view(self):
         """A memoryview of the bytes, for memory the host can read (host, pinned, managed)."""

@@ -15,6 +15,7 @@ import pickle
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 
 import rap  # noqa: E402
@@ -132,6 +133,20 @@ class Buffers(unittest.TestCase):
             del b
             gc.collect()
             self.assertEqual(pool.stats()["current_bytes"], 0)
+
+    def test_a_buffer_freed_on_another_stream_waits_for_it(self):
+        with rap.Allocator("ResourceAwarePool(HOST, initial_size=1MiB)") as pool:
+            q1, q2 = pool.host_queue(), pool.host_queue()
+            gate = threading.Event()
+            b = pool.buffer(8192, q1)
+            q2.submit(gate.wait)                      # q2 is busy until the test says
+            b.free(q2)                                # the owner frees; q2's use is recorded
+            p = pool.allocate(8192, q1)
+            self.assertNotEqual(p, b.ptr)             # not even q1's own while q2 runs
+            gate.set()
+            q2.synchronize()
+            pool.free(p, q1)
+            q1.synchronize()
 
     def test_host_memory_has_no_cuda_array_interface(self):
         with rap.Allocator("QuickPool(HOST)") as pool:
