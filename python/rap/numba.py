@@ -55,6 +55,7 @@ _pools = {}                    # key ("device", n) or ("pinned", flags) -> rap.A
 
 
 def _per_thread_default():
+    """NUMBA_CUDA_PER_THREAD_DEFAULT_STREAM as Numba read it."""
     for name in ("numba.cuda.core.config", "numba.core.config"):
         try:
             config = __import__(name, fromlist=["config"])
@@ -137,6 +138,7 @@ class RapNumbaManager(cuda.HostOnlyCUDAMemoryManager):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)   # context=None for Numba's version check: no work here
         self._live = {}                     # ptr -> size of this context's device blocks
+        self._deferred = _Deferred()
 
     @property
     def interface_version(self):
@@ -156,12 +158,12 @@ class RapNumbaManager(cuda.HostOnlyCUDAMemoryManager):
             except rap.OutOfMemoryError as e:
                 raise _out_of_memory(e) from e
             self._live[ptr] = size
-        live = self._live
+        live, deferred = self._live, self._deferred
         free = _free(p, ptr)
 
         def finalizer():
             live.pop(ptr, None)
-            free()
+            deferred.run(free)
         return cuda.MemoryPointer(weakref.proxy(self.context), ctypes.c_void_p(ptr), size,
                                   finalizer=finalizer)
 
@@ -192,7 +194,9 @@ class RapNumbaManager(cuda.HostOnlyCUDAMemoryManager):
     def get_ipc_handle(self, memory):
         p = _device_pool(self._device())
         address = int(memory.device_pointer_value or 0)
-        for base, size in self._live.items():
+        with _lock:
+            blocks = list(self._live.items())
+        for base, size in blocks:
             if base <= address < base + max(size, 1):
                 break
         else:
@@ -211,6 +215,7 @@ class RapNumbaManager(cuda.HostOnlyCUDAMemoryManager):
         """Numba's context reset: host allocations as Numba does, and the device pool released,
         or closed where no block is live (a device reset takes its memory)."""
         super().reset()
+        self._deferred.flush(force=True)
         with _lock:
             p = _pools.get(("device", self._device()))
             if p is None:
@@ -226,8 +231,40 @@ class RapNumbaManager(cuda.HostOnlyCUDAMemoryManager):
 
     @contextlib.contextmanager
     def defer_cleanup(self):
+        """Device blocks Numba lets go meanwhile go back to the pool at the end (Numba's own
+        pinned memory is deferred by Numba's part)."""
         with super().defer_cleanup():
-            yield
+            with _lock:
+                self._deferred.depth += 1
+            try:
+                yield
+            finally:
+                with _lock:
+                    self._deferred.depth -= 1
+                self._deferred.flush()
+
+
+class _Deferred:
+    """The frees held back while a defer_cleanup is open."""
+
+    def __init__(self):
+        self.depth = 0
+        self.frees = []
+
+    def run(self, free):
+        with _lock:
+            if self.depth:
+                self.frees.append(free)
+                return
+        free()
+
+    def flush(self, force=False):
+        with _lock:
+            if self.depth and not force:
+                return
+            frees, self.frees = self.frees, []
+        for free in frees:
+            free()
 
 
 _IpcHandle = None

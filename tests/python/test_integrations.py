@@ -88,6 +88,15 @@ class NumbaPlugin(unittest.TestCase):
         self.assertEqual(pool.stats()["current_bytes"], 0)
         self.assertEqual(self.mm._live, {})
 
+    def test_defer_cleanup_holds_frees_back_until_it_ends(self):
+        pool = rap.numba.pool()
+        with self.mm.defer_cleanup():
+            m = self.mm.memalloc(300)
+            del m
+            gc.collect()
+            self.assertEqual(pool.stats()["current_bytes"], 300)
+        self.assertEqual(pool.stats()["current_bytes"], 0)
+
     def test_pinned_and_mapped_host_memory(self):
         h = self.mm.memhostalloc(4096)
         self.assertIsInstance(h, cuda.PinnedMemory)
