@@ -98,7 +98,7 @@ def test_memory_info_is_the_devices_and_the_pools():
 def test_pinned_and_mapped_arrays_come_from_rap():
     h = cuda.pinned_array(1000, dtype=np.float64)
     h[:] = np.arange(1000)
-    pinned = [p for k, p in rap.numba._pools.items() if k[0] == "pinned"]
+    pinned = rap.numba.pinned_pools()
     assert pinned and sum(p.stats()["current_bytes"] for p in pinned) >= h.nbytes
     d = cuda.to_device(h)
     np.testing.assert_array_equal(d.copy_to_host(), np.arange(1000))

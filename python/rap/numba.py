@@ -6,8 +6,9 @@
     import rap.numba
     cuda.set_memory_manager(rap.numba.RapNumbaManager)
 
-Device arrays come from one rap pool per device, made from RAP_NUMBA_SPEC ("{device}" stands for
-the device number) or DEFAULT_SPEC. Numba's EMM interface (version 1) gives memalloc no stream,
+Device arrays come from one rap pool per device (per Numba context: a context made again after
+cuda.close() gets new pools), made from RAP_NUMBA_SPEC ("{device}" stands for the device number)
+or DEFAULT_SPEC; pool() is the current context's. Numba's EMM interface (version 1) gives memalloc no stream,
 so a block is allocated on the default stream (the per-thread one under
 NUMBA_CUDA_PER_THREAD_DEFAULT_STREAM=1) and, when Numba lets it go, freed there: it stays
 pending until that stream has passed the free, and the legacy default stream waits for every
@@ -41,7 +42,7 @@ except ImportError as _e:
 
 import rap
 
-__all__ = ["RapNumbaManager", "stream", "pool", "DEFAULT_SPEC", "PINNED_SPEC"]
+__all__ = ["RapNumbaManager", "stream", "pool", "pinned_pools", "DEFAULT_SPEC", "PINNED_SPEC"]
 
 # The pool each device's arrays come from, as rap.torch and rap.cupy make theirs (RAP_NUMBA_SPEC
 # replaces it).
@@ -51,7 +52,6 @@ PINNED_SPEC = "QuickPool(Pinned({flags}), initial_size=16MiB, next_size=2MiB, he
 
 _local = threading.local()     # .stream: what `with stream(s)` set on this thread
 _lock = threading.RLock()      # rap's pools are one thread at a time; GC may free from any
-_pools = {}                    # key ("device", n) or ("pinned", flags) -> rap.Allocator
 
 
 def _per_thread_default():
@@ -84,32 +84,23 @@ def stream(s):
         _local.stream = before
 
 
-def pool(device=None):
-    """The rap.Allocator behind device's arrays (default: the current device), for its stats()."""
-    return _device_pool(cuda.get_current_device().id if device is None else device)
+def pool():
+    """The rap.Allocator behind the current context's device arrays, for its stats()."""
+    return _manager().device_pool()
 
 
-def _device_pool(device):
-    with _lock:
-        p = _pools.get(("device", device))
-        if p is None:
-            spec = os.environ.get("RAP_NUMBA_SPEC") or DEFAULT_SPEC
-            p = rap.Allocator(spec.replace("{device}", str(device)), name="numba%d" % device)
-            _pools[("device", device)] = p
-        return p
+def pinned_pools():
+    """The rap.Allocators behind the current context's pinned and mapped arrays."""
+    return _manager().pinned_pools()
 
 
-def _pinned_pool(mapped, portable, wc):
-    key = ("pinned", bool(mapped), bool(portable), bool(wc))
-    with _lock:
-        p = _pools.get(key)
-        if p is None:
-            flags = ", ".join("%s=1" % n for n, on in (("mapped", mapped), ("portable", portable),
-                                                       ("write_combined", wc)) if on)
-            spec = os.environ.get("RAP_NUMBA_PINNED_SPEC") or PINNED_SPEC
-            p = rap.Allocator(spec.replace("{flags}", flags), name="numba-pinned")
-            _pools[key] = p
-        return p
+def _manager():
+    mm = cuda.current_context().memory_manager
+    if not isinstance(mm, RapNumbaManager):
+        raise RuntimeError("rap.numba: Numba's memory manager here is %s, not rap's (set "
+                           "NUMBA_CUDA_MEMORY_MANAGER=rap.numba, or call cuda.set_memory_manager("
+                           "rap.numba.RapNumbaManager) before the first CUDA array)" % type(mm).__name__)
+    return mm
 
 
 def _out_of_memory(e):
@@ -139,6 +130,36 @@ class RapNumbaManager(cuda.HostOnlyCUDAMemoryManager):
         super().__init__(*args, **kwargs)   # context=None for Numba's version check: no work here
         self._live = {}                     # ptr -> size of this context's device blocks
         self._deferred = _Deferred()
+        # ("device",) or ("pinned", mapped, portable, wc) -> rap.Allocator. A context's own: a new
+        # context (after cuda.close()) has a new manager, and new pools, where the memory is valid.
+        self._pools = {}
+
+    def device_pool(self):
+        """The rap.Allocator of this context's device arrays (made at the first call)."""
+        with _lock:
+            p = self._pools.get(("device",))
+            if p is None:
+                device = self._device()
+                spec = os.environ.get("RAP_NUMBA_SPEC") or DEFAULT_SPEC
+                p = rap.Allocator(spec.replace("{device}", str(device)), name="numba%d" % device)
+                self._pools[("device",)] = p
+            return p
+
+    def pinned_pools(self):
+        with _lock:
+            return [p for k, p in self._pools.items() if k[0] == "pinned"]
+
+    def _pinned_pool(self, mapped, portable, wc):
+        key = ("pinned", bool(mapped), bool(portable), bool(wc))
+        with _lock:
+            p = self._pools.get(key)
+            if p is None:
+                flags = ", ".join("%s=1" % n for n, on in (("mapped", mapped), ("portable", portable),
+                                                           ("write_combined", wc)) if on)
+                spec = os.environ.get("RAP_NUMBA_PINNED_SPEC") or PINNED_SPEC
+                p = rap.Allocator(spec.replace("{flags}", flags), name="numba-pinned")
+                self._pools[key] = p
+            return p
 
     @property
     def interface_version(self):
@@ -148,10 +169,10 @@ class RapNumbaManager(cuda.HostOnlyCUDAMemoryManager):
         return self.context.device.id
 
     def initialize(self):
-        _device_pool(self._device())
+        self.device_pool()
 
     def memalloc(self, size):
-        p = _device_pool(self._device())
+        p = self.device_pool()
         with _lock:
             try:
                 ptr = p.allocate(size, _current_stream())
@@ -168,7 +189,7 @@ class RapNumbaManager(cuda.HostOnlyCUDAMemoryManager):
                                   finalizer=finalizer)
 
     def memhostalloc(self, size, mapped=False, portable=False, wc=False):
-        p = _pinned_pool(mapped, portable, wc)
+        p = self._pinned_pool(mapped, portable, wc)
         with _lock:
             ptr = p.allocate(size)
         free = _free(p, ptr)
@@ -185,14 +206,14 @@ class RapNumbaManager(cuda.HostOnlyCUDAMemoryManager):
         return mem.own()
 
     def get_memory_info(self):
-        p = _device_pool(self._device())
+        p = self.device_pool()
         with _lock:
             free, total = p.memory_info()
             cached = p.stats()["free_bytes"]
         return cuda.MemoryInfo(free=min(total, free + cached), total=total)
 
     def get_ipc_handle(self, memory):
-        p = _device_pool(self._device())
+        p = self.device_pool()
         address = int(memory.device_pointer_value or 0)
         with _lock:
             blocks = list(self._live.items())
@@ -217,11 +238,11 @@ class RapNumbaManager(cuda.HostOnlyCUDAMemoryManager):
         super().reset()
         self._deferred.flush(force=True)
         with _lock:
-            p = _pools.get(("device", self._device()))
+            p = self._pools.get(("device",))
             if p is None:
                 return
             if not self._live:
-                _pools.pop(("device", self._device()), None)
+                del self._pools[("device",)]
                 try:
                     p.close()
                 except rap.Error:

@@ -47,37 +47,37 @@ class Context:
     device = cuda.get_current_device()
 
 
-def fresh():
-    """rap.numba with no pools, allocating on the host (no CUDA stream here)."""
-    for p in rap.numba._pools.values():
+def close(mm):
+    for p in mm._pools.values():
         try:
             p.close()
         except rap.Error:
             pass
-    rap.numba._pools.clear()
-    rap.numba._current_stream = lambda: None
+    mm._pools.clear()
+
+
+rap.numba._current_stream = lambda: None   # allocations on the host: no CUDA stream here
 
 
 @unittest.skipIf(REAL_NUMBA, "the real numba-cuda is here: integrations/numba/run_tests.sh tests it")
 class NumbaPlugin(unittest.TestCase):
     def setUp(self):
-        fresh()
         self.ctx = Context()
         self.mm = rap.numba.RapNumbaManager(context=self.ctx)
         self.mm.initialize()
 
     def tearDown(self):
         gc.collect()
-        fresh()
+        close(self.mm)
 
     def test_numbas_version_check_makes_nothing(self):
-        fresh()
-        self.assertEqual(rap.numba.RapNumbaManager(context=None).interface_version, 1)
-        self.assertEqual(rap.numba._pools, {})
+        dummy = rap.numba.RapNumbaManager(context=None)
+        self.assertEqual(dummy.interface_version, 1)
+        self.assertEqual(dummy._pools, {})
         self.assertIs(rap.numba._numba_memory_manager, rap.numba.RapNumbaManager)
 
     def test_memalloc_and_its_finalizer(self):
-        pool = rap.numba.pool()
+        pool = self.mm.device_pool()
         m = self.mm.memalloc(5000)
         self.assertIsInstance(m, cuda.MemoryPointer)
         self.assertEqual(m.size, 5000)
@@ -89,7 +89,7 @@ class NumbaPlugin(unittest.TestCase):
         self.assertEqual(self.mm._live, {})
 
     def test_defer_cleanup_holds_frees_back_until_it_ends(self):
-        pool = rap.numba.pool()
+        pool = self.mm.device_pool()
         with self.mm.defer_cleanup():
             m = self.mm.memalloc(300)
             del m
@@ -101,7 +101,7 @@ class NumbaPlugin(unittest.TestCase):
         h = self.mm.memhostalloc(4096)
         self.assertIsInstance(h, cuda.PinnedMemory)
         owned = self.mm.memhostalloc(1024, mapped=True)
-        pools = [p for k, p in rap.numba._pools.items() if k[0] == "pinned"]
+        pools = self.mm.pinned_pools()
         self.assertEqual(len(pools), 2)                 # one per combination of flags
         self.assertEqual(sum(p.stats()["current_bytes"] for p in pools), 5120)
         del h, owned
@@ -111,7 +111,7 @@ class NumbaPlugin(unittest.TestCase):
     def test_memory_info_counts_the_pools_free_bytes(self):
         m = self.mm.memalloc(1000)
         free, total = self.mm.get_memory_info()
-        host_free, host_total = rap.numba.pool().memory_info()
+        host_free, host_total = self.mm.device_pool().memory_info()
         self.assertEqual(total, host_total)
         self.assertGreaterEqual(free, host_free)
         self.assertLessEqual(free, total)
@@ -140,7 +140,6 @@ class NumbaPlugin(unittest.TestCase):
         del view, m
 
     def test_a_pool_that_does_not_export_says_which_spec_does(self):
-        fresh()
         os.environ["RAP_NUMBA_SPEC"] = "ResourceAwarePool(HOST)"
         try:
             mm = rap.numba.RapNumbaManager(context=self.ctx)
@@ -152,19 +151,21 @@ class NumbaPlugin(unittest.TestCase):
                 mm.memalloc(1 << 60)
             self.assertIn("rap.numba", str(e.exception))
             del m
+            gc.collect()
+            close(mm)
         finally:
             os.environ["RAP_NUMBA_SPEC"] = EXPORTING
 
     def test_reset_closes_an_idle_pool_and_keeps_a_busy_one(self):
         m = self.mm.memalloc(64)
         self.mm.reset()
-        self.assertIn(("device", 0), rap.numba._pools)   # a block is live: released, kept
+        self.assertIn(("device",), self.mm._pools)       # a block is live: released, kept
         del m
         gc.collect()
         self.mm.reset()
-        self.assertNotIn(("device", 0), rap.numba._pools)
+        self.assertNotIn(("device",), self.mm._pools)
         m = self.mm.memalloc(64)                          # made again on demand
-        self.assertEqual(rap.numba.pool().stats()["current_bytes"], 64)
+        self.assertEqual(self.mm.device_pool().stats()["current_bytes"], 64)
         del m
 
 
