@@ -204,8 +204,9 @@ class CudaCoreResource(unittest.TestCase):
         pool.close()
 
     def test_device_resource_takes_the_device_and_spec(self):
-        with self.assertRaises(rap.Error):   # no device here: the pool cannot be made
-            rap.cuda_core.RapMemoryResource(device_id=0, spec="ResourceAwarePool(DEVICE::{device})")
+        with self.assertRaises(rap.Error) as e:   # no such device anywhere: the pool cannot be made
+            rap.cuda_core.RapMemoryResource(device_id=4095, spec="ResourceAwarePool(DEVICE::{device})")
+        self.assertIn("DEVICE::4095", str(e.exception))
         mr = rap.cuda_core.RapMemoryResource(device_id=3, allocator=rap.Allocator("QuickPool(HOST)"))
         self.assertEqual((mr.device_id, mr.is_host_accessible, mr.is_device_accessible), (3, False, True))
 
