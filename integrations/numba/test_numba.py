@@ -92,7 +92,8 @@ def test_memory_info_is_the_devices_and_the_pools():
     p = rap.numba.pool()
     device_free, device_total = p.memory_info()
     assert total == device_total
-    assert free == min(total, device_free + p.stats()["free_bytes"])
+    expected = min(total, device_free + p.stats()["free_bytes"])
+    assert abs(free - expected) < total // 100     # the device's free memory moves meanwhile
 
 
 def test_pinned_and_mapped_arrays_come_from_rap():
