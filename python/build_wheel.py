@@ -21,7 +21,8 @@ import sys
 import sysconfig
 import zipfile
 
-SUMMARY = "Memory-pool strategies for GPU and host memory; PyTorch's and CuPy's allocators on them"
+SUMMARY = ("Memory-pool strategies for GPU and host memory; PyTorch's, CuPy's, Numba's and "
+           "cuda.core's allocators on them")
 
 
 def library_version(pkg):
@@ -43,7 +44,8 @@ def metadata(version, readme):
     lines = ["Metadata-Version: 2.1", "Name: rap", "Version: " + version, "Summary: " + SUMMARY,
              "License: MIT", "Classifier: License :: OSI Approved :: MIT License",
              "Requires-Python: >=3.8",
-             "Provides-Extra: torch", "Provides-Extra: cupy",
+             "Provides-Extra: torch", "Provides-Extra: cupy", "Provides-Extra: numba",
+             "Provides-Extra: cuda-core",
              "Description-Content-Type: text/markdown", "", readme]
     return "\n".join(lines).encode()
 
@@ -70,9 +72,11 @@ def main(argv):
             continue
         with open(path, "rb") as f:
             entries.append(("rap/" + name, f.read(), name.endswith(".so") or name == "rap-trace"))
-    readme = ("rap: memory-pool strategies for GPU and host memory, with PyTorch's and CuPy's "
-              "allocators on them.\n\n    import rap.torch; rap.torch.enable()\n"
-              "    import rap.cupy; rap.cupy.enable()\n\nSee docs/integrations.md of the source.\n")
+    readme = ("rap: memory-pool strategies for GPU and host memory, with PyTorch's, CuPy's, Numba's "
+              "and cuda.core's allocators on them.\n\n    import rap.torch; rap.torch.enable()\n"
+              "    import rap.cupy; rap.cupy.enable()\n"
+              "    NUMBA_CUDA_MEMORY_MANAGER=rap.numba\n"
+              "    rap.cuda_core.RapMemoryResource()\n\nSee docs/integrations.md of the source.\n")
     entries.append((dist_info + "/METADATA", metadata(version, readme), False))
     wheel = "Wheel-Version: 1.0\nGenerator: rap python/build_wheel.py\nRoot-Is-Purelib: false\nTag: %s\n" % tag
     entries.append((dist_info + "/WHEEL", wheel.encode(), False))

@@ -10,9 +10,10 @@ packages=(cmake ninja-build gcc g++ make pkg-config libgtest-dev uthash-dev pyth
 [ "${RAP_DEPS_CLANG:-0}" = 1 ] && packages+=(clang libclang-rt-14-dev)
 [ "${RAP_DEPS_HIP:-0}" = 1 ] && packages+=(hipcc libamdhip64-dev)
 # Wanted, not needed: rap-bench's mimalloc and tcmalloc peers (loaded at run time where mimalloc is
-# not built from source; make device-build carries the libraries to the GPU machine). Where they
-# cannot be installed the build goes on without them.
-optional=(libmimalloc-dev libgoogle-perftools-dev)
+# not built from source; make device-build carries the libraries to the GPU machine), and numpy
+# for the Python tests' numpy.from_dlpack check (tests/python/test_api.py; skipped without it).
+# Where they cannot be installed the build goes on without them.
+optional=(libmimalloc-dev libgoogle-perftools-dev python3-numpy)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=() missing_opt=()
@@ -22,7 +23,7 @@ for p in "${optional[@]}"; do installed "$p" || missing_opt+=("$p"); done
 
 # Only optional packages missing: a note, never a failure.
 skip_opt() {
-  echo "install-deps: not installing ${missing_opt[*]} ($1); rap-bench skips the peers they are for" >&2
+  echo "install-deps: not installing ${missing_opt[*]} ($1); rap-bench skips the peers and the Python tests the numpy check they are for" >&2
   exit 0
 }
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -2,8 +2,8 @@
 # wheel-check.sh — the wheel as a user gets it: built from an assembled package
 # (<build>/python/rap) by python/build_wheel.py, installed with pip into a fresh virtual
 # environment offline (--no-index), then imported from there: rap.version(), rap.check_spec on a
-# good and a bad spec, rap.library_path() inside the environment, and rap.torch / rap.cupy present
-# (not imported: neither framework need be here); and the console script rap-trace the wheel
+# good and a bad spec, rap.library_path() inside the environment, and rap.torch, rap.cupy,
+# rap.numba and rap.cuda_core present (not imported: no framework need be here); and the console script rap-trace the wheel
 # installs answers --help and --version from the environment's bin/, and reads a trace there.
 # ctest runs it (Python.WheelInstallsAndImports).
 #   bash scripts/wheel-check.sh <build>/python/rap [PYTHON]
@@ -38,7 +38,8 @@ try:
 except ValueError as e:
     assert "column 15" in str(e), e
 pkg = os.path.dirname(where)
-for m in ("torch.py", "cupy.py", "rap_loader.py", "rap_memviz.py"):
+for m in ("torch.py", "cupy.py", "rap_loader.py", "rap_memviz.py", "numba.py", "cuda_core.py",
+          "errors.py", "_allocator.py", "_buffer.py", "_dlpack.py", "_driver.py", "_process.py"):
     assert os.path.exists(os.path.join(pkg, m)), m
 libs = sorted(f for f in os.listdir(pkg) if f.endswith(".so"))
 print("wheel-check: rap %s from %s (%s) imports and checks specs" % (v, pkg, ", ".join(libs)))

@@ -109,8 +109,13 @@ class AllocatorOverHost(unittest.TestCase):
 class Package(unittest.TestCase):
     def test_dir_is_the_api(self):
         self.assertEqual([n for n in dir(rap) if not n.startswith("__")],
-                         sorted(["Allocator", "Error", "HostQueue", "check_spec", "library_path",
-                                 "version"]))
+                         sorted(["Allocator", "Buffer", "HostQueue", "IpcHandle", "check_spec",
+                                 "library_path", "version", "status_name", "errors", "LOG_LEVELS",
+                                 "set_log_handler", "set_log_level", "log_level", "trace_start",
+                                 "trace_stop", "trace_flush", "Error", "InvalidError",
+                                 "OutOfMemoryError", "NotFoundError", "ExistsError", "BusyError",
+                                 "UnsupportedError", "WrongResourceError", "UnknownPointerError",
+                                 "BackendError", "CorruptError"]))
 
     def test_frameworks_missing_say_what_to_install(self):
         for mod, words in (("torch", "needs PyTorch"), ("cupy", "needs CuPy")):

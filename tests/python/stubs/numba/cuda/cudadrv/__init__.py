@@ -1,0 +1,1 @@
+from . import driver  # noqa: F401
