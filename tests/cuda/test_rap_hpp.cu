@@ -33,7 +33,8 @@ static_assert(cuda::mr::async_resource_with<rap::memory_resource, device>);
 static_assert(cuda::mr::resource_with<rap::memory_resource, device>);
 using device_ref = cuda::mr::async_resource_ref<device>;
 #endif
-static_assert(!cuda::mr::has_property<rap::memory_resource, cuda::mr::host_accessible>,
+static_assert(cuda::has_property<rap::memory_resource, device>);
+static_assert(!cuda::has_property<rap::memory_resource, cuda::mr::host_accessible>,
               "device memory is not claimed to be host memory");
 static_assert(std::is_constructible_v<device_ref, rap::memory_resource &>);
 static_assert(std::is_copy_constructible_v<rap::memory_resource>, "CCCL copies resources");
