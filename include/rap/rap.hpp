@@ -117,6 +117,10 @@ struct memory_info {
 };
 
 inline const char *version() noexcept { return rap_version(); }
+/* The event trace (docs/trace.md): one file for the process. */
+inline void trace_start(const char *path) { detail::check(rap_trace_start(path)); }
+inline void trace_stop() { detail::check(rap_trace_stop()); }
+inline void trace_flush() { detail::check(rap_trace_flush()); }
 /* Throws the reason when rap_allocator_make_spec could not make spec. */
 inline void check_spec(const char *spec) { detail::check(rap_spec_check(spec)); }
 
@@ -149,7 +153,16 @@ class resource_ref {
     p.release();   // the queue owns it now
   }
 #if RAP_HPP_CUDA
-  cudaStream_t stream() const noexcept { return rap_resource_cuda_stream(r_); }
+  cudaStream_t stream() const noexcept { return rap_resource_cuda_stream(r_); }   // 0: not cuda
+  /* A graph capture that pools know of (rap/cuda.h says what it changes). */
+  void begin_capture(cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal) const {
+    detail::check(rap_resource_cuda_begin_capture(r_, mode));
+  }
+  cudaGraph_t end_capture() const {
+    cudaGraph_t g = nullptr;
+    detail::check(rap_resource_cuda_end_capture(r_, &g));
+    return g;
+  }
 #endif
   friend bool operator==(resource_ref a, resource_ref b) noexcept { return a.r_ == b.r_; }
   friend bool operator!=(resource_ref a, resource_ref b) noexcept { return a.r_ != b.r_; }
@@ -272,6 +285,17 @@ class allocator_ref {
   }
   void wake() const { detail::check(rap_allocator_wake(a_)); }
   bool asleep() const noexcept { return rap_allocator_is_asleep(a_) != 0; }
+  /* Segment observers: fn(ev, user) for each chunk or mapping that comes or goes. */
+  void observe(rap_segment_fn fn, void *user) const { detail::check(rap_allocator_observe(a_, fn, user)); }
+  void unobserve(rap_segment_fn fn, void *user) const {
+    detail::check(rap_allocator_unobserve(a_, fn, user));
+  }
+  bool registrable() const {   // RAP_OK -> true, RAP_ERR_UNSUPPORTED -> false
+    int st = rap_allocator_registrable(a_);
+    if (st == RAP_ERR_UNSUPPORTED) return false;
+    detail::check(st);
+    return true;
+  }
 
   friend bool operator==(allocator_ref a, allocator_ref b) noexcept { return a.a_ == b.a_; }
   friend bool operator!=(allocator_ref a, allocator_ref b) noexcept { return a.a_ != b.a_; }

@@ -6,11 +6,16 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 static_assert(!std::is_copy_constructible_v<rap::manager>, "a manager has one owner");
 static_assert(!std::is_copy_constructible_v<rap::allocator>, "an allocator has one owner");
@@ -310,4 +315,38 @@ TEST(CppManager, HandlesThatOutliveItDestroyNothing) {
   EXPECT_EQ(pool.get(), nullptr);
   rap::resource gone = std::move(q);
   EXPECT_NO_THROW(gone.destroy());
+}
+
+TEST(CppAllocator, ObserversSeeSegmentsAndTraceRecordsCalls) {
+  rap::manager m;
+  rap::allocator vmm(m, "vmm", "HostVmm(reserve=64MiB, granularity=64KiB)");
+  std::vector<int> kinds;
+  rap_segment_fn record = [](const rap_segment_event *ev, void *user) {
+    static_cast<std::vector<int> *>(user)->push_back(ev->kind);
+  };
+  vmm.observe(record, &kinds);
+  expect_error([&] { vmm.observe(record, &kinds); }, RAP_ERR_EXISTS);
+  EXPECT_FALSE(vmm.registrable());
+  char path[] = "/tmp/rap-hpp-trace-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  rap::trace_start(path);
+  void *p = vmm.allocate(100 << 10);   // maps memory: the observer hears of it
+  vmm.deallocate(p);
+  rap::trace_flush();
+  rap::trace_stop();
+  vmm.unobserve(record, &kinds);
+  EXPECT_FALSE(kinds.empty());
+  EXPECT_EQ(kinds.front(), RAP_SEGMENT_MAP);
+  FILE *f = std::fopen(path, "r");
+  ASSERT_NE(f, nullptr);
+  std::string text;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, f) != nullptr) text += buf;
+  std::fclose(f);
+  std::remove(path);
+  EXPECT_NE(text.find("\"vmm\""), std::string::npos) << text;
+  expect_error([&] { vmm.unobserve(record, &kinds); }, RAP_ERR_NOT_FOUND);
+  m.close();
 }
