@@ -51,16 +51,19 @@ if [ -x "$work/cmake/cuda_consumer" ]; then
   [ -n "$cccl" ] || { echo "install-check: a CUDA build, but no CCCL under pkg-config's include dirs ($cflags)"; exit 1; }
   c++ -std=c++17 -Wall -Wextra -Werror tests/consumer/cpp_consumer.cpp -I"$cccl" \
     $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs rap) -o "$work/pc-cpp-cccl-consumer"
-  LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/pc-cpp-cccl-consumer" | grep -q 'CCCL part on' ||
+  out=$(LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/pc-cpp-cccl-consumer")
+  grep -q 'CCCL part on' <<<"$out" ||
     { echo "install-check: rap.hpp left its CCCL part out with $cccl on the include path"; exit 1; }
-  nvcc=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
-  if [ -x "$nvcc" ]; then
-    "$nvcc" -std=c++17 -Werror all-warnings -x cu tests/consumer/cpp_consumer.cpp \
-      $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs rap) -o "$work/nvcc-cpp-consumer"
-    LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/nvcc-cpp-consumer" | grep -q 'Thrust part on' ||
-      { echo "install-check: rap.hpp under nvcc left its Thrust part out"; exit 1; }
-    cpp_note="$cpp_note, CCCL $(grep -o 'CCCL_VERSION [0-9]*' "$cccl/cuda/std/__cccl/version.h" | cut -d' ' -f2) part by c++ and nvcc, Thrust part by nvcc"
-  fi
+  cccl_version=$(grep -o 'CCCL_VERSION [0-9]*' "$cccl/cuda/std/__cccl/version.h" | cut -d' ' -f2)
+  cpp_note="$cpp_note, CCCL $cccl_version part by c++"
+  nvcc=$(sed -n 's/^CUDAToolkit_NVCC_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")
+  [ -x "$nvcc" ] || { echo "install-check: a CUDA build without nvcc in its cache (CUDAToolkit_NVCC_EXECUTABLE)"; exit 1; }
+  "$nvcc" -std=c++17 -Werror all-warnings -x cu tests/consumer/cpp_consumer.cpp \
+    $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs rap) -o "$work/nvcc-cpp-consumer"
+  out=$(LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/nvcc-cpp-consumer")
+  grep -q 'Thrust part on' <<<"$out" ||
+    { echo "install-check: rap.hpp under nvcc left its Thrust part out"; exit 1; }
+  cpp_note="$cpp_note and nvcc, Thrust part by nvcc"
 fi
 cpp_note="$cpp_note)"
 if [ -n "$hip" ]; then   # a HIP build: rap/hip.h through pkg-config too
