@@ -502,7 +502,7 @@ class stream_resources {
  * rap::memory_resource: an allocator of device memory as a CCCL resource (cuda::mr::resource
  * with cuda::mr::device_accessible; CCCL 3.0's resource and async_resource). A block allocated
  * on a stream belongs to that stream's rap resource (one per stream, made at its first use);
- * deallocate on the same stream makes it pending there. The synchronous calls use the legacy
+ * deallocate on the same stream makes it pending there, on another stream pending on both. The synchronous calls use the legacy
  * default stream, allocate_sync then waits for it, as RMM's resources do. Copies share the
  * allocator and the stream resources; every copy must go before the manager. Calls from several
  * threads need a thread-safe allocator (ThreadSafe(...)). deallocate cannot throw (CCCL declares
@@ -538,7 +538,11 @@ class memory_resource {
     } catch (...) {
       r = nullptr;   // no resource for s could be made: the block's owner takes it back
     }
-    (void)rap_deallocate(a_.get(), p, r);
+    if (rap_deallocate(a_.get(), p, r) == RAP_ERR_WRONG_RESOURCE) {
+      // Freed on another stream than it was allocated on (RMM's device_buffer::set_stream does
+      // this): s used it too, so it stays pending until both streams have passed the free.
+      if (rap_record_resource(a_.get(), p, r) == RAP_OK) (void)rap_deallocate(a_.get(), p, nullptr);
+    }
   }
   void *allocate_sync(std::size_t bytes, std::size_t alignment = default_alignment) {
     void *p = allocate(cuda::stream_ref(cudaStream_t{}), bytes, alignment);

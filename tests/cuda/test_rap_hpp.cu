@@ -78,7 +78,13 @@ TEST_F(CppCuda, MemoryResourceIsStreamOrdered) {
     mr.deallocate(r1, again, MiB, 256);
     void *q = mr.allocate(r2, MiB, 256);   // another stream gets memory no one may still touch
     ASSERT_NE(q, nullptr);
+    EXPECT_NE(q, p);
     mr.deallocate(r2, q, MiB, 256);
+    // Freed on another stream than its own (RMM's set_stream): pending on both, not refused.
+    void *moved = mr.allocate(r1, 2 * MiB, 256);
+    mr.deallocate(r2, moved, 2 * MiB, 256);
+    EXPECT_EQ(stats().current_bytes, 0u);   // refused, it would still be live
+    pool_.check();
     rap::memory_resource copy = mr;   // copies share the pool and the streams' resources
     EXPECT_TRUE(copy == mr);
     EXPECT_EQ(copy.resource_of(r1), mr.resource_of(r1));
