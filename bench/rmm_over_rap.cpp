@@ -117,6 +117,11 @@ TEST_F(RmmOverRap, StreamOrderedReuseOnTheSameStream) {
   rmm::device_buffer c(MiB, rmm::cuda_stream_view(other.stream()));
   EXPECT_NE(c.data(), first);
   c = rmm::device_buffer(0, sv());
+  {
+    rmm::device_buffer moved(2 * MiB, sv());
+    moved.set_stream(rmm::cuda_stream_view(other.stream()));   // freed on the other stream
+  }
+  EXPECT_EQ(pool_.stats().current_bytes, MiB);   // b alone: the moved buffer's block went back
   other.synchronize();
 }
 
