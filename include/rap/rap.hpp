@@ -25,6 +25,15 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#if defined(__has_include)
+#if __has_include(<memory_resource>)
+#include <memory_resource>
+#define RAP_HPP_PMR 1
+#endif
+#endif
+#ifndef RAP_HPP_PMR
+#define RAP_HPP_PMR 0
+#endif
 
 #if !defined(RAP_HPP_NO_CUDA) && defined(__has_include)
 #if __has_include(<cuda_runtime_api.h>) && __has_include(<cuda/memory_resource>) &&               \
@@ -458,6 +467,43 @@ inline allocator::allocator(manager &m, const char *name, const char *strategy, 
   detail::check(rap_allocator_make(m.get(), name, strategy, parent, options, &a_));
 }
 
+#if RAP_HPP_PMR
+/* ---------------------------------------------------------------------------------------------
+ * rap::pmr_resource: an allocator of host memory (HOST, PINNED, UM, pools over them) as a
+ * std::pmr::memory_resource, for std::pmr containers. Blocks belong to r (default: the host).
+ * Alignments above the allocator's are refused (rap::error, RAP_ERR_INVALID); deallocate does not
+ * throw, since containers call it from destructors: a refused one leaves rap_last_error().
+ * ------------------------------------------------------------------------------------------- */
+class pmr_resource : public std::pmr::memory_resource {
+ public:
+  explicit pmr_resource(allocator_ref a, resource_ref r = {}) noexcept : a_(a), r_(r) {}
+  allocator_ref allocator() const noexcept { return a_; }
+  resource_ref resource() const noexcept { return r_; }
+
+ private:
+  void *do_allocate(std::size_t bytes, std::size_t alignment) override {
+    void *p = a_.allocate(bytes, r_);
+    if ((reinterpret_cast<std::uintptr_t>(p) & (alignment - 1)) != 0) {
+      (void)rap_deallocate(a_.get(), p, r_.get());
+      throw error(RAP_ERR_INVALID, std::string("rap::pmr_resource: allocator '") + a_.name() +
+                                       "' gives no alignment of " + std::to_string(alignment) +
+                                       " bytes (its alignment= option sets it)");
+    }
+    return p;
+  }
+  void do_deallocate(void *p, std::size_t, std::size_t) override {
+    (void)rap_deallocate(a_.get(), p, r_.get());
+  }
+  bool do_is_equal(const std::pmr::memory_resource &o) const noexcept override {
+    auto *other = dynamic_cast<const pmr_resource *>(&o);
+    return other != nullptr && other->a_ == a_;
+  }
+
+  allocator_ref a_;
+  resource_ref r_;
+};
+#endif /* RAP_HPP_PMR */
+
 #if RAP_HPP_CUDA
 inline resource resource::cuda(manager &m, cudaStream_t s) { return m.wrap_stream(s); }
 inline resource resource::cuda_stream(manager &m) { return m.cuda_stream(); }
@@ -500,19 +546,22 @@ class stream_resources {
 
 /* ---------------------------------------------------------------------------------------------
  * rap::memory_resource: an allocator of device memory as a CCCL resource (cuda::mr::resource
- * with cuda::mr::device_accessible; CCCL 3.0's resource and async_resource). A block allocated
- * on a stream belongs to that stream's rap resource (one per stream, made at its first use);
- * deallocate on the same stream makes it pending there, on another stream pending on both. The synchronous calls use the legacy
- * default stream, allocate_sync then waits for it, as RMM's resources do. Copies share the
- * allocator and the stream resources; every copy must go before the manager. Calls from several
- * threads need a thread-safe allocator (ThreadSafe(...)). deallocate cannot throw (CCCL declares
- * it noexcept): a refused one leaves its sentence in rap_last_error() and changes nothing.
+ * with cuda::mr::device_accessible; CCCL 3.0's resource and async_resource).
+ * rap::pinned_memory_resource claims host_accessible too, for PINNED and UM; basic_memory_resource
+ * takes any properties. A block allocated on a stream belongs to that stream's rap resource (one
+ * per stream, made at its first use); deallocate on the same stream makes it pending there, on
+ * another stream pending on both. The synchronous calls use the legacy default stream,
+ * allocate_sync then waits for it, as RMM's resources do. Copies share the allocator and the
+ * stream resources, which go with the last copy (or with the manager, if it goes first). Calls
+ * from several threads need a thread-safe allocator (ThreadSafe(...)). deallocate cannot throw
+ * (CCCL declares it noexcept): a refused one leaves its sentence in rap_last_error().
  * ------------------------------------------------------------------------------------------- */
-class memory_resource {
+template <class... Properties>
+class basic_memory_resource {
  public:
   static constexpr std::size_t default_alignment = 256;
 
-  memory_resource(manager &m, allocator_ref a)
+  basic_memory_resource(manager &m, allocator_ref a)
       : a_(a), streams_(std::make_shared<detail::stream_resources>(m.life())) {
     if (!a_) throw error(RAP_ERR_INVALID, "rap::memory_resource: the allocator is null");
   }
@@ -570,18 +619,24 @@ class memory_resource {
     deallocate(s, p, bytes, alignment);
   }
 #endif
-  friend bool operator==(const memory_resource &x, const memory_resource &y) noexcept {
+  friend bool operator==(const basic_memory_resource &x, const basic_memory_resource &y) noexcept {
     return x.a_ == y.a_;
   }
-  friend bool operator!=(const memory_resource &x, const memory_resource &y) noexcept {
+  friend bool operator!=(const basic_memory_resource &x, const basic_memory_resource &y) noexcept {
     return !(x == y);
   }
-  friend void get_property(const memory_resource &, cuda::mr::device_accessible) noexcept {}
+  /* The properties it was declared with, and no other. */
+  template <class P, std::enable_if_t<(std::is_same_v<P, Properties> || ...), int> = 0>
+  friend void get_property(const basic_memory_resource &, P) noexcept {}
 
  private:
   allocator_ref a_;
   std::shared_ptr<detail::stream_resources> streams_;
 };
+
+using memory_resource = basic_memory_resource<cuda::mr::device_accessible>;
+using pinned_memory_resource =
+    basic_memory_resource<cuda::mr::host_accessible, cuda::mr::device_accessible>;
 
 #if RAP_HPP_THRUST
 /* ---------------------------------------------------------------------------------------------

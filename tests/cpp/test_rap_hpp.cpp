@@ -350,3 +350,35 @@ TEST(CppAllocator, ObserversSeeSegmentsAndTraceRecordsCalls) {
   expect_error([&] { vmm.unobserve(record, &kinds); }, RAP_ERR_NOT_FOUND);
   m.close();
 }
+
+#if RAP_HPP_PMR
+TEST(CppPmr, StdContainersTakeTheirMemoryFromAPool) {
+  rap::manager m;
+  rap::allocator pool(m, "pool", "QuickPool(HOST, initial_size=1MiB)");
+  {
+    rap::pmr_resource res(pool);
+    std::pmr::vector<std::pmr::string> v(&res);
+    for (int i = 0; i < 100; i++) v.emplace_back(std::string(100, static_cast<char>('a' + i % 26)));
+    EXPECT_EQ(m.find(v.data()), pool);
+    EXPECT_EQ(m.find(v[99].data()), pool);   // the strings' bytes too: the allocator propagates
+    EXPECT_GT(pool.stats().allocation_count, 100u);
+    EXPECT_TRUE(res.is_equal(rap::pmr_resource(pool)));
+    EXPECT_FALSE(res.is_equal(*std::pmr::new_delete_resource()));
+    void *first = res.allocate(64, 8);   // the chunk's start; the next block is 256 bytes on
+    size_t before = pool.stats().allocation_count;
+    try {
+      void *p = res.allocate(64, size_t{1} << 20);
+      res.deallocate(p, 64, size_t{1} << 20);
+      ADD_FAILURE() << "a block at " << p << " was given for an alignment of 1 MiB";
+    } catch (const rap::error &e) {
+      EXPECT_EQ(e.status(), RAP_ERR_INVALID);
+      EXPECT_NE(std::strstr(e.sentence(), "alignment"), nullptr) << e.sentence();
+    }
+    EXPECT_EQ(pool.stats().allocation_count, before);   // the refused block went back
+    res.deallocate(first, 64, 8);
+  }
+  EXPECT_EQ(pool.stats().current_bytes, 0u);   // every block went back
+  pool.destroy();
+  m.close();
+}
+#endif

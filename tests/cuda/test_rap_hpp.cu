@@ -34,6 +34,14 @@ static_assert(cuda::mr::resource_with<rap::memory_resource, device>);
 using device_ref = cuda::mr::async_resource_ref<device>;
 #endif
 static_assert(cuda::has_property<rap::memory_resource, device>);
+using host = cuda::mr::host_accessible;
+#if RAP_HPP_CCCL_NEW_NAMES
+static_assert(cuda::mr::resource_with<rap::pinned_memory_resource, host, device>);
+static_assert(std::is_constructible_v<cuda::mr::resource_ref<host, device>, rap::pinned_memory_resource &>);
+static_assert(!std::is_constructible_v<cuda::mr::resource_ref<host, device>, rap::memory_resource &>);
+#else
+static_assert(cuda::mr::async_resource_with<rap::pinned_memory_resource, host, device>);
+#endif
 static_assert(!cuda::has_property<rap::memory_resource, cuda::mr::host_accessible>,
               "device memory is not claimed to be host memory");
 static_assert(std::is_constructible_v<device_ref, rap::memory_resource &>);
@@ -97,6 +105,22 @@ TEST_F(CppCuda, MemoryResourceIsStreamOrdered) {
     ASSERT_EQ(cudaStreamSynchronize(s1.stream()), cudaSuccess);
   }   // the streams' rap resources go with the last copy
   pool_.check();
+}
+
+TEST_F(CppCuda, PinnedResourceServesTheHostAndTheDevice) {
+  rap::allocator pinned(m_, "pinned", "QuickPool(PINNED, initial_size=1MiB)");
+  rap::resource s = rap::resource::cuda_stream(m_);
+  rap::pinned_memory_resource mr(m_, pinned);
+  cuda::stream_ref st(s.stream());
+  auto *p = static_cast<int *>(mr.allocate(st, 4096, 256));
+  p[0] = 41;   // host-accessible
+  ASSERT_EQ(cudaMemsetAsync(p + 1, 0, 4, s.stream()), cudaSuccess);
+  s.synchronize();
+  EXPECT_EQ(p[0], 41);
+  EXPECT_EQ(p[1], 0);
+  mr.deallocate(st, p, 4096, 256);
+  EXPECT_EQ(pinned.stats().current_bytes, 0u);
+  s.synchronize();
 }
 
 TEST_F(CppCuda, TypeErasedReferenceReachesThePool) {
