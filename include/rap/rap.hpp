@@ -53,6 +53,7 @@
 #include <rap/cuda.h>
 
 #include <cuda/memory_resource>
+#include <atomic>
 #include <cuda/stream_ref>
 #include <mutex>
 #include <unordered_map>
@@ -510,10 +511,13 @@ inline resource resource::cuda_stream(manager &m) { return m.cuda_stream(); }
 
 namespace detail {
 /* One rap cuda resource per stream handle, made at a stream's first use and destroyed with the
- * last copy of the memory_resource that shares it. */
+ * last copy of the memory_resource that shares it. The map is read under its mutex only on a
+ * thread's first call for a stream: each thread remembers its last (map, stream, resource), the
+ * map named by a number no other map gets, so a hit takes no lock (no lock shared by every
+ * thread on the hot path, as in the pools themselves). An entry lives as long as its map. */
 class stream_resources {
  public:
-  explicit stream_resources(life_ptr life) noexcept : life_(std::move(life)) {}
+  explicit stream_resources(life_ptr life) noexcept : life_(std::move(life)), id_(next_id()) {}
   stream_resources(const stream_resources &) = delete;
   stream_resources &operator=(const stream_resources &) = delete;
   ~stream_resources() {
@@ -521,11 +525,32 @@ class stream_resources {
     for (auto &e : map_) (void)rap_resource_destroy(e.second);
   }
   rap_resource *get(cudaStream_t s) {
+    if (life_->rm == nullptr) throw error(RAP_ERR_INVALID, "rap::memory_resource: its manager is gone");
+    hit &h = last_hit();
+    if (h.id == id_ && h.stream == s) return h.r;
+    rap_resource *r = find_or_make(s);
+    h = hit{id_, s, r};
+    return r;
+  }
+
+ private:
+  struct hit {
+    std::uint64_t id;
+    cudaStream_t stream;
+    rap_resource *r;
+  };
+  static hit &last_hit() noexcept {
+    thread_local hit h{0, nullptr, nullptr};
+    return h;
+  }
+  static std::uint64_t next_id() noexcept {
+    static std::atomic<std::uint64_t> n{0};
+    return ++n;
+  }
+  rap_resource *find_or_make(cudaStream_t s) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(s);
     if (it != map_.end()) return it->second;
-    if (!life_ || life_->rm == nullptr)
-      throw error(RAP_ERR_INVALID, "rap::memory_resource: its manager is gone");
     rap_resource *r = nullptr;
     check(rap_resource_create_cuda(life_->rm, s, &r));
     try {
@@ -537,8 +562,8 @@ class stream_resources {
     return r;
   }
 
- private:
-  life_ptr life_;
+  life_ptr life_;   // never null: made from a manager
+  std::uint64_t id_;
   std::mutex mu_;
   std::unordered_map<cudaStream_t, rap_resource *> map_;
 };
@@ -562,8 +587,10 @@ class basic_memory_resource {
   static constexpr std::size_t default_alignment = 256;
 
   basic_memory_resource(manager &m, allocator_ref a)
-      : a_(a), streams_(std::make_shared<detail::stream_resources>(m.life())) {
+      : a_(a) {
     if (!a_) throw error(RAP_ERR_INVALID, "rap::memory_resource: the allocator is null");
+    if (m.get() == nullptr) throw error(RAP_ERR_INVALID, "rap::memory_resource: the manager is closed");
+    streams_ = std::make_shared<detail::stream_resources>(m.life());
   }
   allocator_ref allocator() const noexcept { return a_; }
   /* The rap resource that stands for s (made at its first use). */

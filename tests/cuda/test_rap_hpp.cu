@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #if !RAP_HPP_CUDA || !RAP_HPP_THRUST
@@ -121,6 +122,45 @@ TEST_F(CppCuda, PinnedResourceServesTheHostAndTheDevice) {
   mr.deallocate(st, p, 4096, 256);
   EXPECT_EQ(pinned.stats().current_bytes, 0u);
   s.synchronize();
+}
+
+TEST_F(CppCuda, EachResourceKeepsItsOwnStreamsAcrossThreads) {
+  rap::allocator shared(m_, "shared", "ThreadSafe(ResourceAwarePool(DEVICE, initial_size=16MiB))");
+  std::vector<rap::resource> streams;   // they go after the memory resources below
+  for (int t = 0; t < 4; t++) streams.push_back(rap::resource::cuda_stream(m_));
+  {
+    rap::memory_resource a(m_, pool_), b(m_, shared);
+    cuda::stream_ref st(cudaStream_t{});
+    for (int i = 0; i < 3; i++) {   // alternating: a thread's remembered stream is per resource
+      void *pa = a.allocate(st, 4096, 256);
+      void *pb = b.allocate(st, 4096, 256);
+      EXPECT_EQ(pool_.owner(pa), a.resource_of(st));
+      EXPECT_EQ(shared.owner(pb), b.resource_of(st));
+      EXPECT_NE(a.resource_of(st), b.resource_of(st));
+      a.deallocate(st, pa, 4096, 256);
+      b.deallocate(st, pb, 4096, 256);
+    }
+    std::vector<std::thread> threads;
+    std::vector<int> ok(streams.size(), 0);
+    for (size_t t = 0; t < streams.size(); t++)
+      threads.emplace_back([&, t] {
+        cuda::stream_ref mine(streams[t].stream());
+        rap::memory_resource copy = b;   // copies on other threads share the map
+        int good = 1;
+        for (int i = 0; i < 200; i++) {
+          size_t n = 1024 * (1 + i % 7);
+          void *p = (i % 2 ? copy : b).allocate(mine, n, 256);
+          good &= shared.owner(p) == b.resource_of(mine);
+          copy.deallocate(mine, p, n, 256);
+        }
+        ok[t] = good;
+      });
+    for (auto &th : threads) th.join();
+    for (size_t t = 0; t < ok.size(); t++) EXPECT_EQ(ok[t], 1) << "thread " << t;
+    EXPECT_EQ(shared.stats().current_bytes, 0u);
+    for (auto &r : streams) r.synchronize();
+  }
+  ASSERT_EQ(cudaStreamSynchronize(cudaStream_t{}), cudaSuccess);
 }
 
 TEST_F(CppCuda, TypeErasedReferenceReachesThePool) {
