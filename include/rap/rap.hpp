@@ -524,6 +524,7 @@ class stream_resources {
     if (!alive(life_)) return;   // the manager went first and took them
     for (auto &e : map_) (void)rap_resource_destroy(e.second);
   }
+  bool manager_alive() const noexcept { return life_->rm != nullptr; }
   rap_resource *get(cudaStream_t s) {
     if (life_->rm == nullptr) throw error(RAP_ERR_INVALID, "rap::memory_resource: its manager is gone");
     hit &h = last_hit();
@@ -608,6 +609,7 @@ class basic_memory_resource {
   }
   void deallocate(cuda::stream_ref s, void *p, std::size_t /*bytes*/,
                   std::size_t /*alignment*/ = default_alignment) noexcept {
+    if (!streams_->manager_alive()) return;   // the manager took the pool and its blocks with it
     rap_resource *r = nullptr;
     try {
       r = streams_->get(s.get());

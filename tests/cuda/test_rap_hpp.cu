@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -161,6 +162,30 @@ TEST_F(CppCuda, EachResourceKeepsItsOwnStreamsAcrossThreads) {
     for (auto &r : streams) r.synchronize();
   }
   ASSERT_EQ(cudaStreamSynchronize(cudaStream_t{}), cudaSuccess);
+}
+
+TEST_F(CppCuda, AResourceThatOutlivesItsManagerTouchesNothing) {
+  std::optional<rap::memory_resource> mr;
+  cuda::stream_ref st(cudaStream_t{});
+  void *p = nullptr;
+  int level = rap_log_get_level();
+  {
+    rap::manager other;
+    mr.emplace(other, other.make_spec("p", "ResourceAwarePool(DEVICE, initial_size=1MiB)"));
+    p = mr->allocate(st, 256, 256);
+    ASSERT_EQ(cudaStreamSynchronize(cudaStream_t{}), cudaSuccess);
+    rap_log_set_level(RAP_LOG_OFF);   // its end reports the live block as leaked
+  }
+  rap_log_set_level(level);
+  mr->deallocate(st, p, 256, 256);   // the manager took the pool: nothing to do, nothing touched
+  try {
+    (void)mr->allocate(st, 256, 256);
+    ADD_FAILURE() << "a resource whose manager is gone allocated";
+  } catch (const rap::error &e) {
+    EXPECT_EQ(e.status(), RAP_ERR_INVALID);
+    EXPECT_NE(std::string(e.sentence()).find("manager is gone"), std::string::npos) << e.sentence();
+  }
+  mr.reset();   // its stream resources went with the manager: not destroyed twice
 }
 
 TEST_F(CppCuda, TypeErasedReferenceReachesThePool) {
