@@ -87,7 +87,8 @@ if [ "$what" = scale ]; then
   exit $status
 fi
 if [ "$what" = all ] || [ "$what" = tests ]; then
-  for t in "$b"/tests/rap_cuda_tests "$b"/tests/rap_host_tests; do
+  for t in "$b"/tests/rap_cuda_tests "$b"/tests/rap_host_tests "$b"/tests/rap_cpp_cuda_tests \
+           "$b"/tests/rap_cpp_tests; do
     [ -x "$t" ] || continue
     "$t" --gtest_color=no > "$out/$(basename "$t").log" 2>&1 || status=1
     tail -3 "$out/$(basename "$t").log"

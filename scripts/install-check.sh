@@ -34,6 +34,38 @@ if [ -x "$work/cmake/cuda_consumer" ]; then   # a CUDA build: rap/cuda.h through
     $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs rap) -o "$work/pc-cuda-consumer"
   LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/pc-cuda-consumer"
 fi
+# rap.hpp: the C++17 consumer from find_package above and through pkg-config; in a CUDA build also
+# with the toolkit's CCCL on the include path (its CCCL part, by the host compiler) and by nvcc (its
+# Thrust part too). Each says which parts it compiled; none needs a GPU.
+LD_LIBRARY_PATH="$work/prefix/lib" "$work/cmake/cpp_consumer" >/dev/null
+c++ -std=c++17 -Wall -Wextra -Werror tests/consumer/cpp_consumer.cpp \
+  $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs rap) -o "$work/pc-cpp-consumer"
+LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/pc-cpp-consumer" >/dev/null
+cpp_note=", rap.hpp's C++17 consumers (host part"
+if [ -x "$work/cmake/cuda_consumer" ]; then
+  cflags=$(PKG_CONFIG_PATH="$libdir" pkg-config --cflags rap)
+  cccl=""
+  for f in $cflags; do
+    case $f in -I*) [ -f "${f#-I}/cccl/cuda/memory_resource" ] && cccl="${f#-I}/cccl" && break ;; esac
+  done
+  [ -n "$cccl" ] || { echo "install-check: a CUDA build, but no CCCL under pkg-config's include dirs ($cflags)"; exit 1; }
+  c++ -std=c++17 -Wall -Wextra -Werror tests/consumer/cpp_consumer.cpp -I"$cccl" \
+    $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs rap) -o "$work/pc-cpp-cccl-consumer"
+  out=$(LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/pc-cpp-cccl-consumer")
+  grep -q 'CCCL part on' <<<"$out" ||
+    { echo "install-check: rap.hpp left its CCCL part out with $cccl on the include path"; exit 1; }
+  cccl_version=$(grep -o 'CCCL_VERSION [0-9]*' "$cccl/cuda/std/__cccl/version.h" | cut -d' ' -f2)
+  cpp_note="$cpp_note, CCCL $cccl_version part by c++"
+  nvcc=$(sed -n 's/^CUDAToolkit_NVCC_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")
+  [ -x "$nvcc" ] || { echo "install-check: a CUDA build without nvcc in its cache (CUDAToolkit_NVCC_EXECUTABLE)"; exit 1; }
+  "$nvcc" -std=c++17 -Werror all-warnings -x cu tests/consumer/cpp_consumer.cpp \
+    $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs rap) -o "$work/nvcc-cpp-consumer"
+  out=$(LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/nvcc-cpp-consumer")
+  grep -q 'Thrust part on' <<<"$out" ||
+    { echo "install-check: rap.hpp under nvcc left its Thrust part out"; exit 1; }
+  cpp_note="$cpp_note and nvcc, Thrust part by nvcc"
+fi
+cpp_note="$cpp_note)"
 if [ -n "$hip" ]; then   # a HIP build: rap/hip.h through pkg-config too
   PKG_CONFIG_PATH="$libdir" cc -std=c11 -Wall -Werror tests/consumer/hip_consumer.c \
     $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs rap) -o "$work/pc-hip-consumer"
@@ -93,4 +125,4 @@ PY
   ) || { echo "install-check: the installed Python package rap does not work"; exit 1; }
   py_note=", the Python package rap imports from ${pydir#"$work/prefix/"}"
 fi
-echo "install-check: find_package and pkg-config consumers built and ran$readme_note, rap-trace runs$py_note; librap.so exports $(nm -D --defined-only "$so" | grep -c ' rap_') rap_* symbols and nothing else"
+echo "install-check: find_package and pkg-config consumers built and ran$readme_note$cpp_note, rap-trace runs$py_note; librap.so exports $(nm -D --defined-only "$so" | grep -c ' rap_') rap_* symbols and nothing else"

@@ -1,0 +1,257 @@
+// test_rap_hpp.cu — rap.hpp's CUDA part, compiled by nvcc: rap::memory_resource satisfies CCCL's
+// cuda::mr resource concepts (checked at compile time, so a CI build without a GPU checks them),
+// stream-ordered blocks come back to their own stream at once, a type-erased cuda::mr reference
+// reaches the pool, and Thrust takes a device_vector's storage and a sort's temporary storage from
+// rap. Tests skip with "no CUDA device: <why>" where none is usable.
+#include <rap/rap.hpp>
+
+#include <gtest/gtest.h>
+#include <thrust/copy.h>
+#include <thrust/device_vector.h>
+#include <thrust/execution_policy.h>
+#include <thrust/sort.h>
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#if !RAP_HPP_CUDA || !RAP_HPP_THRUST
+#error "rap.hpp did not find CCCL and Thrust under nvcc"
+#endif
+
+// The concept checks: CCCL 3.1 and later name the stream-ordered concept resource and the
+// synchronous one synchronous_resource; CCCL 3.0 named them async_resource and resource.
+using device = cuda::mr::device_accessible;
+#if RAP_HPP_CCCL_NEW_NAMES
+static_assert(cuda::mr::resource<rap::memory_resource>);
+static_assert(cuda::mr::resource_with<rap::memory_resource, device>);
+static_assert(cuda::mr::synchronous_resource_with<rap::memory_resource, device>);
+using device_ref = cuda::mr::resource_ref<device>;
+#else
+static_assert(cuda::mr::async_resource<rap::memory_resource>);
+static_assert(cuda::mr::async_resource_with<rap::memory_resource, device>);
+static_assert(cuda::mr::resource_with<rap::memory_resource, device>);
+using device_ref = cuda::mr::async_resource_ref<device>;
+#endif
+static_assert(cuda::has_property<rap::memory_resource, device>);
+using host = cuda::mr::host_accessible;
+#if RAP_HPP_CCCL_NEW_NAMES
+static_assert(cuda::mr::resource_with<rap::pinned_memory_resource, host, device>);
+static_assert(std::is_constructible_v<cuda::mr::resource_ref<host, device>, rap::pinned_memory_resource &>);
+static_assert(!std::is_constructible_v<cuda::mr::resource_ref<host, device>, rap::memory_resource &>);
+#else
+static_assert(cuda::mr::async_resource_with<rap::pinned_memory_resource, host, device>);
+#endif
+static_assert(!cuda::has_property<rap::memory_resource, cuda::mr::host_accessible>,
+              "device memory is not claimed to be host memory");
+static_assert(std::is_constructible_v<device_ref, rap::memory_resource &>);
+static_assert(std::is_copy_constructible_v<rap::memory_resource>, "CCCL copies resources");
+
+namespace {
+
+constexpr size_t MiB = size_t{1} << 20;
+
+class CppCuda : public testing::Test {
+ protected:
+  void SetUp() override {
+    try {
+      (void)m_.allocator("DEVICE");
+    } catch (const rap::error &e) {
+      if (e.status() != RAP_ERR_UNSUPPORTED) throw;
+      GTEST_SKIP() << "no CUDA device: " << e.sentence();
+    }
+    pool_ = rap::allocator(m_, "pool", "ResourceAwarePool(DEVICE, initial_size=64MiB)");
+  }
+  rap::stats stats() const { return pool_.stats(); }
+
+  rap::manager m_;   // first: it goes last
+  rap::allocator pool_;
+};
+
+TEST_F(CppCuda, MemoryResourceIsStreamOrdered) {
+  rap::resource s1 = rap::resource::cuda_stream(m_);
+  rap::resource s2 = rap::resource::cuda_stream(m_);
+  {
+    rap::memory_resource mr(m_, pool_);
+    cuda::stream_ref r1(s1.stream()), r2(s2.stream());
+    void *p = mr.allocate(r1, MiB, 256);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u);
+    ASSERT_EQ(cudaMemsetAsync(p, 1, MiB, s1.stream()), cudaSuccess);
+    EXPECT_EQ(pool_.owner(p), mr.resource_of(r1));
+    mr.deallocate(r1, p, MiB, 256);
+    EXPECT_EQ(stats().current_bytes, 0u);
+    void *again = mr.allocate(r1, MiB, 256);   // its own stream takes it back at once
+    EXPECT_EQ(again, p);
+    mr.deallocate(r1, again, MiB, 256);
+    void *q = mr.allocate(r2, MiB, 256);   // another stream gets memory no one may still touch
+    ASSERT_NE(q, nullptr);
+    EXPECT_NE(q, p);
+    mr.deallocate(r2, q, MiB, 256);
+    // Freed on another stream than its own (RMM's set_stream): pending on both, not refused.
+    void *moved = mr.allocate(r1, 2 * MiB, 256);
+    mr.deallocate(r2, moved, 2 * MiB, 256);
+    EXPECT_EQ(stats().current_bytes, 0u);   // refused, it would still be live
+    pool_.check();
+    rap::memory_resource copy = mr;   // copies share the pool and the streams' resources
+    EXPECT_TRUE(copy == mr);
+    EXPECT_EQ(copy.resource_of(r1), mr.resource_of(r1));
+
+    void *sync = mr.allocate_sync(4096, 256);
+    EXPECT_EQ(stats().current_bytes, 4096u);
+    ASSERT_EQ(cudaMemset(sync, 0, 4096), cudaSuccess);
+    mr.deallocate_sync(sync, 4096, 256);
+    EXPECT_EQ(stats().current_bytes, 0u);
+    ASSERT_EQ(cudaStreamSynchronize(s1.stream()), cudaSuccess);
+  }   // the streams' rap resources go with the last copy
+  pool_.check();
+}
+
+TEST_F(CppCuda, PinnedResourceServesTheHostAndTheDevice) {
+  rap::allocator pinned(m_, "pinned", "QuickPool(PINNED, initial_size=1MiB)");
+  rap::resource s = rap::resource::cuda_stream(m_);
+  rap::pinned_memory_resource mr(m_, pinned);
+  cuda::stream_ref st(s.stream());
+  auto *p = static_cast<int *>(mr.allocate(st, 4096, 256));
+  p[0] = 41;   // host-accessible
+  ASSERT_EQ(cudaMemsetAsync(p + 1, 0, 4, s.stream()), cudaSuccess);
+  s.synchronize();
+  EXPECT_EQ(p[0], 41);
+  EXPECT_EQ(p[1], 0);
+  mr.deallocate(st, p, 4096, 256);
+  EXPECT_EQ(pinned.stats().current_bytes, 0u);
+  s.synchronize();
+}
+
+TEST_F(CppCuda, EachResourceKeepsItsOwnStreamsAcrossThreads) {
+  rap::allocator shared(m_, "shared", "ThreadSafe(ResourceAwarePool(DEVICE, initial_size=16MiB))");
+  std::vector<rap::resource> streams;   // they go after the memory resources below
+  for (int t = 0; t < 4; t++) streams.push_back(rap::resource::cuda_stream(m_));
+  {
+    rap::memory_resource a(m_, pool_), b(m_, shared);
+    cuda::stream_ref st(cudaStream_t{});
+    for (int i = 0; i < 3; i++) {   // alternating: a thread's remembered stream is per resource
+      void *pa = a.allocate(st, 4096, 256);
+      void *pb = b.allocate(st, 4096, 256);
+      EXPECT_EQ(pool_.owner(pa), a.resource_of(st));
+      EXPECT_EQ(shared.owner(pb), b.resource_of(st));
+      EXPECT_NE(a.resource_of(st), b.resource_of(st));
+      a.deallocate(st, pa, 4096, 256);
+      b.deallocate(st, pb, 4096, 256);
+    }
+    std::vector<std::thread> threads;
+    std::vector<int> ok(streams.size(), 0);
+    for (size_t t = 0; t < streams.size(); t++)
+      threads.emplace_back([&, t] {
+        cuda::stream_ref mine(streams[t].stream());
+        rap::memory_resource copy = b;   // copies on other threads share the map
+        int good = 1;
+        for (int i = 0; i < 200; i++) {
+          size_t n = 1024 * (1 + i % 7);
+          void *p = (i % 2 ? copy : b).allocate(mine, n, 256);
+          good &= shared.owner(p) == b.resource_of(mine);
+          copy.deallocate(mine, p, n, 256);
+        }
+        ok[t] = good;
+      });
+    for (auto &th : threads) th.join();
+    for (size_t t = 0; t < ok.size(); t++) EXPECT_EQ(ok[t], 1) << "thread " << t;
+    EXPECT_EQ(shared.stats().current_bytes, 0u);
+    for (auto &r : streams) r.synchronize();
+  }
+  ASSERT_EQ(cudaStreamSynchronize(cudaStream_t{}), cudaSuccess);
+}
+
+TEST_F(CppCuda, AResourceThatOutlivesItsManagerTouchesNothing) {
+  std::optional<rap::memory_resource> mr;
+  cuda::stream_ref st(cudaStream_t{});
+  void *p = nullptr;
+  int level = rap_log_get_level();
+  {
+    rap::manager other;
+    mr.emplace(other, other.make_spec("p", "ResourceAwarePool(DEVICE, initial_size=1MiB)"));
+    p = mr->allocate(st, 256, 256);
+    ASSERT_EQ(cudaStreamSynchronize(cudaStream_t{}), cudaSuccess);
+    rap_log_set_level(RAP_LOG_OFF);   // its end reports the live block as leaked
+  }
+  rap_log_set_level(level);
+  mr->deallocate(st, p, 256, 256);   // the manager took the pool: nothing to do, nothing touched
+  try {
+    (void)mr->allocate(st, 256, 256);
+    ADD_FAILURE() << "a resource whose manager is gone allocated";
+  } catch (const rap::error &e) {
+    EXPECT_EQ(e.status(), RAP_ERR_INVALID);
+    EXPECT_NE(std::string(e.sentence()).find("manager is gone"), std::string::npos) << e.sentence();
+  }
+  mr.reset();   // its stream resources went with the manager: not destroyed twice
+}
+
+TEST_F(CppCuda, TypeErasedReferenceReachesThePool) {
+  rap::resource s = rap::resource::cuda_stream(m_);
+  rap::memory_resource mr(m_, pool_);
+  device_ref ref(mr);
+  cuda::stream_ref st(s.stream());
+#if RAP_HPP_CCCL_NEW_NAMES
+  void *p = ref.allocate(st, 3 * MiB, 256);
+#else
+  void *p = ref.allocate_async(3 * MiB, 256, st);
+#endif
+  EXPECT_EQ(stats().current_bytes, 3 * MiB);
+  EXPECT_EQ(m_.find(p), pool_);
+#if RAP_HPP_CCCL_NEW_NAMES
+  ref.deallocate(st, p, 3 * MiB, 256);
+#else
+  ref.deallocate_async(p, 3 * MiB, 256, st);
+#endif
+  EXPECT_EQ(stats().current_bytes, 0u);
+  s.synchronize();
+}
+
+TEST_F(CppCuda, MemoryResourceRefusesAnAlignmentThePoolDoesNotGive) {
+  rap::allocator small(m_, "small", "QuickPool(DEVICE, alignment=256, initial_size=1MiB)");
+  rap::memory_resource mr(m_, small);
+  cuda::stream_ref st(cudaStream_t{});
+  void *first = mr.allocate(st, 256, 256);   // the chunk's start is aligned more than that
+  try {
+    void *p = mr.allocate(st, 256, size_t{1} << 16);   // the next block is 256 bytes further
+    mr.deallocate(st, p, 256, size_t{1} << 16);
+    ADD_FAILURE() << "a block at " << p << " was given for an alignment of 64 KiB";
+  } catch (const rap::error &e) {
+    EXPECT_EQ(e.status(), RAP_ERR_INVALID);
+    EXPECT_NE(std::string(e.sentence()).find("alignment"), std::string::npos) << e.sentence();
+  }
+  EXPECT_EQ(small.stats().allocation_count, 1u);   // the refused block went back
+  mr.deallocate(st, first, 256, 256);
+  ASSERT_EQ(cudaStreamSynchronize(cudaStream_t{}), cudaSuccess);
+}
+
+TEST_F(CppCuda, ThrustVectorAndSortTakeMemoryFromRap) {
+  rap::resource s = rap::resource::cuda_stream(m_);
+  const int n = 1 << 20;
+  std::vector<int> host(n);
+  std::iota(host.begin(), host.end(), 0);
+  std::reverse(host.begin(), host.end());
+  {
+    rap::thrust_allocator<int> alloc(pool_, s);
+    thrust::device_vector<int, rap::thrust_allocator<int>> v(host.begin(), host.end(), alloc);
+    EXPECT_EQ(stats().current_bytes, n * sizeof(int));
+    EXPECT_EQ(m_.find(thrust::raw_pointer_cast(v.data())), pool_);
+    pool_.reset_peaks();
+    thrust::sort(thrust::cuda::par_nosync(alloc).on(alloc.stream()), v.begin(), v.end());
+    // The sort's temporary storage came from the pool: the peak rose above the vector alone.
+    EXPECT_GT(stats().high_watermark, n * sizeof(int));
+    ASSERT_EQ(cudaStreamSynchronize(alloc.stream()), cudaSuccess);
+    std::vector<int> back(n);
+    thrust::copy(v.begin(), v.end(), back.begin());
+    EXPECT_TRUE(std::is_sorted(back.begin(), back.end()));
+    EXPECT_EQ(back.front(), 0);
+    EXPECT_EQ(back.back(), n - 1);
+  }
+  EXPECT_EQ(stats().current_bytes, 0u);   // the vector's block went back on its stream
+  s.synchronize();
+  pool_.check();
+}
+
+}  // namespace
