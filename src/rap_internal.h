@@ -312,6 +312,8 @@ struct rap_allocator {
   rap_allocator *next;            /* manager's list, newest first */
   rap_oom_handler oom;            /* atomic; rap_allocator_set_oom_handler */
   void *oom_user;
+  bool counts_calls;              /* a platform whose stats count its maps and unmaps (rap_stats'
+                                     maps, unmaps: set by the tracked body, platforms/tracked.c) */
   bool capture_ok;                /* StreamOrdered, alone or under pass-through wrappers only: it
                                      may serve a resource that is capturing a graph */
   const rapi_resizable *resizable;   /* a growable platform's contract, set by its init; or NULL */

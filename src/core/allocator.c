@@ -347,7 +347,7 @@ static void stats_out(rap_stats *out, size_t size, const rap_stats *s) {
 static void platform_calls(rap_allocator *a, rap_stats *s) {
   rap_allocator *p = a;
   while (p->parent != NULL) p = p->parent;
-  if (p->strategy->allocate != rapi_tracked_allocate) return;
+  if (!p->counts_calls) return;
   rap_stats ps;
   memset(&ps, 0, sizeof ps);
   if (p->strategy->stats(p->state, &ps) != RAP_OK) return;

@@ -30,6 +30,7 @@ int rapi_tracked_init(rapi_tracked *p, rap_allocator *self, void *impl,
   p->raw_alloc = raw_alloc;
   p->raw_free = raw_free;
   p->pass_through = pass_through;
+  self->counts_calls = !pass_through;
   rap_allocator_set_alignment(self, alignment);
   return RAP_OK;
 }
