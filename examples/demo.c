@@ -171,7 +171,7 @@ static void timeline(rap_manager *rm, const char *parent, bool gpu) {
 
 typedef struct thr {
   rap_allocator *a;
-  volatile int *stop;
+  int *stop;   /* atomic: set once by the timer */
   long ops;
   int seed;
 } thr;
@@ -180,7 +180,7 @@ static void *thr_main(void *arg) {
   thr *t = arg;
   void *ring[8] = {0};
   unsigned x = (unsigned)t->seed * 2654435761u + 1;
-  for (long i = 0; !*t->stop; i++) {
+  for (long i = 0; !__atomic_load_n(t->stop, __ATOMIC_RELAXED); i++) {
     int k = (int)(i & 7);
     if (ring[k] != NULL) {
       CHECK(rap_deallocate(t->a, ring[k], NULL));
@@ -197,7 +197,7 @@ static void *thr_main(void *arg) {
 static double mops(rap_allocator *a, int n) {
   pthread_t tid[8];
   thr t[8];
-  volatile int stop = 0;
+  int stop = 0;
   for (int i = 0; i < n; i++) {
     t[i] = (thr){a, &stop, 0, i};
     if (pthread_create(&tid[i], NULL, thr_main, &t[i]) != 0) exit(1);
@@ -205,7 +205,7 @@ static double mops(rap_allocator *a, int n) {
   double t0 = now_ns();
   struct timespec nap = {0, (traced ? 5 : 50) * 1000 * 1000};
   nanosleep(&nap, NULL);
-  stop = 1;
+  __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
   long ops = 0;
   for (int i = 0; i < n; i++) {
     pthread_join(tid[i], NULL);
