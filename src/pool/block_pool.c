@@ -385,7 +385,7 @@ size_t rapi_bp_release(rapi_bp *bp) {
     for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) released += rapi_bp_trim_tail(bp, c, 0);
   if (bp->unmap_free != SIZE_MAX) {   /* and the pieces inside free blocks */
     size_t held = bp->actual;
-    rapi_bp_punch_all(bp, NULL, NULL, NULL);
+    rapi_bp_punch_all(bp);
     released += held - bp->actual;
   }
   return released;

@@ -2,8 +2,8 @@
  *
  * Over a parent made with piece= (HostVmm, DeviceVmm), a free block's whole pieces can go back
  * while the block stays: it is then marked as having holes. Offers the others: the sweep that gives
- * them back (rapi_bp_punch_all, which rapi_bp_before_mapping runs at the peak and a release runs
- * always), the mapping again of what a taker needs (rapi_bp_fill_slow), the counts after a chunk's
+ * them back (rapi_bp_make_room, which rapi_bp_before_mapping runs at the peak, and
+ * rapi_bp_punch_all, which a release runs), the mapping again of what a taker needs (rapi_bp_fill_slow), the counts after a chunk's
  * end or a wake (rapi_bp_holes_cut, rapi_bp_holes_filled), and the wait before anything goes back
  * to a parent whose unmap does not wait for queued work (rapi_bp_sync_before_unmap).
  */
@@ -66,48 +66,38 @@ static bool kept(const rapi_block *b, const rapi_block *skip, const char *keep_l
          b->ptr + b->size <= keep_hi;
 }
 
-/* Out of line, so that the test of rapi_bp_before_mapping stays small where it is inlined. */
-RAPI_NOINLINE void rapi_bp_punch_all(rapi_bp *bp, rapi_block *skip, char *keep_lo, char *keep_hi) {
-  if (skip != NULL && keep_lo != NULL) {   /* skip's bytes outside what is about to be taken */
-    if (keep_lo > skip->ptr) punch_in(bp, skip, skip->ptr, (size_t)(keep_lo - skip->ptr));
-    if (keep_hi < skip->ptr + skip->size) punch_in(bp, skip, keep_hi, (size_t)(skip->ptr + skip->size - keep_hi));
-  }
-  if (bp->list) {
-    for (rapi_block *b = bp->free.heads[0][0]; b != NULL; b = b->link_next)
-      if (b != skip && b->size >= bp->unmap_free && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
-    return;
-  }
-  for (unsigned fl = 0; fl < RAPI_FL_COUNT; fl++) {
-    if (!(bp->free.fl_bitmap & ((uint64_t)1 << fl))) continue;
-    for (unsigned sl = 0; sl < RAPI_SL_COUNT; sl++)
-      for (rapi_block *b = bp->free.heads[fl][sl]; b != NULL; b = b->link_next)
-        if (b != skip && b->size >= bp->unmap_free && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
-  }
-}
-
-/* Before mapping `more` bytes past the most the pool ever mapped: free blocks give their pieces
- * back, largest first, until the mapping stays within that peak (or nothing is left to give).
- * Only the deficit goes, not every free piece: what stays mapped serves the requests after this
- * one without a map (a training step that repeats maps again only what its peak moved), and the
- * largest blocks give the most bytes for the fewest calls. */
-RAPI_NOINLINE void rapi_bp_make_room(rapi_bp *bp, size_t more, rapi_block *skip, char *keep_lo,
-                                     char *keep_hi) {
+/* Free blocks give their pieces back, largest first, until the pool maps at most `keep` bytes
+ * (0: every free piece): skip's bytes outside [keep_lo, keep_hi) first, the blocks inside that
+ * range never (they are about to be mapped and taken). */
+static void give_back(rapi_bp *bp, size_t keep, rapi_block *skip, char *keep_lo, char *keep_hi) {
   if (skip != NULL && keep_lo != NULL) {   /* skip's bytes outside what is about to be taken */
     if (keep_lo > skip->ptr) punch_in(bp, skip, skip->ptr, (size_t)(keep_lo - skip->ptr));
     if (keep_hi < skip->ptr + skip->size) punch_in(bp, skip, keep_hi, (size_t)(skip->ptr + skip->size - keep_hi));
   }
   if (bp->list) {   /* DynamicPoolList: address order, no classes */
-    for (rapi_block *b = bp->free.heads[0][0]; b != NULL && bp->actual + more > bp->map_peak; b = b->link_next)
+    for (rapi_block *b = bp->free.heads[0][0]; b != NULL && bp->actual > keep; b = b->link_next)
       if (b != skip && b->size >= bp->unmap_free && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
     return;
   }
-  for (unsigned fl = RAPI_FL_COUNT; fl-- > 0 && bp->actual + more > bp->map_peak;) {
+  for (unsigned fl = RAPI_FL_COUNT; fl-- > 0 && bp->actual > keep;) {
     if (!(bp->free.fl_bitmap & ((uint64_t)1 << fl))) continue;
-    for (unsigned sl = RAPI_SL_COUNT; sl-- > 0 && bp->actual + more > bp->map_peak;)
-      for (rapi_block *b = bp->free.heads[fl][sl]; b != NULL && bp->actual + more > bp->map_peak;
-           b = b->link_next)
+    for (unsigned sl = RAPI_SL_COUNT; sl-- > 0 && bp->actual > keep;)
+      for (rapi_block *b = bp->free.heads[fl][sl]; b != NULL && bp->actual > keep; b = b->link_next)
         if (b != skip && b->size >= bp->unmap_free && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
   }
+}
+
+void rapi_bp_punch_all(rapi_bp *bp) { give_back(bp, 0, NULL, NULL, NULL); }
+
+/* Before mapping `more` bytes past the most the pool ever mapped: free blocks give their pieces
+ * back, largest first, until the mapping stays within that peak (or nothing is left to give).
+ * Only the deficit goes, not every free piece: what stays mapped serves the requests after this
+ * one without a map (a training step that repeats maps again only what its peak moved), and the
+ * largest blocks give the most bytes for the fewest calls. Out of line, so that the test of
+ * rapi_bp_before_mapping stays small where it is inlined. */
+RAPI_NOINLINE void rapi_bp_make_room(rapi_bp *bp, size_t more, rapi_block *skip, char *keep_lo,
+                                     char *keep_hi) {
+  give_back(bp, bp->map_peak > more ? bp->map_peak - more : 0, skip, keep_lo, keep_hi);
 }
 
 /* The pieces that the size bytes from b's start lie in, within b's chunk. */

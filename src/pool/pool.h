@@ -267,13 +267,13 @@ size_t rapi_bp_release_whole_chunks(rapi_bp *bp);   /* every wholly free chunk; 
 /* Before memory goes back to a resizable parent: a pool whose frees no event fences lets the
  * parent wait for queued work first (DEVICE_VMM: a device synchronize). */
 void  rapi_bp_sync_before_unmap(rapi_bp *bp);
-/* Every free block large enough gives its pieces back; of skip, the block about to be taken,
- * only what lies outside [keep_lo, keep_hi) (keep_lo NULL: none of it), and none of a free block
- * wholly inside that range (a span of blocks about to be joined). */
-void  rapi_bp_punch_all(rapi_bp *bp, rapi_block *skip, char *keep_lo, char *keep_hi);
+/* Every free block large enough gives its pieces back (a release). */
+void  rapi_bp_punch_all(rapi_bp *bp);
 /* Before the pool maps `more` bytes (growth, or pieces mapped again): where that would take what
  * it maps past the most it ever mapped, free pieces go back first, largest blocks first, as many
- * as keep it there (rapi_bp_make_room), so the peak rises only by what the live bytes need. Below
+ * as keep it there (rapi_bp_make_room; of skip, the block about to be taken, only what lies outside
+ * [keep_lo, keep_hi), and none of a free block wholly inside that range), so the peak rises only by
+ * what the live bytes need. Below
  * the peak nothing goes back, and nothing costs a call. */
 void  rapi_bp_make_room(rapi_bp *bp, size_t more, rapi_block *skip, char *keep_lo, char *keep_hi);
 static inline void rapi_bp_before_mapping(rapi_bp *bp, size_t more, rapi_block *skip, char *keep_lo,
