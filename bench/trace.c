@@ -92,51 +92,77 @@ static size_t calls_now(const bench_peer *p, int *known) {
   return m + u;
 }
 
-/* Replays t through every peer: a first, cold run (its ns per allocation, and peak held / peak
- * live), then reps timed runs (ns per pair; held at its peak over all runs); frees t. Peers that
- * count their maps and unmaps (rap's) say how many they made per 1 000 pairs, in the first run
- * and in the runs after it. */
+/* One peer's replays of t: a first, cold run (its ns per allocation, and peak held / peak live),
+ * then reps timed runs (ns per pair; held at its peak over all runs). Peers that count their maps
+ * and unmaps (rap's) say how many they made per 1 000 pairs, in the first run and after it.
+ * base: the row the others are compared with. */
+static void replay_one(const char *wl, const char *cas, const pdesc *d, trace *t, int reps,
+                       const char *what, int base) {
+  bench_peer p;
+  if (open_peer(wl, d, &p) != 0) return;
+  if (p.track_peak) p.track_peak(p.ctx, 1);
+  double t0 = now_ns();
+  int st = run_trace(&p, t);
+  double cold = (now_ns() - t0) / (double)t->nallocs;
+  sync_device();
+  if (p.track_peak) p.track_peak(p.ctx, 0);
+  if (st != 0) {
+    peer_failed(wl, &p, what);
+    p.destroy(p.ctx);
+    return;
+  }
+  size_t held_now = 0, held_peak = 0;
+  int have_held = p.held && p.held(p.ctx, &held_now, &held_peak) == 0, known;
+  size_t calls0 = calls_now(&p, &known);
+  double samples[64];
+  int n = 0;
+  for (int r = 0; r < reps && st == 0; r++, n++) {
+    t0 = now_ns();
+    st = run_trace(&p, t);
+    samples[r] = (now_ns() - t0) / (double)t->nallocs;
+    sync_device();
+  }
+  size_t calls1 = calls_now(&p, &known), held_all = 0;
+  if (st != 0) peer_failed(wl, &p, what);
+  else if (n > 0) add_row(wl, cas, p.name, "ns/pair", samples, n, base);
+  add_one(wl, cas, p.name, "ns/pair first", cold, base);
+  if (have_held) add_one(wl, cas, p.name, "held/live", (double)held_peak / (double)t->peak_live, base);
+  if (have_held && n > 0 && p.held(p.ctx, &held_now, &held_all) == 0)
+    add_one(wl, cas, p.name, "held/live all runs", (double)held_all / (double)t->peak_live, base);
+  if (known) {
+    add_one(wl, cas, p.name, "maps/1000 first", 1000.0 * (double)calls0 / (double)t->nallocs, base);
+    if (st == 0 && n > 0)
+      add_one(wl, cas, p.name, "maps/1000 pairs", 1000.0 * (double)(calls1 - calls0) / ((double)n * (double)t->nallocs), base);
+  }
+  p.destroy(p.ctx);
+  progress("  (%s) %s done", wl, p.name);
+}
+
+/* RAP_BENCH_EXTRA="LABEL=SPEC;LABEL=SPEC": rap pools to try beside the workload's own, replayed
+ * after its first row (for an experiment; the labels get "rap " in front). */
+static void replay_extra(const char *wl, const char *cas, trace *t, int reps, const char *what,
+                         int host) {
+  const char *env = getenv("RAP_BENCH_EXTRA");
+  for (const char *e = env; e != NULL && *e != '\0';) {
+    size_t len = strcspn(e, ";");
+    const char *eq = memchr(e, '=', len);
+    char label[64], spec[1024];
+    if (eq != NULL && (size_t)(eq - e) < sizeof label - 4 && len - (size_t)(eq - e) < sizeof spec) {
+      snprintf(label, sizeof label, "rap %.*s", (int)(eq - e), e);
+      snprintf(spec, sizeof spec, "%.*s", (int)(len - (size_t)(eq - e) - 1), eq + 1);
+      pdesc d = {P_RAP, label, spec, host};
+      replay_one(wl, cas, &d, t, reps, what, 0);
+    }
+    e += len + (e[len] == ';');
+  }
+}
+
+/* Replays t through every peer (replay_one), and RAP_BENCH_EXTRA's after the first; frees t. */
 static void replay(const char *wl, const char *cas, const pdesc *peers, size_t npeers, trace *t,
                    int reps, const char *what) {
   for (size_t k = 0; k < npeers; k++) {
-    bench_peer p;
-    if (open_peer(wl, &peers[k], &p) != 0) continue;
-    if (p.track_peak) p.track_peak(p.ctx, 1);
-    double t0 = now_ns();
-    int st = run_trace(&p, t);
-    double cold = (now_ns() - t0) / (double)t->nallocs;
-    sync_device();
-    if (p.track_peak) p.track_peak(p.ctx, 0);
-    if (st != 0) {
-      peer_failed(wl, &p, what);
-      p.destroy(p.ctx);
-      continue;
-    }
-    size_t held_now = 0, held_peak = 0;
-    int have_held = p.held && p.held(p.ctx, &held_now, &held_peak) == 0, known;
-    size_t calls0 = calls_now(&p, &known);
-    double samples[64];
-    int n = 0;
-    for (int r = 0; r < reps && st == 0; r++, n++) {
-      t0 = now_ns();
-      st = run_trace(&p, t);
-      samples[r] = (now_ns() - t0) / (double)t->nallocs;
-      sync_device();
-    }
-    size_t calls1 = calls_now(&p, &known), held_all = 0;
-    if (st != 0) peer_failed(wl, &p, what);
-    else if (n > 0) add_row(wl, cas, p.name, "ns/pair", samples, n, k == 0);
-    add_one(wl, cas, p.name, "ns/pair first", cold, k == 0);
-    if (have_held) add_one(wl, cas, p.name, "held/live", (double)held_peak / (double)t->peak_live, k == 0);
-    if (have_held && n > 0 && p.held(p.ctx, &held_now, &held_all) == 0)
-      add_one(wl, cas, p.name, "held/live all runs", (double)held_all / (double)t->peak_live, k == 0);
-    if (known) {
-      add_one(wl, cas, p.name, "maps/1000 first", 1000.0 * (double)calls0 / (double)t->nallocs, k == 0);
-      if (st == 0 && n > 0)
-        add_one(wl, cas, p.name, "maps/1000 pairs", 1000.0 * (double)(calls1 - calls0) / ((double)n * (double)t->nallocs), k == 0);
-    }
-    p.destroy(p.ctx);
-    progress("  (%s) %s done", wl, p.name);
+    replay_one(wl, cas, &peers[k], t, reps, what, k == 0);
+    if (k == 0) replay_extra(wl, cas, t, reps, what, peers[0].host_async);
   }
   progress("  (%s) %s: %zu ops, %zu allocations, peak live %.1f MiB", wl, what, t->nops, t->nallocs,
            (double)t->peak_live / 1048576.0);
