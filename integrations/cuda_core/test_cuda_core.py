@@ -3,7 +3,8 @@ cuda.core Buffers from rap's device and pinned pools (their properties, copy_fro
 ways, copy_to without a destination allocating through the resource, close and collection giving
 the block back to the pool), a kernel built with cuda.core's Program and launched with launch()
 writing a rap device buffer and a rap pinned buffer, a buffer closed on a busy stream kept from
-another stream; and rap.Buffer's own DLPack and array interface read by CuPy and PyTorch.
+another stream, a collected stream kept while a block is pending on it; and rap.Buffer's own
+DLPack and array interface read by CuPy and PyTorch.
 
     PYTHONPATH=device-build/python python -m pytest integrations/cuda_core/test_cuda_core.py
 """
@@ -139,6 +140,32 @@ def test_a_buffer_closed_on_a_busy_stream_is_kept_from_another(dev, mr, kernels)
     again.close(s)
     other.sync()
     s.sync()
+
+
+def test_a_collected_stream_is_kept_while_blocks_are_pending_on_it(dev, kernels):
+    # One 1 MiB chunk: the second stream's request misses, and the pool fences the first
+    # stream's batch, on a stream cuda.core would have destroyed when it was collected.
+    mr = RapMemoryResource(spec="ResourceAwarePool(DEVICE::{device}, initial_size=1MiB, next_size=1MiB)")
+    pool = mr.allocator
+    n = 1 << 20
+    s = dev.create_stream()
+    b = mr.allocate(n, stream=s)
+    run(kernels["sleep_then_fill"], s, 1, 256, b, ctypes.c_uint64(n), ctypes.c_int(100), ctypes.c_int(9))
+    b.close(s)                                   # pending on s, behind the kernel
+    address = int(s.handle)
+    del b, s
+    gc.collect()                                 # rap still holds s: it is not destroyed
+    assert address in pool._kept
+    other = dev.create_stream()
+    c = mr.allocate(n, stream=other)             # a new stream: s is busy, so it stays
+    assert address in pool._kept and int(c.handle) != 0
+    pool._kept[address].sync()
+    pool.release()                               # idle, only rap holds it: it goes now
+    assert address not in pool._kept and address not in pool._streams
+    c.close(other)
+    other.sync()
+    assert pool.stats()["current_bytes"] == 0
+    pool.check()
 
 
 def test_a_rap_buffer_is_read_by_cupy_and_torch_in_place(dev):

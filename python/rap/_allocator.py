@@ -10,6 +10,7 @@ classes of rap.errors with rap's sentence.
 
 import ctypes
 import operator
+import sys
 
 from . import _lib
 from ._buffer import Buffer, IpcHandle
@@ -54,6 +55,13 @@ def _stream_handle(stream):
                         "cuda_stream, ptr or handle, not %s" % type(stream).__name__) from None
 
 
+def _stream_object(stream):
+    """Whether stream is an object that may own its CUDA stream (cuda.core's, CuPy's, Numba's
+    Stream), which the Allocator keeps alive while it has a resource for it; a bare handle (an
+    int, a ctypes pointer) is the caller's to keep."""
+    return not isinstance(stream, (int, ctypes.c_void_p, HostQueue)) and stream is not None
+
+
 class HostQueue:
     """A CPU work queue (rap's host_async resource): a stream of execution without a GPU. Blocks
     freed on it stay pending until the work submitted before the free has run."""
@@ -95,7 +103,8 @@ class Allocator:
         self._lib = _lib.library()
         self._rm = ctypes.c_void_p()
         self._a = None
-        self._streams = {}
+        self._streams = {}           # cudaStream_t -> its rap resource
+        self._kept = {}              # cudaStream_t -> the stream object it came from, kept alive
         self._mem = None
         self._oom = []               # set_oom_handler's ctypes callbacks, kept while the pool lives
         self._oom_error = None       # what the handler raised, for the NOMEM that follows
@@ -121,11 +130,41 @@ class Allocator:
         handle = _stream_handle(stream)
         r = self._streams.get(handle)
         if r is None:
-            r = ctypes.c_void_p()
-            self._check(self._lib.rap_resource_create_cuda(self._rm, ctypes.c_void_p(handle),
-                                                           ctypes.byref(r)))
+            self._retire_streams()   # a new stream: those only this Allocator holds may go
+            r = self._make_stream_resource(handle)
             self._streams[handle] = r
+        if handle not in self._kept and _stream_object(stream):
+            self._kept[handle] = stream
         return r
+
+    def _make_stream_resource(self, handle):
+        r = ctypes.c_void_p()
+        self._check(self._lib.rap_resource_create_cuda(self._rm, ctypes.c_void_p(handle),
+                                                       ctypes.byref(r)))
+        return r
+
+    @staticmethod
+    def _stream_idle(handle):
+        """Whether the stream has no work queued (so that destroying its resource, which
+        synchronizes it, does not wait)."""
+        from . import _driver
+        try:
+            return _driver.stream_idle(handle)
+        except OSError:
+            return False
+
+    def _retire_streams(self):
+        """The stream objects that nobody but this Allocator holds any more, and that are idle,
+        go with their rap resources (rap_resource_destroy: their pending blocks come back). One
+        that a live block still belongs to stays (RAP_ERR_BUSY) until a later sweep. A stream's
+        resource lives as long as its object: rap records events on the stream until then, and a
+        stream destroyed under it (cuda.core, CuPy and Numba destroy theirs when collected) would
+        take those records to a handle that is gone."""
+        for handle in [h for h in self._kept if sys.getrefcount(self._kept[h]) <= 2]:
+            if self._rm is None or not self._stream_idle(handle):
+                continue
+            if self._lib.rap_resource_destroy(self._streams[handle]) == 0:
+                del self._streams[handle], self._kept[handle]
 
     def _cuda_stream(self, stream):
         """stream's cudaStream_t as an int; None for the host and host queues."""
@@ -194,7 +233,9 @@ class Allocator:
         return free.value, total.value
 
     def release(self):
-        """Gives every wholly free chunk back to the memory below."""
+        """Gives every wholly free chunk back to the memory below, and the resources of streams
+        that only this Allocator still holds (and that are idle) go, letting those streams go."""
+        self._retire_streams()
         self._check(self._lib.rap_release(self._live()))
 
     def check(self):
@@ -320,7 +361,11 @@ class Allocator:
         if self._rm is None:
             return
         rm, self._rm, self._a = self._rm, None, None
-        self._check(self._lib.rap_manager_destroy(rm))
+        try:
+            self._check(self._lib.rap_manager_destroy(rm))
+        finally:   # the streams outlive their resources, which the manager took
+            self._streams.clear()
+            self._kept.clear()
 
     def __enter__(self):
         return self

@@ -1,8 +1,9 @@
 """rap._driver — the few CUDA driver calls the Python package makes itself, through libcuda.so.1
 (which every machine with an NVIDIA driver has; nothing of the toolkit is needed): what memory a
-pointer is (for DLPack's device type and number) and ordering one stream after another (for a
-consumer's stream in __dlpack__). Loaded on first use only; a machine without the driver never
-loads it, since host memory needs neither.
+pointer is (for DLPack's device type and number), ordering one stream after another (for a
+consumer's stream in __dlpack__) and whether a stream is idle (before rap.Allocator lets its
+resource go). Loaded on first use only; a machine without the driver never loads it, since host
+memory needs neither.
 """
 
 import ctypes
@@ -27,6 +28,7 @@ def _driver():
                            "cuEventCreate": [ctypes.c_void_p, ctypes.c_uint],
                            "cuEventRecord": [ctypes.c_void_p, ctypes.c_void_p],
                            "cuStreamWaitEvent": [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint],
+                           "cuStreamQuery": [ctypes.c_void_p],
                            "cuEventDestroy_v2": [ctypes.c_void_p],
                            "cuDeviceGet": [ctypes.c_void_p, ctypes.c_int],
                            "cuDevicePrimaryCtxRetain": [ctypes.c_void_p, ctypes.c_int],
@@ -85,3 +87,9 @@ def stream_after(consumer, producer, device):
             cu.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
     finally:
         cu.cuDevicePrimaryCtxRelease_v2(dev)
+
+
+def stream_idle(handle):
+    """Whether stream handle (an int, not a special handle) has no work queued: cuStreamQuery
+    answers CUDA_SUCCESS. Any other answer (work queued, or an error) is no."""
+    return handle > 2 and _driver().cuStreamQuery(handle) == 0

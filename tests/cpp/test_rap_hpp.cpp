@@ -182,6 +182,17 @@ TEST(CppManager, CloseReportsALeakAsBusy) {
   EXPECT_NE(logged.find("'leaky'"), std::string::npos) << logged;
 }
 
+// A name that answers to the same RAP_ALLOCATOR_<NAME> variable as an allocator already made (the
+// platform a spec names, here HOST) is taken, whatever its case: the sentence names the variable.
+// (CppCuda.PinnedResourceServesTheHostAndTheDevice threw this for "pinned" over PINNED.)
+TEST(CppManager, ANameOfAPlatformInOtherCase) {
+  rap::manager m;
+  rap::error e = expect_error([&] { rap::allocator host(m, "host", "QuickPool(HOST)"); }, RAP_ERR_EXISTS);
+  EXPECT_NE(std::string(e.what()).find("RAP_ALLOCATOR_HOST"), std::string::npos) << e.what();
+  rap::allocator fine(m, "host_pool", "QuickPool(HOST)");
+  EXPECT_STREQ(fine.name(), "host_pool");
+}
+
 TEST(CppManager, MovesHandOverTheRegistry) {
   rap::manager a;
   rap::allocator_ref pool = a.make_spec("pool", "QuickPool(HOST)");

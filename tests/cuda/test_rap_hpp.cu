@@ -1,9 +1,12 @@
 // test_rap_hpp.cu — rap.hpp's CUDA part, compiled by nvcc: rap::memory_resource satisfies CCCL's
 // cuda::mr resource concepts (checked at compile time, so a CI build without a GPU checks them),
-// stream-ordered blocks come back to their own stream at once, a type-erased cuda::mr reference
+// stream-ordered blocks come back to their own stream at once and to another only once the first
+// has passed the free (a gated kernel holds it), a type-erased cuda::mr reference
 // reaches the pool, and Thrust takes a device_vector's storage and a sort's temporary storage from
 // rap. Tests skip with "no CUDA device: <why>" where none is usable.
 #include <rap/rap.hpp>
+
+#include "kernels.h"
 
 #include <gtest/gtest.h>
 #include <thrust/copy.h>
@@ -70,28 +73,89 @@ class CppCuda : public testing::Test {
   rap::allocator pool_;
 };
 
+// Work queued on a stream that cannot finish until the test opens the gate (the gated kernel of
+// kernels.cu, spinning on a flag in mapped pinned memory). Declared after everything that may wait
+// for the stream (memory resources, pools, stream resources), it goes first: it opens the gate
+// and waits for the streams it held, so that a failed check never leaves a kernel spinning.
+class gate {
+ public:
+  gate() { ok_ = gpu_gate_create(&g_) == 0; }
+  gate(const gate &) = delete;
+  gate &operator=(const gate &) = delete;
+  ~gate() {
+    if (!ok_) return;
+    open();
+    for (cudaStream_t s : held_) (void)cudaStreamSynchronize(s);
+    gpu_gate_destroy(g_);
+  }
+  bool ok() const { return ok_; }
+  // Enqueues on s a kernel that writes p[0..n) once the gate opens.
+  bool hold(cudaStream_t s, void *p, size_t n) {
+    held_.push_back(s);
+    return gpu_gated_fill(s, g_, p, n, 7) == 0;
+  }
+  void open() { gpu_gate_open(g_); }
+
+ private:
+  gpu_gate *g_ = nullptr;
+  bool ok_ = false;
+  std::vector<cudaStream_t> held_;
+};
+
+bool overlap(const void *a, const void *b, size_t n) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + n && y < x + n;
+}
+
+// A block freed on s1 while s1's work still uses it goes back to s1 at once (stream order makes that
+// safe), is kept from s2 while that work runs, and goes to s2 once s1 has passed the free. The pool
+// holds one 1 MiB chunk and grows by 1 MiB, so s2's requests are served by the freed block or by a
+// new chunk, nothing else.
 TEST_F(CppCuda, MemoryResourceIsStreamOrdered) {
+  rap::resource s1 = rap::resource::cuda_stream(m_);
+  rap::resource s2 = rap::resource::cuda_stream(m_);
+  rap::allocator tight(m_, "tight", "ResourceAwarePool(DEVICE, initial_size=1MiB, next_size=1MiB)");
+  rap::memory_resource mr(m_, tight);
+  cuda::stream_ref r1(s1.stream()), r2(s2.stream());
+  gate g;
+  ASSERT_TRUE(g.ok()) << "gpu_gate_create failed";
+  void *p = mr.allocate(r1, MiB, 256);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u);
+  EXPECT_EQ(tight.owner(p), mr.resource_of(r1));
+  ASSERT_TRUE(g.hold(s1.stream(), p, MiB)) << "the gated kernel did not launch";
+  mr.deallocate(r1, p, MiB, 256);
+  EXPECT_EQ(tight.stats().current_bytes, 0u);
+  void *again = mr.allocate(r1, MiB, 256);   // its own stream takes it back, work still queued
+  EXPECT_EQ(again, p);
+  mr.deallocate(r1, again, MiB, 256);
+  const size_t held_before = tight.stats().actual_bytes;
+  void *q = mr.allocate(r2, MiB, 256);   // s1's kernel may still write p: s2 must not get it
+  ASSERT_NE(q, nullptr);
+  EXPECT_FALSE(overlap(q, p, MiB)) << "s2 got " << q << ", within the block at " << p
+                                   << " that s1's queued kernel still uses";
+  EXPECT_EQ(tight.stats().actual_bytes, held_before + MiB);   // a new chunk served s2
+  g.open();
+  ASSERT_EQ(cudaStreamSynchronize(s1.stream()), cudaSuccess);
+  void *later = mr.allocate(r2, MiB, 256);   // s1 has passed the free: p may go to s2 now
+  EXPECT_EQ(later, p) << "the pool did not give s2 the block s1 had passed";
+  EXPECT_EQ(tight.stats().actual_bytes, held_before + MiB);   // and it did not grow for it
+  mr.deallocate(r2, later, MiB, 256);
+  mr.deallocate(r2, q, MiB, 256);
+  EXPECT_EQ(tight.stats().current_bytes, 0u);
+  tight.check();
+  ASSERT_EQ(cudaStreamSynchronize(s2.stream()), cudaSuccess);
+}
+
+TEST_F(CppCuda, MemoryResourceCopiesShareThePoolAndTheStreams) {
   rap::resource s1 = rap::resource::cuda_stream(m_);
   rap::resource s2 = rap::resource::cuda_stream(m_);
   {
     rap::memory_resource mr(m_, pool_);
     cuda::stream_ref r1(s1.stream()), r2(s2.stream());
-    void *p = mr.allocate(r1, MiB, 256);
-    ASSERT_NE(p, nullptr);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u);
-    ASSERT_EQ(cudaMemsetAsync(p, 1, MiB, s1.stream()), cudaSuccess);
-    EXPECT_EQ(pool_.owner(p), mr.resource_of(r1));
-    mr.deallocate(r1, p, MiB, 256);
-    EXPECT_EQ(stats().current_bytes, 0u);
-    void *again = mr.allocate(r1, MiB, 256);   // its own stream takes it back at once
-    EXPECT_EQ(again, p);
-    mr.deallocate(r1, again, MiB, 256);
-    void *q = mr.allocate(r2, MiB, 256);   // another stream gets memory no one may still touch
-    ASSERT_NE(q, nullptr);
-    EXPECT_NE(q, p);
-    mr.deallocate(r2, q, MiB, 256);
     // Freed on another stream than its own (RMM's set_stream): pending on both, not refused.
     void *moved = mr.allocate(r1, 2 * MiB, 256);
+    ASSERT_EQ(cudaMemsetAsync(moved, 1, 2 * MiB, s1.stream()), cudaSuccess);
     mr.deallocate(r2, moved, 2 * MiB, 256);
     EXPECT_EQ(stats().current_bytes, 0u);   // refused, it would still be live
     pool_.check();
@@ -109,20 +173,34 @@ TEST_F(CppCuda, MemoryResourceIsStreamOrdered) {
   pool_.check();
 }
 
-TEST_F(CppCuda, PinnedResourceServesTheHostAndTheDevice) {
-  rap::allocator pinned(m_, "pinned", "QuickPool(PINNED, initial_size=1MiB)");
-  rap::resource s = rap::resource::cuda_stream(m_);
-  rap::pinned_memory_resource mr(m_, pinned);
+// The body, apart so that the test can report a rap::error it throws with its sentence. The
+// allocator is not named "pinned": a name that answers to the same RAP_ALLOCATOR_<NAME> variable
+// as the PINNED platform's is refused (RAP_ERR_EXISTS), as CppManager.ANameOfAPlatformInOtherCase
+// shows on the host.
+void pinned_round_trip(rap::manager &m) {
+  rap::allocator pinned(m, "pinned_pool", "QuickPool(PINNED, initial_size=1MiB)");
+  rap::resource s = rap::resource::cuda_stream(m);
+  rap::pinned_memory_resource mr(m, pinned);
   cuda::stream_ref st(s.stream());
   auto *p = static_cast<int *>(mr.allocate(st, 4096, 256));
   p[0] = 41;   // host-accessible
-  ASSERT_EQ(cudaMemsetAsync(p + 1, 0, 4, s.stream()), cudaSuccess);
+  p[1] = 5;
+  auto *d = static_cast<int *>(pinned.device_pointer(p));   // the address a kernel uses
+  ASSERT_EQ(cudaMemsetAsync(d + 1, 0, 4, s.stream()), cudaSuccess);
   s.synchronize();
   EXPECT_EQ(p[0], 41);
   EXPECT_EQ(p[1], 0);
   mr.deallocate(st, p, 4096, 256);
   EXPECT_EQ(pinned.stats().current_bytes, 0u);
   s.synchronize();
+}
+
+TEST_F(CppCuda, PinnedResourceServesTheHostAndTheDevice) {
+  try {
+    pinned_round_trip(m_);
+  } catch (const rap::error &e) {
+    ADD_FAILURE() << "rap::error: " << e.what();
+  }
 }
 
 TEST_F(CppCuda, EachResourceKeepsItsOwnStreamsAcrossThreads) {

@@ -56,7 +56,52 @@ def close(mm):
     mm._pools.clear()
 
 
+_numba_current_stream = rap.numba._current_stream
 rap.numba._current_stream = lambda: None   # allocations on the host: no CUDA stream here
+
+
+class CUstreamLike:
+    """cuda.bindings.driver.CUstream, as cuda.core's Stream.handle returns it: int() gives the
+    address, and it is not an int."""
+    def __init__(self, address):
+        self._address = address
+
+    def __int__(self):
+        return self._address
+
+
+class CoreStream:
+    """cuda.core's Stream: __cuda_stream__() gives (0, the handle), the CUstream object in 0.3 and
+    an int later, and .handle is a CUstream. Its stream is destroyed when it is collected: here it
+    notes its address in `destroyed`."""
+    destroyed = []
+
+    def __init__(self, address, as_int=False):
+        self.handle, self._as_int = CUstreamLike(address), as_int
+
+    def __cuda_stream__(self):
+        return (0, int(self.handle) if self._as_int else self.handle)
+
+    def __del__(self):
+        CoreStream.destroyed.append(int(self.handle))
+
+
+class NumbaStream:
+    """numba.cuda's Stream: .handle a ctypes c_void_p (its ctypes binding), or a CUstream."""
+    def __init__(self, handle):
+        self.handle = handle
+
+
+def host_backed(pool):
+    """pool's stream resources made as host queues: there is no GPU here, but which resource a
+    block belongs to, and when a stream's resource goes, follow the same rules."""
+    def make(handle):
+        r = ctypes.c_void_p()
+        pool._check(pool._lib.rap_resource_create_host_async(pool._rm, ctypes.byref(r)))
+        return r
+    pool._make_stream_resource = make
+    pool._stream_idle = lambda handle: True
+    return pool
 
 
 @unittest.skipIf(REAL_NUMBA, "the real numba-cuda is here: integrations/numba/run_tests.sh tests it")
@@ -209,6 +254,86 @@ class CudaCoreResource(unittest.TestCase):
         self.assertIn("DEVICE::4095", str(e.exception))
         mr = rap.cuda_core.RapMemoryResource(device_id=3, allocator=rap.Allocator("QuickPool(HOST)"))
         self.assertEqual((mr.device_id, mr.is_host_accessible, mr.is_device_accessible), (3, False, True))
+
+
+class StreamObjects(unittest.TestCase):
+    """The streams cuda.core, Numba, CuPy and PyTorch pass, as the objects they are; and a stream
+    object kept while rap has a resource for it (cuda.core destroys a collected Stream's stream:
+    rap's next fence there would use a handle that is gone)."""
+
+    def test_every_kind_of_stream_object_gives_its_handle(self):
+        handle = rap._allocator._stream_handle
+        self.assertEqual(handle(CoreStream(0x1000)), 0x1000)                 # cuda.core 0.3
+        self.assertEqual(handle(CoreStream(0x1100, as_int=True)), 0x1100)    # cuda.core 0.4 on
+        self.assertEqual(handle(NumbaStream(CUstreamLike(0x1200))), 0x1200)  # .handle, CUstream
+        self.assertEqual(handle(NumbaStream(ctypes.c_void_p(0x1300))), 0x1300)
+        self.assertEqual(handle(NumbaStream(ctypes.c_void_p(None))), 0)     # Numba's default
+        self.assertEqual(handle(CUstreamLike(0x1400)), 0x1400)
+        self.assertEqual(handle(ctypes.c_void_p(0x1500)), 0x1500)
+        with self.assertRaises(TypeError):
+            handle(object())
+        CoreStream.destroyed.clear()
+
+    def test_a_cuda_core_stream_lives_while_rap_has_its_resource(self):
+        CoreStream.destroyed.clear()
+        pool = host_backed(rap.Allocator("ResourceAwarePool(HOST, initial_size=1MiB)"))
+        mr = rap.cuda_core.RapMemoryResource(device_id=0, allocator=pool)
+        s = CoreStream(0x1000)
+        b = mr.allocate(4096, stream=s)
+        b.close(s)                          # pending on s's resource
+        del b, s
+        gc.collect()
+        self.assertEqual(CoreStream.destroyed, [])          # rap holds it: no record on a dead one
+        s2 = CoreStream(0x2000)
+        c = mr.allocate(4096, stream=s2)    # a new stream: the first one, idle, goes
+        self.assertEqual(CoreStream.destroyed, [0x1000])
+        self.assertNotIn(0x1000, pool._streams)
+        del s2
+        gc.collect()
+        pool.release()                      # a live block is s2's: it stays
+        self.assertEqual(CoreStream.destroyed, [0x1000])
+        c.close()
+        del c
+        gc.collect()
+        pool.release()
+        self.assertEqual(CoreStream.destroyed, [0x1000, 0x2000])
+        self.assertEqual((pool._streams, pool._kept), ({}, {}))
+        self.assertEqual(pool.stats()["current_bytes"], 0)
+        pool.check()
+        pool.close()
+
+    def test_a_stream_the_caller_holds_stays_and_handles_are_not_kept(self):
+        pool = host_backed(rap.Allocator("ResourceAwarePool(HOST, initial_size=1MiB)"))
+        s = CoreStream(0x3000, as_int=True)
+        pool.free(pool.allocate(256, s))
+        pool.release()
+        self.assertIs(pool._kept[0x3000], s)                # the caller still has it
+        pool.free(pool.allocate(256, 0x3100))                 # a bare handle is the caller's
+        pool.free(pool.allocate(256, ctypes.c_void_p(0x3200)))
+        self.assertEqual(sorted(pool._kept), [0x3000])
+        pool.close()
+        self.assertEqual((pool._streams, pool._kept), ({}, {}))
+        del s
+        CoreStream.destroyed.clear()
+
+    @unittest.skipIf(REAL_NUMBA, "the real numba-cuda is here: integrations/numba/run_tests.sh tests it")
+    def test_numba_arrays_made_in_a_stream_keep_it(self):
+        mm = rap.numba.RapNumbaManager(context=Context())
+        mm.initialize()
+        pool = host_backed(mm.device_pool())
+        ns = NumbaStream(ctypes.c_void_p(0x4000))
+        saved, rap.numba._current_stream = rap.numba._current_stream, _numba_current_stream
+        try:
+            with rap.numba.stream(ns):
+                m = mm.memalloc(256)
+        finally:
+            rap.numba._current_stream = saved
+        self.assertIs(pool._kept[0x4000], ns)
+        self.assertEqual(pool.stats()["current_bytes"], 256)
+        del m
+        gc.collect()
+        self.assertEqual(pool.stats()["current_bytes"], 0)
+        close(mm)
 
 
 if __name__ == "__main__":
