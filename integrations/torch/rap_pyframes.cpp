@@ -13,7 +13,7 @@
  */
 #include "rap_pyframes.h"
 
-#include <rap/rap.h>
+#include <rap/strategy.h>
 
 #include <dlfcn.h>
 
