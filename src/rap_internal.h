@@ -128,6 +128,7 @@ extern _Thread_local const void *rapi_trace_caller;
 int    rapi_trace_stack_read_env(int *depth);   /* at a start: the frames asked for, or RAP_ERR_INVALID */
 void   rapi_trace_stack_set(int depth);         /* once the start can no longer fail */
 size_t rapi_trace_stack(char *line, size_t len, size_t cap);   /* appends ,"stack":"..." */
+size_t rapi_trace_pystack(char *line, size_t len, size_t cap); /* ,"pystack":"..." (rap_trace_set_pystack) */
 void rapi_trace_read_env(void);
 /* One line: {"t":ns,"th":thread,"ev":ev,"a":name,"d":depth,"r":id,"rk":kind,"p":ptr,"n":n...};
  * r may be NULL ("r":null), p NULL (no "p"); fmt, if not NULL, adds fields (",\"k\":%zu"). */

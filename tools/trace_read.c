@@ -80,7 +80,25 @@ static const char *string_end(const char *s) {
   return *s == '"' ? s : NULL;
 }
 
+/* The index of a site (a pair of stacks) in t->sites, added when new; -1 out of memory. */
+static long add_site(trace *t, trace_site site) {
+  uint64_t key = (uint64_t)site.stack << 32 | site.pystack, *known = kmap_get(&t->site_index, key, 0, 0);
+  if (known != NULL) return (long)*known;
+  if (t->nsites >= 0xfffffffe) return -1;
+  if (t->nsites == t->sites_cap) {
+    size_t ncap = t->sites_cap ? t->sites_cap * 2 : 16;
+    trace_site *grown = realloc(t->sites, ncap * sizeof *grown);
+    if (grown == NULL) return -1;
+    t->sites = grown;
+    t->sites_cap = ncap;
+  }
+  if (kmap_put(&t->site_index, key, 0, 0, t->nsites) != 0) return -1;
+  t->sites[t->nsites] = site;
+  return (long)t->nsites++;
+}
+
 static int parse_line(trace *t, const char *s, te *e) {
+  trace_site site = {0, 0};
   memset(e, 0, sizeof *e);
   e->r = -1;
   e->d = -1;
@@ -146,10 +164,10 @@ static int parse_line(trace *t, const char *s, te *e) {
       e->p = strtoull(val, NULL, 16);
     } else if (KEY("n")) {
       e->n = strtoull(val, NULL, 10);
-    } else if (KEY("stack") && str) {   /* RAP_TRACE_STACK: the allocation's frames */
+    } else if ((KEY("stack") || KEY("pystack")) && str) {   /* where the allocation was made */
       long i = intern_into(&t->stacks, &t->nstacks, &t->stacks_cap, &t->stack_index, 0xfffffffe, val, vlen);
       if (i < 0) return -1;
-      e->stack = (uint32_t)i + 1;
+      *(KEY("stack") ? &site.stack : &site.pystack) = (uint32_t)i + 1;
     } else if (KEY("in_place")) {
       e->in_place = *val == 't';
     } else if (KEY("held") || KEY("pb")) {
@@ -158,6 +176,11 @@ static int parse_line(trace *t, const char *s, te *e) {
       snprintf(t->version, sizeof t->version, "%.*s", (int)vlen, val);
     }
 #undef KEY
+  }
+  if (site.stack != 0 || site.pystack != 0) {
+    long i = add_site(t, site);
+    if (i < 0) return -1;
+    e->site = (uint32_t)i + 1;
   }
   return have_ev ? 0 : -1;
 }
@@ -246,6 +269,8 @@ void trace_free(trace *t) {
   }
   for (size_t i = 0; i < t->nstacks; i++) free(t->stacks[i]);
   free(t->stacks);
+  free(t->sites);
+  kmap_free(&t->site_index);
   for (size_t i = 0; i < t->nnames; i++) free(t->names[i]);
   for (size_t i = 0; i < t->nkinds; i++) free(t->kinds[i]);
   free(t->names);

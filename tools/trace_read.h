@@ -31,8 +31,21 @@ typedef struct te {
   uint8_t rk;          /* index into trace.kinds */
   uint8_t skip;        /* a deallocation that was refused (a 'refused' line follows it) */
   uint8_t in_place;    /* grow/release: at a chunk's end ("in_place":true), not a whole chunk */
-  uint32_t stack;      /* alloc: its frames, trace.stacks[stack - 1] (RAP_TRACE_STACK); 0: none */
+  uint32_t site;       /* alloc: where it was made, trace.sites[site - 1]; 0: no frames */
 } te;
+
+/* A map from a pointer and two small numbers (allocator, thread) to a value (uthash). */
+struct kmap_item;
+typedef struct kmap {
+  struct kmap_item *items;
+  size_t n;
+} kmap;
+
+/* Where an allocation was made: its "stack" (RAP_TRACE_STACK) and its "pystack" (an interpreter's
+ * frames, rap_trace_set_pystack), each 1 + its index in trace.stacks, 0 where the line has none. */
+typedef struct trace_site {
+  uint32_t stack, pystack;
+} trace_site;
 
 struct name_ix;
 typedef struct trace {
@@ -41,9 +54,12 @@ typedef struct trace {
   char **names;        /* allocator names */
   size_t nnames, names_cap;
   struct name_ix *name_index;   /* names by string (uthash) */
-  char **stacks;       /* the distinct "stack" strings: "MODULE+0xADDR ..." */
+  char **stacks;       /* the distinct "stack" and "pystack" strings, as written (JSON-escaped) */
   size_t nstacks, stacks_cap;
   struct name_ix *stack_index;
+  trace_site *sites;   /* the distinct pairs of them */
+  size_t nsites, sites_cap;
+  kmap site_index;
   char *kinds[16];     /* resource kinds */
   size_t nkinds;
   size_t bad_lines;
@@ -67,12 +83,6 @@ uint64_t *pmap_get(pmap *m, uint64_t key);
 int       pmap_del(pmap *m, uint64_t key, uint64_t *val);  /* 1 if it was there */
 void      pmap_free(pmap *m);
 
-/* A map from a pointer and two small numbers (allocator, thread) to a value (uthash). */
-struct kmap_item;
-typedef struct kmap {
-  struct kmap_item *items;
-  size_t n;
-} kmap;
 int       kmap_put(kmap *m, uint64_t p, uint32_t a, uint32_t b, uint64_t val);   /* 0, or -1 out of memory */
 uint64_t *kmap_get(kmap *m, uint64_t p, uint32_t a, uint32_t b);
 int       kmap_del(kmap *m, uint64_t p, uint32_t a, uint32_t b, uint64_t *val);  /* 1 if it was there */

@@ -6,6 +6,9 @@
  * peak, largest first, with their count and bytes in all. Frames are named by addr2line (binutils)
  * where it is on the PATH and the module still exists: function and file:line; otherwise they are
  * printed as written. addr2line is run without a shell, the module and addresses as arguments.
+ * A line may carry an interpreter's frames too ("pystack": "FILE:LINE FUNCTION" lines, innermost
+ * first; rap.torch writes Python's): a group is one pair of the two, its Python frames printed
+ * after its C frames (which are the inner ones).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "trace_stacks.h"
@@ -21,7 +24,7 @@
 extern char **environ;
 
 typedef struct group {
-  uint32_t stack;    /* 1 + its index in t->stacks */
+  uint32_t site;     /* 1 + its index in t->sites */
   size_t count;
   uint64_t bytes, live, peak;
 } group;
@@ -92,24 +95,54 @@ static void print_stack(const char *s) {
   }
 }
 
+/* Prints the first frame of a "pystack" (JSON-escaped as written, frames cut by an escaped
+ * newline) as "FUNCTION at FILE:LINE"; returns where the next frame begins. */
+static const char *print_pyframe(const char *s) {
+  char frame[1024];
+  size_t n = 0;
+  for (; *s != '\0' && !(s[0] == '\\' && s[1] == 'n'); s++) {
+    char c = *s;
+    if (c == '\\' && s[1] != '\0') {   /* \" \\ and \u00XX: what rap's writer escapes */
+      c = *++s;
+      if (c == 'u' && strspn(s + 1, "0123456789abcdefABCDEF") >= 4) {
+        char hex[5] = {s[1], s[2], s[3], s[4], '\0'};
+        c = (char)strtol(hex, NULL, 16);
+        s += 4;
+      }
+    }
+    if (n + 1 < sizeof frame) frame[n++] = c;
+  }
+  frame[n] = '\0';
+  char *sp = strrchr(frame, ' ');
+  if (sp != NULL) *sp = '\0';
+  printf("      %s at %s [python]\n", sp != NULL ? sp + 1 : "?", frame);
+  return s[0] == '\\' ? s + 2 : s;
+}
+
+static void print_site(const trace *t, trace_site site) {
+  if (site.stack != 0) print_stack(t->stacks[site.stack - 1]);
+  for (const char *s = site.pystack != 0 ? t->stacks[site.pystack - 1] : ""; *s != '\0';) s = print_pyframe(s);
+}
+
 int trace_stacks(const trace *t, const char *allocator, size_t top) {
   int a = -1;
   if (allocator != NULL && (a = trace_name(t, allocator)) < 0) {
     fprintf(stderr, "rap-trace: the trace has no allocator '%s'\n", allocator);
     return 1;
   }
-  if (t->nstacks == 0) {
+  if (t->nsites == 0) {
     fprintf(stderr, "rap-trace: the trace has no stacks: write it with RAP_TRACE_STACK=N (frames, 1 "
-                    "to 32) set beside RAP_TRACE\n");
+                    "to 32) set beside RAP_TRACE, or, for Python's frames under rap.torch, "
+                    "RAP_TRACE_PYTHON_STACK=N\n");
     return 1;
   }
-  group *g = calloc(t->nstacks, sizeof *g);
+  group *g = calloc(t->nsites, sizeof *g);
   kmap sizes = {0}, stacks = {0};
   if (g == NULL) {
     fprintf(stderr, "rap-trace: out of memory\n");
     return 1;
   }
-  for (size_t i = 0; i < t->nstacks; i++) g[i].stack = (uint32_t)i + 1;
+  for (size_t i = 0; i < t->nsites; i++) g[i].site = (uint32_t)i + 1;
   size_t without = 0;
   for (size_t i = 0; i < t->n; i++) {
     const te *e = &t->ev[i];
@@ -117,12 +150,12 @@ int trace_stacks(const trace *t, const char *allocator, size_t top) {
       continue;
     uint64_t n = 0, s = 0;
     if (e->kind == TE_ALLOC) {
-      if (e->stack == 0) {
+      if (e->site == 0) {
         without++;
         continue;
       }
-      group *x = &g[e->stack - 1];
-      if (kmap_put(&sizes, e->p, e->a, 0, e->n) != 0 || kmap_put(&stacks, e->p, e->a, 0, e->stack) != 0) {
+      group *x = &g[e->site - 1];
+      if (kmap_put(&sizes, e->p, e->a, 0, e->n) != 0 || kmap_put(&stacks, e->p, e->a, 0, e->site) != 0) {
         fprintf(stderr, "rap-trace: out of memory\n");
         kmap_free(&sizes);
         kmap_free(&stacks);
@@ -139,16 +172,16 @@ int trace_stacks(const trace *t, const char *allocator, size_t top) {
   }
   kmap_free(&sizes);
   kmap_free(&stacks);
-  qsort(g, t->nstacks, sizeof *g, by_peak);
+  qsort(g, t->nsites, sizeof *g, by_peak);
   printf("allocations of %s by where they were made (%zu stacks), by peak live bytes:\n",
-         a >= 0 ? t->names[a] : "every allocator", t->nstacks);
-  for (size_t i = 0; i < t->nstacks && i < top; i++) {
+         a >= 0 ? t->names[a] : "every allocator", t->nsites);
+  for (size_t i = 0; i < t->nsites && i < top; i++) {
     char pk[32], all[32];
     human(pk, sizeof pk, (double)g[i].peak);
     human(all, sizeof all, (double)g[i].bytes);
     printf("  #%zu peak live %s, %zu allocation%s, %s in all\n", i + 1, pk, g[i].count,
            g[i].count == 1 ? "" : "s", all);
-    print_stack(t->stacks[g[i].stack - 1]);
+    print_site(t, t->sites[g[i].site - 1]);
   }
   if (without) printf("  (%zu allocations carry no stack)\n", without);
   free(g);

@@ -76,6 +76,11 @@ int  rap_log_get_level(void);
 int  rap_trace_start(const char *path);   /* truncates path ("%p": the pid); closes one open first */
 int  rap_trace_stop(void);                /* flushes and closes; RAP_OK if none was open */
 int  rap_trace_flush(void);               /* what was traced so far reaches the file */
+int  rap_trace_active(void);              /* 1 while a trace is open, else 0 */
+/* An interpreter's frames for this thread's user allocations (rap.torch passes Python's): each
+ * alloc line at depth 0 carries "pystack":frames until it is set again; NULL sets none. frames:
+ * "FILE:LINE FUNCTION" lines joined by '\n', innermost first, kept valid by the caller until then. */
+int  rap_trace_set_pystack(const char *frames);
 
 /* ---------------------------------------------------------------------------------------------
  * Handles.

@@ -17,13 +17,19 @@ PyTorch's actions:
                                            chunk growing or shrinking in place: one segment)
     oom                                    oom
 
-Streams are rap's resource ids. Frames are empty: rap records no stacks. Needs only the standard
-library (no torch), so a trace can be converted anywhere.
+Streams are rap's resource ids. Frames are where each block was allocated, innermost first, on
+its alloc entry and its block in the segments: the C frames of RAP_TRACE_STACK ("stack"), named by
+addr2line (binutils) where it is on the PATH and the module still exists, then the Python frames
+rap.torch records with RAP_TRACE_PYTHON_STACK ("pystack"), as they are; empty in a trace without
+them. Needs only the standard library (no torch), so a trace can be converted anywhere.
 """
 
 import bisect
 import json
+import os
 import pickle
+import shutil
+import subprocess
 import sys
 
 __all__ = ["snapshot_from_trace", "main"]
@@ -44,6 +50,83 @@ def _segment_holding(segments, p):
         if base <= p < base + size:
             return base
     return None
+
+def _c_frame(word):
+    """One "MODULE+0xADDR" of a "stack" as (module, address), or None."""
+    module, plus, addr = word.rpartition("+0x")
+    try:
+        return (module, int(addr, 16)) if plus and module else None
+    except ValueError:
+        return None
+
+
+def _name_c_frames(frames):
+    """{(module, address): frame dict} for each C frame, named by addr2line where it can be (one
+    run a module; a return address is named by the call before it), else as written."""
+    named = {}
+    tool = shutil.which("addr2line")
+    by_module = {}
+    for module, addr in frames:
+        by_module.setdefault(module, []).append(addr)
+    for module, addrs in by_module.items():
+        addrs = sorted(set(addrs))
+        lines = []
+        if tool and os.access(module, os.R_OK):
+            try:
+                run = subprocess.run([tool, "-f", "-C", "-e", module] + ["0x%x" % max(a - 1, 0) for a in addrs],
+                                     capture_output=True, text=True, timeout=120)
+                lines = run.stdout.splitlines() if run.returncode == 0 else []
+            except (OSError, subprocess.SubprocessError):
+                lines = []
+        for i, a in enumerate(addrs):
+            func, where = (lines[2 * i], lines[2 * i + 1]) if len(lines) == 2 * len(addrs) else ("??", "")
+            file, _, line = where.rpartition(":")
+            line = line.split(" ")[0]
+            if func.startswith("??"):
+                named[(module, a)] = {"filename": module, "line": 0, "name": "+0x%x" % a}
+            elif not file or file.startswith("??"):   # a symbol without line tables
+                named[(module, a)] = {"filename": module, "line": 0, "name": func}
+            else:
+                named[(module, a)] = {"filename": file, "line": int(line) if line.isdigit() else 0,
+                                      "name": func}
+    return named
+
+
+def _py_frames(pystack):
+    """The frames of a "pystack": "FILE:LINE FUNCTION" lines, innermost first."""
+    out = []
+    for f in pystack.split("\n"):
+        where, _, name = f.rpartition(" ")
+        file, _, line = where.rpartition(":")
+        if not where:
+            where, name = name, "?"
+            file, _, line = where.rpartition(":")
+        out.append({"filename": file or where, "line": int(line) if line.isdigit() else 0,
+                    "name": name})
+    return out
+
+
+def _frames_of(events, symbolize=True):
+    """A function from an alloc event to its frames (a list of dicts: filename, line, name)."""
+    words = [w for e in events if "stack" in e for w in e["stack"].split()]
+    c = [f for f in map(_c_frame, words) if f is not None]
+    named = _name_c_frames(c) if symbolize else {}
+    cache = {}
+
+    def frames(e):
+        key = (e.get("stack", ""), e.get("pystack", ""))
+        if key not in cache:
+            out = []
+            for w in key[0].split():
+                f = _c_frame(w)
+                if f is not None:
+                    out.append(dict(named.get(f) or {"filename": f[0], "line": 0, "name": "+0x%x" % f[1]}))
+            if key[1]:
+                out.extend(_py_frames(key[1]))
+            cache[key] = out
+        return [dict(f) for f in cache[key]]
+    return frames
+
 
 def _events(path):
     with open(path) as f:
@@ -68,11 +151,16 @@ def _call(e, allocator):
             and (allocator is None or e.get("a") == allocator))
 
 
-def snapshot_from_trace(path, out=None, allocator=None, device=0):
+def snapshot_from_trace(path, out=None, allocator=None, device=0, symbolize=True):
     """Reads the trace at path; returns the snapshot dictionary, and pickles it to out if given.
     allocator: whose user calls make the timeline (default: every allocator's); device: the
-    index the timeline is filed under."""
+    index the timeline is filed under; symbolize: name C frames with addr2line (else they stay
+    "MODULE+0xADDR")."""
     events = list(_events(path))
+    frames_of = _frames_of(events, symbolize)
+    # Growth in place is what a grow/release line's in_place says; a trace from before that field
+    # (no line has it) is read by addresses: a grow at a segment's end, a release inside one.
+    knows_in_place = any("in_place" in e for e in events if e["ev"] in ("grow", "release"))
     # A refused deallocation voids the dealloc line written before it (same thread and pointer).
     void = set()
     for i, e in enumerate(events):
@@ -101,9 +189,9 @@ def snapshot_from_trace(path, out=None, allocator=None, device=0):
     awaiting = []    # sorted addresses freed and pending
     segments = {}    # addr -> (size, stream)
 
-    def entry(action, addr, size, stream, t):
+    def entry(action, addr, size, stream, t, frames=None):
         trace.append({"action": action, "addr": addr, "size": size, "stream": stream,
-                      "frames": [], "time_us": t // 1000})
+                      "frames": frames or [], "time_us": t // 1000})
 
     for i, e in enumerate(events):
         ev, t = e["ev"], e.get("t", 0)
@@ -111,10 +199,11 @@ def snapshot_from_trace(path, out=None, allocator=None, device=0):
         if _call(e, allocator) and i not in void:
             a = _addr(e)
             if ev == "alloc":
-                live[a] = (e.get("n", 0), stream)
-                entry("alloc", a, e.get("n", 0), stream, t)
+                frames = frames_of(e)
+                live[a] = (e.get("n", 0), stream, frames)
+                entry("alloc", a, e.get("n", 0), stream, t, frames)
             elif a in live:
-                size, s = live[a]
+                size, s, _ = live[a]
                 entry("free_requested", a, size, s, t)
                 if i in pends:
                     bisect.insort(awaiting, a)
@@ -126,11 +215,12 @@ def snapshot_from_trace(path, out=None, allocator=None, device=0):
             k = bisect.bisect_left(awaiting, lo)
             while k < len(awaiting) and awaiting[k] < hi:
                 a = awaiting.pop(k)
-                size, s = live.pop(a, (0, stream))
+                size, s, _ = live.pop(a, (0, stream, None))
                 entry("free_completed", a, size, s, t)
         elif ev == "grow":
             p, n = _addr(e), e.get("n", 0)
-            base = _segment_ending_at(segments, p)
+            at_end = _segment_ending_at(segments, p)
+            base = at_end if not knows_in_place or e.get("in_place") else None
             if base is not None:   # a growable platform's chunk grew in place: one segment
                 segments[base] = (segments[base][0] + n, 0)
                 entry("segment_map", p, n, 0, t)
@@ -140,6 +230,8 @@ def snapshot_from_trace(path, out=None, allocator=None, device=0):
         elif ev == "release":
             p, n = _addr(e), e.get("n", 0)
             base = _segment_holding(segments, p)
+            if knows_in_place and not e.get("in_place"):
+                base = None   # a whole chunk
             if base is not None and base < p:   # the end of a chunk went back: it shrinks
                 segments[base] = (p - base, 0)
                 entry("segment_unmap", p, n, 0, t)
@@ -166,7 +258,7 @@ def snapshot_from_trace(path, out=None, allocator=None, device=0):
                                "state": "inactive", "frames": []})
             state = "active_awaiting_free" if a in pending else "active_allocated"
             blocks.append({"address": a, "size": size, "requested_size": size, "state": state,
-                           "frames": []})
+                           "frames": [dict(f) for f in live[a][2]]})
             active += size
             if state == "active_allocated":
                 allocated += size
@@ -198,9 +290,12 @@ def main(argv=None):
     p.add_argument("-o", "--out", required=True, help="the snapshot to write (.pickle)")
     p.add_argument("--allocator", help="whose user calls make the timeline (default: all)")
     p.add_argument("--device", type=int, default=0)
+    p.add_argument("--no-symbolize", action="store_true",
+                   help="leave C frames as MODULE+0xADDR (no addr2line)")
     args = p.parse_args(argv)
     try:
-        s = snapshot_from_trace(args.trace, args.out, args.allocator, args.device)
+        s = snapshot_from_trace(args.trace, args.out, args.allocator, args.device,
+                                not args.no_symbolize)
     except OSError as e:
         print("rap_memviz: %s" % e, file=sys.stderr)
         return 1

@@ -14,6 +14,7 @@
  * exception; RAP_TORCH_OOM=null returns NULL instead. Either way the failure is logged.
  */
 #include "rap_glue.h"
+#include "rap_pyframes.h"
 #include "rap_torch.h"
 
 #include <rap/strategy.h>
@@ -103,7 +104,11 @@ RAP_EXPORT void rap_torch_use_pool_hooks(int on) { glue_use_pool_hooks(on); }
 
 RAP_EXPORT void *rap_torch_malloc(size_t size, int device, cudaStream_t stream) {
   void *p = nullptr;
+  char frames[4096];   /* RAP_TRACE_PYTHON_STACK: the caller's Python frames, before any lock */
+  bool with_frames = pyframes_gather(frames, sizeof frames);
+  if (with_frames) rap_trace_set_pystack(frames);
   int st = glue_malloc(&p, size, device, stream);
+  if (with_frames) rap_trace_set_pystack(nullptr);
   if (st == RAP_OK) return p;
   char msg[1024];
   std::snprintf(msg, sizeof msg, "%srap_torch: cannot allocate %zu bytes on device %d (stream %p): %s: %s",
@@ -198,6 +203,11 @@ RAP_EXPORT int rap_torch_ipc_close(void *ptr, int device, cudaStream_t s) {
 RAP_EXPORT int rap_torch_registrable(const void *ptr, int device) { return glue_registrable(ptr, device); }
 
 RAP_EXPORT int rap_torch_spec(int device, char *buf, size_t cap) { return glue_spec(device, buf, cap); }
+
+/* rap.torch.set_python_stack: the Python frames each traced allocation carries (0 to 32; 0: none). */
+RAP_EXPORT int rap_torch_python_stack(int depth) { return pyframes_set_depth(depth); }
+
+RAP_EXPORT int rap_torch_python_stack_depth(void) { return pyframes_depth(); }
 
 RAP_EXPORT const char *rap_torch_last_error(void) { return rap_last_error(); }
 

@@ -24,6 +24,8 @@ int    rap_torch_reset_peaks(int device);         /* high-water marks start agai
 int    rap_torch_reset_accumulated(int device);   /* running totals start again */
 int    rap_torch_spec(int device, char *buf, size_t cap);
 const char *rap_torch_last_error(void);
+int    rap_torch_python_stack(int depth);    /* Python frames on traced allocations: 0 to 32 */
+int    rap_torch_python_stack_depth(void);  /* the one set, else RAP_TRACE_PYTHON_STACK's */
 
 void   rap_torch_use_pool_hooks(int on);   /* after handing PyTorch the three below */
 

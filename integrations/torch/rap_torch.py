@@ -52,7 +52,7 @@ __all__ = [
     "reset_accumulated_memory_stats", "memory_summary", "empty_cache", "release_graph_pools",
     "graph_memory_reserved", "record_stream", "spec", "hooks", "snapshot_from_trace", "sleep", "wake",
     "prepare_sleep", "share", "open", "IpcHandle", "set_memory_fraction", "memory_limit",
-    "NCCL_SPEC", "register_mem_pool", "registrable",
+    "NCCL_SPEC", "register_mem_pool", "registrable", "set_python_stack", "python_stack",
 ]
 
 
@@ -127,6 +127,10 @@ def _load(path):
     lib.rap_torch_ipc_close.restype = ctypes.c_int
     lib.rap_torch_registrable.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.rap_torch_registrable.restype = ctypes.c_int
+    lib.rap_torch_python_stack.argtypes = [ctypes.c_int]
+    lib.rap_torch_python_stack.restype = ctypes.c_int
+    lib.rap_torch_python_stack_depth.argtypes = []
+    lib.rap_torch_python_stack_depth.restype = ctypes.c_int
     return lib
 
 
@@ -195,9 +199,29 @@ def hooks():
     return dict(_hooks)
 
 
-def enable(spec=None):
-    """Makes rap PyTorch's CUDA allocator. Must run before the first CUDA allocation."""
+def set_python_stack(depth):
+    """Each allocation a trace records (RAP_TRACE) carries the innermost depth Python frames of the
+    code that made it (0 to 32; 0: none), as "pystack": rap-trace stacks groups by them and
+    snapshot_from_trace puts them in memory_viz's frames. The same as RAP_TRACE_PYTHON_STACK=depth
+    in the environment. Costs nothing while no trace is open; traced, about a microsecond a frame
+    an allocation. Allocations made where the GIL is not held (PyTorch's autograd threads, in
+    backward) carry no Python frames."""
+    depth = int(depth)
+    if _library().rap_torch_python_stack(depth) != 0:
+        raise ValueError("rap.torch.set_python_stack: a number of frames from 0 to 32, not %d" % depth)
+
+
+def python_stack():
+    """The Python frames each traced allocation carries (set_python_stack, RAP_TRACE_PYTHON_STACK)."""
+    return _library().rap_torch_python_stack_depth()
+
+
+def enable(spec=None, python_stack=None):
+    """Makes rap PyTorch's CUDA allocator. Must run before the first CUDA allocation.
+    python_stack=N: traced allocations carry their N innermost Python frames (set_python_stack)."""
     global _lib
+    if python_stack is not None:
+        set_python_stack(python_stack)
     if _lib is not None:
         return
     native = allocator(spec)

@@ -4,7 +4,7 @@
 # probe, training with the native allocator, the same training on rap, two streams with
 # record_stream and early frees (+ threads), CUDA graph capture and replay (graph pools through
 # PyTorch's hooks, then through capture detection), out of memory (default and RAP_TORCH_OOM=null),
-# set_per_process_memory_fraction and empty_cache, PyTorch users' own patterns (test_torch_users.py), and the training on a QuickPool as a
+# set_per_process_memory_fraction and empty_cache, Python frames in a trace, PyTorch users' own patterns (test_torch_users.py), and the training on a QuickPool as a
 # diagnostic. Writes to $OUT (default <repo>/out): torch_summary.txt, torch_results.json (every
 # test's numbers) and torch_log.txt (every process's output). Exit status 1 on a failure.
 # The rest (environment, log, results) is integrations/common/run_tests.sh, shared with cupy.
@@ -22,6 +22,8 @@ RAP_TORCH_POOL_HOOKS=0 run graph --tag detect
 run oom
 RAP_TORCH_OOM=null run oom
 run fraction
+# Python frames on traced allocations (enable(python_stack=8)) and in the memory_viz snapshot.
+run pystack
 # As users run it: torch.cuda's statistics, torch.compile with CUDA graphs, the record_stream
 # hand-off, MemPool scopes, and real models (torchvision, transformers), each against native.
 for a in native rap; do

@@ -9,6 +9,9 @@
   sleep              rap_torch.sleep/wake over DEVICE_VMM: training goes on bit-equal after it
   ipc                torch.multiprocessing and rap_torch.share/open over DeviceVmm(export=posix)
                      (--tag streamordered: over StreamOrdered(pool=new, export=posix))
+  pystack            a traced run with rap_torch.enable(python_stack=8), in a child process: the
+                     allocations carry their Python frames, and snapshot_from_trace puts them in
+                     memory_viz's frames
   summarize          compares the results and prints the table; exit status 1 on a failure
 and test_torch_users.py's: stats, compile, handoff, mempool, model (see there).
 Each command writes <out>/<name>.json.
@@ -576,6 +579,69 @@ def cmd_ipc(args):
     return 0 if r["ok"] else 1
 
 
+def make_weights(torch):
+    return torch.empty(3 << 20, dtype=torch.uint8, device="cuda")   # 3 MiB: found by its size
+
+
+def cmd_pystack_child(args):
+    """Runs under RAP_TRACE (set by cmd_pystack); the trace is written when the process exits."""
+    import rap_torch
+    rap_torch.enable(python_stack=8)
+    import torch
+    w = make_weights(torch)
+    model = build_model(torch).cuda()
+    x = torch.randn(32, 3, 64, 64, device="cuda")
+    model(x).sum().backward()   # backward allocates on PyTorch's autograd thread: no Python frames
+    torch.cuda.synchronize()
+    rap_torch.set_python_stack(0)
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        torch.empty(1024, device="cuda")
+    off = time.perf_counter() - t0
+    rap_torch.set_python_stack(16)
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        torch.empty(1024, device="cuda")
+    on = time.perf_counter() - t0
+    with open(os.path.join(args.out, "pystack_child.json"), "w") as f:
+        json.dump({"depth": rap_torch.python_stack(), "weights": w.data_ptr(),
+                   "traced_alloc_us_without_frames": off / 2000 * 1e6,
+                   "traced_alloc_us_with_16_frames": on / 2000 * 1e6}, f)
+
+
+def cmd_pystack(args):
+    import subprocess
+    trace = os.path.join(args.out, "pystack_trace.jsonl")
+    env = dict(os.environ, RAP_TRACE=trace)
+    env.pop("RAP_TRACE_MAX_ENTRIES", None)
+    child = subprocess.run([sys.executable, os.path.abspath(__file__), "pystack_child", "--out", args.out],
+                           env=env, capture_output=True, text=True, timeout=300)
+    r = {"child_status": child.returncode, "child_stderr": child.stderr[-2000:]}
+    if child.returncode == 0:
+        with open(os.path.join(args.out, "pystack_child.json")) as f:
+            r.update(json.load(f))
+        with open(trace) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        user = [e for e in lines if e.get("ev") == "alloc" and e.get("d") == 0]
+        r["user_allocs"] = len(user)
+        r["with_pystack"] = sum("pystack" in e for e in user)
+        w = [e for e in user if int(e["p"], 16) == r["weights"]]
+        first = w[0]["pystack"].split("\n")[0] if w and "pystack" in w[0] else ""
+        here = os.path.abspath(__file__)
+        r["weights_frame"] = first
+        r["weights_frame_ok"] = first == "%s:%d make_weights" % (here, make_weights.__code__.co_firstlineno + 1)
+        import rap_torch
+        snap = rap_torch.snapshot_from_trace(trace)
+        frames = [e["frames"] for e in snap["device_traces"][0]
+                  if e["action"] == "alloc" and e["addr"] == r["weights"]]
+        r["memviz_frames"] = frames[0][:3] if frames else None
+        r["memviz_ok"] = bool(frames) and frames[0][0] == {"filename": here, "name": "make_weights",
+                                                            "line": make_weights.__code__.co_firstlineno + 1}
+    r["ok"] = bool(r.get("weights_frame_ok") and r.get("memviz_ok"))
+    dump(args, "pystack", r)
+    return 0 if r["ok"] else 1
+
+
 def cmd_summarize(args):
     ok = True
     lines = []
@@ -716,6 +782,20 @@ def cmd_summarize(args):
     elif sl is not None or os.environ.get("RAP_TEST_ONLY") is None:
         ok &= bool(sl)
         lines.append("sleep/wake: %s" % ("skipped: " + sl["skipped"] if sl else "results missing"))
+    ps = load(args.out, "pystack")
+    if ps is not None or os.environ.get("RAP_TEST_ONLY") is None:
+        ok &= bool(ps and ps.get("ok"))
+        if ps and ps.get("child_status") == 0:
+            lines.append("Python frames in the trace (python_stack=8): %d of %d user allocations carry "
+                         "them (backward's come from the autograd thread); the weights' innermost "
+                         "frame %r: %s; in memory_viz's frames: %s; a traced torch.empty %.1f us "
+                         "without frames, %.1f us with 16"
+                         % (ps["with_pystack"], ps["user_allocs"], ps["weights_frame"],
+                            ps["weights_frame_ok"], ps["memviz_ok"],
+                            ps["traced_alloc_us_without_frames"], ps["traced_alloc_us_with_16_frames"]))
+        else:
+            lines.append("Python frames in the trace: %s" % ("child failed: " + ps["child_stderr"][-400:]
+                                                             if ps else "results missing"))
     p = load(args.out, "probe")
     if p:
         lines.insert(0, "torch %s (CUDA %s, cuDNN %s) on %s; pluggable allocator object %s exposes %s"

@@ -230,7 +230,7 @@ static size_t put_str(char *buf, size_t len, const char *s) {
  * at most ~230 bytes beside the name (escaped, cut at 256) and the extra fields. */
 void rapi_trace(const char *ev, const rap_allocator *a, const rap_resource *r, const void *p,
                 size_t n, const char *fmt, ...) {
-  char line[4096];   /* a stack of 32 frames with their modules' paths fits */
+  char line[8192];   /* a stack of 32 frames with their modules' paths fits, and Python's beside it */
   size_t len = 0;
   if (thread_no == 0) thread_no = __atomic_add_fetch(&next_thread, 1, __ATOMIC_RELAXED);
   /* The generation first: a start publishes t0 before it, so t is measured from this file's t0. */
@@ -272,7 +272,10 @@ void rapi_trace(const char *ev, const rap_allocator *a, const rap_resource *r, c
   len = put_str(line, len, ",\"n\":");
   len = put_u64(line, len, n);
   size_t cap = sizeof line - 2;
-  if (rapi_trace_depth == 0 && strcmp(ev, "alloc") == 0) len = rapi_trace_stack(line, len, cap);
+  if (rapi_trace_depth == 0 && strcmp(ev, "alloc") == 0) {
+    len = rapi_trace_stack(line, len, cap);
+    len = rapi_trace_pystack(line, len, cap - 512);   /* room left for the fields that follow */
+  }
   if (fmt != NULL) {
     va_list ap;
     va_start(ap, fmt);
@@ -428,6 +431,8 @@ int rap_trace_stop(void) {
   pthread_mutex_unlock(&control_lock);
   return bad ? rapi_fail(RAP_ERR_BACKEND, "rap_trace_stop: writing the trace failed") : RAP_OK;
 }
+
+int rap_trace_active(void) { return rapi_tracing() ? 1 : 0; }
 
 int rap_trace_flush(void) {
   pthread_mutex_lock(&trace_lock);

@@ -8,6 +8,10 @@
  * after this one is gone. backtrace(3) walks the stack; its first call loads libgcc, so the depth is
  * read, and the walk done once, at the start (never inside a signal handler or under the trace's
  * lock). Off (unset), nothing runs.
+ *
+ * A binding may add an interpreter's frames: rap_trace_set_pystack hands this thread's frames
+ * (rap.torch gathers Python's before it takes any lock, since gathering can run Python code), and
+ * each user's alloc line carries them as "pystack", cut at a whole frame where the line is full.
  */
 #include "rap_internal.h"
 
@@ -90,4 +94,40 @@ size_t rapi_trace_stack(char *line, size_t len, size_t cap) {
   }
   line[len++] = '"';
   return len;
+}
+
+static _Thread_local const char *pystack;   /* the caller's frames, or NULL */
+
+int rap_trace_set_pystack(const char *frames) {
+  pystack = frames != NULL && *frames != '\0' ? frames : NULL;
+  return RAP_OK;
+}
+
+/* ,"pystack":"..." with the frames escaped for JSON, as many whole frames as fit below cap. */
+size_t rapi_trace_pystack(char *line, size_t len, size_t cap) {
+  const char *s = pystack;
+  static const char key[] = ",\"pystack\":\"";
+  if (s == NULL || len + sizeof key + 8 > cap) return len;
+  size_t start = len, whole = 0;   /* whole: the length after the last complete frame */
+  memcpy(line + len, key, sizeof key - 1);
+  len += sizeof key - 1;
+  for (;; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '\0' || c == '\n') whole = len;
+    if (c == '\0' || len + 8 > cap) break;
+    if (c == '"' || c == '\\') {
+      line[len++] = '\\';
+      line[len++] = (char)c;
+    } else if (c == '\n') {
+      line[len++] = '\\';
+      line[len++] = 'n';
+    } else if (c < 0x20) {
+      len += (size_t)snprintf(line + len, cap - len, "\\u%04x", c);
+    } else {
+      line[len++] = (char)c;
+    }
+  }
+  if (whole == 0) return start;   /* not one frame fits */
+  line[whole++] = '"';
+  return whole;
 }

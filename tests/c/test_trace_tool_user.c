@@ -257,3 +257,59 @@ RAP_TEST(TraceToolUser, StacksSayWhereTheMemoryWasAllocated) {
   remove(plain);
   remove(path);
 }
+
+/* ---- Python's frames (rap_trace_set_pystack, as rap.torch passes them) ---------------------- */
+
+RAP_TEST(TraceToolUser, PythonFramesGroupAllocationsByWhereTheyWereMade) {
+  char path[256], args[768], out[8192];
+  tu_path(path, sizeof path, "pystack.jsonl");
+  RAP_CHECK_EQ(rap_trace_active(), 0);
+  RAP_CHECK_OK(rap_trace_start(path));
+  RAP_CHECK_EQ(rap_trace_active(), 1);
+  rap_manager *rm = tu_manager();
+  rap_allocator *a = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "q", "ThreadSafe(QuickPool(HOST, initial_size=1MiB))", &a));
+  void *p[4];
+  /* Two sites: one frame's path holds a quote and a backslash, which the line escapes. */
+  RAP_CHECK_OK(rap_trace_set_pystack("/m/layer.py:7 Linear.forward\n/m/tr\"ain\\.py:12 step"));
+  RAP_CHECK_OK(rap_allocate(a, &p[0], 4096, NULL));
+  RAP_CHECK_OK(rap_allocate(a, &p[1], 4096, NULL));
+  RAP_CHECK_OK(rap_trace_set_pystack("/m/data.py:30 load"));
+  RAP_CHECK_OK(rap_allocate(a, &p[2], 1024, NULL));
+  RAP_CHECK_OK(rap_trace_set_pystack(NULL));
+  RAP_CHECK_OK(rap_allocate(a, &p[3], 64, NULL));
+  /* Frames too long for one line are cut at a whole frame. */
+  static char huge[40000];
+  for (size_t n = 0; n + 40 < sizeof huge;)
+    n += (size_t)snprintf(huge + n, sizeof huge - n, "%s/m/deep.py:%zu f", n ? "\n" : "", n);
+  RAP_CHECK_OK(rap_trace_set_pystack(huge));
+  void *q = NULL;
+  RAP_CHECK_OK(rap_allocate(a, &q, 64, NULL));
+  RAP_CHECK_OK(rap_trace_set_pystack(NULL));
+  RAP_CHECK_OK(rap_deallocate(a, q, NULL));
+  for (int i = 0; i < 4; i++) RAP_CHECK_OK(rap_deallocate(a, p[i], NULL));
+  RAP_CHECK_OK(rap_allocator_destroy(a));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+  RAP_CHECK_OK(rap_trace_stop());
+  RAP_CHECK_EQ(rap_trace_active(), 0);
+  static char text[1 << 17];
+  file_text(path, text, sizeof text);
+  RAP_CHECK_STR(text, "\"pystack\":\"/m/layer.py:7 Linear.forward\\n/m/tr\\\"ain\\\\.py:12 step\"");
+  /* Only the user's lines carry them (the pool's growth inside the first call does not). */
+  int with = 0;
+  for (char *l = strstr(text, "\"pystack\""); l != NULL; l = strstr(l + 1, "\"pystack\"")) with++;
+  RAP_CHECK_EQ(with, 4);
+  char *cut = strstr(text, "\"pystack\":\"/m/deep.py:0 f");
+  RAP_CHECK(cut != NULL);
+  char *end = strchr(cut, '\n');
+  RAP_CHECK(end != NULL && end - cut < 8192 && end[-1] == '}' && end[-2] == '"' && end[-3] == 'f');
+  snprintf(args, sizeof args, "stacks %s --allocator q --top 2", path);   /* not the long one */
+  RAP_CHECK_EQ(tool(args, out, sizeof out), 0);
+  RAP_CHECK_STR(out, "#1 peak live 8.00 KiB, 2 allocations, 8.00 KiB in all\n"
+                     "      Linear.forward at /m/layer.py:7 [python]\n"
+                     "      step at /m/tr\"ain\\.py:12 [python]\n");
+  RAP_CHECK_STR(out, "#2 peak live 1.00 KiB, 1 allocation, 1.00 KiB in all\n"
+                     "      load at /m/data.py:30 [python]\n");
+  RAP_CHECK_STR(out, "(1 allocations carry no stack)");
+  remove(path);
+}

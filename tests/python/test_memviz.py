@@ -6,6 +6,7 @@ into a snapshot whose timeline and segments say so. Standard library only.
 """
 import ctypes
 import importlib.util
+import json
 import os
 import pickle
 import sys
@@ -130,6 +131,22 @@ class Snapshot(unittest.TestCase):
         self.assertEqual(snap["segments"][0]["total_size"], 64 * K)
         ok(rap.rap_deallocate(pool, a, None))
         ok(rap.rap_manager_destroy(rm))
+
+    def test_a_new_chunk_next_to_another_is_a_segment_of_its_own(self):
+        # Where the trace says in_place, a chunk that happens to start where another ends is new.
+        tmp = tempfile.mkdtemp()
+        path = os.path.join(tmp, "adjacent.jsonl")
+        with open(path, "w") as f:
+            for e in ({"t": 1, "ev": "grow", "a": "p", "r": None, "p": "0x10000", "n": 4096, "held": 4096},
+                      {"t": 2, "ev": "grow", "a": "p", "r": None, "p": "0x11000", "n": 4096, "held": 8192,
+                       "in_place": True},
+                      {"t": 3, "ev": "grow", "a": "p", "r": None, "p": "0x12000", "n": 4096, "held": 12288}):
+                f.write(json.dumps(e) + "\n")
+        snap = rap_memviz.snapshot_from_trace(path)
+        acts = [e["action"] for e in snap["device_traces"][0]]
+        self.assertEqual(acts, ["segment_alloc", "segment_map", "segment_alloc"])
+        self.assertEqual([(s["address"], s["total_size"]) for s in snap["segments"]],
+                         [(0x10000, 8192), (0x12000, 4096)])
 
 
 if __name__ == "__main__":
