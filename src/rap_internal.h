@@ -361,9 +361,9 @@ void rapi_observers_free(rap_allocator *a);   /* the allocator goes (after its f
 
 /* ---- core/allocator.c: the thread guard of plain pools ---------------------------------------
  * A plain pool's allocate, deallocate, release and record_resource run inside RAPI_GUARDED: the
- * thread the guard is biased to (the owner) stores `busy`, checks it is still the owner and runs;
- * any other thread goes through rapi_guard_slow (the gate, membarrier, or RAP_ERR_BUSY with the
- * sentence; nothing at all under a ThreadSafe or ThreadCache). docs/DESIGN.md says why. */
+ * thread the guard is biased to (the owner) stores its mark (busy), checks it is still the owner
+ * and runs; any other thread goes through rapi_guard_slow (the gate, membarrier, or RAP_ERR_BUSY
+ * with the sentence; nothing at all under a ThreadSafe or ThreadCache). docs/DESIGN.md says why. */
 enum { RAPI_GUARD_OWNER = 1, RAPI_GUARD_GATE = 2, RAPI_GUARD_NONE = 3 };   /* how a call came in */
 int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn);   /* a mode, or a status */
 /* membarrier(2): registered once (false where the kernel has none), then every running thread of

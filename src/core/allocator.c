@@ -63,18 +63,19 @@ size_t rap_allocator_alignment(const rap_allocator *a) { return a ? a->alignment
  * A plain pool (QuickPool, DynamicPoolList, ResourceAwarePool, FixedPool) not under ThreadSafe or
  * ThreadCache serves one thread at a time, as Umpire's do; a second thread inside it at once is
  * answered RAP_ERR_BUSY with a sentence, before it touches anything, but for a free, which waits
- * its turn (waits_its_turn: nothing is lost by a caller that ignores a free's status). The guard is biased to the
- * thread that used the pool last (its owner): the owner's call stores `busy`, checks it is still
- * the owner and runs, with no atomic read-modify-write (one costs 10 ns here, as much as the whole
- * pair). Another thread takes the `gate` (a compare-exchange), makes itself the owner, and makes
- * every thread of the process pass a memory barrier (membarrier(2)): after it, either the old
- * owner's `busy` is seen (it is inside: the newcomer is refused and gives ownership back) or the
- * old owner sees the new one and goes the slow way itself, where the gate refuses it. Handing a
- * pool from thread to thread therefore costs a system call at each change of thread, nothing
- * while one thread keeps it; after RAPI_GUARD_HANDOVERS changes the bias ends for good and every
- * call takes the gate (a pool shared on purpose under the user's own lock). Without membarrier every call takes the gate. The owner's part is
- * inline in the strategies' entry functions (RAPI_GUARDED, rap_internal.h), where it adds no call
- * of its own; the rest is here. */
+ * its turn (waits_its_turn: nothing is lost by a caller that ignores a free's status). The guard
+ * is biased to the thread that used the pool last (its owner): the owner's call stores its mark in
+ * `busy`, checks it is still the owner and runs, with no atomic read-modify-write (one costs 10 ns
+ * here, as much as the whole pair). Another thread takes the `gate` (a compare-exchange), makes
+ * itself the owner, and makes every thread of the process pass a memory barrier (membarrier(2)):
+ * after it, either the old owner's mark is seen (it is inside: the newcomer is refused and gives
+ * ownership back) or the old owner sees the new one and goes the slow way itself, where the gate
+ * refuses it. Handing a pool from thread to thread therefore costs a system call at each change
+ * of thread, nothing while one thread keeps it; after RAPI_GUARD_HANDOVERS changes the bias ends
+ * for good and every call takes the gate (a pool shared on purpose under the user's own lock).
+ * Without membarrier every call takes the gate. The owner's part is inline in the strategies'
+ * entry functions (RAPI_GUARDED, rap_internal.h), where it adds no call of its own; the rest is
+ * here. */
 
 _Thread_local rap_resource *rapi_current_queue;
 
