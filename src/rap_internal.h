@@ -285,6 +285,11 @@ typedef struct rapi_platform_export {
   int (*locate)(rap_allocator *root, void *ptr, size_t bytes, struct rapi_ipc_place *out);
 } rapi_platform_export;
 
+/* The thread guard's limit: a pool handed from thread to thread this often is shared on purpose,
+ * and its bias ends (allocator.c); each change of owner before it has a mark of its own. */
+#define RAPI_GUARD_HANDOVERS 64
+#define RAPI_GUARD_UNBIASED ((uintptr_t)1)   /* no thread's word: nobody is the owner again */
+
 struct rap_allocator {
   const rap_strategy *strategy;   /* hot fields first */
   void *state;
@@ -294,10 +299,14 @@ struct rap_allocator {
                                      for device memory (its platform record decides; see
                                      rap_allocator_set_peer_access in manager.c) */
   /* One thread at a time inside a plain pool (allocator.c, "the thread guard"): */
-  uintptr_t owner;                /* atomic: the thread the guard is biased to, or 0 */
-  int busy;                       /* atomic: the owner is inside a call */
+  uintptr_t owner;                /* atomic: the thread the guard is biased to with the slot of its
+                                     mark in busy (rapi_guard_word), 0 before any, or
+                                     RAPI_GUARD_UNBIASED */
+  unsigned busy_slot;             /* atomic: the owner's slot (as in owner), for its way out */
   int gate;                       /* atomic: a thread not the owner is inside, or taking over */
   unsigned handovers;             /* under gate: changes of owner so far (the bias ends at a limit) */
+  unsigned char busy[RAPI_GUARD_HANDOVERS];   /* atomic each: the owner that has this slot is
+                                     inside a call; each change of owner takes a new slot */
   pthread_mutex_t *guard_lock;    /* the lock of the nearest ThreadSafe or ThreadCache above, or
                                      NULL: the manager takes it for its own calls into this
                                      allocator (find, a resource's destroy), and the thread guard
@@ -353,9 +362,9 @@ void rapi_observers_free(rap_allocator *a);   /* the allocator goes (after its f
 
 /* ---- core/allocator.c: the thread guard of plain pools ---------------------------------------
  * A plain pool's allocate, deallocate, release and record_resource run inside RAPI_GUARDED: the
- * thread the guard is biased to (the owner) stores `busy`, checks it is still the owner and runs;
- * any other thread goes through rapi_guard_slow (the gate, membarrier, or RAP_ERR_BUSY with the
- * sentence; nothing at all under a ThreadSafe or ThreadCache). docs/DESIGN.md says why. */
+ * thread the guard is biased to (the owner) stores its mark (busy), checks it is still the owner
+ * and runs; any other thread goes through rapi_guard_slow (the gate, membarrier, or RAP_ERR_BUSY
+ * with the sentence; nothing at all under a ThreadSafe or ThreadCache). docs/DESIGN.md says why. */
 enum { RAPI_GUARD_OWNER = 1, RAPI_GUARD_GATE = 2, RAPI_GUARD_NONE = 3 };   /* how a call came in */
 int rapi_guard_slow(rap_allocator *a, uintptr_t me, const char *fn);   /* a mode, or a status */
 /* membarrier(2): registered once (false where the kernel has none), then every running thread of
@@ -370,15 +379,46 @@ static RAPI_INLINE uintptr_t rapi_self_thread(void) {
   return (uintptr_t)pthread_self();
 #endif
 }
-/* The owner's way in: true when this thread is the owner and is now inside (busy stored, still
- * the owner after it); false, with nothing left stored, for everyone else. */
-static RAPI_INLINE bool rapi_guard_owner_in(rap_allocator *a, uintptr_t me) {
-  if (RAPI_UNLIKELY(__atomic_load_n(&a->owner, __ATOMIC_RELAXED) != me)) return false;
-  __atomic_store_n(&a->busy, 1, __ATOMIC_RELAXED);
+/* The owner word: the owner's thread in the low bits, the slot of its mark in busy in the top six
+ * (user space pointers leave them clear on the 64-bit targets). A thread's mark is written by that
+ * thread alone: a thread taken over between its read of the owner and its mark (preempted there)
+ * writes its own slot when it goes on, never the next owner's. Where a pointer has no room (32-bit)
+ * there is one slot and no pool is biased but under a wrapper, whose lock orders every call. */
+#if UINTPTR_MAX > 0xffffffffu
+#define RAPI_GUARD_CAN_BIAS 1
+#define RAPI_GUARD_SLOT_SHIFT 58
+static RAPI_INLINE uintptr_t rapi_guard_word(uintptr_t me, unsigned slot) {
+  return (me & (((uintptr_t)1 << RAPI_GUARD_SLOT_SHIFT) - 1)) | (uintptr_t)slot << RAPI_GUARD_SLOT_SHIFT;
+}
+static RAPI_INLINE unsigned rapi_guard_slot(uintptr_t word) { return (unsigned)(word >> RAPI_GUARD_SLOT_SHIFT); }
+static RAPI_INLINE bool rapi_guard_mine(uintptr_t word, uintptr_t me) {
+  return ((word ^ me) << (64 - RAPI_GUARD_SLOT_SHIFT)) == 0;
+}
+#else
+#define RAPI_GUARD_CAN_BIAS 0
+static RAPI_INLINE uintptr_t rapi_guard_word(uintptr_t me, unsigned slot) { (void)slot; return me; }
+static RAPI_INLINE unsigned rapi_guard_slot(uintptr_t word) { (void)word; return 0; }
+static RAPI_INLINE bool rapi_guard_mine(uintptr_t word, uintptr_t me) { return word == me; }
+#endif
+/* The owner's way in, second half: given the owner word read first (seen), true when this thread
+ * is the owner and is now inside (its mark stored, still the owner after it); false, with nothing
+ * left stored, for everyone else. */
+static RAPI_INLINE bool rapi_guard_owner_mark(rap_allocator *a, uintptr_t me, uintptr_t seen) {
+  if (RAPI_UNLIKELY(!rapi_guard_mine(seen, me))) return false;
+  unsigned char *mark = &a->busy[rapi_guard_slot(seen)];
+  __atomic_store_n(mark, 1, __ATOMIC_RELAXED);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);   /* the other half of the barrier is membarrier's */
-  if (RAPI_LIKELY(__atomic_load_n(&a->owner, __ATOMIC_ACQUIRE) == me)) return true;
-  __atomic_store_n(&a->busy, 0, __ATOMIC_RELEASE);   /* taken over while coming in */
+  if (RAPI_LIKELY(__atomic_load_n(&a->owner, __ATOMIC_ACQUIRE) == seen)) return true;
+  __atomic_store_n(mark, 0, __ATOMIC_RELEASE);   /* taken over while coming in: its own mark only */
   return false;
+}
+static RAPI_INLINE bool rapi_guard_owner_in(rap_allocator *a, uintptr_t me) {
+  return rapi_guard_owner_mark(a, me, __atomic_load_n(&a->owner, __ATOMIC_RELAXED));
+}
+/* The owner's way out: its slot is read again rather than carried across the call (it changes
+ * only when another thread takes the pool over, never while the owner is inside). */
+static RAPI_INLINE void rapi_guard_owner_out(rap_allocator *a) {
+  __atomic_store_n(&a->busy[__atomic_load_n(&a->busy_slot, __ATOMIC_RELAXED)], 0, __ATOMIC_RELEASE);
 }
 /* The mode to leave with (rapi_guard_leave), or RAP_ERR_BUSY. */
 static RAPI_INLINE int rapi_guard_enter(rap_allocator *a, const char *fn) {
@@ -387,7 +427,7 @@ static RAPI_INLINE int rapi_guard_enter(rap_allocator *a, const char *fn) {
   return rapi_guard_slow(a, me, fn);
 }
 static RAPI_INLINE void rapi_guard_leave(rap_allocator *a, int mode) {
-  if (RAPI_LIKELY(mode == RAPI_GUARD_OWNER)) __atomic_store_n(&a->busy, 0, __ATOMIC_RELEASE);
+  if (RAPI_LIKELY(mode == RAPI_GUARD_OWNER)) rapi_guard_owner_out(a);
   else if (mode == RAPI_GUARD_GATE) __atomic_store_n(&a->gate, 0, __ATOMIC_RELEASE);
 }
 /* st = call, inside a's guard (the calls off the hot path). */
@@ -419,7 +459,7 @@ static RAPI_INLINE void rapi_guard_leave(rap_allocator *a, int mode) {
   decl name params {                                                                               \
     if (RAPI_LIKELY(rapi_guard_owner_in((self), rapi_self_thread()))) {                            \
       int st_ = body args;                                                                         \
-      __atomic_store_n(&(self)->busy, 0, __ATOMIC_RELEASE);                                        \
+      rapi_guard_owner_out(self);                                                                  \
       return st_;                                                                                  \
     }                                                                                              \
     return name##_guarded args;                                                                    \

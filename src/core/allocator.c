@@ -63,18 +63,19 @@ size_t rap_allocator_alignment(const rap_allocator *a) { return a ? a->alignment
  * A plain pool (QuickPool, DynamicPoolList, ResourceAwarePool, FixedPool) not under ThreadSafe or
  * ThreadCache serves one thread at a time, as Umpire's do; a second thread inside it at once is
  * answered RAP_ERR_BUSY with a sentence, before it touches anything, but for a free, which waits
- * its turn (waits_its_turn: nothing is lost by a caller that ignores a free's status). The guard is biased to the
- * thread that used the pool last (its owner): the owner's call stores `busy`, checks it is still
- * the owner and runs, with no atomic read-modify-write (one costs 10 ns here, as much as the whole
- * pair). Another thread takes the `gate` (a compare-exchange), makes itself the owner, and makes
- * every thread of the process pass a memory barrier (membarrier(2)): after it, either the old
- * owner's `busy` is seen (it is inside: the newcomer is refused and gives ownership back) or the
- * old owner sees the new one and goes the slow way itself, where the gate refuses it. Handing a
- * pool from thread to thread therefore costs a system call at each change of thread, nothing
- * while one thread keeps it; after RAPI_GUARD_HANDOVERS changes the bias ends for good and every
- * call takes the gate (a pool shared on purpose under the user's own lock). Without membarrier every call takes the gate. The owner's part is
- * inline in the strategies' entry functions (RAPI_GUARDED, rap_internal.h), where it adds no call
- * of its own; the rest is here. */
+ * its turn (waits_its_turn: nothing is lost by a caller that ignores a free's status). The guard
+ * is biased to the thread that used the pool last (its owner): the owner's call stores its mark in
+ * `busy`, checks it is still the owner and runs, with no atomic read-modify-write (one costs 10 ns
+ * here, as much as the whole pair). Another thread takes the `gate` (a compare-exchange), makes
+ * itself the owner, and makes every thread of the process pass a memory barrier (membarrier(2)):
+ * after it, either the old owner's mark is seen (it is inside: the newcomer is refused and gives
+ * ownership back) or the old owner sees the new one and goes the slow way itself, where the gate
+ * refuses it. Handing a pool from thread to thread therefore costs a system call at each change
+ * of thread, nothing while one thread keeps it; after RAPI_GUARD_HANDOVERS changes the bias ends
+ * for good and every call takes the gate (a pool shared on purpose under the user's own lock).
+ * Without membarrier every call takes the gate. The owner's part is inline in the strategies'
+ * entry functions (RAPI_GUARDED, rap_internal.h), where it adds no call of its own; the rest is
+ * here. */
 
 _Thread_local rap_resource *rapi_current_queue;
 
@@ -100,11 +101,13 @@ static RAPI_NOINLINE int two_threads(const char *fn, const rap_allocator *a) {
                    a->name, a->strategy->name, a->strategy->name);
 }
 
-/* A pool that changes thread this often is shared on purpose, under a lock of the user's (a
- * mutex around it, a runtime's allocator hook called from several threads): its bias ends, and
- * every call takes the gate (one compare-and-swap) instead of a membarrier per change of thread. */
-#define RAPI_GUARD_HANDOVERS 64
-#define RAPI_GUARD_UNBIASED ((uintptr_t)1)   /* no thread's pointer: nobody is the owner again */
+/* A pool that changes thread RAPI_GUARD_HANDOVERS times is shared on purpose, under a lock of the
+ * user's (a mutex around it, a runtime's allocator hook called from several threads): its bias
+ * ends, and every call takes the gate (one compare-and-swap) instead of a membarrier per change of
+ * thread. Until then each change gives the new owner a slot of busy of its own (rap_internal.h,
+ * rapi_guard_word): the old owner may still be on its way in, between its read of the owner and
+ * its mark, and the mark it writes when it goes on, and clears on finding it is no longer the
+ * owner, must not be the new owner's. */
 
 /* One try of everyone but the owner: the mode to leave with, or -1 where another thread is inside. */
 static int guard_try(rap_allocator *a, uintptr_t me) {
@@ -114,22 +117,27 @@ static int guard_try(rap_allocator *a, uintptr_t me) {
      * next calls from it take the owner's way (a wrapped pool used by one thread at a time pays
      * the slow way once per change of thread, not at every call). */
     uintptr_t old = __atomic_load_n(&a->owner, __ATOMIC_RELAXED);
-    if (old != me && old != RAPI_GUARD_UNBIASED) __atomic_store_n(&a->owner, me, __ATOMIC_RELAXED);
+    if (!rapi_guard_mine(old, me) && old != RAPI_GUARD_UNBIASED)   /* the slot stays: the lock orders */
+      __atomic_store_n(&a->owner, rapi_guard_word(me, __atomic_load_n(&a->busy_slot, __ATOMIC_RELAXED)),
+                       __ATOMIC_RELAXED);
     return RAPI_GUARD_NONE;
   }
   int open = 0;
   if (!__atomic_compare_exchange_n(&a->gate, &open, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
     return -1;
   uintptr_t old = __atomic_load_n(&a->owner, __ATOMIC_RELAXED);
-  if (old != me && old != RAPI_GUARD_UNBIASED && rapi_membarrier_ready()) {
-    uintptr_t next = ++a->handovers >= RAPI_GUARD_HANDOVERS ? RAPI_GUARD_UNBIASED : me;
+  if (!rapi_guard_mine(old, me) && old != RAPI_GUARD_UNBIASED && RAPI_GUARD_CAN_BIAS &&
+      rapi_membarrier_ready()) {
+    unsigned slot = ++a->handovers;   /* a slot no thread has written: 1 to RAPI_GUARD_HANDOVERS - 1 */
+    uintptr_t next = slot >= RAPI_GUARD_HANDOVERS ? RAPI_GUARD_UNBIASED : rapi_guard_word(me, slot);
     __atomic_store_n(&a->owner, next, __ATOMIC_RELAXED);   /* only the gate's holder writes it */
     if (old != 0) rapi_membarrier();
-    if (__atomic_load_n(&a->busy, __ATOMIC_ACQUIRE) != 0) {
-      __atomic_store_n(&a->owner, old, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&a->busy[rapi_guard_slot(old)], __ATOMIC_ACQUIRE) != 0) {
+      __atomic_store_n(&a->owner, old, __ATOMIC_RELAXED);   /* the old owner is inside: its own */
       __atomic_store_n(&a->gate, 0, __ATOMIC_RELEASE);
       return -1;
     }
+    if (next != RAPI_GUARD_UNBIASED) __atomic_store_n(&a->busy_slot, slot, __ATOMIC_RELAXED);
   }   /* without membarrier no pool is ever biased: every call comes through the gate */
   return RAPI_GUARD_GATE;
 }
