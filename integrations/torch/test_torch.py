@@ -635,7 +635,7 @@ def cmd_pystack(args):
         frames = [e["frames"] for e in snap["device_traces"][0]
                   if e["action"] == "alloc" and e["addr"] == r["weights"]]
         r["memviz_frames"] = frames[0][:3] if frames else None
-        r["memviz_ok"] = bool(frames) and frames[0][0] == {"filename": here, "name": "make_weights",
+        r["memviz_ok"] = bool(frames) and bool(frames[0]) and frames[0][0] == {"filename": here, "name": "make_weights",
                                                             "line": make_weights.__code__.co_firstlineno + 1}
     r["ok"] = bool(r.get("weights_frame_ok") and r.get("memviz_ok"))
     dump(args, "pystack", r)

@@ -335,3 +335,51 @@ RAP_TEST(StreamOrdered, CaptureFollowsThePassThroughFlagOfAUserStrategy) {
   RAP_CHECK_OK(rap_resource_destroy(r));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* What the device's default pool (cudaMallocAsync's, the one CuPy's MemoryAsyncPool and PyTorch's
+ * cudaMallocAsync backend use) holds, in bytes: reserved and in use. */
+static void default_pool_bytes(cudaMemPool_t pool, uint64_t *reserved, uint64_t *used) {
+  RAP_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, reserved) == cudaSuccess);
+  RAP_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, used) == cudaSuccess);
+}
+
+/* rap's pools take nothing from the device's default pool, whatever their platform (only
+ * StreamOrdered's default `pool=` does, by asking for it): blocks of several sizes allocated,
+ * written and freed on a stream, the pool released and destroyed, leave the default pool's reserved
+ * and used bytes as they were. */
+RAP_TEST(StreamOrdered, OtherPoolsLeaveTheDefaultPoolAlone) {
+  static const char *const specs[] = {
+      "ResourceAwarePool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)",
+      "ResourceAwarePool(DEVICE_VMM, initial_size=2MiB, next_size=2MiB)",
+      "ResourceAwarePool(DeviceVmm(export=posix), initial_size=64MiB, next_size=2MiB)",
+      "ResourceAwarePool(StreamOrdered(pool=new), initial_size=8MiB)",
+      "QuickPool(PINNED)",
+  };
+  cudaMemPool_t dflt;
+  if (cudaDeviceGetDefaultMemPool(&dflt, 0) != cudaSuccess) GPU_SKIP_NO_DEVICE();
+  RAP_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  RAP_CHECK(cudaMemPoolTrimTo(dflt, 0) == cudaSuccess);
+  for (size_t k = 0; k < sizeof specs / sizeof *specs; k++) {
+    uint64_t r0, u0, r1, u1;
+    default_pool_bytes(dflt, &r0, &u0);
+    SETUP(specs[k]);
+    rap_resource *s;
+    RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &s));
+    void *p[6];
+    for (int i = 0; i < 6; i++) {
+      RAP_CHECK_OK(rap_allocate(so, &p[i], ((size_t)1 << (10 + 3 * i)) + 512, s));
+      if (k + 1 < sizeof specs / sizeof *specs)
+        RAP_CHECK(cudaMemsetAsync(p[i], i, 4096, rap_resource_cuda_stream(s)) == cudaSuccess);
+    }
+    for (int i = 0; i < 6; i++) RAP_CHECK_OK(rap_deallocate(so, p[i], s));
+    RAP_CHECK_OK(rap_resource_synchronize(s));
+    RAP_CHECK_OK(rap_release(so));
+    default_pool_bytes(dflt, &r1, &u1);
+    if (r1 != r0 || u1 != u0)
+      rap_test_fail(__FILE__, __LINE__, "%s: the default pool went from %llu reserved, %llu used to "
+                    "%llu, %llu", specs[k], (unsigned long long)r0, (unsigned long long)u0,
+                    (unsigned long long)r1, (unsigned long long)u1);
+    RAP_CHECK_OK(rap_resource_destroy(s));
+    RAP_CHECK_OK(rap_manager_destroy(rm));
+  }
+}
