@@ -1108,3 +1108,35 @@ RAP_TEST(ResourceAwarePool, RandomCallsNeverHandOutBytesABusyQueueFreed) {
     for (int i = 0; i < 3; i++) gate_destroy(&g[i]);
   }
 }
+
+/* A stream's own pending blocks and the free memory after them make the room a request of its size
+ * needs: the pool joins them rather than grow. The first step's large block (40 MiB, grown) is
+ * freed and passes; the next step cuts two 8 MiB blocks from its start, frees them on the same
+ * stream while the stream is still busy, and asks for 40 MiB again. */
+static void own_pending_and_free_make_room(const char *parent, size_t big, size_t small) {
+  fixture f;
+  setup(&f, parent, "initial_size=2MiB, next_size=2MiB, heuristic=never");
+  void *x, *a, *b, *y;
+  RAP_CHECK_OK(rap_allocate(f.pool, &x, big, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, x, f.r1));
+  RAP_CHECK_OK(rap_resource_synchronize(f.r1));
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &a, small, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &b, small, f.r1));
+  RAP_CHECK(a == x);
+  RAP_CHECK((char *)b == (char *)a + small);
+  RAP_CHECK_OK(rap_deallocate(f.pool, a, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, b, f.r1));
+  size_t held = stats_of(f.pool).actual_bytes;
+  RAP_CHECK_OK(rap_allocate(f.pool, &y, big, f.r1));
+  RAP_CHECK_EQ(stats_of(f.pool).actual_bytes, held);
+  RAP_CHECK(y == x);
+  RAP_CHECK_OK(rap_deallocate(f.pool, y, f.r1));
+  teardown(&f);
+}
+
+RAP_TEST(ResourceAwarePool, OwnPendingBlocksAndTheFreeAfterThemServeTheNextStep) {
+  own_pending_and_free_make_room("HOST", 40 * MiB, 8 * MiB);
+  own_pending_and_free_make_room("HOST_VMM", 40 * MiB, 8 * MiB);
+  own_pending_and_free_make_room("HOST_VMM", 663486464, 64 * MiB);
+}
