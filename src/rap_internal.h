@@ -207,6 +207,7 @@ typedef struct rapi_backup {
   void *host;
   size_t cap;
 } rapi_backup;
+enum { RAPI_UNHOLD, RAPI_HOLD, RAPI_HOLD_NOTICE };   /* rapi_resizable.hold */
 typedef struct rapi_resizable {
   size_t granularity;
   int (*resize)(rap_allocator *a, void *ptr, size_t *bytes, size_t want);
@@ -227,6 +228,12 @@ typedef struct rapi_resizable {
   void (*backup_free)(rap_allocator *a, rapi_backup *bk);
   int  (*copy)(rap_allocator *a, void *dst, const void *src, size_t n, bool to_host);
   int  (*copy_finish)(rap_allocator *a);
+  /* A platform whose memory other processes may map (export=): RAPI_HOLD takes the live
+   * allocation ptr out of the table importers read, so that none maps it from now, and answers
+   * RAP_ERR_BUSY with a sentence (changing nothing) while another process maps some of it;
+   * RAPI_UNHOLD publishes it again (a sleep that did not happen, a wake that is done);
+   * RAPI_HOLD_NOTICE (ptr NULL) tells importers that pools here sleep. OK where nothing exports. */
+  int  (*hold)(rap_allocator *a, void *ptr, int how);
   /* Pages inside a live allocation (docs/DESIGN.md, "Free pages inside a chunk"): a platform made
    * with piece= maps growth in pieces at multiples of `piece` (0: it cannot, and the three are
    * NULL). unmap_inside gives back every mapped piece wholly inside [lo, hi) (observers of the

@@ -432,8 +432,22 @@ static int cannot_sleep(const char *fn, const rap_allocator *a) {
     return rapi_fail(RAP_ERR_UNSUPPORTED, "%s('%s'): a platform does not sleep itself: put a "
                      "ResourceAwarePool over it and make that sleep", fn, a->name);
   return rapi_fail(RAP_ERR_UNSUPPORTED, "%s('%s'): the %s strategy cannot sleep (a "
-                   "ResourceAwarePool over HOST_VMM or DEVICE_VMM can, alone or under ThreadSafe)",
+                   "ResourceAwarePool over HOST_VMM or DEVICE_VMM can, alone or under ThreadSafe or "
+                   "ThreadCache)",
                    fn, a->name, a->strategy->name);
+}
+
+/* The allocator the user asked to sleep, while its sleep runs on this thread: the holders between
+ * it and an allocator under it settled what they hold first (a ThreadCache), and do not count. */
+static _Thread_local const rap_allocator *sleep_top;
+
+static size_t settled_over(const rap_allocator *a) {
+  size_t n = 0;
+  for (const rap_allocator *y = sleep_top; y != NULL; y = y->parent) {
+    if (y == a) return n;
+    n += !(y->strategy->flags & RAP_STRATEGY_PASS_THROUGH);
+  }
+  return 0;   /* not under it */
 }
 
 int rap_allocator_sleep(rap_allocator *a, int mode) {
@@ -444,14 +458,18 @@ int rap_allocator_sleep(rap_allocator *a, int mode) {
                      mode);
   if (a->strategy->version < 4 || a->strategy->sleep == NULL)
     return cannot_sleep("rap_allocator_sleep", a);
-  size_t holders = __atomic_load_n(&a->holders, __ATOMIC_RELAXED);
+  size_t holders = __atomic_load_n(&a->holders, __ATOMIC_RELAXED) - settled_over(a);
   if (holders > 0 && mode != RAP_SLEEP_PREPARE)
     return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): %zu allocator%s made over it hand%s "
-                     "out its memory without asking it (a ThreadCache, a Planned, a pool), and would "
-                     "hand out unmapped memory while it sleeps; only ThreadSafe, SizeLimiter and Fault "
-                     "pass every call through. Sleep the chain from its top, with nothing else over "
-                     "it", a->name, holders, holders == 1 ? "" : "s", holders == 1 ? "s" : "");
+                     "out its memory without asking it (a Planned, a pool, a ThreadCache asked past), "
+                     "and would hand out unmapped memory while it sleeps; only ThreadSafe, SizeLimiter "
+                     "and Fault pass every call through, and a ThreadCache settles its caches when "
+                     "asked itself. Sleep the chain from its top, with nothing else over it", a->name,
+                     holders, holders == 1 ? "" : "s", holders == 1 ? "s" : "");
+  bool top = sleep_top == NULL;
+  if (top) sleep_top = a;
   int st = a->strategy->sleep(a->state, mode);
+  if (top) sleep_top = NULL;
   if (st == RAP_OK && mode != RAP_SLEEP_PREPARE) mark_asleep(a, 1);
   return RAPI_UNLIKELY(rapi_debug_level() > 0) ? debugged(a, "rap_allocator_sleep", st) : st;
 }

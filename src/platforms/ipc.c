@@ -55,7 +55,7 @@ bool rapi_ipc_process_info(uint32_t pid, uint64_t *start, char *state) {
   return true;
 }
 
-static bool importer_alive(uint32_t pid, uint64_t start) {
+bool rapi_ipc_process_alive(uint32_t pid, uint64_t start) {
   uint64_t now = 0;
   char state = '?';
   if (pid == 0) return true;
@@ -80,6 +80,7 @@ struct rapi_ipc_export {
     int pidfd;
   } watch[32];
   unsigned nwatch, next_watch;
+  unsigned char used[IPC_EXTENTS];   /* rows of live mappings, held ones too */
 };
 
 /* An importer records one event for many closes, one after another: it is opened here once. */
@@ -115,10 +116,10 @@ static bool watched_alive(rapi_ipc_export *x, uint32_t pid, uint64_t start) {
     struct pollfd pf = {x->watch[i].pidfd, POLLIN, 0};
     return poll(&pf, 1, 0) == 0;
   }
-  if (!importer_alive(pid, start)) return false;
+  if (!rapi_ipc_process_alive(pid, start)) return false;
   int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
   if (fd < 0) return errno != ESRCH;
-  if (!importer_alive(pid, start)) {   /* the pid was reused before the pidfd was opened */
+  if (!rapi_ipc_process_alive(pid, start)) {   /* the pid was reused before the pidfd was opened */
     close(fd);
     return false;
   }
@@ -395,18 +396,22 @@ void rapi_ipc_export_stop(rapi_vmm *v) {
   v->ipc = NULL;
 }
 
-int rapi_ipc_extent_add(rapi_vmm *v, rapi_vmm_extent *e) {
-  ipc_ctl *c = v->ipc->ctl;
+int rapi_ipc_extent_add(rapi_vmm *v, rapi_vmm_extent *e, bool held) {
+  rapi_ipc_export *x = v->ipc;
+  ipc_ctl *c = x->ctl;
   for (unsigned i = 0; i < IPC_EXTENTS; i++) {
-    if (LOAD(&c->extents[i].serial) != 0) continue;
-    ipc_extent *x = &c->extents[i];
-    x->offset = (uint64_t)(e->addr - v->base);
-    x->size = e->size;
-    x->fd = e->share.fd;
-    memcpy(x->fabric, e->share.fabric, sizeof x->fabric);
+    if (x->used[i]) continue;
+    ipc_extent *r = &c->extents[i];
+    r->offset = (uint64_t)(e->addr - v->base);
+    r->size = e->size;
+    r->fd = e->share.fd;
+    memcpy(r->fabric, e->share.fabric, sizeof r->fabric);
     if (i + 1 > LOAD(&c->extents_top)) STORE(&c->extents_top, i + 1);
-    STORE(&x->serial, ++v->ipc->next_serial);
+    x->used[i] = 1;
     e->share.slot = i;
+    e->share.serial = ++x->next_serial;
+    e->share.held = held;
+    if (!held) STORE(&r->serial, e->share.serial);
     return RAP_OK;
   }
   return rapi_fail(RAP_ERR_NOMEM, "%s: an exporting platform holds at most %u mappings; a larger "
@@ -416,7 +421,104 @@ int rapi_ipc_extent_add(rapi_vmm *v, rapi_vmm_extent *e) {
 void rapi_ipc_extent_remove(rapi_vmm *v, rapi_vmm_extent *e) {
   if (e->share.slot == NO_SLOT) return;
   STORE(&v->ipc->ctl->extents[e->share.slot].serial, 0);
+  v->ipc->used[e->share.slot] = 0;
   e->share.slot = NO_SLOT;
+  e->share.held = false;
+}
+
+/* ---- sleep: no other process may map what a pool unmaps ---------------------------------------
+ * An importer sets its bit in a row's mappers before it maps the row and clears it after it
+ * unmapped; after mapping it reads the row's serial again and lets go if it changed. A hold clears
+ * the serials of its rows first and reads the bits after: so either it sees the importer's bit, or
+ * the importer sees the cleared serial and unmaps (both sequentially consistent). An importer that
+ * ended maps nothing, whatever its bits say. */
+
+/* The first importer still running that maps a held row in [lo, hi): its slot, how many of those
+ * rows it maps (*rows) and how many blocks there it has open (*open); -1 if none. */
+static int first_mapper(rapi_vmm *v, char *lo, char *hi, unsigned *rows, unsigned *open) {
+  ipc_ctl *c = v->ipc->ctl;
+  uint64_t seen = 0;
+  for (rapi_vmm_extent *e = v->first; e != NULL && e->addr < hi; e = e->next)
+    if (e->addr >= lo && e->share.held) seen |= LOAD(&c->extents[e->share.slot].mappers);
+  for (unsigned s = 0; s < IPC_MAPPERS; s++) {
+    if (!(seen >> s & 1)) continue;
+    int32_t pid = LOAD(&c->mappers[s].pid);
+    if (pid <= 0 || !rapi_ipc_process_alive((uint32_t)pid, LOAD(&c->mappers[s].start))) continue;
+    *rows = *open = 0;
+    for (rapi_vmm_extent *e = v->first; e != NULL && e->addr < hi; e = e->next)
+      if (e->addr >= lo && e->share.held) *rows += LOAD(&c->extents[e->share.slot].mappers) >> s & 1;
+    uint64_t from = (uint64_t)(lo - v->base), to = (uint64_t)(hi - v->base);
+    for (unsigned t = 0; t < IPC_TICKETS; t++) {
+      uint64_t w = LOAD(&c->tickets[t].word);
+      if (tw_state(w) == T_CLAIMED && tw_pid(w) == (uint32_t)pid && c->tickets[t].offset >= from &&
+          c->tickets[t].offset < to)
+        (*open)++;
+    }
+    return (int)s;
+  }
+  return -1;
+}
+
+int rapi_ipc_hold(rapi_vmm *v, char *lo, char *hi, int how) {
+  ipc_ctl *c = v->ipc->ctl;
+  if (how != RAPI_UNHOLD) STORE(&c->sleeps, 1);
+  if (how == RAPI_HOLD_NOTICE) return RAP_OK;
+  for (rapi_vmm_extent *e = v->first; e != NULL && e->addr < hi; e = e->next) {
+    if (e->addr < lo || e->share.slot == NO_SLOT || e->share.held == (how == RAPI_HOLD)) continue;
+    e->share.held = how == RAPI_HOLD;
+    STORE(&c->extents[e->share.slot].serial, how == RAPI_HOLD ? 0 : e->share.serial);
+  }
+  unsigned rows = 0, open = 0;
+  int s = how == RAPI_HOLD ? first_mapper(v, lo, hi, &rows, &open) : -1;
+  if (s < 0) return RAP_OK;
+  int32_t pid = LOAD(&c->mappers[s].pid);
+  (void)rapi_ipc_hold(v, lo, hi, RAPI_UNHOLD);
+  if (open > 0)
+    return rapi_fail(RAP_ERR_BUSY, "process %d maps %u of its mappings of '%s', where it holds %u "
+                     "imported block%s open: unmapped here they would live on there, and a wake "
+                     "would map memory that process does not see; sleep once it closed them "
+                     "(rap_ipc_close)", (int)pid, rows, rap_allocator_name(v->self), open,
+                     open == 1 ? "" : "s");
+  return rapi_fail(RAP_ERR_BUSY, "process %d maps %u of its mappings of '%s' with no block of its "
+                   "own open there (kept from an earlier import): it lets them go at its next "
+                   "rap_ipc_import or rap_ipc_close, or when its manager goes, and from now on as "
+                   "soon as its last block in one closes", (int)pid, rows,
+                   rap_allocator_name(v->self));
+}
+
+/* The importer's half of the mappers, beside the exporter's so that one place says the protocol.
+ * A free slot, or else one of a process that ended, whose bits are cleared first (it maps
+ * nothing); the start time is stored after the claim, so a hold may briefly take the new
+ * importer for the ended one, which maps nothing yet either. */
+int rapi_ipc_mapper_claim(ipc_ctl *c, int32_t pid, uint64_t start, int *slot) {
+  int32_t me = (int32_t)getpid();
+  for (int ended = 0; ended < 2; ended++)
+    for (unsigned s = 0; s < IPC_MAPPERS; s++) {
+      int32_t was = LOAD(&c->mappers[s].pid);
+      if (ended ? was == 0 || rapi_ipc_process_alive((uint32_t)was, LOAD(&c->mappers[s].start)) : was != 0)
+        continue;
+      if (!__atomic_compare_exchange_n(&c->mappers[s].pid, &was, me, false, __ATOMIC_SEQ_CST,
+                                       __ATOMIC_SEQ_CST))
+        continue;
+      STORE(&c->mappers[s].start, start);
+      for (unsigned i = 0; ended && i < IPC_EXTENTS; i++)
+        __atomic_and_fetch(&c->extents[i].mappers, ~((uint64_t)1 << s), __ATOMIC_SEQ_CST);
+      *slot = (int)s;
+      return RAP_OK;
+    }
+  return rapi_fail(RAP_ERR_BUSY, "rap_ipc_import: %u managers import from process %d's pool at "
+                   "once, its most", IPC_MAPPERS, (int)pid);
+}
+
+bool rapi_ipc_quiet(ipc_ctl *c, uint64_t lo, uint64_t hi) {
+  uint32_t me = (uint32_t)getpid();
+  for (unsigned t = 0; t < IPC_TICKETS; t++) {
+    uint64_t w = LOAD(&c->tickets[t].word);
+    if ((tw_state(w) != T_CLOSING && tw_state(w) != T_EVENT) || tw_pid(w) != me) continue;
+    uint64_t off = c->tickets[t].offset, size = c->tickets[t].size;
+    if (off < hi && off + (size ? size : 1) > lo) return false;
+  }
+  return true;
 }
 
 /* ---- export --------------------------------------------------------------------------------- */

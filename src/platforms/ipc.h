@@ -11,9 +11,10 @@
 #include "platforms/vmm.h"
 
 #define IPC_MAGIC UINT64_C(0x316370692d706172)   /* "rap-ipc1" */
-#define IPC_VERSION 2u   /* 2: StreamOrdered pools, revoked tickets */
+#define IPC_VERSION 3u   /* 2: StreamOrdered pools, revoked tickets; 3: importers' mappings seen */
 #define IPC_TICKETS 4096u
 #define IPC_EXTENTS 4096u
+#define IPC_MAPPERS 64u  /* importing managers of one platform at once */
 
 /* ---- the shared layout ------------------------------------------------------------------------
  * A ticket's word is serial (bits 40..63) | importer pid (8..39) | state (0..7), changed by
@@ -35,7 +36,10 @@ static inline uint32_t tw_pid(uint64_t w) { return (uint32_t)(w >> 8); }
 static inline uint64_t tw_serial(uint64_t w) { return w >> 40; }
 
 typedef struct ipc_extent {       /* one mapping of the exporter */
-  uint64_t serial;                /* 0: no mapping; stored last when added, first when removed */
+  uint64_t serial;                /* 0: no mapping (or held by a sleep: none may map it now);
+                                     stored last when added, first when removed */
+  uint64_t mappers;               /* importers that map this row now (bits of ctl.mappers): set
+                                     before an importer maps it, cleared after it unmapped */
   uint64_t offset, size;          /* from the range's base */
   int32_t fd;                     /* the exporter's descriptor of its memory, or -1 */
   uint32_t pad;
@@ -51,6 +55,15 @@ typedef struct ipc_ticket {
   unsigned char data[64];         /* a pool's: cudaMemPoolExportPointer's data for it */
 } ipc_ticket;
 
+/* An importing manager, so that the exporter can name who maps its memory (a sleep asks): its pid
+ * (0: a free slot; taken by compare and swap) and start time. A slot of a process that ended goes
+ * to the next importer that finds none free, which clears the ended one's bits first. */
+typedef struct ipc_mapper {
+  int32_t pid;
+  uint32_t pad;
+  uint64_t start;
+} ipc_mapper;
+
 typedef struct ipc_ctl {
   uint64_t magic, pool_id;
   uint32_t version, kind;
@@ -61,7 +74,12 @@ typedef struct ipc_ctl {
   uint32_t handle_types;
   uint32_t extents_top;           /* rows below this may be in use */
   int32_t pool_fd;                /* a pool's: the exporter's descriptor of its shareable handle */
+  uint32_t sleeps;                /* 1 once a pool over the platform slept or prepared to: an
+                                     importer then unmaps a mapping when no block of its own is
+                                     open there, instead of keeping it for the next import */
+  uint32_t pad;
   char bus_id[32];                /* device: the PCI bus id, which names it in every process */
+  ipc_mapper mappers[IPC_MAPPERS];
   ipc_extent extents[IPC_EXTENTS];
   ipc_ticket tickets[IPC_TICKETS];
 } ipc_ctl;
@@ -91,5 +109,13 @@ int rapi_ipc_desc_read(const char *who, const rap_ipc_desc *desc, ipc_desc *d);
 /* ipc.c: the start time of a process and its state letter, from /proc/PID/stat; false if it is
  * gone. */
 bool rapi_ipc_process_info(uint32_t pid, uint64_t *start, char *state);
+/* ipc.c: whether process pid still runs and is the one that started at start (0: any). */
+bool rapi_ipc_process_alive(uint32_t pid, uint64_t start);
+/* ipc.c, for the importer (pid: the exporter's, for the sentence): a slot of c's mappers for an
+ * importing manager of this process (start: its start time), free or of a process that ended. */
+int  rapi_ipc_mapper_claim(ipc_ctl *c, int32_t pid, uint64_t start, int *slot);
+/* ipc.c, for the importer: whether no close of this process on [lo, hi) of the range may still be
+ * queued (a CPU queue that has not reached it, a CUDA stream's event not yet seen to pass). */
+bool rapi_ipc_quiet(ipc_ctl *c, uint64_t lo, uint64_t hi);
 
 #endif

@@ -70,6 +70,7 @@ typedef struct imp_pool {
   uint64_t granted;               /* a pool's: other devices given access to it here (bits) */
   uint64_t reach;                 /* device: other devices found able to access its memory (bits) */
   imp_alloc *allocs;              /* a pool's: its allocations imported here */
+  int slot;                       /* its row in the exporter's mappers (a range's), or -1 */
   struct imp_pool *next;
 } imp_pool;
 
@@ -150,15 +151,42 @@ static int getfd_fail(int err, int32_t pid, const char *what) {
                    strerror(err));
 }
 
+/* ---- the exporter's rows mapped here, seen by the exporter (ipc.h: mappers) ------------------ */
+
+static uint64_t my_bit(const imp_pool *p) { return (uint64_t)1 << p->slot; }
+
+/* Row i, mapped here, unmapped; then the exporter no longer counts this manager on it. */
+static void row_unmap(imp_pool *p, unsigned i) {
+  imp_extent *e = &p->rows[i];
+  if (p->kind == RAPI_IPC_DEVICE) (void)rapi_ipc_device_unmap(p->base + e->offset, e->size);
+  else (void)mmap(p->base + e->offset, e->size, PROT_NONE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  e->serial = 0;
+  __atomic_and_fetch(&p->ctl->extents[i].mappers, ~my_bit(p), __ATOMIC_SEQ_CST);
+}
+
+/* Row i, mapped here and used by no open block, unmapped if the exporter gave it back, or (a
+ * platform whose pools sleep) as soon as no close of it may still be queued: otherwise it is kept
+ * for the next import, and the exporter cannot sleep it. */
+static void row_let_go(imp_pool *p, unsigned i) {
+  imp_extent *e = &p->rows[i];
+  if (e->serial == 0 || e->refs > 0) return;
+  if (LOAD(&p->ctl->extents[i].serial) == e->serial && !LOAD(&p->ctl->sleeps)) return;
+  if (rapi_ipc_quiet(p->ctl, e->offset, e->offset + e->size)) row_unmap(p, i);
+}
+
+/* Every row mapped here that no open block uses, where pools of the platform sleep. */
+static void rows_sweep(imp_pool *p) {
+  if (p->rows == NULL || p->slot < 0 || !LOAD(&p->ctl->sleeps)) return;
+  unsigned top = LOAD(&p->ctl->extents_top);
+  for (unsigned i = 0; i < top && i < IPC_EXTENTS; i++) row_let_go(p, i);
+}
+
 static void pool_free(imp_pool *p) {
   if (p->rows != NULL && p->base != NULL)
-    for (unsigned i = 0; i < IPC_EXTENTS; i++) {
-      imp_extent *e = &p->rows[i];
-      if (e->serial == 0) continue;
-      if (p->kind == RAPI_IPC_DEVICE) (void)rapi_ipc_device_unmap(p->base + e->offset, e->size);
-      else (void)mmap(p->base + e->offset, e->size, PROT_NONE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-    }
+    for (unsigned i = 0; i < IPC_EXTENTS; i++)
+      if (p->rows[i].serial != 0) row_unmap(p, i);
+  if (p->slot >= 0) STORE(&p->ctl->mappers[p->slot].pid, 0);
   if (p->base != NULL) {
     if (p->kind == RAPI_IPC_DEVICE) rapi_ipc_device_unreserve(p->base, p->reserve);
     else munmap(p->raw, p->raw_size);
@@ -182,6 +210,7 @@ static int pool_open(const ipc_desc *d, imp_pool **out) {
   imp_pool *p = rapi_calloc(1, sizeof *p);
   if (p == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
   p->pidfd = -1;
+  p->slot = -1;
   p->pid = d->pid;
   p->pool_id = d->pool_id;
   int st = RAP_OK;
@@ -231,9 +260,12 @@ static int pool_open(const ipc_desc *d, imp_pool **out) {
           st = rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the pool this descriptor names was "
                          "destroyed in process %d", p->pid);
       }
-    } else if (st == RAP_OK && p->kind == RAPI_IPC_DEVICE) {
-      st = rapi_ipc_device_reserve(p->device, p->reserve, p->ctl->granularity, &p->base);
     } else if (st == RAP_OK) {
+      st = rapi_ipc_mapper_claim(p->ctl, p->pid, my_start(), &p->slot);   /* seen by a sleep */
+    }
+    if (st == RAP_OK && p->kind == RAPI_IPC_DEVICE) {
+      st = rapi_ipc_device_reserve(p->device, p->reserve, p->ctl->granularity, &p->base);
+    } else if (st == RAP_OK && p->kind == RAPI_IPC_HOST) {
       p->raw_size = p->reserve + p->ctl->granularity;
       p->raw = mmap(NULL, p->raw_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (p->raw == MAP_FAILED) {
@@ -255,7 +287,7 @@ static int pool_open(const ipc_desc *d, imp_pool **out) {
 
 /* Maps row i of the exporter's table here (serial: what the row said when read); a device's
  * memory is given to the memory's device and to user, the device the block is used on. */
-static int row_map(imp_pool *p, unsigned i, uint64_t serial, int user) {
+static int row_map_here(imp_pool *p, unsigned i, uint64_t serial, int user) {
   ipc_extent *x = &p->ctl->extents[i];
   uint64_t off = x->offset, size = x->size;
   int32_t xfd = x->fd;
@@ -304,15 +336,13 @@ static int row_map(imp_pool *p, unsigned i, uint64_t serial, int user) {
   return RAP_OK;
 }
 
-/* A row mapped here that the exporter gave back, used by no open block: unmapped now. Its last
- * block's close passed before the exporter let it go, so nothing queued here touches it. */
-static void row_unmap_if_given_back(imp_pool *p, unsigned i) {
-  imp_extent *e = &p->rows[i];
-  if (e->serial == 0 || e->refs > 0 || LOAD(&p->ctl->extents[i].serial) == e->serial) return;
-  if (p->kind == RAPI_IPC_DEVICE) (void)rapi_ipc_device_unmap(p->base + e->offset, e->size);
-  else (void)mmap(p->base + e->offset, e->size, PROT_NONE,
-                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-  e->serial = 0;
+/* row_map_here with this manager counted on the row first, so that an exporter's sleep that
+ * holds the row either sees it or makes it let go (ipc.c, "sleep"); uncounted if nothing stays. */
+static int row_map(imp_pool *p, unsigned i, uint64_t serial, int user) {
+  __atomic_or_fetch(&p->ctl->extents[i].mappers, my_bit(p), __ATOMIC_SEQ_CST);
+  int st = row_map_here(p, i, serial, user);
+  if (st != RAP_OK) __atomic_and_fetch(&p->ctl->extents[i].mappers, ~my_bit(p), __ATOMIC_SEQ_CST);
+  return st;
 }
 
 /* A device's row mapped here, used on device user: that device given access where it has none. */
@@ -331,13 +361,16 @@ static int rows_take(imp_pool *p, uint64_t off, uint64_t size, int user, unsigne
   unsigned top = LOAD(&p->ctl->extents_top), cap = 4, k = 0;
   unsigned *got = rapi_malloc(cap * sizeof *got);
   int st = got ? RAP_OK : rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
+  bool sweep = LOAD(&p->ctl->sleeps) != 0;
   for (unsigned i = 0; i < top && i < IPC_EXTENTS && st == RAP_OK; i++) {
     uint64_t serial = LOAD(&p->ctl->extents[i].serial);
-    if (serial == 0) continue;
     uint64_t xo = p->ctl->extents[i].offset, xs = p->ctl->extents[i].size;
-    if (xo >= end || xo + xs <= off) continue;
+    if (serial == 0 || xo >= end || xo + xs <= off) {
+      if (sweep) row_let_go(p, i);   /* pools there sleep: what no block here uses goes */
+      continue;
+    }
     if (p->rows[i].serial != serial) {
-      row_unmap_if_given_back(p, i);
+      row_let_go(p, i);
       if (p->rows[i].serial != 0) {
         st = rapi_fail(RAP_ERR_BUSY, "rap_ipc_import: the exporter mapped new memory where a "
                        "block still open here lies; close it first");
@@ -360,11 +393,12 @@ static int rows_take(imp_pool *p, uint64_t off, uint64_t size, int user, unsigne
     covered += (xo + xs < end ? xo + xs : end) - (xo > off ? xo : off);
   }
   if (st == RAP_OK && covered != end - off)
-    st = rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the exporter no longer maps the block");
+    st = rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the exporter no longer maps the block "
+                   "(given back, or its pool is asleep: import it again once the pool woke)");
   if (st != RAP_OK) {
     for (unsigned j = 0; j < k; j++) {
       p->rows[got[j]].refs--;
-      row_unmap_if_given_back(p, got[j]);
+      row_let_go(p, got[j]);
     }
     free(got);
     return st;
@@ -628,8 +662,9 @@ static int signal_close(imp_pool *p, imp_ticket *tk, rap_resource *r, imp_event 
 static void block_forget(struct rapi_ipc_importer *im, imp_block *b) {
   for (unsigned j = 0; j < b->nrows; j++) {
     b->pool->rows[b->rows[j]].refs--;
-    row_unmap_if_given_back(b->pool, b->rows[j]);
+    row_let_go(b->pool, b->rows[j]);
   }
+  rows_sweep(b->pool);
   HASH_DEL(im->blocks, b);
   free(b->rows);
   free(b);

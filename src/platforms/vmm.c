@@ -72,7 +72,7 @@ static int map_extent(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *aft
   e->asleep = false;
   e->fresh = false;
   /* An exporting platform publishes the mapping, so that importers can open it (ipc.c). */
-  if (v->ipc != NULL && (st = rapi_ipc_extent_add(v, e)) != RAP_OK) {
+  if (v->ipc != NULL && (st = rapi_ipc_extent_add(v, e, false)) != RAP_OK) {
     (void)backend_unmap(v, addr, size, &e->share, false);
     free(e);
     return st;
@@ -277,16 +277,15 @@ int rapi_vmm_suspend(rap_allocator *a, void *ptr) {
   rapi_lock(&p->lock, &held);
   char *end = NULL;
   int st = sleep_target(a, p, ptr, &end, "suspend");
-  /* Importers map this memory in their own processes: unmapped here it would live on there, and
-   * what wakes would be other memory. */
-  if (st == RAP_OK && v->ipc != NULL)
-    st = rapi_fail(RAP_ERR_UNSUPPORTED, "%s: a platform made with export= cannot sleep: other "
-                   "processes may map its memory", rap_allocator_name(a));
   for (rapi_vmm_extent *e = v->first; st == RAP_OK && e != NULL && e->addr < end; e = e->next) {
     if (e->addr < (char *)ptr || e->asleep) continue;
     rapi_segment_notify(v->self, RAP_SEGMENT_UNMAP, e->addr, e->size, e->addr, e->size);
+    /* Its row goes before its descriptor closes (the pool's hold saw no importer map it). */
+    if (v->ipc != NULL) rapi_ipc_extent_remove(v, e);
     if ((st = sleep_unmap(v, e->addr, e->size, &e->share)) != RAP_OK) {
       rapi_segment_notify(v->self, RAP_SEGMENT_MAP, e->addr, e->size, e->addr, e->size);
+      if (v->ipc != NULL && rapi_ipc_extent_add(v, e, true) != RAP_OK)
+        rap_log(RAP_LOG_ERROR, "%s: %s", rap_allocator_name(a), rap_last_error());
       break;
     }
     e->asleep = true;
@@ -312,13 +311,19 @@ int rapi_vmm_resume(rap_allocator *a, void *ptr) {
     if (e->addr < (char *)ptr || !e->asleep) continue;
     size_t run = e->size;
     rapi_vmm_extent *last = e;
-    /* With piece= each piece stays its own mapping, so that it can go back alone again. */
-    while (v->piece == 0 && last->next != NULL && last->next->asleep &&
+    /* With piece= each piece stays its own mapping, so that it can go back alone again; an
+     * exporting platform keeps its pieces too, so that importers map at most one piece a row. */
+    while (v->piece == 0 && v->ipc == NULL && last->next != NULL && last->next->asleep &&
            last->next->addr == extent_end(last) && last->next->addr < end) {
       last = last->next;
       run += last->size;
     }
     if ((st = backend_map(v, e->addr, run, &e->share)) != RAP_OK) break;
+    /* Published once the wake copied its bytes back (the pool's unhold). */
+    if (v->ipc != NULL && (st = rapi_ipc_extent_add(v, e, true)) != RAP_OK) {
+      (void)backend_unmap(v, e->addr, run, &e->share, false);
+      break;
+    }
     rapi_vmm_extent *stop = last->next;
     while (e->next != stop) {   /* the run's records become e's */
       rapi_vmm_extent *n = e->next;
@@ -342,13 +347,30 @@ int rapi_vmm_resume(rap_allocator *a, void *ptr) {
       rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
       continue;
     }
+    if (v->ipc != NULL) rapi_ipc_extent_remove(v, u);
     if (backend_unmap(v, u->addr, u->size, &u->share, false) != RAP_OK) {   /* kept: valid */
       rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
+      if (v->ipc != NULL && rapi_ipc_extent_add(v, u, true) != RAP_OK)
+        rap_log(RAP_LOG_ERROR, "%s: %s", rap_allocator_name(a), rap_last_error());
       continue;
     }
     u->asleep = true;
     v->mapped -= u->size;
   }
+  rapi_unlock(&held);
+  return st;
+}
+
+/* rapi_resizable.hold: ipc.c does the table; nothing to do where nothing exports. */
+int rapi_vmm_hold(rap_allocator *a, void *ptr, int how) {
+  rapi_tracked *p = a->state;
+  rapi_vmm *v = p->impl;
+  if (v->ipc == NULL) return RAP_OK;
+  rapi_held held;
+  rapi_lock(&p->lock, &held);
+  char *end = NULL;
+  int st = how == RAPI_HOLD_NOTICE ? RAP_OK : sleep_target(a, p, ptr, &end, "hold");
+  if (st == RAP_OK) st = rapi_ipc_hold(v, ptr, end, how);
   rapi_unlock(&held);
   return st;
 }
@@ -571,6 +593,7 @@ int rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v) {
   v->resizable.resize = vmm_resize;
   v->resizable.suspend = rapi_vmm_suspend;
   v->resizable.resume = rapi_vmm_resume;
+  v->resizable.hold = rapi_vmm_hold;
   v->resizable.backup_reserve = host_backup_reserve;   /* the device backend sets its own */
   v->resizable.backup_free = host_backup_free;
   v->resizable.copy = host_copy;

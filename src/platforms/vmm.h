@@ -22,6 +22,9 @@ typedef struct rapi_ipc_export rapi_ipc_export;   /* ipc.c: an exporting platfor
 typedef struct rapi_vmm_share {
   int fd;
   unsigned slot;                   /* ipc.c: the mapping's row in the shared table */
+  uint64_t serial;                 /* ipc.c: the row's serial, also while held */
+  bool held;                       /* ipc.c: its row is kept from importers (a sleep under way,
+                                      or a wake that has not copied back yet): serial 0 there */
   uint64_t handle;                 /* device: the CUmemGenericAllocationHandle */
   unsigned char fabric[64];        /* device, export=fabric: the CUmemFabricHandle */
 } rapi_vmm_share;
@@ -89,6 +92,7 @@ int  rapi_vmm_reset_peaks(void *state);
 /* Sleep and wake of an allocation (rapi_resizable): the engine's, shared by both platforms. */
 int  rapi_vmm_suspend(rap_allocator *a, void *ptr);
 int  rapi_vmm_resume(rap_allocator *a, void *ptr);
+int  rapi_vmm_hold(rap_allocator *a, void *ptr, int how);
 /* A test's seam: the nth map from now (growth or a wake; 1: the next) on this thread fails with
  * RAP_ERR_NOMEM, as on a device whose memory another process took; 0 turns it off. */
 void rapi_vmm_fail_map_at(long nth);
@@ -147,9 +151,12 @@ void rapi_ipc_pool_close(int device, void *pool);
 int  rapi_ipc_pool_import(int device, void *pool, const unsigned char data[64], void **ptr);
 int  rapi_ipc_pool_reach(int device, void *pool, rap_resource *r, uint64_t *granted);
 int  rapi_ipc_pool_free(int device, void *ptr, rap_resource *r, void *const *events, unsigned n);
-/* Every mapping made or given back by an exporting platform (vmm.c, under the platform's lock). */
-int  rapi_ipc_extent_add(rapi_vmm *v, rapi_vmm_extent *e);
+/* Every mapping made or given back by an exporting platform (vmm.c, under the platform's lock);
+ * one a wake maps again is added held (published by the wake's unhold, once its bytes are back). */
+int  rapi_ipc_extent_add(rapi_vmm *v, rapi_vmm_extent *e, bool held);
 void rapi_ipc_extent_remove(rapi_vmm *v, rapi_vmm_extent *e);
+/* rapi_resizable.hold for the extents in [lo, hi) of an exporting platform (under its lock). */
+int  rapi_ipc_hold(rapi_vmm *v, char *lo, char *hi, int how);
 /* The importer's side of a backend: reserve a range, map what an exporter's descriptor of one
  * mapping names at addr (fd: a descriptor this process owns, which the call does not close;
  * fabric: a device's fabric handle), give back. The host's is in ipc_import.c, the device's in

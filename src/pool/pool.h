@@ -307,7 +307,11 @@ enum { RAPI_AWAKE = 0, RAPI_SLEEPING = 1, RAPI_ASLEEP_BACKUP = 2, RAPI_ASLEEP_DI
 int   rapi_bp_can_sleep(rapi_bp *bp);   /* RAP_ERR_UNSUPPORTED, with a sentence, where it cannot */
 int   rapi_bp_sleep(rapi_bp *bp, int mode);
 int   rapi_bp_prepare(rapi_bp *bp);   /* the backup for what is live now; the pool stays awake */
-int   rapi_bp_wake(rapi_bp *bp);
+int   rapi_bp_wake(rapi_bp *bp);   /* and publishes the chunks again (rapi_bp_hold) */
+/* An exporting platform's table (rapi_resizable.hold): RAPI_HOLD keeps every chunk from other
+ * processes, or answers RAP_ERR_BUSY naming the one that maps some (nothing changed);
+ * RAPI_UNHOLD publishes them again; RAPI_HOLD_NOTICE tells importers that this pool sleeps. */
+int   rapi_bp_hold(rapi_bp *bp, int how);
 int   rapi_bp_asleep_refusal(rapi_bp *bp, const char *fn);   /* RAP_ERR_BUSY with a sentence */
 void  rapi_bp_backup_free(rapi_bp *bp);
 

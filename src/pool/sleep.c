@@ -6,6 +6,9 @@
  * BACKUP mode copies each run of touching used blocks into one host buffer, in address order, and
  * suspends every chunk. Wake resumes the chunks and copies the runs back in the same order. Free
  * and pending bytes are never copied; block records never move, so the pool's state is as it was.
+ * Over an exporting platform the pool first takes its chunks out of the table importers read, and
+ * refuses while another process maps some of them; a wake publishes the new memory once its bytes
+ * are back (rapi_bp_hold).
  * Invariant: while asleep no chunk is mapped and the backup holds the live bytes (BACKUP).
  */
 #include "pool/pool.h"
@@ -87,6 +90,22 @@ static void resume_to(rapi_bp *bp, rapi_chunk *last) {
   }
 }
 
+int rapi_bp_hold(rapi_bp *bp, int how) {
+  const rapi_resizable *z = bp->resizable;
+  if (z->hold == NULL || how == RAPI_HOLD_NOTICE)
+    return z->hold == NULL ? RAP_OK : z->hold(bp->parent, NULL, how);
+  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
+    int st = z->hold(bp->parent, c->base, how);
+    if (st == RAP_OK || how == RAPI_UNHOLD) continue;
+    char why[640];
+    snprintf(why, sizeof why, "%s", rap_last_error());
+    for (rapi_chunk *d = bp->chunks; d != c; d = d->next) (void)z->hold(bp->parent, d->base, RAPI_UNHOLD);
+    return rapi_fail(st, "rap_allocator_sleep('%s'): %s. The pool stays awake and whole",
+                     rap_allocator_name(bp->self), why);
+  }
+  return RAP_OK;
+}
+
 int rapi_bp_prepare(rapi_bp *bp) {
   size_t live = live_bytes(bp);
   return live > 0 ? bp->resizable->backup_reserve(bp->parent, &bp->backup, live) : RAP_OK;
@@ -152,5 +171,6 @@ int rapi_bp_wake(rapi_bp *bp) {
   bp->asleep = RAPI_AWAKE;
   rapi_bp_holes_filled(bp);   /* the resumes mapped the pieces inside free blocks too */
   rapi_bp_notify_chunks(bp, RAP_SEGMENT_MAP);
+  (void)rapi_bp_hold(bp, RAPI_UNHOLD);   /* importers open the new memory from now */
   return RAP_OK;
 }

@@ -130,12 +130,19 @@ static size_t refill_locked(thread_cache *t, tc_cache *c, unsigned cls, rap_reso
 
 /* ---- allocate and deallocate ------------------------------------------------------------------- */
 
+/* While the pool under it sleeps every cache is walked, so every call comes the slow way here. */
+static RAPI_NOINLINE int asleep(const thread_cache *t, const char *fn) {
+  return rapi_fail(RAP_ERR_BUSY, "%s('%s'): the pool under it is asleep (rap_allocator_sleep): its "
+                   "memory is given back until rap_allocator_wake", fn, rap_allocator_name(t->self));
+}
+
 /* Everything but the inline hit. First a hit the inline path does not look for (a way or a slot
  * not the first); then, the calling thread's bin for (r, cls) being empty, blocks other threads
  * freed, then a few blocks from the parent (the first is the answer, the rest go to the bin). No bin lends to another class:
  * a block that served a smaller class would come back to its own and leave the smaller one dry
  * for good, so that the thread would keep missing on a workload that repeats itself. */
 static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
+  if (RAPI_UNLIKELY(__atomic_load_n(&t->asleep, __ATOMIC_ACQUIRE))) return asleep(t, "rap_allocate");
   if (r == NULL) r = t->host;
   if (RAPI_UNLIKELY(bytes - 1 >= t->max_size)) return locked_allocate(t, out, bytes, r);
   tc_cache *c = rapi_tc_cache_get(t);
@@ -370,6 +377,7 @@ static RAPI_NOINLINE int free_into_spun(thread_cache *t, tc_cache *c, tc_rec *re
  * one, of another thread's cache, not live, whose slot is not the first, not in its home slot of
  * the map (or the map changing), or a walker in the cache. */
 static RAPI_NOINLINE int deallocate_slow(thread_cache *t, void *ptr, rap_resource *r) {
+  if (RAPI_UNLIKELY(__atomic_load_n(&t->asleep, __ATOMIC_ACQUIRE))) return asleep(t, "rap_deallocate");
   tc_rec *rec = rapi_map_get_shared(&t->map, ptr);
   if (RAPI_UNLIKELY(rec == NULL)) {   /* not cached: above max_size, or not ours */
     int st;
@@ -648,6 +656,9 @@ static int tc_resource_gone(void *state, rap_resource *r, int commit) {
   return RAP_OK;
 }
 
+static int tc_sleep(void *state, int mode) { return rapi_tc_sleep(state, mode); }
+static int tc_wake(void *state) { return rapi_tc_wake(state); }
+
 /* ---- init and fini ------------------------------------------------------------------------------ */
 
 static int tc_init(rap_allocator *self, void *state, rap_options *opts) {
@@ -753,4 +764,6 @@ const rap_strategy rapi_thread_cache_strategy = {
     .resource_stats = tc_resource_stats,
     .resource_gone = tc_resource_gone,
     .reset_peaks = tc_reset_peaks,
+    .sleep = tc_sleep,
+    .wake = tc_wake,
 };

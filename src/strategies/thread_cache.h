@@ -107,6 +107,9 @@ struct thread_cache {
   size_t depot_bytes;        /* atomic: in every depot */
   size_t depot_cap_bytes;    /* shared_bytes: the bound of depot_bytes */
   size_t live_caches;        /* caches a running thread holds, under registry: at 0 the depots go back */
+  int asleep;                /* atomic: the pool under it sleeps (rap_allocator_sleep through it):
+                                every cache stays walked, so every call goes the slow way, which
+                                refuses; set and cleared under a walk (rapi_tc_sleep) */
   /* The lock's use on the hot paths' slow ways (misses, flushes, uncached blocks), counted under it
    * when profile is set (debug logging on at init): for the debug line at the end. */
   bool profile;
@@ -272,6 +275,10 @@ void      rapi_tc_deposit(thread_cache *t, tc_rec **list);
 /* Under c's spin: up to want blocks of cls on s's resource from its depot into s's bin; how many. */
 size_t    rapi_tc_withdraw(thread_cache *t, tc_cache *c, tc_slot *s, unsigned cls, size_t want);
 void      rapi_tc_flush_all(thread_cache *t, rap_resource *r);    /* every cache's blocks (of r) */
+/* Sleep and wake through the instance: every cache's blocks back to the pool first, then the pool
+ * sleeps; while it sleeps every thread's call is refused on the slow way (t->asleep). */
+int       rapi_tc_sleep(thread_cache *t, int mode);
+int       rapi_tc_wake(thread_cache *t);
 /* Under list_lock: every cache of t held by a walker (its spin taken, its thread out), and let go. */
 void      rapi_tc_walk_begin(thread_cache *t);
 void      rapi_tc_walk_end(thread_cache *t);

@@ -58,8 +58,9 @@ void rapi_tc_walk_begin(thread_cache *t) {
 }
 
 void rapi_tc_walk_end(thread_cache *t) {
+  int asleep = __atomic_load_n(&t->asleep, __ATOMIC_RELAXED);   /* asleep: walked for good */
   for (tc_cache *c = t->caches; c != NULL; c = c->inst_next) {
-    __atomic_store_n(&c->walking, c->slow_only, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->walking, c->slow_only || asleep, __ATOMIC_RELEASE);
     spin_unlock(c);
   }
 }
@@ -294,6 +295,68 @@ void rapi_tc_flush_all(thread_cache *t, rap_resource *r) {
   rapi_tc_flush_batch(t, &out);
 }
 
+/* ---- sleep and wake ---------------------------------------------------------------------------- */
+
+/* Under a walk: t marked asleep (or awake), and while asleep every cache's blocks and the depots
+ * taken to the parent; the caches stay walked while t sleeps (rapi_tc_walk_end). */
+static void mark_asleep(thread_cache *t, int asleep) {
+  tc_rec *out = NULL;
+  pthread_mutex_lock(&t->list_lock);
+  rapi_tc_walk_begin(t);
+  __atomic_store_n(&t->asleep, asleep, __ATOMIC_RELEASE);
+  for (tc_cache *c = t->caches; asleep && c != NULL; c = c->inst_next) take_cache(t, c, NULL, &out);
+  if (asleep) take_depots(t, NULL, &out);
+  rapi_tc_walk_end(t);
+  pthread_mutex_unlock(&t->list_lock);
+  rapi_tc_flush_batch(t, &out);
+}
+
+/* Under lock: blocks with a record that no user holds (in a cache, or on their way to one or to
+ * the parent: a refill or a trim another thread began before t was marked asleep). */
+static size_t unsettled(thread_cache *t) {
+  size_t n = 0;
+  const tc_rec *rec;
+  for (size_t i = 0; (rec = rapi_map_next(&t->map, &i)) != NULL;) {
+    int st = __atomic_load_n(&rec->state, __ATOMIC_ACQUIRE);
+    n += st == TC_CACHED || st == TC_XFREED;
+  }
+  return n;
+}
+
+/* Marked asleep first, so that no thread takes a block from a cache or the parent from now; then
+ * what threads were handing over meanwhile is settled too, and the pool sleeps under the lock
+ * (its waits let the lock go: threads meanwhile are refused by the mark). */
+int rapi_tc_sleep(thread_cache *t, int mode) {
+  int st = RAP_OK;
+  if (mode == RAP_SLEEP_PREPARE) {
+    RAPI_LOCKED(st, &t->lock, rap_allocator_sleep(t->inner, mode));
+    return st;
+  }
+  if (__atomic_load_n(&t->asleep, __ATOMIC_ACQUIRE))
+    return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): the pool under it is asleep already",
+                     rap_allocator_name(t->self));
+  mark_asleep(t, 1);
+  for (;;) {
+    rapi_held held;
+    tc_lock(t, &held);
+    size_t left = unsettled(t);
+    if (left == 0) st = rap_allocator_sleep(t->inner, mode);
+    tc_unlock(t, &held);
+    if (left == 0) break;
+    rapi_tc_flush_all(t, NULL);
+    sched_yield();
+  }
+  if (st != RAP_OK) mark_asleep(t, 0);
+  return st;
+}
+
+int rapi_tc_wake(thread_cache *t) {
+  int st;
+  RAPI_LOCKED(st, &t->lock, rap_allocator_wake(t->inner));
+  if (st == RAP_OK) mark_asleep(t, 0);
+  return st;
+}
+
 /* ---- a thread's cache ------------------------------------------------------------------------ */
 
 static void cache_free(tc_cache *c) {
@@ -314,7 +377,7 @@ static tc_cache *cache_new(thread_cache *t) {
   for (int i = 1; i < TC_SLOTS; i++) c->slots[i].bins = bins + (size_t)(i - 1) * t->ncls;
   c->tc = t;
   c->slow_only = rapi_tc_spin_only || !rapi_membarrier_ready();
-  c->walking = c->slow_only;
+  c->walking = c->slow_only || __atomic_load_n(&t->asleep, __ATOMIC_RELAXED);   /* under list_lock */
   return c;
 }
 

@@ -166,8 +166,15 @@ RAP_TEST(Sleep, OnlyAPoolOverAGrowablePlatformSleeps) {
   RAP_CHECK_STATUS(rap_allocator_sleep(quick, RAP_SLEEP_BACKUP), RAP_ERR_UNSUPPORTED);
   RAP_CHECK_STR(rap_last_error(), "QuickPool strategy cannot sleep");
   rap_allocator *cache = NULL;
-  RAP_CHECK_OK(rap_allocator_make_spec(rm, "cached", "ThreadCache(ResourceAwarePool(HOST_VMM))", &cache));
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "cached", "ThreadCache(QuickPool(HOST_VMM))", &cache));
+  RAP_CHECK_OK(rap_deallocate(cache, tu_alloc(cache, 100), NULL));   /* cached */
   RAP_CHECK_STATUS(rap_allocator_sleep(cache, RAP_SLEEP_BACKUP), RAP_ERR_UNSUPPORTED);
+  RAP_CHECK_STR(rap_last_error(), "QuickPool strategy cannot sleep");
+  RAP_CHECK_EQ(rap_allocator_is_asleep(cache), 0);
+  RAP_CHECK_OK(rap_deallocate(cache, tu_alloc(cache, 100), NULL));   /* served, awake */
+  RAP_CHECK_OK(rap_allocator_make(rm, "over", "ThreadCache", "pool", NULL, &cache));
+  RAP_CHECK_STATUS(rap_allocator_sleep(pool, RAP_SLEEP_BACKUP), RAP_ERR_BUSY);   /* by its own name */
+  RAP_CHECK_STR(rap_last_error(), "a ThreadCache settles its caches when asked itself");
   TU_CHECK(pool);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
