@@ -32,10 +32,10 @@ static size_t mapped(rap_allocator *platform) {
   return s.actual_bytes;
 }
 
-RAP_TEST(CudaSleep, BackupKeepsKernelsBytesAndGivesTheMemoryBack) {
+static void backup_keeps_bytes(const char *spec) {
   rap_manager *rm = NULL;
   RAP_CHECK_OK(rap_manager_create(&rm));
-  rap_allocator *pool = make_or_skip(rm, "pool", "ResourceAwarePool(DEVICE_VMM, initial_size=64MiB)");
+  rap_allocator *pool = make_or_skip(rm, "pool", spec);
   rap_allocator *vmm = rap_allocator_parent(pool);
   rap_resource *r = NULL;
   RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r));
@@ -62,6 +62,15 @@ RAP_TEST(CudaSleep, BackupKeepsKernelsBytesAndGivesTheMemoryBack) {
   for (int i = 0; i < N; i++) RAP_CHECK_OK(rap_deallocate(pool, p[i], r));
   RAP_CHECK_OK(rap_resource_destroy(r));
   RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+RAP_TEST(CudaSleep, BackupKeepsKernelsBytesAndGivesTheMemoryBack) {
+  backup_keeps_bytes("ResourceAwarePool(DEVICE_VMM, initial_size=64MiB)");
+}
+
+/* The same over a platform made to export (no other process maps it: sleep is allowed). */
+RAP_TEST(CudaSleep, AnExportingPlatformSleepsWhenNoOtherProcessMapsIt) {
+  backup_keeps_bytes("ResourceAwarePool(DeviceVmm(export=posix), initial_size=64MiB)");
 }
 
 typedef struct prober {
