@@ -430,21 +430,22 @@ static int cannot_sleep(const char *fn, const rap_allocator *a) {
 
 int rap_allocator_sleep(rap_allocator *a, int mode) {
   if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_sleep: allocator is NULL");
-  if (mode != RAP_SLEEP_BACKUP && mode != RAP_SLEEP_DISCARD && mode != RAP_SLEEP_PREPARE)
+  if (mode < RAP_SLEEP_BACKUP || mode > RAP_SLEEP_RELEASE)
     return rapi_fail(RAP_ERR_INVALID, "rap_allocator_sleep('%s'): mode %d is none of "
-                     "RAP_SLEEP_BACKUP (0), RAP_SLEEP_DISCARD (1), RAP_SLEEP_PREPARE (2)", a->name,
-                     mode);
+                     "RAP_SLEEP_BACKUP (0), RAP_SLEEP_DISCARD (1), RAP_SLEEP_PREPARE (2), "
+                     "RAP_SLEEP_RELEASE (3)", a->name, mode);
+  bool sleeps = mode == RAP_SLEEP_BACKUP || mode == RAP_SLEEP_DISCARD;   /* else no unmap */
   if (a->strategy->version < 4 || a->strategy->sleep == NULL)
     return cannot_sleep("rap_allocator_sleep", a);
   size_t holders = __atomic_load_n(&a->holders, __ATOMIC_RELAXED);
-  if (holders > 0 && mode != RAP_SLEEP_PREPARE)
+  if (holders > 0 && sleeps)
     return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): %zu allocator%s made over it hand%s "
                      "out its memory without asking it (a ThreadCache, a Planned, a pool), and would "
                      "hand out unmapped memory while it sleeps; only ThreadSafe, SizeLimiter and Fault "
                      "pass every call through. Sleep the chain from its top, with nothing else over "
                      "it", a->name, holders, holders == 1 ? "" : "s", holders == 1 ? "s" : "");
   int st = a->strategy->sleep(a->state, mode);
-  if (st == RAP_OK && mode != RAP_SLEEP_PREPARE) mark_asleep(a, 1);
+  if (st == RAP_OK && sleeps) mark_asleep(a, 1);
   return RAPI_UNLIKELY(rapi_debug_level() > 0) ? debugged(a, "rap_allocator_sleep", st) : st;
 }
 

@@ -30,28 +30,38 @@ void rapi_bp_backup_free(rapi_bp *bp) {
   if (bp->backup.host != NULL) bp->resizable->backup_free(bp->parent, &bp->backup);
 }
 
-/* Copies each run of touching used blocks to (to_host) or from the backup, packed in address
- * order; then waits for the copies. */
-static int copy_runs(rapi_bp *bp, bool to_host) {
-  const rapi_resizable *z = bp->resizable;
-  char *host = bp->backup.host;
-  size_t off = 0;
-  int st = RAP_OK;
-  for (rapi_chunk *c = bp->chunks; c != NULL && st == RAP_OK; c = c->next)
-    for (rapi_block *b = c->first; b != NULL && st == RAP_OK;) {
+/* Counts the runs of touching used blocks and, where runs is not NULL, writes them there in
+ * address order. */
+static size_t walk_runs(const rapi_bp *bp, rapi_run *runs) {
+  size_t k = 0;
+  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next)
+    for (rapi_block *b = c->first; b != NULL;) {
       if (b->state != RAPI_USED) {
         b = b->next;
         continue;
       }
-      char *start = b->ptr;
       size_t n = 0;
+      char *start = b->ptr;
       for (; b != NULL && b->state == RAPI_USED; b = b->next) n += b->size;
-      st = to_host ? z->copy(bp->parent, host + off, start, n, true)
-                   : z->copy(bp->parent, start, host + off, n, false);
-      off += n;
+      if (runs != NULL) runs[k] = (rapi_run){start, n};
+      k++;
     }
-  int fin = z->copy_finish(bp->parent);
-  return st != RAP_OK ? st : fin;
+  return k;
+}
+
+/* Copies each run of touching used blocks to (to_host) or from the backup, packed in address
+ * order; done when it returns. */
+static int copy_runs(rapi_bp *bp, bool to_host) {
+  size_t n = walk_runs(bp, NULL);
+  if (n == 0) return RAP_OK;
+  rapi_run *runs = rapi_malloc(n * sizeof *runs);
+  if (runs == NULL)
+    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for the list of %zu runs to copy",
+                     rap_allocator_name(bp->self), n);
+  walk_runs(bp, runs);
+  int st = bp->resizable->copy(bp->parent, &bp->backup, runs, n, to_host);
+  free(runs);
+  return st;
 }
 
 static size_t live_bytes(const rapi_bp *bp) {
@@ -89,7 +99,7 @@ static void resume_to(rapi_bp *bp, rapi_chunk *last) {
 
 int rapi_bp_prepare(rapi_bp *bp) {
   size_t live = live_bytes(bp);
-  return live > 0 ? bp->resizable->backup_reserve(bp->parent, &bp->backup, live) : RAP_OK;
+  return live > 0 ? bp->resizable->backup_reserve(bp->parent, &bp->backup, live, true) : RAP_OK;
 }
 
 int rapi_bp_sleep(rapi_bp *bp, int mode) {
@@ -97,7 +107,7 @@ int rapi_bp_sleep(rapi_bp *bp, int mode) {
   int st = RAP_OK;
   size_t live = live_bytes(bp);
   if (mode == RAP_SLEEP_BACKUP && live > 0) {
-    st = bp->resizable->backup_reserve(bp->parent, &bp->backup, live);
+    st = bp->resizable->backup_reserve(bp->parent, &bp->backup, live, false);
     if (st == RAP_OK) st = copy_runs(bp, true);
     if (st != RAP_OK) return st;
   }
