@@ -213,11 +213,17 @@ typedef struct rapi_backup {
   size_t cap, touched;
   rapi_backup_kind kind;
 } rapi_backup;
-/* A run of touching used blocks of a sleeping pool: the runs lie packed, in order, in the backup. */
+/* A run of touching used blocks of a sleeping pool: the runs lie packed, in order, in the backup.
+ * A copy walks them with next (false after the last); total is their bytes; at is the walker's. */
 typedef struct rapi_run {
   char *ptr;
   size_t size;
 } rapi_run;
+typedef struct rapi_runs {
+  size_t total;
+  bool (*next)(struct rapi_runs *runs, rapi_run *out);
+  void *at[2];
+} rapi_runs;
 typedef struct rapi_resizable {
   size_t granularity;
   int (*resize)(rap_allocator *a, void *ptr, size_t *bytes, size_t want);
@@ -230,14 +236,14 @@ typedef struct rapi_resizable {
    * nothing; both skip what is already so. backup_reserve makes bk hold at least bytes of host
    * memory the platform copies to and from at full speed (HOST_VMM: malloc; DEVICE_VMM: pinned
    * where pinned is asked (RAP_SLEEP_PREPARE), else pageable, reached through its pinned ring),
-   * kept for the next sleep; backup_free gives it back. copy moves the n runs (to_host: from the
-   * platform's memory into bk, packed in order from bk->host; else back) and returns once they
-   * are done. All NULL on a platform that cannot sleep. */
+   * kept for the next sleep; backup_free gives it back. copy moves the runs (to_host: from the
+   * platform's memory into bk, packed in order from bk->host; else back), asking no host memory,
+   * and returns once they are done. All NULL on a platform that cannot sleep. */
   int  (*suspend)(rap_allocator *a, void *ptr);
   int  (*resume)(rap_allocator *a, void *ptr);
   int  (*backup_reserve)(rap_allocator *a, rapi_backup *bk, size_t bytes, bool pinned);
   void (*backup_free)(rap_allocator *a, rapi_backup *bk);
-  int  (*copy)(rap_allocator *a, rapi_backup *bk, const rapi_run *runs, size_t n, bool to_host);
+  int  (*copy)(rap_allocator *a, rapi_backup *bk, rapi_runs *runs, bool to_host);
   /* Pages inside a live allocation (docs/DESIGN.md, "Free pages inside a chunk"): a platform made
    * with piece= maps growth in pieces at multiples of `piece` (0: it cannot, and the three are
    * NULL). unmap_inside gives back every mapped piece wholly inside [lo, hi) (observers of the

@@ -26,8 +26,9 @@ typedef struct engine {
   const rapi_stage *sg;
   char *host;
   size_t touched, total, chunks;
-  const rapi_run *runs;
-  size_t run, run_off;             /* the platform's side: the next run, and how far into it */
+  rapi_runs *runs;
+  rapi_run run;                    /* the platform's side: the run it is in, and how far into it */
+  size_t run_off;
   bool to_host, stop;
   pthread_mutex_t mu;
   pthread_cond_t work, done;       /* a part to take (or stop); a job done */
@@ -155,18 +156,20 @@ static int issue(engine *e, size_t c) {
   const rapi_stage *sg = e->sg;
   unsigned slot = (unsigned)(c % sg->slots);
   for (size_t at = 0, left = chunk_len(e, c); left > 0;) {
-    const rapi_run *r = &e->runs[e->run];
-    size_t k = r->size - e->run_off < left ? r->size - e->run_off : left;
+    if (e->run_off == e->run.size) {
+      if (!e->runs->next(e->runs, &e->run))
+        return rapi_fail(RAP_ERR_CORRUPT, "a staged copy: the runs end %zu bytes short of their "
+                         "total", left);
+      e->run_off = 0;
+    }
+    size_t k = e->run.size - e->run_off < left ? e->run.size - e->run_off : left;
     if (k > 0) {
-      int st = sg->ops->queue(sg->ctx, slot, at, r->ptr + e->run_off, k, e->to_host);
+      int st = sg->ops->queue(sg->ctx, slot, at, e->run.ptr + e->run_off, k, e->to_host);
       if (st != RAP_OK) return st;
     }
     at += k;
     left -= k;
-    if ((e->run_off += k) == r->size) {
-      e->run++;
-      e->run_off = 0;
-    }
+    e->run_off += k;
   }
   return sg->ops->mark(sg->ctx, slot);
 }
@@ -214,10 +217,10 @@ static unsigned start_threads(engine *e, pthread_t *tid, unsigned want) {
   return n;
 }
 
-int rapi_stage_copy(const rapi_stage *sg, char *host, size_t touched, const rapi_run *runs,
-                    size_t n, bool to_host) {
-  engine e = {.sg = sg, .host = host, .touched = touched, .runs = runs, .to_host = to_host};
-  for (size_t i = 0; i < n; i++) e.total += runs[i].size;
+int rapi_stage_copy(const rapi_stage *sg, char *host, size_t touched, rapi_runs *runs,
+                    bool to_host) {
+  engine e = {.sg = sg, .host = host, .touched = touched, .total = runs->total, .runs = runs,
+              .to_host = to_host};
   if (e.total == 0) return RAP_OK;
   e.chunks = (e.total + sg->slot_size - 1) / sg->slot_size;
   size_t parts = (e.total + sg->part - 1) / sg->part;

@@ -41,10 +41,10 @@ typedef struct rapi_stage {
 } rapi_stage;
 
 /* Moves the runs between the platform and host (the backup: the runs packed in order), through
- * the ring; the backup's bytes from touched on are prefaulted as the first copy reaches them.
+ * the ring, asking the host for no more than a few words a slot and the threads; the backup's bytes from touched on are prefaulted as the first copy reaches them.
  * Returns once nothing of it is running any more, with the first failure's status and sentence. */
-int rapi_stage_copy(const rapi_stage *sg, char *host, size_t touched, const rapi_run *runs,
-                    size_t n, bool to_host);
+int rapi_stage_copy(const rapi_stage *sg, char *host, size_t touched, rapi_runs *runs,
+                    bool to_host);
 /* RAP_SLEEP_THREADS (0..64, default 8): the threads a staged copy starts besides its caller. */
 unsigned rapi_stage_threads(void);
 

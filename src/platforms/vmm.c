@@ -518,11 +518,11 @@ static void host_backup_free(rap_allocator *a, rapi_backup *bk) {
   bk->cap = 0;
 }
 
-static int host_copy(rap_allocator *a, rapi_backup *bk, const rapi_run *runs, size_t n, bool to_host) {
+static int host_copy(rap_allocator *a, rapi_backup *bk, rapi_runs *runs, bool to_host) {
   (void)a;
   char *host = bk->host;
-  for (size_t i = 0; i < n; host += runs[i++].size)
-    memcpy(to_host ? host : runs[i].ptr, to_host ? runs[i].ptr : host, runs[i].size);
+  for (rapi_run r; runs->next(runs, &r); host += r.size)
+    memcpy(to_host ? host : r.ptr, to_host ? r.ptr : host, r.size);
   return RAP_OK;
 }
 

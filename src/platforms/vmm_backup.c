@@ -26,7 +26,8 @@
 #define COPY_LANES 4
 #define COPY_PIECE ((size_t)64 << 20)   /* a pinned backup's cudaMemcpyAsync: at full speed */
 #define RING_SLOTS 8u
-#define RING_SLOT ((size_t)16 << 20)    /* a ring copy: still at full speed, 128 MiB pinned in all */
+#define RING_SLOT ((size_t)8 << 20)     /* a ring copy: near full speed; 64 MiB pinned in all, about
+                                           20 ms of pinning, paid once a platform */
 #define RING_PART ((size_t)2 << 20)     /* a thread's piece: one huge page */
 #define HUGE_PAGE ((size_t)2 << 20)     /* a pageable backup's alignment and rounding */
 
@@ -219,12 +220,12 @@ static int lanes_sync(copy_lanes *l) {
 
 /* Straight between the runs and a pinned backup: in pieces, one stream after another, so that
  * several copies are in flight at once; then the streams are waited for (theirs only). */
-static int copy_pinned(copy_lanes *l, char *host, const rapi_run *runs, size_t n, bool to_host) {
+static int copy_pinned(copy_lanes *l, char *host, rapi_runs *runs, bool to_host) {
   int st = RAP_OK;
-  for (size_t i = 0; i < n && st == RAP_OK; host += runs[i++].size)
-    for (size_t off = 0; st == RAP_OK && off < runs[i].size; off += COPY_PIECE) {
-      size_t piece = runs[i].size - off < COPY_PIECE ? runs[i].size - off : COPY_PIECE;
-      char *dev = runs[i].ptr + off, *h = host + off;
+  for (rapi_run r; st == RAP_OK && runs->next(runs, &r); host += r.size)
+    for (size_t off = 0; st == RAP_OK && off < r.size; off += COPY_PIECE) {
+      size_t piece = r.size - off < COPY_PIECE ? r.size - off : COPY_PIECE;
+      char *dev = r.ptr + off, *h = host + off;
       cudaError_t e = cudaMemcpyAsync(to_host ? h : dev, to_host ? dev : h, piece,
                                       to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
                                       l->s[l->next++ % COPY_LANES]);
@@ -279,27 +280,24 @@ static int ring_prefault(void *ctx, void *p, size_t n) {
 
 static const rapi_stage_ops ring_ops = {ring_queue, ring_mark, ring_wait, ring_finish, ring_prefault};
 
-static int copy_staged(copy_lanes *l, rapi_backup *bk, const rapi_run *runs, size_t n, bool to_host) {
+static int copy_staged(copy_lanes *l, rapi_backup *bk, rapi_runs *runs, bool to_host) {
   int st = ring_make(l);
   if (st != RAP_OK) return st;
   rapi_stage sg = {&ring_ops, l, l->ring, RING_SLOTS, RING_SLOT, RING_PART, rapi_stage_threads()};
-  st = rapi_stage_copy(&sg, bk->host, bk->touched, runs, n, to_host);
-  size_t total = 0;
-  for (size_t i = 0; i < n; i++) total += runs[i].size;
-  if (st == RAP_OK && to_host && total > bk->touched) bk->touched = total;
+  st = rapi_stage_copy(&sg, bk->host, bk->touched, runs, to_host);
+  if (st == RAP_OK && to_host && runs->total > bk->touched) bk->touched = runs->total;
   return st;
 }
 
-static int device_copy(rap_allocator *a, rapi_backup *bk, const rapi_run *runs, size_t n,
-                       bool to_host) {
+static int device_copy(rap_allocator *a, rapi_backup *bk, rapi_runs *runs, bool to_host) {
   rapi_vmm *v = vmm_of(a);
   int saved = 0;
   int st = rapi_device_vmm_enter(v, &saved);
   if (st != RAP_OK) return st;
   copy_lanes *l = NULL;
   if ((st = lanes_lock(v, &l)) == RAP_OK) {
-    st = bk->kind == RAPI_BACKUP_PINNED ? copy_pinned(l, bk->host, runs, n, to_host)
-                                        : copy_staged(l, bk, runs, n, to_host);
+    st = bk->kind == RAPI_BACKUP_PINNED ? copy_pinned(l, bk->host, runs, to_host)
+                                        : copy_staged(l, bk, runs, to_host);
     pthread_mutex_unlock(&l->mu);
   }
   rapi_device_vmm_leave(v, saved);

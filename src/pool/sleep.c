@@ -30,38 +30,20 @@ void rapi_bp_backup_free(rapi_bp *bp) {
   if (bp->backup.host != NULL) bp->resizable->backup_free(bp->parent, &bp->backup);
 }
 
-/* Counts the runs of touching used blocks and, where runs is not NULL, writes them there in
- * address order. */
-static size_t walk_runs(const rapi_bp *bp, rapi_run *runs) {
-  size_t k = 0;
-  for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next)
-    for (rapi_block *b = c->first; b != NULL;) {
-      if (b->state != RAPI_USED) {
-        b = b->next;
-        continue;
-      }
-      size_t n = 0;
-      char *start = b->ptr;
-      for (; b != NULL && b->state == RAPI_USED; b = b->next) n += b->size;
-      if (runs != NULL) runs[k] = (rapi_run){start, n};
-      k++;
-    }
-  return k;
-}
-
-/* Copies each run of touching used blocks to (to_host) or from the backup, packed in address
- * order; done when it returns. */
-static int copy_runs(rapi_bp *bp, bool to_host) {
-  size_t n = walk_runs(bp, NULL);
-  if (n == 0) return RAP_OK;
-  rapi_run *runs = rapi_malloc(n * sizeof *runs);
-  if (runs == NULL)
-    return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for the list of %zu runs to copy",
-                     rap_allocator_name(bp->self), n);
-  walk_runs(bp, runs);
-  int st = bp->resizable->copy(bp->parent, &bp->backup, runs, n, to_host);
-  free(runs);
-  return st;
+/* The next run of touching used blocks, in address order: at[0] the chunk, at[1] the block
+ * where the walk goes on (NULL: the chunk's first). */
+static bool next_run(rapi_runs *runs, rapi_run *out) {
+  for (rapi_chunk *c = runs->at[0]; c != NULL; c = runs->at[0] = c->next, runs->at[1] = NULL) {
+    rapi_block *b = runs->at[1] != NULL ? runs->at[1] : c->first;
+    while (b != NULL && b->state != RAPI_USED) b = b->next;
+    if (b == NULL) continue;
+    *out = (rapi_run){b->ptr, 0};
+    for (; b != NULL && b->state == RAPI_USED; b = b->next) out->size += b->size;
+    runs->at[1] = b;
+    if (b == NULL) runs->at[0] = c->next;
+    return true;
+  }
+  return false;
 }
 
 static size_t live_bytes(const rapi_bp *bp) {
@@ -70,6 +52,13 @@ static size_t live_bytes(const rapi_bp *bp) {
     for (rapi_block *b = c->first; b != NULL; b = b->next)
       if (b->state == RAPI_USED) n += b->size;
   return n;
+}
+
+/* Copies each run of touching used blocks to (to_host) or from the backup, packed in address
+ * order; done when it returns. */
+static int copy_runs(rapi_bp *bp, bool to_host) {
+  rapi_runs runs = {live_bytes(bp), next_run, {bp->chunks, NULL}};
+  return bp->resizable->copy(bp->parent, &bp->backup, &runs, to_host);
 }
 
 /* Suspends every chunk, first to last; stops at the first failure and sets *failed to that chunk
