@@ -154,7 +154,7 @@ static void pool_cycles(size_t live, int reps, const char *gb, int prepare) {
   for (size_t i = 0; i < n; i++) {
     unsigned char b[3] = {0};
     size_t at[3] = {0, BLOCK / 2, BLOCK - 1};
-    bool ok = true;
+    int ok = 1;
     for (int k = 0; k < 3 && ok; k++)
       ok = cudaMemcpy(&b[k], (char *)blocks[i] + at[k], 1, cudaMemcpyDeviceToHost) == cudaSuccess &&
            b[k] == (unsigned char)(i & 0xff);

@@ -231,6 +231,9 @@ class SleepAndShare(unittest.TestCase):
                 pool.wake()
                 self.assertFalse(pool.asleep)
                 self.assertEqual(bytes(b.view()[:5]), b"hello")
+                self.assertGreaterEqual(pool.stats()["backup_bytes"], 4096)   # kept for the next
+                pool.sleep("release")
+                self.assertEqual(pool.stats()["backup_bytes"], 0)
             with self.assertRaises(rap.InvalidError):
                 pool.sleep("nap")
         with rap.Allocator("QuickPool(HOST)") as pool:
