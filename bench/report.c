@@ -300,6 +300,9 @@ static void sleep_targets(void) {
     if (d2h) TARGET(sl->med >= 0.8 * d2h->med, what, "%.1f vs %.1f GiB/s", sl->med, d2h->med);
     snprintf(what, sizeof what, "(s) %s: wake >= 80%% of the copy to the device", gb);
     if (wk && h2d) TARGET(wk->med >= 0.8 * h2d->med, what, "%.1f vs %.1f GiB/s", wk->med, h2d->med);
+    snprintf(what, sizeof what, "(s) %s: the first sleep, unprepared, >= 80%% of the copy to the host", gb);
+    if (first && d2h)
+      TARGET(first->med >= 0.8 * d2h->med, what, "%.1f vs %.1f GiB/s", first->med, d2h->med);
     snprintf(what, sizeof what, "(s) %s: the first sleep <= 1.1x a later one", gb);
     if (first) TARGET(sl->med <= 1.1 * first->med, what, "%.1f GiB/s first, %.1f later", first->med, sl->med);
     snprintf(what, sizeof what, "(s) %s: after RAP_SLEEP_PREPARE, the first sleep <= 1.1x a later one", gb);

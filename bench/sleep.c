@@ -4,9 +4,11 @@
  * (copy) one cudaMemcpyAsync of all the bytes, device to pinned host memory and back, on one
  *        stream: what the bus gives a plain copy, in GiB/s (cases "copy d2h N GiB", "copy h2d").
  * (sleep, wake) rap_allocator_sleep(BACKUP) of a pool holding N GiB live in 256 MiB blocks (the
- *        first sleep alone, which makes the pinned backup, then later ones), and the wake that
- *        maps and restores, in GiB/s of live bytes; the fraction of the pool's device memory that
- *        cudaMemGetInfo shows free while asleep ("returned", %); discard-mode sleep and wake in ms.
+ *        first sleep alone, unprepared: it makes the pageable backup and the platform's pinned
+ *        ring, and copies through the ring; then later ones), and the wake that maps and
+ *        restores, in GiB/s of live bytes; the fraction of the pool's device memory that
+ *        cudaMemGetInfo shows free while asleep ("returned", %); RAP_SLEEP_RELEASE of the kept
+ *        backup ("release", ms); discard-mode sleep and wake in ms.
  * (prepare) a fresh pool: RAP_SLEEP_PREPARE (ms: the pinning, off the sleep's path), then its
  *        first sleep ("sleep first prepared").
  * Sizes that do not fit the device's free memory (with room to spare) or the host's are skipped,
@@ -148,11 +150,15 @@ static void pool_cycles(size_t live, int reps, const char *gb, int prepare) {
     SKIP("(s) sleep", "%s: %s", gb, rap_last_error());
     goto out;
   }
-  /* The restored bytes are what was written: one byte of each block. */
+  /* The restored bytes are what was written: each block's first, middle and last byte. */
   for (size_t i = 0; i < n; i++) {
-    unsigned char b = 0;
-    if (cudaMemcpy(&b, (char *)blocks[i] + BLOCK / 2, 1, cudaMemcpyDeviceToHost) != cudaSuccess ||
-        b != (unsigned char)(i & 0xff)) {
+    unsigned char b[3] = {0};
+    size_t at[3] = {0, BLOCK / 2, BLOCK - 1};
+    int ok = 1;
+    for (int k = 0; k < 3 && ok; k++)
+      ok = cudaMemcpy(&b[k], (char *)blocks[i] + at[k], 1, cudaMemcpyDeviceToHost) == cudaSuccess &&
+           b[k] == (unsigned char)(i & 0xff);
+    if (!ok) {
       SKIP("(s) sleep", "%s: block %zu did not survive sleep and wake", gb, i);
       goto out;
     }
@@ -165,6 +171,21 @@ static void pool_cycles(size_t live, int reps, const char *gb, int prepare) {
   add_row("s", cas, "rap", "GiB/s", wake_v, nw, 0);
   snprintf(cas, sizeof cas, "returned %s", gb);
   add_one("s", cas, "rap", "% of pool", returned, 0);
+  rap_stats ps, ring;
+  rap_allocator_stats(pool, &ps);
+  rap_allocator_stats(vmm, &ring);
+  double rel = 0;
+  timed(&st, &rel, rap_allocator_sleep, pool, RAP_SLEEP_RELEASE);
+  rap_stats after;
+  rap_allocator_stats(pool, &after);
+  if (st != RAP_OK || ps.backup_bytes < live || after.backup_bytes != 0) {
+    SKIP("(s) release", "%s: backup %zu MiB kept, %zu MiB after RAP_SLEEP_RELEASE: %s", gb,
+         ps.backup_bytes / MiB, after.backup_bytes / MiB, st == RAP_OK ? "" : rap_last_error());
+    st = RAP_OK;
+  } else {
+    snprintf(cas, sizeof cas, "release %s", gb);
+    add_one("s", cas, "rap", "ms", rel * 1e-6, 0);
+  }
   double ds[64], dw[64];
   int nd = 0;
   for (int c = 0; c < reps && st == RAP_OK; c++) {
@@ -180,8 +201,10 @@ static void pool_cycles(size_t live, int reps, const char *gb, int prepare) {
   add_row("s", cas, "rap", "ms", ds, nd, 0);
   snprintf(cas, sizeof cas, "wake discard %s", gb);
   add_row("s", cas, "rap", "ms", dw, nd, 0);
-  progress("(s) %s: first sleep %.1f GiB/s, later %.1f, wake %.1f, %.1f %% returned", gb, first,
-           ns ? sleep_v[ns - 1] : 0.0, nw ? wake_v[nw - 1] : 0.0, returned);
+  progress("(s) %s: first sleep %.1f GiB/s, later %.1f, wake %.1f, %.1f %% returned; backup %zu "
+           "MiB, ring %zu MiB, released in %.1f ms", gb, first, ns ? sleep_v[ns - 1] : 0.0,
+           nw ? wake_v[nw - 1] : 0.0, returned, ps.backup_bytes / MiB, ring.backup_bytes / MiB,
+           rel * 1e-6);
 out:
   for (size_t i = 0; i < n && pool != NULL; i++)
     if (blocks[i] != NULL) rap_deallocate(pool, blocks[i], r);

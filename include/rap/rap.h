@@ -160,6 +160,11 @@ typedef struct rap_stats {
                                                   allocator since it was made: cudaMalloc/cudaFree,
                                                   malloc/free, and a growable platform's maps and
                                                   unmaps of physical memory (one per mapping) */
+  size_t backup_bytes;                         /* host memory kept for sleep's backup: a
+                                                  ResourceAwarePool's (made by its first BACKUP
+                                                  sleep or RAP_SLEEP_PREPARE, kept after wake for
+                                                  the next; RAP_SLEEP_RELEASE gives it back), a
+                                                  DEVICE_VMM platform's pinned staging ring */
 } rap_stats;
 /* size: the caller's sizeof(rap_stats), at least one field; RAP_ERR_INVALID below that. */
 int  rap_allocator_stats_sized(rap_allocator *a, rap_stats *out, size_t size);
@@ -205,10 +210,13 @@ int  rap_device_pointer(rap_allocator *a, const void *ptr, void **out);
  * are not touched (docs/DESIGN.md).
  * ------------------------------------------------------------------------------------------- */
 typedef enum rap_sleep_mode {
-  RAP_SLEEP_BACKUP = 0,    /* live bytes kept in host memory (pinned for DEVICE_VMM) */
+  RAP_SLEEP_BACKUP = 0,    /* live bytes kept in host memory (DEVICE_VMM: pageable, copied
+                              through a small pinned ring by a few threads, RAP_SLEEP_THREADS) */
   RAP_SLEEP_DISCARD = 1,   /* nothing kept: the bytes after wake are undefined */
-  RAP_SLEEP_PREPARE = 2    /* no sleep: makes the backup for what is live now, so that the first
-                              BACKUP sleep pays no host allocation (pinning); the pool stays awake */
+  RAP_SLEEP_PREPARE = 2,   /* no sleep: makes the backup for what is live now (DEVICE_VMM: pinned,
+                              which later sleeps copy straight into); the pool stays awake */
+  RAP_SLEEP_RELEASE = 3    /* no sleep: gives back the host memory an awake pool keeps for its
+                              backup (rap_stats.backup_bytes); the next BACKUP sleep makes it again */
 } rap_sleep_mode;
 int  rap_allocator_sleep(rap_allocator *a, int mode);
 int  rap_allocator_wake(rap_allocator *a);

@@ -19,7 +19,7 @@ from .errors import InvalidError, OutOfMemoryError, UnsupportedError, check, fro
 __all__ = ["Allocator", "HostQueue"]
 
 _SIZE_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
-_SLEEP_MODES = {"backup": 0, "discard": 1, "prepare": 2}
+_SLEEP_MODES = {"backup": 0, "discard": 1, "prepare": 2, "release": 3}
 
 
 def _size(n, call):
@@ -281,7 +281,8 @@ class Allocator:
     def sleep(self, mode="backup"):
         """Gives the pool's physical memory back, keeping every address (a ResourceAwarePool over
         DEVICE_VMM or HOST_VMM): "backup" keeps live bytes in host memory, "discard" does not,
-        "prepare" only makes the backup ready and stays awake."""
+        "prepare" only makes the backup ready (pinned for DEVICE_VMM) and stays awake, "release"
+        gives back the backup an awake pool keeps for its next sleep (stats()["backup_bytes"])."""
         if mode not in _SLEEP_MODES:
             raise InvalidError("RAP_ERR_INVALID", "rap.Allocator.sleep: mode is one of %s, not %r"
                                % (", ".join(_SLEEP_MODES), mode), -1)

@@ -21,7 +21,7 @@ SIZE = ctypes.c_size_t
 STATS = ("current_bytes", "high_watermark", "actual_bytes", "actual_high_watermark",
          "releasable_bytes", "free_bytes", "pending_bytes", "largest_free_block",
          "allocation_count", "block_count", "pending_count", "chunk_count", "used_bytes",
-         "cached_bytes", "cached_count", "waits", "host_waits")
+         "cached_bytes", "cached_count", "waits", "host_waits", "maps", "unmaps", "backup_bytes")
 
 
 class Stats(ctypes.Structure):

@@ -452,14 +452,15 @@ static size_t settled_over(const rap_allocator *a) {
 
 int rap_allocator_sleep(rap_allocator *a, int mode) {
   if (a == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_allocator_sleep: allocator is NULL");
-  if (mode != RAP_SLEEP_BACKUP && mode != RAP_SLEEP_DISCARD && mode != RAP_SLEEP_PREPARE)
+  if (mode < RAP_SLEEP_BACKUP || mode > RAP_SLEEP_RELEASE)
     return rapi_fail(RAP_ERR_INVALID, "rap_allocator_sleep('%s'): mode %d is none of "
-                     "RAP_SLEEP_BACKUP (0), RAP_SLEEP_DISCARD (1), RAP_SLEEP_PREPARE (2)", a->name,
-                     mode);
+                     "RAP_SLEEP_BACKUP (0), RAP_SLEEP_DISCARD (1), RAP_SLEEP_PREPARE (2), "
+                     "RAP_SLEEP_RELEASE (3)", a->name, mode);
+  bool sleeps = mode == RAP_SLEEP_BACKUP || mode == RAP_SLEEP_DISCARD;   /* else no unmap */
   if (a->strategy->version < 4 || a->strategy->sleep == NULL)
     return cannot_sleep("rap_allocator_sleep", a);
   size_t holders = __atomic_load_n(&a->holders, __ATOMIC_RELAXED) - settled_over(a);
-  if (holders > 0 && mode != RAP_SLEEP_PREPARE)
+  if (holders > 0 && sleeps)
     return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): %zu allocator%s made over it hand%s "
                      "out its memory without asking it (a Planned, a pool, a ThreadCache asked past), "
                      "and would hand out unmapped memory while it sleeps; only ThreadSafe, SizeLimiter "
@@ -470,7 +471,7 @@ int rap_allocator_sleep(rap_allocator *a, int mode) {
   if (top) sleep_top = a;
   int st = a->strategy->sleep(a->state, mode);
   if (top) sleep_top = NULL;
-  if (st == RAP_OK && mode != RAP_SLEEP_PREPARE) mark_asleep(a, 1);
+  if (st == RAP_OK && sleeps) mark_asleep(a, 1);
   return RAPI_UNLIKELY(rapi_debug_level() > 0) ? debugged(a, "rap_allocator_sleep", st) : st;
 }
 

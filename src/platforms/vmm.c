@@ -517,7 +517,8 @@ int rapi_vmm_calls(rap_allocator *a, size_t *maps, size_t *unmaps) {
 }
 
 /* HostVmm's backup is plain host memory (through the seam, so tests can fail it) and memcpy. */
-static int host_backup_reserve(rap_allocator *a, rapi_backup *bk, size_t bytes) {
+static int host_backup_reserve(rap_allocator *a, rapi_backup *bk, size_t bytes, bool pinned) {
+  (void)pinned;   /* the host's memory is what its copies use */
   if (bk->cap >= bytes) return RAP_OK;
   void *h = rapi_malloc(bytes ? bytes : 1);
   if (h == NULL) {
@@ -539,15 +540,11 @@ static void host_backup_free(rap_allocator *a, rapi_backup *bk) {
   bk->cap = 0;
 }
 
-static int host_copy(rap_allocator *a, void *dst, const void *src, size_t n, bool to_host) {
+static int host_copy(rap_allocator *a, rapi_backup *bk, rapi_runs *runs, bool to_host) {
   (void)a;
-  (void)to_host;
-  memcpy(dst, src, n);
-  return RAP_OK;
-}
-
-static int host_copy_finish(rap_allocator *a) {
-  (void)a;
+  char *host = bk->host;
+  for (rapi_run r; runs->next(runs, &r); host += r.size)
+    memcpy(to_host ? host : r.ptr, to_host ? r.ptr : host, r.size);
   return RAP_OK;
 }
 
@@ -597,7 +594,6 @@ int rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v) {
   v->resizable.backup_reserve = host_backup_reserve;   /* the device backend sets its own */
   v->resizable.backup_free = host_backup_free;
   v->resizable.copy = host_copy;
-  v->resizable.copy_finish = host_copy_finish;
   if (v->piece != 0) {
     v->resizable.piece = v->piece;
     v->resizable.unmap_inside = rapi_vmm_unmap_inside;
@@ -653,6 +649,7 @@ int rapi_vmm_stats(void *state, rap_stats *out) {
   out->chunk_count = v->extents;
   out->maps = v->map_calls;             /* physical memory mapped, not the allocations served */
   out->unmaps = v->unmap_calls;
+  out->backup_bytes = __atomic_load_n(&v->ring_bytes, __ATOMIC_RELAXED);   /* DeviceVmm's ring */
   pthread_mutex_unlock(&p->lock);
   return RAP_OK;
 }

@@ -69,7 +69,10 @@ struct rapi_vmm {
                                       pool may give back from inside a chunk; 0: one mapping per
                                       growth */
   size_t map_calls, unmap_calls;   /* backend calls made, for tests and the bench */
-  void *copy;                      /* device backend: the streams backup and restore copy on */
+  void *copy;                      /* device backend: the streams backup and restore copy on, and
+                                      the pinned ring a pageable backup is staged through
+                                      (vmm_backup.c) */
+  size_t ring_bytes;               /* device backend: the ring's pinned bytes (atomic; stats) */
   unsigned handle_types;           /* export=: RAPI_IPC_POSIX | RAPI_IPC_FABRIC, 0 for none */
   bool rdma;                       /* device, export=: gpuDirectRDMACapable asked of cuMemCreate */
   rapi_ipc_export *ipc;            /* export=: the shared table importers read (ipc.c) */
@@ -120,6 +123,15 @@ extern const rap_strategy rapi_device_vmm_strategy;
  * mappings' access descriptors, now and for every later mapping): their records' peer. */
 int  rapi_stream_ordered_peer(rap_allocator *a, int device, int enable);
 int  rapi_device_vmm_peer(rap_allocator *a, int device, int enable);
+
+/* ---- vmm_backup.c: DeviceVmm's side of sleep and wake (CUDA builds) -------------------------- */
+/* Makes v's device current on this thread (saved: the one that was), and back. */
+int  rapi_device_vmm_enter(rapi_vmm *v, int *saved);
+void rapi_device_vmm_leave(const rapi_vmm *v, int saved);
+/* Sets v's backup and copy methods (rapi_resizable); fini, with the device current, destroys the
+ * copy streams and gives the ring back. */
+void rapi_device_backup_init(rapi_vmm *v);
+void rapi_device_backup_fini(rapi_vmm *v);
 
 /* ---- ipc.c: memory across processes (docs/DESIGN.md, "Memory across processes") ------------- */
 #define RAPI_IPC_POSIX 1u                /* handle types an exporting platform makes */

@@ -89,25 +89,6 @@ static int cu_fail(rapi_vmm *v, const char *call, CUresult r, size_t size) {
                    text);
 }
 
-/* The driver calls need the device's primary context current on this thread. cudaSetDevice makes
- * it so (CUDA 12 and later), also for the device that is already the current one, where a thread
- * that has made no runtime call yet has no context current: so it is called every time (on a
- * platform's misses only, beside calls that cost far more). */
-static int enter_device(rapi_vmm *v, int *saved) {
-  cudaError_t e = cudaGetDevice(saved);
-  if (e == cudaSuccess) e = cudaSetDevice(v->device);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return rapi_fail(RAP_ERR_BACKEND, "%s: cudaSetDevice(%d): %s", rap_allocator_name(v->self),
-                     v->device, cudaGetErrorString(e));
-  }
-  return RAP_OK;
-}
-
-static void leave_device(const rapi_vmm *v, int saved) {
-  if (saved != v->device) (void)cudaSetDevice(saved);
-}
-
 static CUmemAllocationProp device_prop(int device) {
   CUmemAllocationProp prop;
   memset(&prop, 0, sizeof prop);
@@ -202,16 +183,16 @@ static int device_map_here(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share 
 
 static int device_map(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
   int saved = 0;
-  int st = enter_device(v, &saved);
+  int st = rapi_device_vmm_enter(v, &saved);
   if (st != RAP_OK) return st;
   st = device_map_here(v, addr, size, share);
-  leave_device(v, saved);
+  rapi_device_vmm_leave(v, saved);
   return st;
 }
 
 static int device_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
   int saved = 0;
-  int st = enter_device(v, &saved);
+  int st = rapi_device_vmm_enter(v, &saved);
   if (st != RAP_OK) return st;
   CUresult r = drv.unmap((CUdeviceptr)(uintptr_t)addr, size);
   if (r == CUDA_SUCCESS && v->handle_types && share->handle != 0) {   /* the kept handle goes too */
@@ -219,139 +200,19 @@ static int device_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *sh
     share->fd = -1;
     r = drv.release((CUmemGenericAllocationHandle)share->handle);
     share->handle = 0;
-    leave_device(v, saved);
+    rapi_device_vmm_leave(v, saved);
     return r == CUDA_SUCCESS ? RAP_OK : cu_fail(v, "cuMemRelease", r, size);
   }
-  leave_device(v, saved);
+  rapi_device_vmm_leave(v, saved);
   return r == CUDA_SUCCESS ? RAP_OK : cu_fail(v, "cuMemUnmap", r, size);
-}
-
-/* ---- sleep and wake: backup in pinned host memory, copies chunked over a few streams --------- */
-
-#define COPY_LANES 4
-#define COPY_PIECE ((size_t)64 << 20)   /* per cudaMemcpyAsync: large enough to run at full speed */
-
-typedef struct copy_lanes {
-  cudaStream_t s[COPY_LANES];
-  unsigned next;
-} copy_lanes;
-
-static int rt_fail(rapi_vmm *v, const char *call, cudaError_t e) {
-  (void)cudaGetLastError();
-  return rapi_fail(e == cudaErrorMemoryAllocation ? RAP_ERR_NOMEM : RAP_ERR_BACKEND,
-                   "%s: %s on device %d: %s", rap_allocator_name(v->self), call, v->device,
-                   cudaGetErrorString(e));
-}
-
-/* The copy streams, made at the first sleep and kept until the platform goes; device current. */
-static int lanes(rapi_vmm *v, copy_lanes **out) {
-  if (v->copy == NULL) {
-    copy_lanes *l = rapi_calloc(1, sizeof *l);
-    if (l == NULL)
-      return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory", rap_allocator_name(v->self));
-    for (int i = 0; i < COPY_LANES; i++) {
-      cudaError_t e = cudaStreamCreateWithFlags(&l->s[i], cudaStreamNonBlocking);
-      if (e != cudaSuccess) {
-        while (i-- > 0) (void)cudaStreamDestroy(l->s[i]);
-        free(l);
-        return rt_fail(v, "cudaStreamCreateWithFlags", e);
-      }
-    }
-    v->copy = l;
-  }
-  *out = v->copy;
-  return RAP_OK;
-}
-
-static void lanes_destroy(rapi_vmm *v) {
-  copy_lanes *l = v->copy;
-  if (l == NULL) return;
-  for (int i = 0; i < COPY_LANES; i++) (void)cudaStreamDestroy(l->s[i]);
-  free(l);
-  v->copy = NULL;
-}
-
-static rapi_vmm *vmm_of(rap_allocator *a) { return ((rapi_tracked *)a->state)->impl; }
-
-/* Pinned memory, so that copies run at the bus's speed; the old buffer goes only once a larger
- * one is made, so a failure keeps what was there. */
-static int device_backup_reserve(rap_allocator *a, rapi_backup *bk, size_t bytes) {
-  rapi_vmm *v = vmm_of(a);
-  if (bk->cap >= bytes) return RAP_OK;
-  int saved = 0;
-  int st = enter_device(v, &saved);
-  if (st != RAP_OK) return st;
-  void *h = NULL;
-  cudaError_t e = cudaHostAlloc(&h, bytes, cudaHostAllocPortable);
-  if (e != cudaSuccess) {
-    char sz[32];
-    rapi_format_size(sz, sizeof sz, bytes);
-    (void)cudaGetLastError();
-    st = rapi_fail(RAP_ERR_NOMEM, "%s: cudaHostAlloc(%s) for the backup of a sleeping pool: %s",
-                   rap_allocator_name(a), sz, cudaGetErrorString(e));
-  } else {
-    if (bk->host != NULL) (void)cudaFreeHost(bk->host);
-    bk->host = h;
-    bk->cap = bytes;
-  }
-  leave_device(v, saved);
-  return st;
-}
-
-static void device_backup_free(rap_allocator *a, rapi_backup *bk) {
-  if (bk->host != NULL) {
-    cudaError_t e = cudaFreeHost(bk->host);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      rap_log(RAP_LOG_WARN, "%s: cudaFreeHost of a backup: %s", rap_allocator_name(a),
-              cudaGetErrorString(e));
-    }
-  }
-  bk->host = NULL;
-  bk->cap = 0;
-}
-
-/* Queued in pieces, one stream after another, so that several copies are in flight at once. */
-static int device_copy(rap_allocator *a, void *dst, const void *src, size_t n, bool to_host) {
-  rapi_vmm *v = vmm_of(a);
-  int saved = 0;
-  int st = enter_device(v, &saved);
-  if (st != RAP_OK) return st;
-  copy_lanes *l = NULL;
-  st = lanes(v, &l);
-  for (size_t off = 0; st == RAP_OK && off < n; off += COPY_PIECE) {
-    size_t piece = n - off < COPY_PIECE ? n - off : COPY_PIECE;
-    cudaError_t e = cudaMemcpyAsync((char *)dst + off, (const char *)src + off, piece,
-                                    to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
-                                    l->s[l->next++ % COPY_LANES]);
-    if (e != cudaSuccess) st = rt_fail(v, "cudaMemcpyAsync", e);
-  }
-  leave_device(v, saved);
-  return st;
-}
-
-/* Waits for the copy streams only: other work on the device goes on. */
-static int device_copy_finish(rap_allocator *a) {
-  rapi_vmm *v = vmm_of(a);
-  if (v->copy == NULL) return RAP_OK;
-  int saved = 0;
-  int st = enter_device(v, &saved);
-  if (st != RAP_OK) return st;
-  copy_lanes *l = v->copy;
-  for (int i = 0; i < COPY_LANES; i++) {
-    cudaError_t e = cudaStreamSynchronize(l->s[i]);
-    if (e != cudaSuccess && st == RAP_OK) st = rt_fail(v, "cudaStreamSynchronize (backup copies)", e);
-  }
-  leave_device(v, saved);
-  return st;
 }
 
 static void device_unreserve(rapi_vmm *v) {
   int saved = 0;
-  if (enter_device(v, &saved) != RAP_OK) return;
-  lanes_destroy(v);
+  if (rapi_device_vmm_enter(v, &saved) != RAP_OK) return;
+  rapi_device_backup_fini(v);   /* the copy streams and the ring (vmm_backup.c) */
   CUresult r = drv.address_free((CUdeviceptr)(uintptr_t)v->base, v->reserve);
-  leave_device(v, saved);
+  rapi_device_vmm_leave(v, saved);
   if (r != CUDA_SUCCESS) {
     cu_fail(v, "cuMemAddressFree", r, v->reserve);
     rap_log(RAP_LOG_WARN, "%s", rap_last_error());
@@ -405,14 +266,14 @@ static int device_reserve(rapi_vmm *v, const rapi_vmm_sizes *sz) {
 static void device_sync_before_unmap(rap_allocator *a) {
   rapi_vmm *v = ((rapi_tracked *)a->state)->impl;
   int saved = 0;
-  if (enter_device(v, &saved) != RAP_OK) return;
+  if (rapi_device_vmm_enter(v, &saved) != RAP_OK) return;
   cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     rap_log(RAP_LOG_WARN, "%s: cudaDeviceSynchronize before giving memory back: %s",
             rap_allocator_name(a), cudaGetErrorString(e));
   }
-  leave_device(v, saved);
+  rapi_device_vmm_leave(v, saved);
 }
 
 /* export=posix|fabric|auto: the handle types, POSIX always (what NCCL registers and what
@@ -464,10 +325,10 @@ static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) 
   v->self = self;
   v->device = (int)device;
   int saved = 0;
-  if ((st = enter_device(v, &saved)) == RAP_OK) {
+  if ((st = rapi_device_vmm_enter(v, &saved)) == RAP_OK) {
     if (mode != 0) st = export_types(v, mode);
     if (st == RAP_OK) st = device_reserve(v, &sz);
-    leave_device(v, saved);
+    rapi_device_vmm_leave(v, saved);
   }
   if (st != RAP_OK) {
     free(v);
@@ -475,10 +336,7 @@ static int device_vmm_init(rap_allocator *self, void *state, rap_options *opts) 
   }
   if ((st = rapi_vmm_start(self, state, v)) != RAP_OK) return st;
   v->resizable.sync_before_unmap = device_sync_before_unmap;
-  v->resizable.backup_reserve = device_backup_reserve;
-  v->resizable.backup_free = device_backup_free;
-  v->resizable.copy = device_copy;
-  v->resizable.copy_finish = device_copy_finish;
+  rapi_device_backup_init(v);   /* sleep's backup and copies (vmm_backup.c) */
   v->platform.memory = RAPI_MEMORY_DEVICE;
   v->platform.device = v->device;
   v->platform.peer = rapi_device_vmm_peer;
@@ -500,7 +358,7 @@ int rapi_device_vmm_peer(rap_allocator *a, int device, int enable) {
   rapi_held held;
   rapi_lock(&p->lock, &held);
   int saved = 0;
-  int st = enter_device(v, &saved);
+  int st = rapi_device_vmm_enter(v, &saved);
   bool entered = st == RAP_OK;
   CUmemAccessDesc access;
   memset(&access, 0, sizeof access);
@@ -516,7 +374,7 @@ int rapi_device_vmm_peer(rap_allocator *a, int device, int enable) {
     uint64_t bit = (uint64_t)1 << device;
     v->peers = enable ? v->peers | bit : v->peers & ~bit;
   }
-  if (entered) leave_device(v, saved);
+  if (entered) rapi_device_vmm_leave(v, saved);
   rapi_unlock(&held);
   return st;
 }

@@ -32,6 +32,7 @@ void rapi_bp_stats(rapi_bp *bp, rap_stats *out) {
   out->pending_count = bp->pending_count;
   out->chunk_count = bp->chunk_count;
   out->used_bytes = bp->used_bytes;
+  out->backup_bytes = bp->backup.cap;   /* host memory, kept for the next sleep */
 }
 
 #define CORRUPT(...) rapi_fail(RAP_ERR_CORRUPT, __VA_ARGS__)

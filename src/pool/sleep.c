@@ -33,28 +33,20 @@ void rapi_bp_backup_free(rapi_bp *bp) {
   if (bp->backup.host != NULL) bp->resizable->backup_free(bp->parent, &bp->backup);
 }
 
-/* Copies each run of touching used blocks to (to_host) or from the backup, packed in address
- * order; then waits for the copies. */
-static int copy_runs(rapi_bp *bp, bool to_host) {
-  const rapi_resizable *z = bp->resizable;
-  char *host = bp->backup.host;
-  size_t off = 0;
-  int st = RAP_OK;
-  for (rapi_chunk *c = bp->chunks; c != NULL && st == RAP_OK; c = c->next)
-    for (rapi_block *b = c->first; b != NULL && st == RAP_OK;) {
-      if (b->state != RAPI_USED) {
-        b = b->next;
-        continue;
-      }
-      char *start = b->ptr;
-      size_t n = 0;
-      for (; b != NULL && b->state == RAPI_USED; b = b->next) n += b->size;
-      st = to_host ? z->copy(bp->parent, host + off, start, n, true)
-                   : z->copy(bp->parent, start, host + off, n, false);
-      off += n;
-    }
-  int fin = z->copy_finish(bp->parent);
-  return st != RAP_OK ? st : fin;
+/* The next run of touching used blocks, in address order: at[0] the chunk, at[1] the block
+ * where the walk goes on (NULL: the chunk's first). */
+static bool next_run(rapi_runs *runs, rapi_run *out) {
+  for (rapi_chunk *c = runs->at[0]; c != NULL; c = runs->at[0] = c->next, runs->at[1] = NULL) {
+    rapi_block *b = runs->at[1] != NULL ? runs->at[1] : c->first;
+    while (b != NULL && b->state != RAPI_USED) b = b->next;
+    if (b == NULL) continue;
+    *out = (rapi_run){b->ptr, 0};
+    for (; b != NULL && b->state == RAPI_USED; b = b->next) out->size += b->size;
+    runs->at[1] = b;
+    if (b == NULL) runs->at[0] = c->next;
+    return true;
+  }
+  return false;
 }
 
 static size_t live_bytes(const rapi_bp *bp) {
@@ -63,6 +55,13 @@ static size_t live_bytes(const rapi_bp *bp) {
     for (rapi_block *b = c->first; b != NULL; b = b->next)
       if (b->state == RAPI_USED) n += b->size;
   return n;
+}
+
+/* Copies each run of touching used blocks to (to_host) or from the backup, packed in address
+ * order; done when it returns. */
+static int copy_runs(rapi_bp *bp, bool to_host) {
+  rapi_runs runs = {live_bytes(bp), next_run, {bp->chunks, NULL}};
+  return bp->resizable->copy(bp->parent, &bp->backup, &runs, to_host);
 }
 
 /* Suspends every chunk, first to last; stops at the first failure and sets *failed to that chunk
@@ -108,7 +107,7 @@ int rapi_bp_hold(rapi_bp *bp, int how) {
 
 int rapi_bp_prepare(rapi_bp *bp) {
   size_t live = live_bytes(bp);
-  return live > 0 ? bp->resizable->backup_reserve(bp->parent, &bp->backup, live) : RAP_OK;
+  return live > 0 ? bp->resizable->backup_reserve(bp->parent, &bp->backup, live, true) : RAP_OK;
 }
 
 int rapi_bp_sleep(rapi_bp *bp, int mode) {
@@ -116,7 +115,7 @@ int rapi_bp_sleep(rapi_bp *bp, int mode) {
   int st = RAP_OK;
   size_t live = live_bytes(bp);
   if (mode == RAP_SLEEP_BACKUP && live > 0) {
-    st = bp->resizable->backup_reserve(bp->parent, &bp->backup, live);
+    st = bp->resizable->backup_reserve(bp->parent, &bp->backup, live, false);
     if (st == RAP_OK) st = copy_runs(bp, true);
     if (st != RAP_OK) return st;
   }

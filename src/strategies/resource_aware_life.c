@@ -321,8 +321,15 @@ int rapi_ra_sleep(void *state, int mode) {
                      rap_allocator_name(p->bp.self),
                      p->bp.asleep == RAPI_SLEEPING ? " (another sleep is waiting for its work)" : "");
   int st = rapi_bp_can_sleep(&p->bp);
-  if (st == RAP_OK && mode == RAP_SLEEP_PREPARE) st = rapi_bp_hold(&p->bp, RAPI_HOLD_NOTICE);
-  if (st != RAP_OK || mode == RAP_SLEEP_PREPARE) return st == RAP_OK ? rapi_bp_prepare(&p->bp) : st;
+  if (st != RAP_OK) return st;
+  if (mode == RAP_SLEEP_PREPARE) {
+    st = rapi_bp_hold(&p->bp, RAPI_HOLD_NOTICE);
+    return st == RAP_OK ? rapi_bp_prepare(&p->bp) : st;
+  }
+  if (mode == RAP_SLEEP_RELEASE) {
+    rapi_bp_backup_free(&p->bp);
+    return RAP_OK;
+  }
   /* An exporting platform: no other process may map a chunk from now, and none does. */
   if ((st = rapi_bp_hold(&p->bp, RAPI_HOLD)) != RAP_OK) return st;
   p->bp.asleep = RAPI_SLEEPING;   /* others are refused while this waits with its locks let go */

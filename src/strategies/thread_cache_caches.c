@@ -328,7 +328,7 @@ static size_t unsettled(thread_cache *t) {
  * (its waits let the lock go: threads meanwhile are refused by the mark). */
 int rapi_tc_sleep(thread_cache *t, int mode) {
   int st = RAP_OK;
-  if (mode == RAP_SLEEP_PREPARE) {
+  if (mode == RAP_SLEEP_PREPARE || mode == RAP_SLEEP_RELEASE) {   /* no unmap: passed down */
     RAPI_LOCKED(st, &t->lock, rap_allocator_sleep(t->inner, mode));
     return st;
   }

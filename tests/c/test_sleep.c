@@ -424,6 +424,43 @@ RAP_TEST(Sleep, PrepareMakesTheBackupAhead) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+/* The backup's host memory is counted (backup_bytes) and kept after wake for the next sleep;
+ * RAP_SLEEP_RELEASE gives it back while the pool is awake (not while it holds the bytes), and the
+ * next sleep makes it again. Through ThreadSafe the same. */
+RAP_TEST(Sleep, TheKeptBackupIsCountedAndGivenBackOnRequest) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = sleepy(rm, "initial_size=1MiB"), *safe = NULL;
+  char *a = tu_alloc(pool, 600 * KiB);
+  tu_fill(a, 600 * KiB, 3);
+  TU_EXPECT(pool, backup_bytes, 0);
+  RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_BACKUP));
+  size_t kept = tu_stats(pool).backup_bytes;
+  RAP_CHECK(kept >= 600 * KiB);
+  RAP_CHECK_STATUS(rap_allocator_sleep(pool, RAP_SLEEP_RELEASE), RAP_ERR_BUSY);
+  RAP_CHECK_STR(rap_last_error(), "asleep already");
+  RAP_CHECK_OK(rap_allocator_wake(pool));
+  RAP_CHECK(tu_intact(a, 600 * KiB, 3));
+  TU_EXPECT(pool, backup_bytes, kept);
+  TU_EXPECT(tu_get(rm, "v"), backup_bytes, 0);   /* HostVmm stages nothing */
+  RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_RELEASE));
+  RAP_CHECK_EQ(rap_allocator_is_asleep(pool), 0);
+  TU_EXPECT(pool, backup_bytes, 0);
+  RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_RELEASE));   /* nothing kept: nothing to do */
+  RAP_CHECK_OK(rap_allocator_make(rm, "safe", "ThreadSafe", "pool", NULL, &safe));
+  RAP_CHECK_OK(rap_allocator_sleep(safe, RAP_SLEEP_BACKUP));
+  TU_EXPECT(safe, backup_bytes, kept);
+  RAP_CHECK_OK(rap_allocator_wake(safe));
+  RAP_CHECK(tu_intact(a, 600 * KiB, 3));
+  RAP_CHECK_OK(rap_allocator_sleep(safe, RAP_SLEEP_RELEASE));
+  RAP_CHECK_EQ(rap_allocator_is_asleep(safe), 0);
+  TU_EXPECT(pool, backup_bytes, 0);
+  RAP_CHECK_STATUS(rap_allocator_sleep(pool, 4), RAP_ERR_INVALID);
+  RAP_CHECK_STR(rap_last_error(), "RAP_SLEEP_RELEASE (3)");
+  RAP_CHECK_OK(rap_allocator_destroy(safe));
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 RAP_TEST(Sleep, AWakeThePlatformRefusesStaysAsleepAndCanBeRetried) {
   rap_manager *rm = tu_manager();
   /* Three chunks: the refusal comes after one or two were mapped again. */
@@ -521,6 +558,7 @@ RAP_TEST(Sleep, APoolWithACacheOverItRefusesToSleepByItsOwnName) {
   memset(q, 7, 1000);
   RAP_CHECK_OK(rap_deallocate(cache, q, NULL));
   RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_PREPARE));   /* no unmap: allowed */
+  RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_RELEASE));   /* nor here */
   RAP_CHECK_OK(rap_allocator_destroy(cache));
   RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_DISCARD));   /* nothing over it now */
   RAP_CHECK_OK(rap_allocator_wake(pool));

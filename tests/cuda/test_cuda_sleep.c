@@ -14,6 +14,7 @@
 #include <rap/cuda.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void rapi_vmm_fail_map_at(long nth);   /* platforms/vmm.c: a map refused, as by another process */
@@ -148,5 +149,67 @@ RAP_TEST(CudaSleep, DiscardAndRefusals) {
   RAP_CHECK_STATUS(rap_allocator_sleep(plain, RAP_SLEEP_BACKUP), RAP_ERR_UNSUPPORTED);
   RAP_CHECK_STR(rap_last_error(), "growable platform");
   RAP_CHECK_OK(rap_resource_destroy(r));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* Bytes that differ everywhere, so that a run copied to the wrong place shows. */
+static void pattern(unsigned char *p, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(seed * 29 + i * 7 + (i >> 12));
+}
+
+/* Runs that cross the ring's slots and lie apart (freed blocks between them), with no thread
+ * (RAP_SLEEP_THREADS=0: the caller copies alone), three and the default: the unprepared sleep
+ * copies through the pinned ring into a pageable backup; the backup and the ring are counted; a
+ * prepared (pinned) backup still serves; RAP_SLEEP_RELEASE gives the backup back. */
+RAP_TEST(CudaSleep, TheStagedBackupKeepsEveryByteInItsPlace) {
+  rap_manager *rm = NULL;
+  RAP_CHECK_OK(rap_manager_create(&rm));
+  rap_allocator *pool = make_or_skip(rm, "pool", "ResourceAwarePool(DEVICE_VMM, initial_size=64MiB)");
+  rap_allocator *vmm = rap_allocator_parent(pool);
+  size_t sizes[] = {3 * MiB + 5, 1 * MiB, 19 * MiB + 4097, 2 * MiB, 777, 1 * MiB, 33 * MiB};
+  enum { N = sizeof sizes / sizeof sizes[0] };
+  void *p[N];
+  size_t live = 0;
+  unsigned char *want = malloc(64 * MiB), *got = malloc(64 * MiB);
+  RAP_CHECK(want != NULL && got != NULL);
+  for (int i = 0; i < N; i++) RAP_CHECK_OK(rap_allocate(pool, &p[i], sizes[i], NULL));
+  for (int i = 1; i < N; i += 2) RAP_CHECK_OK(rap_deallocate(pool, p[i], NULL));   /* gaps */
+  for (int i = 0; i < N; i += 2) {
+    pattern(want, sizes[i], (unsigned)i);
+    RAP_CHECK(cudaMemcpy(p[i], want, sizes[i], cudaMemcpyHostToDevice) == cudaSuccess);
+    live += sizes[i];
+  }
+  static const char *threads[] = {"0", "3", NULL, "prepare"};
+  for (int t = 0; t < 4; t++) {
+    if (t == 3) {
+      RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_PREPARE));   /* pinned from here */
+    } else if (threads[t] != NULL) {
+      setenv("RAP_SLEEP_THREADS", threads[t], 1);
+    } else {
+      unsetenv("RAP_SLEEP_THREADS");
+    }
+    RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_BACKUP));
+    RAP_CHECK_EQ(mapped(vmm), 0);
+    rap_stats ps, vs;
+    RAP_CHECK_OK(rap_allocator_stats(pool, &ps));
+    RAP_CHECK_OK(rap_allocator_stats(vmm, &vs));
+    RAP_CHECK(ps.backup_bytes >= live);
+    RAP_CHECK(vs.backup_bytes > 0);   /* the ring, made at the first sleep and kept */
+    RAP_CHECK_OK(rap_allocator_wake(pool));
+    for (int i = 0; i < N; i += 2) {
+      pattern(want, sizes[i], (unsigned)i);
+      RAP_CHECK(cudaMemcpy(got, p[i], sizes[i], cudaMemcpyDeviceToHost) == cudaSuccess);
+      RAP_CHECK(memcmp(got, want, sizes[i]) == 0);
+    }
+    if (t == 1) {   /* given back, and made again by the next sleep */
+      RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_RELEASE));
+      RAP_CHECK_OK(rap_allocator_stats(pool, &ps));
+      RAP_CHECK_EQ(ps.backup_bytes, 0);
+    }
+  }
+  unsetenv("RAP_SLEEP_THREADS");
+  for (int i = 0; i < N; i += 2) RAP_CHECK_OK(rap_deallocate(pool, p[i], NULL));
+  free(want);
+  free(got);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }

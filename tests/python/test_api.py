@@ -96,7 +96,7 @@ class Statistics(unittest.TestCase):
     def test_waits_are_reported_and_peaks_reset(self):
         with rap.Allocator("ResourceAwarePool(HOST, initial_size=1MiB)") as pool:
             s = pool.stats()
-            self.assertEqual(list(s)[-2:], ["waits", "host_waits"])
+            self.assertEqual(list(s)[-5:], ["waits", "host_waits", "maps", "unmaps", "backup_bytes"])
             self.assertEqual((s["waits"], s["host_waits"]), (0, 0))
             p = pool.allocate(100000)
             pool.free(p)
@@ -231,6 +231,9 @@ class SleepAndShare(unittest.TestCase):
                 pool.wake()
                 self.assertFalse(pool.asleep)
                 self.assertEqual(bytes(b.view()[:5]), b"hello")
+                self.assertGreaterEqual(pool.stats()["backup_bytes"], 4096)   # kept for the next
+                pool.sleep("release")
+                self.assertEqual(pool.stats()["backup_bytes"], 0)
             with self.assertRaises(rap.InvalidError):
                 pool.sleep("nap")
         with rap.Allocator("QuickPool(HOST)") as pool:
