@@ -457,6 +457,20 @@ RAP_TEST(Sleep, TheKeptBackupIsCountedAndGivenBackOnRequest) {
   RAP_CHECK_STATUS(rap_allocator_sleep(pool, 4), RAP_ERR_INVALID);
   RAP_CHECK_STR(rap_last_error(), "RAP_SLEEP_RELEASE (3)");
   RAP_CHECK_OK(rap_allocator_destroy(safe));
+  /* Through a ThreadCache: release passes down as prepare does, with no settling and no mark. */
+  rap_allocator *tc = NULL;
+  void *b = NULL;
+  RAP_CHECK_OK(rap_allocator_make(rm, "tc", "ThreadCache", "pool", NULL, &tc));
+  RAP_CHECK_OK(rap_allocator_sleep(tc, RAP_SLEEP_BACKUP));
+  RAP_CHECK_OK(rap_allocator_wake(tc));
+  TU_EXPECT(pool, backup_bytes, kept);
+  RAP_CHECK_OK(rap_allocator_sleep(tc, RAP_SLEEP_RELEASE));
+  RAP_CHECK_EQ(rap_allocator_is_asleep(tc), 0);
+  TU_EXPECT(pool, backup_bytes, 0);
+  RAP_CHECK_OK(rap_allocate(tc, &b, 100, NULL));
+  RAP_CHECK_OK(rap_deallocate(tc, b, NULL));
+  RAP_CHECK(tu_intact(a, 600 * KiB, 3));
+  RAP_CHECK_OK(rap_allocator_destroy(tc));
   RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
