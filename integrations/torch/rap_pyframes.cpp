@@ -7,8 +7,11 @@
  * of rap's is taken: walking them may run Python code (a garbage collection that frees tensors).
  *
  * The library does not link libpython: the few C API functions it needs are looked up in the
- * process (dlsym), once. A thread with no Python thread state, or one that does not hold the GIL
- * (PyTorch's autograd threads run backward in C++), has no Python frames: its lines carry none.
+ * process (dlsym), once. PyTorch lets the GIL go around its operators, so the allocating thread
+ * usually has a Python thread state but does not hold the GIL: it takes the GIL for the walk
+ * (PyGILState_Ensure, as PyTorch's own memory history does) and gives it back. A thread with no
+ * Python thread state (PyTorch's autograd threads run backward in C++), or an interpreter shutting
+ * down, has no Python frames: its lines carry none.
  * Python 3.9 and later (PyFrame_GetBack, PyFrame_GetCode); co_qualname where it exists (3.11).
  */
 #include "rap_pyframes.h"
@@ -29,7 +32,7 @@ using Obj = void *;   /* PyObject *, PyFrameObject *, PyCodeObject *, PyThreadSt
 
 struct PyApi {
   bool ok = false;
-  Obj (*tstate)(void) = nullptr;   /* PyThreadState_GetUnchecked (3.13), _PyThreadState_UncheckedGet */
+  int (*gil_held)(void) = nullptr;   /* PyGILState_Check: this thread holds the GIL */
   Obj (*err_occurred)(void) = nullptr;
   Obj (*tstate_frame)(Obj) = nullptr;   /* new references, all three */
   Obj (*frame_back)(Obj) = nullptr;
@@ -39,6 +42,10 @@ struct PyApi {
   const char *(*utf8)(Obj) = nullptr;
   void (*decref)(Obj) = nullptr;
   void (*err_clear)(void) = nullptr;
+  Obj (*gil_this)(void) = nullptr;   /* PyGILState_GetThisThreadState: this thread's, or NULL */
+  int (*gil_ensure)(void) = nullptr;   /* PyGILState_Ensure / _Release (an enum, int-sized) */
+  void (*gil_release)(int) = nullptr;
+  int (*finalizing)(void) = nullptr;   /* Py_IsFinalizing (3.13), _Py_IsFinalizing */
 };
 
 template <typename F>
@@ -49,8 +56,7 @@ void find(F &f, const char *name) {
 const PyApi &api() {
   static const PyApi a = [] {
     PyApi p;
-    find(p.tstate, "PyThreadState_GetUnchecked");
-    if (p.tstate == nullptr) find(p.tstate, "_PyThreadState_UncheckedGet");
+    find(p.gil_held, "PyGILState_Check");
     find(p.err_occurred, "PyErr_Occurred");
     find(p.tstate_frame, "PyThreadState_GetFrame");
     find(p.frame_back, "PyFrame_GetBack");
@@ -60,8 +66,14 @@ const PyApi &api() {
     find(p.utf8, "PyUnicode_AsUTF8");
     find(p.decref, "Py_DecRef");
     find(p.err_clear, "PyErr_Clear");
-    p.ok = p.tstate && p.err_occurred && p.tstate_frame && p.frame_back && p.frame_code && p.frame_line &&
-           p.getattr && p.utf8 && p.decref && p.err_clear;
+    find(p.gil_this, "PyGILState_GetThisThreadState");
+    find(p.gil_ensure, "PyGILState_Ensure");
+    find(p.gil_release, "PyGILState_Release");
+    find(p.finalizing, "Py_IsFinalizing");
+    if (p.finalizing == nullptr) find(p.finalizing, "_Py_IsFinalizing");
+    p.ok = p.gil_held && p.err_occurred && p.tstate_frame && p.frame_back && p.frame_code && p.frame_line &&
+           p.getattr && p.utf8 && p.decref && p.err_clear && p.gil_this && p.gil_ensure &&
+           p.gil_release && p.finalizing;
     if (!p.ok)
       rap_log(RAP_LOG_WARN, "rap_torch: Python's frames were asked for, but this process has no Python "
                             "3.9 or later to ask (its C API was not found); the trace carries none");
@@ -142,10 +154,21 @@ bool pyframes_gather(char *buf, size_t cap) {
   if (!rap_trace_active() && first_done.exchange(true)) return false;
   first_done.store(true);
   const PyApi &py = api();
-  if (!py.ok || py.tstate() == nullptr || py.err_occurred() != nullptr) return false;
+  if (!py.ok) return false;
+  /* The GIL held already (code that keeps it through the call), or taken here for the walk. The
+   * thread state is this thread's, not the GIL holder's (before 3.12 the "current" one is the
+   * holder's, whatever thread asks). */
+  Obj ts = py.gil_this();
+  if (ts == nullptr) return false;
+  bool taken = !py.gil_held();
+  int gil = 0;
+  if (taken) {
+    if (py.finalizing()) return false;
+    gil = py.gil_ensure();
+  }
   size_t len = 0;
   buf[0] = '\0';
-  Obj frame = py.tstate_frame(py.tstate());
+  Obj frame = py.err_occurred() == nullptr ? py.tstate_frame(ts) : nullptr;
   for (int i = 0; frame != nullptr && i < depth; i++) {
     len = put_frame(py, frame, buf, len, cap);
     Obj back = py.frame_back(frame);
@@ -153,5 +176,6 @@ bool pyframes_gather(char *buf, size_t cap) {
     frame = back;
   }
   if (frame != nullptr) py.decref(frame);
+  if (taken) py.gil_release(gil);
   return len > 0;
 }

@@ -204,8 +204,9 @@ def set_python_stack(depth):
     code that made it (0 to 32; 0: none), as "pystack": rap-trace stacks groups by them and
     snapshot_from_trace puts them in memory_viz's frames. The same as RAP_TRACE_PYTHON_STACK=depth
     in the environment. Costs nothing while no trace is open; traced, about a microsecond a frame
-    an allocation. Allocations made where the GIL is not held (PyTorch's autograd threads, in
-    backward) carry no Python frames."""
+    an allocation. The GIL, which PyTorch lets go inside its operators, is taken back for the
+    walk; allocations on threads Python never saw (PyTorch's autograd threads, in backward) carry
+    no Python frames."""
     depth = int(depth)
     if _library().rap_torch_python_stack(depth) != 0:
         raise ValueError("rap.torch.set_python_stack: a number of frames from 0 to 32, not %d" % depth)

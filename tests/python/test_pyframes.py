@@ -2,8 +2,9 @@
 
 A probe library (pyframes_probe.cpp) allocates as rap_torch_malloc does: it gathers the calling
 thread's Python frames with integrations/torch/rap_pyframes.cpp and hands them to the trace.
-Through ctypes.PyDLL the GIL is held during the call, as when PyTorch allocates from Python code;
-through ctypes.CDLL it is not, and the line carries no Python frames. RAP_TRACE_STACK adds the C
+Through ctypes.PyDLL the GIL is held during the call; through ctypes.CDLL it is not, as when
+PyTorch allocates inside an operator (it lets the GIL go), and the frames are gathered with the GIL
+taken back; a thread Python never saw carries none. RAP_TRACE_STACK adds the C
 frames; rap_memviz puts both into the snapshot's frames. Standard library only.
 
     python3 test_pyframes.py LIBRAP_SO PROBE_SO RAP_MEMVIZ_PY
@@ -42,6 +43,8 @@ for lib in (with_gil, without_gil):
     lib.rap_probe_allocate.restype = ctypes.c_int
     lib.rap_probe_set_depth.argtypes = [ctypes.c_int]
     lib.rap_probe_set_depth.restype = ctypes.c_int
+    lib.rap_probe_allocate_on_a_c_thread.argtypes = [P, ctypes.POINTER(P), ctypes.c_size_t]
+    lib.rap_probe_allocate_on_a_c_thread.restype = ctypes.c_int
 
 HERE = os.path.abspath(__file__)
 
@@ -90,20 +93,25 @@ class Frames(unittest.TestCase):
         self.assertNotEqual(with_gil.rap_probe_set_depth(33), 0)
         self.assertIn(b"from 0 to 32, not 33", rap.rap_last_error())
 
-    def test_python_frames_on_the_alloc_line_only_while_asked_and_with_the_gil(self):
+    def test_python_frames_on_the_alloc_line_only_while_asked_and_from_python_threads(self):
         ok(with_gil.rap_probe_set_depth(0))
         ok(rap.rap_trace_start(self.path.encode()))
         self.assertEqual(rap.rap_trace_active(), 1)
         off = self.model_forward(100)                 # not asked: no frames
         ok(with_gil.rap_probe_set_depth(3))
         a = self.model_forward(200)
-        b = self.allocate(without_gil, 300)           # no GIL: no Python frames
+        b = self.allocate(without_gil, 300)           # the GIL let go, as PyTorch does: frames
+        q = P()
+        ok(with_gil.rap_probe_allocate_on_a_c_thread(self.pool, ctypes.byref(q), 500))   # none
+        self.blocks.append(q)
         ok(rap.rap_trace_stop())
         self.assertEqual(rap.rap_trace_active(), 0)
         c = self.model_forward(400)                   # no trace: nothing is gathered
         allocs = {int(e["p"], 16): e for e in lines(self.path) if e.get("ev") == "alloc" and e.get("d") == 0}
         self.assertNotIn("pystack", allocs[off])
-        self.assertNotIn("pystack", allocs[b])
+        self.assertNotIn("pystack", allocs[q.value])
+        self.assertEqual(allocs[b]["pystack"].split("\n")[0],
+                         "%s:%d Frames.allocate" % (HERE, line_of(Frames.allocate) + 2))
         self.assertNotIn(c, allocs)
         frames = allocs[a]["pystack"].split("\n")
         self.assertEqual(len(frames), 3)               # the depth asked for
@@ -111,7 +119,7 @@ class Frames(unittest.TestCase):
         self.assertEqual(frames[0], "%s:%d Frames.allocate" % (HERE, line_of(Frames.allocate) + 2))
         self.assertEqual(frames[1], "%s:%d Frames.model_forward" % (HERE, line_of(Frames.model_forward) + 1))
         self.assertTrue(frames[2].endswith(
-            " Frames.test_python_frames_on_the_alloc_line_only_while_asked_and_with_the_gil"), frames[2])
+            " Frames.test_python_frames_on_the_alloc_line_only_while_asked_and_from_python_threads"), frames[2])
 
     def test_memviz_frames_carry_the_c_and_python_stacks(self):
         os.environ["RAP_TRACE_STACK"] = "2"
