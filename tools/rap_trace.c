@@ -25,6 +25,7 @@
 #include <rap/rap.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,7 @@ static int usage(FILE *f) {
   fprintf(f,
           "usage: rap-trace summary TRACE\n"
           "       rap-trace replay TRACE --spec SPEC [--allocator NAME] [--resources host_async|cuda]\n"
-          "                        [--max-resources N (256)] [--json]\n"
+          "                        [--max-resources N (256)] [--lag-us N] [--json]\n"
           "       rap-trace plot TRACE -o FILE.svg|FILE.html [--allocator NAME] [--title TEXT]\n"
           "       rap-trace plan TRACE -o PLAN [--allocator NAME] [--alignment N (256)] [--skip N (0)]\n"
           "                        [--place-dynamic]\n"
@@ -130,7 +131,61 @@ typedef struct replay_opts {
   const char *spec, *allocator, *resources;
   int json;
   size_t max_resources;
+  uint64_t lag_ns;   /* --lag-us: a queue's work passes this long (trace time) after a free */
 } replay_opts;
+
+/* --lag-us: the streams behind the CPU. After each free on a queue, a gate is queued behind it
+ * that opens once the trace's clock has moved lag_ns past the free; the pool's events recorded
+ * meanwhile sit behind it, so its pending memory comes back as late as a GPU that far behind
+ * would let it. One lock and one condition for every gate: a gate is a flag and the time it opens. */
+typedef struct lag_gate {
+  uint64_t opens_at;
+  int open;
+} lag_gate;
+
+static pthread_mutex_t lag_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t lag_cv = PTHREAD_COND_INITIALIZER;
+
+static void lag_job(void *arg) {   /* on the queue's thread: waits for its gate, then frees it */
+  lag_gate *g = arg;
+  pthread_mutex_lock(&lag_mu);
+  while (!g->open) pthread_cond_wait(&lag_cv, &lag_mu);
+  pthread_mutex_unlock(&lag_mu);
+  free(g);
+}
+
+typedef struct lag_fifo {
+  lag_gate **g;
+  size_t head, n, cap;
+} lag_fifo;
+
+/* Opens the gates whose time has come (now == UINT64_MAX: all of them). */
+static void lag_open_until(lag_fifo *f, uint64_t now) {
+  pthread_mutex_lock(&lag_mu);
+  while (f->head < f->n && f->g[f->head]->opens_at <= now) f->g[f->head++]->open = 1;
+  pthread_cond_broadcast(&lag_cv);
+  pthread_mutex_unlock(&lag_mu);
+}
+
+static int lag_after_free(lag_fifo *f, rap_resource *r, uint64_t t, uint64_t lag) {
+  if (f->n == f->cap) {
+    size_t ncap = f->cap ? f->cap * 2 : 1024;
+    lag_gate **grown = realloc(f->g, ncap * sizeof *grown);
+    if (grown == NULL) return RAP_ERR_NOMEM;
+    f->g = grown;
+    f->cap = ncap;
+  }
+  lag_gate *g = calloc(1, sizeof *g);
+  if (g == NULL) return RAP_ERR_NOMEM;
+  g->opens_at = t + lag;
+  int st = rap_resource_submit(r, lag_job, g);
+  if (st != RAP_OK) {
+    free(g);
+    return st;
+  }
+  f->g[f->n++] = g;
+  return RAP_OK;
+}
 
 static int fail(const char *what, int st) {
   fprintf(stderr, "rap-trace: %s: %s (%s)\n", what, rap_last_error(), rap_status_name(st));
@@ -215,12 +270,14 @@ static int replay(const trace *t, const replay_opts *o) {
   while (rap_allocator_parent(root) != NULL) root = rap_allocator_parent(root);
   rmap rs = {{0}, NULL, 0, 0};
   size_t calls = 0, allocs = 0, skipped = 0, failed = 0, live = 0, peak_live = 0, first_held = 0;
-  pmap ptrs = {0}, sizes = {0};
+  pmap ptrs = {0}, sizes = {0}, rids = {0};   /* rids: the resource id each block was allocated on */
   double loop = 0;
   int rc = 0;
+  lag_fifo lag = {NULL, 0, 0, 0};
   for (size_t i = 0; i < t->n && rc == 0; i++) {
     const te *e = &t->ev[i];
     if (!user_call(e, a)) continue;
+    if (o->lag_ns) lag_open_until(&lag, e->t);
     rap_resource *r = NULL;
     if (e->r >= 0 && (st = resource_for(rm, o, &rs, e->r, &r)) != RAP_OK) {
       rc = st == RAP_ERR_INVALID ? 1 : fail("making a resource", st);
@@ -240,7 +297,8 @@ static int replay(const trace *t, const replay_opts *o) {
         rap_stats first;
         if (rap_allocator_stats(root, &first) == RAP_OK) first_held = first.current_bytes;
       }
-      if (pmap_put(&ptrs, e->p, (uint64_t)(uintptr_t)p) != 0 || pmap_put(&sizes, e->p, e->n) != 0) {
+      if (pmap_put(&ptrs, e->p, (uint64_t)(uintptr_t)p) != 0 || pmap_put(&sizes, e->p, e->n) != 0 ||
+          (o->lag_ns && pmap_put(&rids, e->p, (uint64_t)(e->r + 1)) != 0)) {
         rc = fail("out of host memory", RAP_ERR_NOMEM);
         break;
       }
@@ -254,12 +312,26 @@ static int replay(const trace *t, const replay_opts *o) {
       }
       pmap_del(&sizes, e->p, &n);
       live -= n;
+      uint64_t rid = 0;   /* a free with no resource is done on the block's own: that queue lags */
+      rap_resource *lag_r = r;
+      if (o->lag_ns && pmap_del(&rids, e->p, &rid) && e->r < 0 && rid > 1 &&
+          (st = resource_for(rm, o, &rs, (int64_t)rid - 1, &lag_r)) != RAP_OK) {
+        rc = fail("making a resource", st);
+        break;
+      }
       double t0 = now_s();
       st = rap_deallocate(al, (void *)(uintptr_t)p, r);
       loop += now_s() - t0;
       if (st != RAP_OK) failed++;
+      if (o->lag_ns && lag_r != NULL && strcmp(rap_resource_kind(lag_r), "host_async") == 0 &&
+          lag_after_free(&lag, lag_r, e->t, o->lag_ns) != RAP_OK) {
+        rc = fail("queueing a lag gate", RAP_ERR_NOMEM);
+        break;
+      }
     }
   }
+  lag_open_until(&lag, UINT64_MAX);
+  free(lag.g);
   rap_stats top, bottom;
   rap_allocator_stats(al, &top);
   rap_allocator_stats(root, &bottom);
@@ -270,6 +342,7 @@ static int replay(const trace *t, const replay_opts *o) {
     if (ptrs.keys && ptrs.keys[i] != 0) rap_deallocate(al, (void *)(uintptr_t)ptrs.vals[i], NULL);
   pmap_free(&ptrs);
   pmap_free(&sizes);
+  pmap_free(&rids);
   if (rc == 0) {
     double ns = calls ? loop * 1e9 / (double)calls : 0;
     if (o->json) {
@@ -387,7 +460,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (argc < 3) return usage(stderr);
   const char *path = argv[2];
-  replay_opts ro = {NULL, NULL, "host_async", 0, 256};
+  replay_opts ro = {NULL, NULL, "host_async", 0, 256, 0};
   plot_opts po = {NULL, NULL, NULL};
   plan_cli pc = {NULL, NULL, {256, 0, 0}};
   size_t top = 10;
@@ -417,6 +490,15 @@ int main(int argc, char **argv) {
         return 2;
       }
       ro.max_resources = (size_t)v;
+    }
+    else if (strcmp(arg, "--lag-us") == 0) {
+      char *end;
+      unsigned long long v = strtoull(val, &end, 10);
+      if (*val == '\0' || *end != '\0' || v > 60000000ULL) {
+        fprintf(stderr, "rap-trace: --lag-us is a number of microseconds up to 60000000, not '%s'\n", val);
+        return 2;
+      }
+      ro.lag_ns = (uint64_t)v * 1000;
     }
     else if (strcmp(arg, "-o") == 0) po.out = pc.out = val;
     else if (strcmp(arg, "--alignment") == 0 || strcmp(arg, "--skip") == 0) {
@@ -458,6 +540,10 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "replay") == 0 && strcmp(ro.resources, "host_async") != 0 &&
       strcmp(ro.resources, "cuda") != 0) {
     fprintf(stderr, "rap-trace: --resources is host_async or cuda, not '%s'\n", ro.resources);
+    return 2;
+  }
+  if (ro.lag_ns && strcmp(ro.resources, "host_async") != 0) {
+    fprintf(stderr, "rap-trace: --lag-us holds host_async queues back; a CUDA stream runs no gate\n");
     return 2;
   }
   if (strcmp(cmd, "plan") == 0 && pc.out == NULL) {

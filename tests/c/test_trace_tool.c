@@ -204,6 +204,39 @@ RAP_TEST(TraceTool, ResourcesAreMappedSparselyAndCapped) {
   remove(path);
 }
 
+/* --lag-us holds each stream's freed memory back for that long in the trace's time, as a GPU behind
+ * the CPU would: a block freed on stream 1 cannot serve stream 2 a moment later, so the pool grows
+ * (a second chunk); on the block's own stream it serves again at once (one chunk). The option
+ * takes host_async queues only, and a number. */
+RAP_TEST(TraceTool, LagHoldsAStreamsFreedMemoryBack) {
+  char path[256], args[640];
+  const char *spec = "'ResourceAwarePool(HOST, initial_size=1MiB, next_size=1MiB, heuristic=never)'";
+  for (int other = 0; other < 2; other++) {
+    FILE *f = trace_file(path, sizeof path, "lag.jsonl");
+    line(f, 1000, "alloc", "pool", 1, 0x100000, 1 << 20, NULL);
+    line(f, 2000, "dealloc", "pool", -1, 0x100000, 0, NULL);   /* on its own stream */
+    line(f, 3000, "alloc", "pool", 1 + other, 0x200000, 1 << 20, NULL);
+    line(f, 4000, "dealloc", "pool", -1, 0x200000, 0, NULL);
+    RAP_CHECK(fclose(f) == 0);
+    tool_run r;
+    snprintf(args, sizeof args, "replay %s --spec %s --lag-us 60000000 --json", path, spec);
+    run_tool_measured(&r, args);
+    RAP_CHECK_EQ(r.status, 0);
+    RAP_CHECK_STR(r.out, other ? "\"chunks_at_end\":2," : "\"chunks_at_end\":1,");
+    if (!other) {
+      snprintf(args, sizeof args, "replay %s --spec %s --lag-us 5 --resources cuda", path, spec);
+      run_tool_measured(&r, args);
+      RAP_CHECK_EQ(r.status, 2);
+      RAP_CHECK_STR(r.out, "--lag-us holds host_async queues back");
+      snprintf(args, sizeof args, "replay %s --spec %s --lag-us soon", path, spec);
+      run_tool_measured(&r, args);
+      RAP_CHECK_EQ(r.status, 2);
+      RAP_CHECK_STR(r.out, "--lag-us is a number of microseconds up to 60000000, not 'soon'");
+    }
+    remove(path);
+  }
+}
+
 /* Three iterations between step lines of allocator a: in each, `together` blocks of n bytes live
  * at once on each of `streams` resources in turn. */
 static void plan_trace(const char *path_what, char *path, size_t cap, const char *a, int streams,
