@@ -28,7 +28,7 @@ if [ "${1:-}" != suite ]; then
   for spec in "" "$exporting"; do
     echo "=== test_numba.py RAP_NUMBA_SPEC=${spec:-<default>}" | tee -a "$log"
     RAP_NUMBA_SPEC=$spec NUMBA_CUDA_MEMORY_MANAGER=rap.numba timeout 85 \
-      "$py" -m pytest -q -rfEs -p no:cacheprovider "$here/test_numba.py" 2>&1 | tee -a "$log" | tail -15
+      "$py" -m pytest -q -rfEsxX -p no:cacheprovider "$here/test_numba.py" 2>&1 | tee -a "$log" | tail -15
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
   echo "numba: $([ $status = 0 ] && echo PASS || echo FAIL) (log: $log)"
