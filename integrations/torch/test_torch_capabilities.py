@@ -459,10 +459,11 @@ def _rank_shared(torch, dist, rap_torch, rank, local, world, r):
             child.join(10)
 
 
-def _rank_registered(torch, dist, rap_torch, rank, world, r):
+def _rank_registered(torch, dist, rap_torch, rank, world, r, keep):
     """PyTorch's allocator; a MemPool over rap.torch.allocator() (enable()'s spec) registered
-    with NCCL, all-reduces in it. Returns the pool, for _release."""
-    pool = torch.cuda.MemPool(rap_torch.allocator())
+    with NCCL, all-reduces in it. keep["pool"]: the pool, deregistered by the caller (also after
+    a failure) before the group goes."""
+    pool = keep["pool"] = torch.cuda.MemPool(rap_torch.allocator())
     with torch.cuda.use_mem_pool(pool):
         early = torch.empty(1 << 20, device="cuda")
     r["spec"] = rap_torch.spec()
@@ -482,7 +483,6 @@ def _rank_registered(torch, dist, rap_torch, rank, world, r):
         registrable += why is None
     r["allreduces_right"], r["allreduces_in_registrable_memory"] = right, registrable
     r["ok"] = right == ALLREDUCES and registrable == ALLREDUCES
-    return pool
 
 
 def _share_allreduce_rank(args):
@@ -498,21 +498,21 @@ def _share_allreduce_rank(args):
     world = dist.get_world_size()
     r = {"rank": rank, "world": world, "env_spec": os.environ.get("RAP_TORCH_SPEC", ""),
          "mode": "registered" if registered else "enabled"}
-    pool = None
+    keep = {}
     try:
         if registered:
-            pool = _rank_registered(torch, dist, rap_torch, rank, world, r)
+            _rank_registered(torch, dist, rap_torch, rank, world, r, keep)
         else:
             r["spec"] = rap_torch.spec()
             _rank_shared(torch, dist, rap_torch, rank, local, world, r)
     except Exception as e:  # noqa: BLE001 - reported in the summary
         _fail_or_error(r, e)
     _dump(args.out, "%s_rank%d" % (_name("share_allreduce", args), rank), r)
-    if pool is not None and r.get("registered"):
+    if r.get("registered"):
         torch.cuda.synchronize()
         dist.barrier()
-        rap_torch.deregister_mem_pool(pool)   # before the group goes (rap_torch's docstring)
-    pool = None
+        rap_torch.deregister_mem_pool(keep["pool"])   # before the group goes (rap_torch's docstring)
+    keep.clear()   # the last reference: ~MemPool runs now, while the group is alive
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()
