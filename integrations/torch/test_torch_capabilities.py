@@ -18,6 +18,7 @@ share_allreduce); each can also be run here directly:
                    torch.cuda.MemPool over rap.torch.allocator() (the spec enable() would use)
                    registered with NCCL (rap.torch.register_mem_pool), all-reduces in it
   summarize_two_gpus   share_allreduce's lines and RESULT (run_two_gpus.sh)
+  summarize_capabilities   the lines of whichever of these wrote results to --out, and RESULT
 
 A spec that cannot do what a test needs (sleep, export, NCCL registration) fails the test with
 rap's sentence saying so; it is not skipped. summarize(out) returns (ok, lines) for
@@ -356,7 +357,8 @@ def _share_child(q_in, q_out, device, rank):
     """The receiver, on the rank's GPU: the tensor arrives through torch.multiprocessing (rap's
     share/open underneath) with rap_torch.share's handle of a second one; it checks both, doubles
     the first, then (on "go") adds 1 CHILD_WRITES times on its stream and holds it until "done",
-    checks and drops it."""
+    checks it, queues CHILD_WRITES more additions and drops it at once (the close is ordered after
+    them on its stream), and synchronizes only on "bye"."""
     import torch
     torch.cuda.set_device(device)
     import rap_torch
@@ -378,9 +380,15 @@ def _share_child(q_in, q_out, device, rank):
         if q_in.get(timeout=300) != "done":
             raise RuntimeError("expected 'done'")
         ok = bool(torch.equal(x.cpu(), base * 2 + CHILD_WRITES))
+        for _ in range(CHILD_WRITES):    # still queued when the tensor goes
+            torch.cuda._sleep(1000000)
+            x.add_(1)
         del x
-        torch.cuda.synchronize()
         q_out.put(("dropped", ok))
+        if q_in.get(timeout=120) != "bye":
+            raise RuntimeError("expected 'bye'")
+        torch.cuda.synchronize()
+        q_out.put(("synced", True))
     except Exception as e:  # noqa: BLE001 - the rank reports it
         q_out.put(("error", "%s: %s" % (type(e).__name__, str(e)[:400])))
 
@@ -424,17 +432,31 @@ def _rank_shared(torch, dist, rap_torch, rank, local, world, r):
         rap_torch.empty_cache()
         r["pending_while_held_MiB"] = rap_torch.pending_bytes() / 2**20
         q_in.put("go")
+        def over(ptr):
+            return lo <= ptr < hi or ptr <= lo < ptr + SHARE_N * 4
+
         right, overlaps = 0, 0
         for i in range(ALLREDUCES):
             ok, ptr, _ = _allreduce_checked(torch, dist, rank, world, i, contextlib.nullcontext)
             right += ok
-            overlaps += lo <= ptr < hi or ptr <= lo < ptr + SHARE_N * 4
+            overlaps += over(ptr)
         r["allreduces_right"], r["allreduces_over_the_held_block"] = right, overlaps
         q_in.put("done")
         got = q_out.get(timeout=300)
         if got[0] == "error":
             raise RuntimeError("the child: " + got[1])
         r["child_writes_right"] = got[1]
+        # The child dropped it with ~0.2 s of additions to it still queued on its stream: tensors
+        # made now must not get that memory before its stream passed them (their 7s would change).
+        fresh = [torch.full((SHARE_N,), 7.0, device="cuda") for _ in range(8)]
+        r["fresh_over_the_closed_block"] = sum(over(t.data_ptr()) for t in fresh)
+        q_in.put("bye")
+        got = q_out.get(timeout=120)
+        if got[0] == "error":
+            raise RuntimeError("the child: " + got[1])
+        torch.cuda.synchronize()
+        r["fresh_tensors_intact"] = all(bool((t == 7.0).all().item()) for t in fresh)
+        del fresh
         child.join(120)
         r["child_exit"] = child.exitcode
         torch.cuda.synchronize()
@@ -449,6 +471,7 @@ def _rank_shared(torch, dist, rap_torch, rank, local, world, r):
         r["ok"] = bool(r["values_arrived"] and r["share_open_values"] and r["receiver_write_seen"]
                        and r["pending_while_held_MiB"] >= SHARE_N * 4 / 2**20
                        and right == ALLREDUCES and overlaps == 0 and r["child_writes_right"]
+                       and r["fresh_tensors_intact"]
                        and r["child_exit"] == 0 and r["pending_after_drop_MiB"] < SHARE_N * 4 / 2**20
                        and r["register_mem_pool_refused"] is not None)
     finally:
@@ -633,10 +656,11 @@ def _graph_sleep_lines(out, required):
     return bool(g.get("ok")), [line]
 
 
-def summarize(out):
-    """(ok, lines) for test_torch.py's summary: sleep on enable()'s spec (required unless
-    RAP_TEST_ONLY), sleep over DEVICE_VMM (--tag vmm) where run, graph_sleep."""
-    required = os.environ.get("RAP_TEST_ONLY") is None
+def summarize(out, required=None):
+    """(ok, lines) for test_torch.py's summary: sleep on enable()'s spec and graph_sleep (required
+    unless RAP_TEST_ONLY, or required=False), sleep over DEVICE_VMM (--tag vmm) where run."""
+    if required is None:
+        required = os.environ.get("RAP_TEST_ONLY") is None
     ok, lines = True, []
     for name, need in (("sleep", required), ("sleep_vmm", False)):
         good, more = _sleep_lines(out, name, need)
@@ -660,18 +684,27 @@ def _two_gpu_lines(out):
                   for k, x in enumerate(ranks) if not x.get("ok")]
         ok &= bool(s["ok"])
         spec = ranks[0].get("spec") or "?"
+        what = ("rap enabled, a tensor shared while NCCL all-reduces" if tag == "" else
+                "a MemPool over rap.torch.allocator() registered with NCCL")
+        if "allreduces_right" not in ranks[0]:
+            lines.append("two GPUs, %s: FAILED: %s" % (what, "; ".join(errors) or s.get("launch_tail", "")[-400:]))
+            lines.append("  launch: exit %s, %.0f s" % (s["launch_status"], s["seconds"]))
+            continue
         if tag == "":
             a = ranks[0]
             lines.append("two GPUs, rap enabled on %s: a 64 MiB tensor sent through "
                          "torch.multiprocessing (values arrived %s, the child's write seen %s, "
                          "share/open %s), held by the child while %d NCCL all-reduces ran on new "
                          "tensors of the same pool: right %s of %d, over the held block %s; the "
-                         "child's %d writes right: %s; pending while held %.1f MiB, after the "
-                         "drop %.1f MiB; register_mem_pool while enabled: %s"
+                         "child's %d writes right: %s; dropped by the child with its writes "
+                         "still queued: 8 new tensors intact %s (%s over its block); pending "
+                         "while held %.1f MiB, after the drop %.1f MiB; register_mem_pool while "
+                         "enabled: %s"
                          % (spec, a.get("values_arrived"), a.get("receiver_write_seen"),
                             a.get("share_open_values"), ALLREDUCES, a.get("allreduces_right"),
                             ALLREDUCES, a.get("allreduces_over_the_held_block"), CHILD_WRITES,
-                            a.get("child_writes_right"), a.get("pending_while_held_MiB", -1),
+                            a.get("child_writes_right"), a.get("fresh_tensors_intact"),
+                            a.get("fresh_over_the_closed_block"), a.get("pending_while_held_MiB", -1),
                             a.get("pending_after_drop_MiB", -1),
                             "refused, as designed" if a.get("register_mem_pool_refused")
                             else a.get("register_mem_pool_refused")))
@@ -688,14 +721,30 @@ def _two_gpu_lines(out):
     return ok, lines
 
 
-def cmd_summarize_two_gpus(args):
-    ok, lines = _two_gpu_lines(args.out)
+def _result(out, file, ok, lines):
     lines.append("RESULT: " + ("PASS" if ok else "FAIL"))
     text = "\n".join(lines)
     print(text)
-    with open(os.path.join(args.out, "two_gpus_summary.txt"), "w") as f:
+    with open(os.path.join(out, file), "w") as f:
         f.write(text + "\n")
     return 0 if ok else 1
+
+
+def cmd_summarize_two_gpus(args):
+    ok, lines = _two_gpu_lines(args.out)
+    return _result(args.out, "two_gpus_summary.txt", ok, lines)
+
+
+def cmd_summarize_capabilities(args):
+    """The lines of whichever of this file's commands wrote results to --out (none required)."""
+    ok, lines = summarize(args.out, required=False)
+    if any(_load(args.out, n) is not None for n in ("share_allreduce", "share_allreduce_registered")):
+        good, more = _two_gpu_lines(args.out)
+        ok, lines = ok and good, lines + more
+    if not lines:
+        lines.append("no results of sleep, graph_sleep or share_allreduce in %s" % args.out)
+        ok = False
+    return _result(args.out, "capabilities_summary.txt", ok, lines)
 
 
 def main():
