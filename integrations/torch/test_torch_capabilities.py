@@ -13,7 +13,8 @@ share_allreduce); each can also be run here directly:
   share_allreduce  two GPUs, one rank each (torchrun, started from here): a tensor of rap's pool
                    sent to a spawned process through torch.multiprocessing, which reads and
                    writes it and holds it while the rank's NCCL all-reduces run on new tensors of
-                   the same pool; results against values computed on the host; skipped with
+                   the same pool, then drops it with its writes still queued (tensors made then
+                   stay intact); results against values computed on the host; skipped with
                    fewer than two GPUs. --tag registered: PyTorch's allocator, a
                    torch.cuda.MemPool over rap.torch.allocator() (the spec enable() would use)
                    registered with NCCL (rap.torch.register_mem_pool), all-reduces in it
