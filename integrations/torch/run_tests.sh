@@ -5,7 +5,7 @@
 # record_stream and early frees (+ threads), CUDA graph capture and replay (graph pools through
 # PyTorch's hooks, then through capture detection), out of memory (default and RAP_TORCH_OOM=null),
 # set_per_process_memory_fraction and empty_cache, Python frames in a trace, PyTorch users' own patterns (test_torch_users.py), and the training on a QuickPool as a
-# diagnostic. Writes to $OUT (default <repo>/out): torch_summary.txt, torch_results.json (every
+# diagnostic; sleep and wake under training and across CUDA graphs (test_torch_capabilities.py). Writes to $OUT (default <repo>/out): torch_summary.txt, torch_results.json (every
 # test's numbers) and torch_log.txt (every process's output). Exit status 1 on a failure.
 # The rest (environment, log, results) is integrations/common/run_tests.sh, shared with cupy.
 show_env="RAP_TORCH_OOM RAP_TORCH_POOL_HOOKS RAP_TORCH_SPEC"
@@ -41,9 +41,15 @@ RAP_TORCH_SPEC="QuickPool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB,
 # The same training on the default pool over the growable platform (one chunk, 2 MiB granules).
 RAP_TORCH_SPEC="ResourceAwarePool(DEVICE_VMM::{device}, initial_size=64MiB, next_size=2MiB, heuristic=never, cross_resource=wait, wait_above=512MiB)" \
   run train --allocator rap --tag vmm
-# Sleep and wake of the pool over the growable platform, with its memory lent to another process.
+# Sleep and wake on the spec enable() gives (the default; RAP_TORCH_SPEC where set), with its
+# memory lent to another process: the first sleep unprepared, the second after prepare_sleep; a
+# decode step's CUDA graphs (explicit and torch.compile's) replayed across a sleep. A spec that
+# cannot sleep fails both, saying so (test_torch_capabilities.py).
+RAP_TEST_TIMEOUT=${RAP_TEST_TIMEOUT:-300} run sleep
+RAP_TEST_TIMEOUT=${RAP_TEST_TIMEOUT:-300} run graph_sleep
+# The same sleep over the growable platform named by hand.
 RAP_TORCH_SPEC="ResourceAwarePool(DEVICE_VMM::{device}, initial_size=64MiB, next_size=2MiB, heuristic=never, cross_resource=wait, wait_above=512MiB)" \
-  run sleep
+  RAP_TEST_TIMEOUT=${RAP_TEST_TIMEOUT:-300} run sleep --tag vmm
 # CUDA tensors across processes: torch.multiprocessing and share/open over an exporting platform.
 RAP_TORCH_SPEC="ResourceAwarePool(DeviceVmm(device={device}, export=posix), initial_size=64MiB, next_size=2MiB, heuristic=never)" \
   run ipc

@@ -6,14 +6,14 @@
   graph              CUDA graph capture and replay of an allocating step
   oom                a failed allocation (RAP_TORCH_OOM=null: see what PyTorch does with NULL)
   fraction           set_per_process_memory_fraction (limit, refusals) and empty_cache
-  sleep              rap_torch.sleep/wake over DEVICE_VMM: training goes on bit-equal after it
   ipc                torch.multiprocessing and rap_torch.share/open over DeviceVmm(export=posix)
                      (--tag streamordered: over StreamOrdered(pool=new, export=posix))
   pystack            a traced run with rap_torch.enable(python_stack=8), in a child process: the
                      allocations carry their Python frames, and snapshot_from_trace puts them in
                      memory_viz's frames
   summarize          compares the results and prints the table; exit status 1 on a failure
-and test_torch_users.py's: stats, compile, handoff, mempool, model (see there).
+and test_torch_users.py's: stats, compile, handoff, mempool, model, and
+test_torch_capabilities.py's: sleep, graph_sleep, share_allreduce (see there).
 Each command writes <out>/<name>.json.
 """
 
@@ -33,6 +33,7 @@ if os.environ.get("RAP_TEST_FROM_WHEEL") == "1":   # the installed package's cop
     sys.modules["rap_torch"] = rap.torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_torch_users  # noqa: E402  (the commands of PyTorch users' own patterns)
+import test_torch_capabilities  # noqa: E402  (sleep, graphs across a sleep, two GPUs)
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # deterministic cuBLAS; before CUDA starts
 
@@ -419,99 +420,6 @@ def cmd_fraction(args):
     return 0 if r["ok"] else 1
 
 
-def cmd_sleep(args):
-    """rap.torch.sleep/wake over DEVICE_VMM (RAP_TORCH_SPEC names it): a model trained 10 steps,
-    put to sleep with its optimizer state, woken and trained 10 more gives the losses of 20 steps
-    without sleep, bit for bit; while asleep the device's free memory rises by what the pool held,
-    another process allocates most of it, and the pool refuses to allocate; discard mode."""
-    import torch
-    if not torch.cuda.is_available():
-        dump(args, "sleep", {"skipped": "no CUDA device"})
-        return 0
-    import rap_torch
-    rap_torch.enable()
-    import subprocess
-    F = torch.nn.functional
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    r = {"spec": rap_torch.spec()}
-
-    def run(steps, pause):
-        torch.manual_seed(0)
-        model = build_model(torch).cuda()
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        gen = torch.Generator(device="cuda").manual_seed(1)
-        losses = []
-        for i in range(steps):
-            if i == pause:
-                pause_here(model, opt)
-            x = torch.randn(32, 3, 64, 64, generator=gen, device="cuda")
-            y = torch.randint(0, 10, (32,), generator=gen, device="cuda")
-            opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            losses.append(float.hex(loss.item()))
-        return losses
-
-    def state_bytes(model, opt):
-        ts = [p.detach().flatten() for p in model.parameters()]
-        ts += [v.flatten() for st in opt.state.values() for v in st.values() if torch.is_tensor(v) and v.is_cuda]
-        return hashlib.sha256(torch.cat([t.float() for t in ts]).cpu().numpy().tobytes()).hexdigest()
-
-    def pause_here(model, opt):
-        before = state_bytes(model, opt)
-        ptrs = [p.data_ptr() for p in model.parameters()]
-        weights = torch.full((1 << 30,), 7.0, device="cuda")   # 4 GiB kept across the pause
-        spare = torch.ones(1 << 20, device="cuda")    # dropped while asleep: freed at the wake
-        torch.cuda.synchronize()
-        live = rap_torch.memory_allocated()
-        rap_torch.prepare_sleep()                      # the pinned backup, before the sleep
-        held = rap_torch.memory_reserved()
-        free0, _ = torch.cuda.mem_get_info()
-        rap_torch.sleep("backup")
-        free1, _ = torch.cuda.mem_get_info()
-        r["reserved_MiB"] = held / 2**20
-        r["freed_MiB"] = (free1 - free0) / 2**20
-        r["freed_fraction"] = (free1 - free0) / held if held else 0.0
-        try:
-            torch.empty(1 << 20, device="cuda")
-            r["refused_while_asleep"] = False
-        except Exception as e:  # noqa: BLE001
-            r["refused_while_asleep"] = "asleep" in str(e)
-            r["refusal"] = str(e)[:200]
-        del spare
-        # The other process takes all but 2 GiB (its own context) of what is free now: more than
-        # was free before the sleep, so it runs only on the memory the sleep gave back.
-        take = free1 - (2 << 30)
-        r["other_process_needed_the_freed_memory"] = take > free0
-        code = ("import torch; x = torch.empty(%d, dtype=torch.uint8, device='cuda'); "
-                "torch.cuda.synchronize(); print('ok')" % take)
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-        r["other_process_took_MiB"] = take / 2**20
-        r["other_process_ok"] = p.returncode == 0 and "ok" in p.stdout
-        t0 = time.perf_counter()
-        rap_torch.wake()
-        r["wake_ms"] = (time.perf_counter() - t0) * 1e3
-        r["pointers_kept"] = ptrs == [p.data_ptr() for p in model.parameters()]
-        r["free_while_asleep_done_at_wake"] = rap_torch.memory_allocated() == live - (4 << 20)
-        r["state_bit_equal"] = state_bytes(model, opt) == before
-        r["weights_intact"] = bool((weights == 7.0).all().item())
-        del weights
-
-    r["losses_without_sleep"] = run(20, -1)
-    r["losses_with_sleep"] = run(20, 10)
-    r["losses_equal"] = r["losses_without_sleep"] == r["losses_with_sleep"]
-    scratch = torch.ones(1 << 22, device="cuda")
-    rap_torch.sleep("discard")
-    rap_torch.wake()
-    scratch.fill_(3)
-    r["discard_then_usable"] = float(scratch.sum().item()) == 3.0 * (1 << 22)
-    dump(args, "sleep", r)
-
-
 load, mib = test_torch_users._load, test_torch_users._mib
 
 
@@ -760,28 +668,6 @@ def cmd_summarize(args):
                             (ip["second_open_error"] or "no")[:120]))
         elif ip is not None:
             lines.append("across processes over %s: skipped: %s" % (over, ip["skipped"]))
-    sl = load(args.out, "sleep")
-    if sl and "skipped" not in sl:
-        good = all(sl.get(k) for k in ("losses_equal", "state_bit_equal", "pointers_kept",
-                                       "refused_while_asleep", "other_process_ok",
-                                       "discard_then_usable", "free_while_asleep_done_at_wake",
-                                       "weights_intact", "other_process_needed_the_freed_memory"))
-        good = good and sl["freed_fraction"] >= 0.99
-        ok &= good
-        lines.append("sleep/wake over DEVICE_VMM: losses after sleep and wake bit-equal: %s; state "
-                     "bit-equal: %s; 4 GiB tensor intact: %s; pointers kept: %s; %.0f of %.0f MiB "
-                     "freed (%.1f %%), another process took %.0f MiB (more than was free before: "
-                     "%s): %s; refused while asleep: %s; a tensor dropped while "
-                     "asleep freed at the wake: %s; wake %.1f ms; discard: %s"
-                     % (sl["losses_equal"], sl["state_bit_equal"], sl["weights_intact"],
-                        sl["pointers_kept"], sl["freed_MiB"], sl["reserved_MiB"],
-                        100 * sl["freed_fraction"], sl["other_process_took_MiB"],
-                        sl["other_process_needed_the_freed_memory"], sl["other_process_ok"],
-                        sl["refused_while_asleep"], sl["free_while_asleep_done_at_wake"],
-                        sl["wake_ms"], sl["discard_then_usable"]))
-    elif sl is not None or os.environ.get("RAP_TEST_ONLY") is None:
-        ok &= bool(sl)
-        lines.append("sleep/wake: %s" % ("skipped: " + sl["skipped"] if sl else "results missing"))
     ps = load(args.out, "pystack")
     if ps is not None or os.environ.get("RAP_TEST_ONLY") is None:
         ok &= bool(ps and ps.get("ok"))
@@ -804,6 +690,9 @@ def cmd_summarize(args):
     users_ok, users_lines = test_torch_users.summarize(args.out)
     ok &= users_ok
     lines.extend(users_lines)
+    caps_ok, caps_lines = test_torch_capabilities.summarize(args.out)
+    ok &= caps_ok
+    lines.extend(caps_lines)
     lines.append("RESULT: " + ("PASS" if ok else "FAIL"))
     text = "\n".join(lines)
     print(text)
@@ -826,7 +715,8 @@ def main():
     ap.add_argument("--model", default="gpt2")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    fn = globals().get("cmd_" + args.command) or getattr(test_torch_users, "cmd_" + args.command)
+    fn = (globals().get("cmd_" + args.command) or getattr(test_torch_users, "cmd_" + args.command, None)
+          or getattr(test_torch_capabilities, "cmd_" + args.command))
     return fn(args) or 0
 
 
