@@ -187,6 +187,7 @@ static void random_trace(const char *wl, const pdesc *peers, size_t npeers) {
 void wl_b(void) {
   static const pdesc peers[] = {
       {P_RAP, "rap default", BENCH_DEFAULT_SPEC, 0},
+      {P_RAP, "rap default over DEVICE", BENCH_FALLBACK_SPEC, 0},
       {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(DEVICE, initial_size=1MiB, next_size=1MiB)", 0},
       {P_RAP, "rap QuickPool", "QuickPool(DEVICE, initial_size=1MiB, next_size=1MiB)", 0},
       {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE, initial_size=1MiB, next_size=1MiB)", 0},
@@ -443,6 +444,7 @@ static void recorded_trace(const char *wl, const char *path, const pdesc *peers,
  * growable platform by 2 MiB granules, and the peers. */
 static const pdesc f_peers[] = {
     {P_RAP, "rap default", BENCH_DEFAULT_SPEC, 0},
+    {P_RAP, "rap default over DEVICE", BENCH_FALLBACK_SPEC, 0},
     {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
     {P_RAP, "rap QuickPool", "QuickPool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
     {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},

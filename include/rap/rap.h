@@ -106,6 +106,19 @@ int  rap_allocator_make_spec(rap_manager *rm, const char *name, const char *spec
      /* "ThreadSafe(ResourceAwarePool(SizeLimiter(DEVICE, limit=8GiB), initial_size=1GiB))":
         inner allocators are named "name/ResourceAwarePool", "name/ResourceAwarePool/SizeLimiter".
         RAP_ALLOCATOR_<NAME>=spec in the environment replaces the spec, or a rap_allocator_make. */
+/* The pool rap's integrations (rap.torch, rap_cupy, rap.numba, rap.cuda_core, rap-bench's "rap
+ * default") make for a CUDA device when the user names none; "{device}" stands for the device
+ * number. One growable range per device that other processes may import, NCCL may register and
+ * rap_allocator_sleep may put to sleep; streams wait for each other's memory past 512 MiB held.
+ * Where the driver refuses that platform (RAP_ERR_UNSUPPORTED: no virtual memory management or no
+ * POSIX handles, a HIP build), they make RAP_FALLBACK_DEVICE_SPEC: the same pool over cudaMalloc
+ * chunks, which does neither export nor sleep. */
+#define RAP_DEFAULT_DEVICE_SPEC                                                                    \
+  "ResourceAwarePool(DeviceVmm(device={device}, export=posix), initial_size=64MiB, next_size=32MiB, " \
+  "heuristic=never, cross_resource=wait, wait_above=512MiB, wait_pending_above=512MiB)"
+#define RAP_FALLBACK_DEVICE_SPEC                                                                   \
+  "ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, heuristic=never, "     \
+  "cross_resource=wait, wait_above=512MiB, wait_pending_above=512MiB)"
 int  rap_spec_check(const char *spec);   /* RAP_OK when rap_allocator_make_spec could make spec: names,
                                            options and values checked (device specs without a
                                            device); no pool memory is taken */

@@ -104,6 +104,7 @@ typedef struct dev {
   size_t allocs, alloc_bytes, ooms, base_count, base_bytes;
   /* glue_set_memory_fraction's cap on the main pool's reserved bytes (0: none). */
   size_t limit;
+  bool fell_back;   /* the pool was made from glue_cfg.fallback_spec */
 } dev;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -171,9 +172,7 @@ static size_t device_strategy(const char *spec, const char *p) {
 /* The spec with "{device}" replaced by the device; a spec without it gets DEVICE::N and
  * DEVICE_VMM::N for every bare DEVICE and DEVICE_VMM, and device=N in StreamOrdered(...) and
  * DeviceVmm(...) that name none, so one RAP_*_SPEC serves every device. */
-static int build_spec(int device, char *buf, size_t cap) {
-  const char *env = glue_cfg.spec_env ? getenv(glue_cfg.spec_env) : NULL;
-  const char *spec = env != NULL && *env != '\0' ? env : glue_cfg.default_spec;
+static int expand_spec(const char *spec, int device, char *buf, size_t cap) {
   bool placeholder = strstr(spec, "{device}") != NULL;
   size_t o = 0;
   for (const char *p = spec; *p != '\0';) {
@@ -204,6 +203,17 @@ static int build_spec(int device, char *buf, size_t cap) {
   return RAP_OK;
 }
 
+/* The spec the user named in the environment, or NULL. */
+static const char *user_spec(void) {
+  const char *env = glue_cfg.spec_env ? getenv(glue_cfg.spec_env) : NULL;
+  return env != NULL && *env != '\0' ? env : NULL;
+}
+
+static int build_spec(int device, char *buf, size_t cap) {
+  const char *spec = user_spec();
+  return expand_spec(spec != NULL ? spec : glue_cfg.default_spec, device, buf, cap);
+}
+
 static int get_dev(int device, dev **out) {
   int st = init_locked();
   if (st != RAP_OK) return st;
@@ -221,6 +231,15 @@ static int ensure_pool(int device, dev *d) {
   if (st != RAP_OK) return st;
   snprintf(name, sizeof name, "%s-cuda%d", glue_cfg.prefix, device);
   st = rap_allocator_make_spec(rm, name, spec, &d->pool);
+  /* The default's platform refused here (no virtual memory management, no POSIX handles): the
+   * same pool over cudaMalloc chunks. A spec the user named is never replaced. */
+  if (st == RAP_ERR_UNSUPPORTED && user_spec() == NULL && glue_cfg.fallback_spec != NULL) {
+    rap_log(RAP_LOG_INFO, "%s: device %d: %s; its pool is made over cudaMalloc chunks instead, "
+            "which neither export nor sleep", glue_cfg.prefix, device, rap_last_error());
+    st = expand_spec(glue_cfg.fallback_spec, device, spec, sizeof spec);
+    if (st == RAP_OK) st = rap_allocator_make_spec(rm, name, spec, &d->pool);
+    d->fell_back = st == RAP_OK;
+  }
   if (st == RAP_OK) rap_log(RAP_LOG_INFO, "%s: device %d allocates from %s", glue_cfg.prefix, device, spec);
   return st;
 }
@@ -702,7 +721,9 @@ int glue_stream_retire(cudaStream_t s, int *adopted) {
 
 int glue_spec(int device, char *buf, size_t cap) {
   pthread_mutex_lock(&lock);
-  int st = build_spec(device, buf, cap);
+  int st = devs != NULL && device >= 0 && device < ndev && devs[device].fell_back
+               ? expand_spec(glue_cfg.fallback_spec, device, buf, cap)
+               : build_spec(device, buf, cap);
   pthread_mutex_unlock(&lock);
   return st;
 }

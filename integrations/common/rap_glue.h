@@ -27,6 +27,7 @@ typedef struct rap_glue_config {
   const char *prefix;         /* "torch": pools are named torch-cuda0, torch-cuda0-graph1, ... */
   const char *spec_env;       /* "RAP_TORCH_SPEC": a spec string that replaces default_spec */
   const char *default_spec;   /* "{device}" is replaced by the device number */
+  const char *fallback_spec;  /* made where default_spec is refused as unsupported (NULL: none) */
   const char *graphs_env;     /* "RAP_TORCH_GRAPHS": "0" turns capture detection off */
 } rap_glue_config;
 
@@ -54,7 +55,7 @@ int  glue_release_graph_pools(size_t *released);       /* pools of ended capture
 int  glue_stat_values(int device, int graph, size_t *out, size_t n);   /* n >= GLUE_NSTATS */
 int  glue_pointer_stream(const void *ptr, int device, cudaStream_t *out);
 int  glue_stream_retire(cudaStream_t s, int *adopted);  /* the stream's owner lets go of it */
-int  glue_spec(int device, char *buf, size_t cap);      /* the spec a device's pool is made from */
+int  glue_spec(int device, char *buf, size_t cap);      /* the spec a device's pool is (to be) made from */
 int  glue_reset_peaks(int device);        /* high-water marks of the device's pools start again */
 int  glue_reset_accumulated(int device);  /* running totals start again (see GLUE_ALLOCS_TOTAL) */
 int  glue_sleep(int device, int mode);    /* the device's pool sleeps (rap_sleep_mode) */

@@ -11,7 +11,7 @@
 #include <string.h>
 
 const rap_glue_config glue_cfg = {"test", "RAP_TEST_GLUE_SPEC",
-                                  "ResourceAwarePool(DEVICE::{device}, initial_size=64MiB)", NULL};
+                                  "ResourceAwarePool(DEVICE::{device}, initial_size=64MiB)", NULL, NULL};
 
 int main(void) {
   static const char *const cases[][2] = {

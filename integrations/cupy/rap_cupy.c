@@ -32,7 +32,8 @@
 const rap_glue_config glue_cfg = {
     "cupy",
     "RAP_CUPY_SPEC",
-    "ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, heuristic=never)",
+    RAP_DEFAULT_DEVICE_SPEC,
+    RAP_FALLBACK_DEVICE_SPEC,
     "RAP_CUPY_GRAPHS",
 };
 

@@ -7,8 +7,10 @@
 
 enable() loads librap_cupy.so and installs it through cupy.cuda.memory.CFunctionAllocator. Each
 device gets one ResourceAwarePool, made from RAP_CUPY_SPEC ("{device}" stands for the device
-number) or from "ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB,
-heuristic=never)".
+number) or from rap's default for a device (RAP_DEFAULT_DEVICE_SPEC in rap/rap.h:
+"ResourceAwarePool(DeviceVmm(device={device}, export=posix), initial_size=64MiB, next_size=32MiB,
+heuristic=never, cross_resource=wait, wait_above=512MiB, wait_pending_above=512MiB)", which sleeps,
+exports and registers with NCCL; over DEVICE::{device} where the driver refuses that platform).
 
 CuPy's C allocator ABI carries no stream, so the library must learn CuPy's current stream at each
 allocation. enable() hands it CuPy's own C function for that, taken from CuPy's Cython C-API table

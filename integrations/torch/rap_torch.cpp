@@ -35,8 +35,8 @@ extern "C" const rap_glue_config glue_cfg = {
      * streams (record_stream, FSDP and NCCL hand-offs), a stream whose memory another stream still
      * uses waits for it on the GPU instead of the pool growing with the CPU's lead; below that
      * it grows, so FSDP's streams are not queued behind each other; on one stream nothing waits. */
-    "ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, heuristic=never, "
-    "cross_resource=wait, wait_above=512MiB, wait_pending_above=512MiB)",
+    RAP_DEFAULT_DEVICE_SPEC,
+    RAP_FALLBACK_DEVICE_SPEC,
     "RAP_TORCH_GRAPHS",
 };
 

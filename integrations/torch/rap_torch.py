@@ -6,9 +6,12 @@
 
 enable() loads librap_torch.so and makes it PyTorch's CUDA allocator through
 torch.cuda.memory.CUDAPluggableAllocator. Each device gets one ResourceAwarePool, made from
-RAP_TORCH_SPEC (a rap spec string, "{device}" standing for the device number) or from
-"ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, heuristic=never,
-cross_resource=wait, wait_above=512MiB, wait_pending_above=512MiB)".
+RAP_TORCH_SPEC (a rap spec string, "{device}" standing for the device number) or from rap's
+default for a device (RAP_DEFAULT_DEVICE_SPEC in rap/rap.h): "ResourceAwarePool(DeviceVmm(device=
+{device}, export=posix), initial_size=64MiB, next_size=32MiB, heuristic=never, cross_resource=wait,
+wait_above=512MiB, wait_pending_above=512MiB)" — one growable range per device that sleeps
+(sleep/wake), shares tensors with other processes and registers with NCCL; where the driver refuses
+that platform, the same pool over DEVICE::{device}.
 
 PyTorch raises for a pluggable allocator's statistics; once enabled, torch.cuda.memory_stats,
 memory_allocated, max_memory_reserved, reset_peak_memory_stats, memory_summary and the rest answer

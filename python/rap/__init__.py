@@ -41,7 +41,8 @@ from .errors import (BackendError, BusyError, CorruptError, Error, ExistsError, 
                      NotFoundError, OutOfMemoryError, UnknownPointerError, UnsupportedError,
                      WrongResourceError)
 
-__all__ = ["version", "check_spec", "library_path", "Allocator", "HostQueue", "Buffer",
+__all__ = ["version", "check_spec", "device_pool", "DEFAULT_DEVICE_SPEC", "FALLBACK_DEVICE_SPEC",
+           "library_path", "Allocator", "HostQueue", "Buffer",
            "IpcHandle", "set_log_handler", "set_log_level", "log_level", "LOG_LEVELS",
            "trace_start", "trace_stop", "trace_flush", "status_name"] + errors.__all__
 
@@ -49,6 +50,30 @@ __all__ = ["version", "check_spec", "library_path", "Allocator", "HostQueue", "B
 def version():
     """The C library's version, "MAJOR.MINOR.PATCH"."""
     return library().rap_version().decode()
+
+
+# rap/rap.h's RAP_DEFAULT_DEVICE_SPEC and RAP_FALLBACK_DEVICE_SPEC ("{device}": the device number):
+# the pool every integration makes for a device when the user names none, and what it makes where
+# the driver refuses the first's platform (tests/python checks that the two files agree).
+DEFAULT_DEVICE_SPEC = ("ResourceAwarePool(DeviceVmm(device={device}, export=posix), initial_size=64MiB, "
+                       "next_size=32MiB, heuristic=never, cross_resource=wait, wait_above=512MiB, "
+                       "wait_pending_above=512MiB)")
+FALLBACK_DEVICE_SPEC = ("ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, "
+                        "heuristic=never, cross_resource=wait, wait_above=512MiB, "
+                        "wait_pending_above=512MiB)")
+
+
+def device_pool(device, name, spec=None):
+    """A rap.Allocator for CUDA device `device` named `name`: from spec ("{device}" replaced), or,
+    spec None, from DEFAULT_DEVICE_SPEC, falling back to FALLBACK_DEVICE_SPEC where the driver
+    refuses the growable, exportable platform (rap.UnsupportedError). A named spec is never
+    replaced."""
+    if spec is not None:
+        return Allocator(spec.replace("{device}", str(device)), name=name)
+    try:
+        return Allocator(DEFAULT_DEVICE_SPEC.replace("{device}", str(device)), name=name)
+    except errors.UnsupportedError:
+        return Allocator(FALLBACK_DEVICE_SPEC.replace("{device}", str(device)), name=name)
 
 
 def check_spec(spec):

@@ -35,8 +35,7 @@ import rap
 
 __all__ = ["RapMemoryResource", "RapPinnedMemoryResource", "DEFAULT_SPEC", "PINNED_SPEC"]
 
-DEFAULT_SPEC = ("ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, "
-                "heuristic=never)")
+DEFAULT_SPEC = rap.DEFAULT_DEVICE_SPEC
 PINNED_SPEC = "QuickPool(PINNED, initial_size=16MiB, next_size=2MiB, heuristic=never)"
 
 
@@ -67,9 +66,13 @@ class _RapResource(MemoryResource):
         except TypeError:
             pass
         if allocator is None:
-            spec = spec or os.environ.get(self._spec_env) or self._default_spec
-            allocator = rap.Allocator(spec.replace("{device}", str(device)),
-                                      name="cuda_core%s" % ("" if device is None else device))
+            spec = spec or os.environ.get(self._spec_env)
+            name = "cuda_core%s" % ("" if device is None else device)
+            if spec is None and self._default_spec is DEFAULT_SPEC:   # the device default
+                allocator = rap.device_pool(device, name)
+            else:
+                allocator = rap.Allocator((spec or self._default_spec).replace("{device}", str(device)),
+                                          name=name)
         self._pool = allocator
         self._lock = threading.RLock()   # rap pools are one thread at a time; closes come from GC
         self._owner = {}                 # ptr -> the rap resource it was allocated on (None: host)

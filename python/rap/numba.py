@@ -46,8 +46,7 @@ __all__ = ["RapNumbaManager", "stream", "pool", "pinned_pools", "DEFAULT_SPEC", 
 
 # The pool each device's arrays come from, as rap.torch and rap.cupy make theirs (RAP_NUMBA_SPEC
 # replaces it).
-DEFAULT_SPEC = ("ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, "
-                "heuristic=never)")
+DEFAULT_SPEC = rap.DEFAULT_DEVICE_SPEC
 PINNED_SPEC = "QuickPool(Pinned({flags}), initial_size=16MiB, next_size=2MiB, heuristic=never)"
 
 _local = threading.local()     # .stream: what `with stream(s)` set on this thread
@@ -140,8 +139,8 @@ class RapNumbaManager(cuda.HostOnlyCUDAMemoryManager):
             p = self._pools.get(("device",))
             if p is None:
                 device = self._device()
-                spec = os.environ.get("RAP_NUMBA_SPEC") or DEFAULT_SPEC
-                p = rap.Allocator(spec.replace("{device}", str(device)), name="numba%d" % device)
+                spec = os.environ.get("RAP_NUMBA_SPEC") or None
+                p = rap.device_pool(device, "numba%d" % device, spec)
                 self._pools[("device",)] = p
             return p
 

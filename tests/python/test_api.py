@@ -270,6 +270,25 @@ class SleepAndShare(unittest.TestCase):
                     pool.share(b)
 
 
+class DefaultSpec(unittest.TestCase):
+    def test_the_device_default_is_rap_h_s_and_a_valid_spec(self):
+        """rap.DEFAULT_DEVICE_SPEC and FALLBACK_DEVICE_SPEC are rap/rap.h's macros, word for word
+        (every integration makes its pools from one or the other), and both are specs rap makes."""
+        header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include", "rap", "rap.h")
+        with open(header) as f:
+            text = f.read()
+        for name, value in (("RAP_DEFAULT_DEVICE_SPEC", rap.DEFAULT_DEVICE_SPEC),
+                            ("RAP_FALLBACK_DEVICE_SPEC", rap.FALLBACK_DEVICE_SPEC)):
+            start = text.index("#define " + name)
+            body = text[start:text.index("\n\n", start) if "\n\n" in text[start:] else None]
+            body = body.split("\n#define", 1)[0]
+            pieces = [p for p in body.replace("\\\n", "\n").split('"')[1::2]]
+            self.assertEqual("".join(pieces), value, name)
+            self.assertTrue(rap.check_spec(value.replace("{device}", "0")))
+        self.assertIn("DeviceVmm", rap.DEFAULT_DEVICE_SPEC)
+        self.assertIn("export=posix", rap.DEFAULT_DEVICE_SPEC)
+
+
 class Handlers(unittest.TestCase):
     def test_the_oom_handler_frees_and_retries_and_its_errors_are_the_cause(self):
         with rap.Allocator("SizeLimiter(QuickPool(HOST), limit=1MiB)") as pool:

@@ -115,7 +115,8 @@ class Package(unittest.TestCase):
                                  "trace_stop", "trace_flush", "Error", "InvalidError",
                                  "OutOfMemoryError", "NotFoundError", "ExistsError", "BusyError",
                                  "UnsupportedError", "WrongResourceError", "UnknownPointerError",
-                                 "BackendError", "CorruptError"]))
+                                 "BackendError", "CorruptError", "device_pool",
+                                 "DEFAULT_DEVICE_SPEC", "FALLBACK_DEVICE_SPEC"]))
 
     def test_frameworks_missing_say_what_to_install(self):
         for mod, words in (("torch", "needs PyTorch"), ("cupy", "needs CuPy")):
