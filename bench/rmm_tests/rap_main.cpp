@@ -41,7 +41,6 @@ class RapEnvironment : public testing::Environment {
     mr_.emplace(m_, pool_);
     (void)rmm::mr::set_current_device_resource(*mr_);   // RMM's map keeps a copy
     current_ = &*mr_;
-    std::printf("rmm_tests_rap: RMM's current device resource is rap's %s\n", pool_spec());
   }
   void TearDown() override {
     if (!mr_) return;
@@ -75,5 +74,6 @@ const rap::memory_resource &current_resource() {
 int main(int argc, char **argv) {
   testing::InitGoogleTest(&argc, argv);
   testing::AddGlobalTestEnvironment(new rap_rmm_tests::RapEnvironment);   // gtest owns it
+  std::printf("rmm_tests_rap: RMM's current device resource: rap's %s\n", rap_rmm_tests::pool_spec());
   return RUN_ALL_TESTS();
 }
