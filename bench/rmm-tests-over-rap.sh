@@ -8,13 +8,13 @@
 # on the tests it had not reached.
 #   bash bench/rmm-tests-over-rap.sh       # the build in ${RAP_BUILD:-device-build}
 #   RAP_RMM_TESTS_FILTER='DeviceBuffer*'   # a GoogleTest filter for both (default: all)
-#   RAP_RMM_TESTS_LOGS=dir                 # where the logs go (default: the binaries' folder)
+#   RAP_RMM_TESTS_LOGS=dir                 # where the logs go (default: the build's bench/)
 #   RAP_RMM_TESTS_SPEC='...'               # the rap pool rmm_tests_rap uses (rap_main.cpp)
 # Exit status 0 when nothing fails over rap that passes native and rmm_tests_rap ends cleanly.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 build=${RAP_BUILD:-device-build}
-dir=$build/bench/rmm_tests
+dir=$build/bench
 logs=${RAP_RMM_TESTS_LOGS:-$dir}
 filter=${RAP_RMM_TESTS_FILTER:-*}
 limit=${RAP_RMM_TESTS_TIMEOUT:-600}   # seconds a run of a binary may take
