@@ -9,7 +9,8 @@
 # from GitHub. What was taken is written to third_party/src/SOURCES.txt.
 #
 #   name          repository                  commit (tag)                               what is used
-#   rmm           github.com/rapidsai/rmm          8718418 (v26.06.00)   cpp/include, cpp/src: librmm's sources
+#   rmm           github.com/rapidsai/rmm          8718418 (v26.06.00)   cpp/include, cpp/src: librmm's sources; its tests
+#                                                                       of device_buffer, device_uvector, device_scalar (bench/rmm_tests)
 #   rapids-logger github.com/rapidsai/rapids-logger 4c72b59 (v0.2.3)     RMM 26.06's logger (as rapids-cmake 26.06 pins it)
 #   spdlog        github.com/gabime/spdlog         6230201 (1.13.0+)    headers only, bundled fmt: what rapids-logger wraps
 #   cccl          github.com/NVIDIA/cccl           207502e (3.4.0, v3.4.0-rc0) the headers RMM 26.06 needs (it refuses CCCL < 3.3;
@@ -27,7 +28,7 @@ mirror=${RAP_PEERS_MIRROR:-/work/.mirror}
 # name (the folder under third_party/src), owner/repo, full commit, paths inside the repository
 # (. for all); a submodule's folder follows the repository that holds it.
 sources=(
-  "rmm rapidsai/rmm 871841839b94c67a61c8ed0d31feecfd92a07156 cpp/include cpp/src LICENSE VERSION"
+  "rmm rapidsai/rmm 871841839b94c67a61c8ed0d31feecfd92a07156 cpp/include cpp/src cpp/tests/device_buffer_tests.cu cpp/tests/device_uvector_tests.cpp cpp/tests/device_scalar_tests.cpp LICENSE VERSION"
   "rapids-logger rapidsai/rapids-logger 4c72b598f99c8aa06af49468b3fc82f3931c6bf6 include src cmake LICENSE"
   "spdlog gabime/spdlog 62302019babd8fdf63c1c6dc4c9faa48d441a7f0 include LICENSE"
   "cccl NVIDIA/cccl 207502e57019cefacf6f21d3bb6045aeebef2a3e libcudacxx/include cub/cub thrust/thrust LICENSE"
