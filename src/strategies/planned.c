@@ -346,6 +346,17 @@ static uint64_t use_tag(pl_res *u) {
   return u->r->call_scoped ? u->clock.open - 1 : rapi_clock_stamp(&u->clock);
 }
 
+/* The batch a call-scoped owner's free waits for, its stream maybe gone once the call returns:
+ * named, the open one, fenced now; not named (NULL: the owner's), no call with the owner, so its
+ * stream is not touched: the last one fenced (as the ResourceAwarePool's free_pending). */
+static RAPI_NOINLINE uint64_t scoped_tag(planned *p, pl_res *rs, bool named) {
+  if (!named) return rs->clock.open - 1;
+  uint64_t tag = rapi_clock_stamp(&rs->clock);
+  if (fence_open(p, rs) != RAP_OK)
+    rap_log(RAP_LOG_WARN, "%s: fencing a call-scoped resource failed: %s", nm(p), rap_last_error());
+  return tag;
+}
+
 /* The cells of e are free again, waiting for slot me's batch tag (me 0: the host, nothing to wait
  * for) and for one use u1's. */
 static RAPI_INLINE void release_cells(planned *p, const rapi_plan_entry *e, unsigned me, uint64_t tag,
@@ -378,8 +389,9 @@ static RAPI_NOINLINE int free_planned_slow(planned *p, void *ptr, size_t i, pl_r
     u1 = (unsigned)s;
   }
   uint64_t tag1 = u1 ? use_tag(&p->res[u1 - 1]) : 0;
-  release_cells(p, &p->plan.e[i], is_sync(rs) ? 0 : slot_of(p, rs), rapi_clock_stamp(&rs->clock), u1,
-                tag1);
+  uint64_t tag = RAPI_UNLIKELY(rs->r->call_scoped) ? scoped_tag(p, rs, r != NULL)
+                                                   : rapi_clock_stamp(&rs->clock);
+  release_cells(p, &p->plan.e[i], is_sync(rs) ? 0 : slot_of(p, rs), tag, u1, tag1);
   return RAP_OK;
 }
 
@@ -397,11 +409,10 @@ static RAPI_INLINE int pl_deallocate_body(void *state, void *ptr, rap_resource *
       int st = free_planned_slow(p, ptr, i, rs, r);
       if (st != RAP_OK) return st;
     } else {
-      release_cells(p, &p->plan.e[i], is_sync(rs) ? 0 : slot_of(p, rs), rapi_clock_stamp(&rs->clock),
-                    0, 0);
+      uint64_t tag = RAPI_UNLIKELY(rs->r->call_scoped) ? scoped_tag(p, rs, r != NULL)
+                                                       : rapi_clock_stamp(&rs->clock);
+      release_cells(p, &p->plan.e[i], is_sync(rs) ? 0 : slot_of(p, rs), tag, 0, 0);
     }
-    if (RAPI_UNLIKELY(rs->r->call_scoped) && fence_open(p, rs) != RAP_OK)   /* its stream may go */
-      rap_log(RAP_LOG_WARN, "%s: fencing a call-scoped resource failed: %s", nm(p), rap_last_error());
     bytes = p->req[i];
     rs->live--;
     rs->current -= bytes;

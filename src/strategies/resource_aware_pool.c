@@ -209,13 +209,18 @@ static RAPI_NOINLINE void free_now(ra_pool *p, ra_block *b) {
 }
 
 /* A free on a queue (or of a block with uses), done now: b merges with its neighbours, becomes
- * pending on its owner with the open batch and the owner's hot block; then fence or poll. */
-static RAPI_NOINLINE void free_pending(ra_pool *p, rstate *owner, ra_block *b, uint64_t seq) {
+ * pending on its owner with the open batch and the owner's hot block; then fence or poll. A free
+ * that does not name a call-scoped owner (NULL: rap.hpp frees a block so after recording the
+ * stream it was freed on) is no call with the owner, whose stream may be gone: the block takes
+ * the owner's last fenced batch, and its work after that is the caller's to have ordered before
+ * the uses recorded (as RMM asks of a buffer moved to another stream). */
+static RAPI_NOINLINE void free_pending(ra_pool *p, rstate *owner, ra_block *b, uint64_t seq,
+                                       bool named) {
   char *ptr = b->base.ptr;
   size_t freed = b->base.size;
   if (b->uses == NULL) b = merge_pending(p, owner, b);
   b->seq = seq;
-  b->batch = rapi_clock_stamp(&owner->clock);
+  b->batch = named || !scoped(owner) ? rapi_clock_stamp(&owner->clock) : owner->clock.open - 1;
   for (rapi_use *u = b->uses; u != NULL; u = u->next) {
     if (per_block(u->rs) || scoped(u->rs)) continue;   /* a token; a batch fenced when recorded */
     u->batch = rapi_clock_stamp(&u->rs->clock);
@@ -242,7 +247,7 @@ static void flush_parked(rapi_bp *bp, rapi_block *parked) {
   ra_block *b = ra_of(parked);
   b->base.state = RAPI_USED;   /* as its free found it */
   if (b->owner->clock.sync) free_now(p, b);
-  else free_pending(p, b->owner, b, b->seq);
+  else free_pending(p, b->owner, b, b->seq, true);
 }
 
 /* Whether b, just freed on owner without uses, may be parked: taken back by owner's next request
@@ -298,7 +303,7 @@ static RAPI_INLINE int ra_free(ra_pool *p, void *ptr, rap_resource *r) {
     return RAP_OK;
   }
   if (owner->clock.sync && b->uses == NULL) free_now(p, b);
-  else free_pending(p, owner, b, ++p->free_seq);
+  else free_pending(p, owner, b, ++p->free_seq, r != NULL);
   return RAP_OK;
 }
 

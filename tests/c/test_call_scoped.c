@@ -141,6 +141,46 @@ RAP_TEST(CallScoped, UseRecordedThenQueueEndedBeforeTheOwnersFree) {
   gate_destroy(&f.g);
 }
 
+/* rap.hpp's free of a block on another stream than its own: the use recorded on that stream, then
+ * a free naming no resource. That is no call with the owner, q, whose stream is gone already: the
+ * pool leaves q's queue alone, and the block waits for the recorded use. */
+static void free_moved_block(const char *spec) {
+  fixture f;
+  setup(&f, spec, true);
+  RAP_CHECK_OK(rap_resource_set_call_scoped(f.r2, 1));
+  void *p, *p2;
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.q));
+  RAP_CHECK_OK(rap_host_async_end(f.q));
+  RAP_CHECK_OK(rap_resource_submit(f.r2, gate_job, &f.g));   /* r2's work using p */
+  RAP_CHECK_STATUS(rap_deallocate(f.pool, p, f.r2), RAP_ERR_WRONG_RESOURCE);
+  RAP_CHECK_OK(rap_record_resource(f.pool, p, f.r2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, NULL));
+  RAP_CHECK_OK(rap_allocate(f.pool, &p2, 4 * KiB, NULL));
+  RAP_CHECK(!overlaps(p, p2, 4 * KiB));   /* r2's use has not passed */
+  RAP_CHECK_OK(rap_deallocate(f.pool, p2, NULL));
+  RAP_CHECK_OK(rap_release(f.pool));
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  RAP_CHECK_EQ(after_end(f.q), 0);
+  gate_open(&f.g);
+  RAP_CHECK_OK(rap_resource_synchronize(f.r2));
+  RAP_CHECK_OK(rap_release(f.pool));
+  rap_stats s;
+  RAP_CHECK_OK(rap_allocator_stats(f.pool, &s));
+  RAP_CHECK_EQ(s.pending_count, 0);
+  RAP_CHECK_EQ(after_end(f.q), 0);
+  RAP_CHECK_OK(rap_resource_destroy(f.q));
+  RAP_CHECK_OK(rap_manager_destroy(f.rm));
+  gate_destroy(&f.g);
+}
+
+RAP_TEST(CallScoped, BlockMovedToAnotherStreamAfterItsOwnWentResourceAwarePool) {
+  free_moved_block("ResourceAwarePool(HOST, initial_size=1MiB)");
+}
+
+RAP_TEST(CallScoped, BlockMovedToAnotherStreamAfterItsOwnWentThreadCache) {
+  free_moved_block("ThreadCache(ResourceAwarePool(HOST, initial_size=1MiB), max_size=64KiB)");
+}
+
 /* A ThreadCache keeps no block of a call-scoped resource: a cached one would reach the pool later,
  * on a call without q, and the pool would fence it on q's ended queue. */
 RAP_TEST(CallScoped, ThreadCacheKeepsNothingOfTheQueue) {
