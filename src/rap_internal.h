@@ -553,6 +553,10 @@ struct rap_resource {
   int refs;                        /* atomic */
   int waits_queued;                /* atomic: host_async waits queued here and not yet run */
   rapi_watch *watchers;            /* pools with state for this resource */
+  int call_scoped;                 /* its stream may be gone once a call with it returned: pools
+                                      fence at each call, nothing touches the stream later */
+  pthread_mutex_t newest_lock;     /* call_scoped: a record and newest change together */
+  rapi_event *newest;              /* call_scoped: the event recorded on it last, or NULL */
 };
 
 /* ---- locks a thread holds, for waits that must let them go --------------------------------
@@ -596,6 +600,15 @@ void rapi_event_pool_fini(rap_resource *r, void (*destroy_handle)(void *));
  * RAP_ERR_BUSY, from a queue's work: e is of that queue (it would wait for itself), or of another
  * queue that has waits of its own queued (they may be for this queue: both would hang). */
 int  rapi_host_wait(const rapi_event *e);
+/* Every record of an event on r goes through here: on a call-scoped r it becomes r's newest. */
+int  rapi_resource_record(rap_resource *r, rapi_event **out);
+/* *copy: a point of r past all its work that rap knows of, to wait on (rapi_host_wait): an event
+ * recorded now and given back at once (a copy stays good to wait on, as rapi_host_wait's does);
+ * on a call-scoped r, whose stream may be gone, a copy of its newest event. *any false: none. */
+int  rapi_resource_mark(rap_resource *r, rapi_event *copy, bool *any);
+/* Waits on the host until r's work has passed: synchronizes r, or, call-scoped, waits for its
+ * newest event (its stream is never touched). */
+int  rapi_resource_wait_done(rap_resource *r);
 void rapi_resource_ref(rap_resource *r);
 void rapi_resource_unref(rap_resource *r);
 /* A strategy's set of the resources it watches, each once (the host is never added): add watches r

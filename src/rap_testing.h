@@ -35,8 +35,15 @@ typedef struct rap_host_async_view {
   size_t unfinished;
   bool host_blocked, worker_blocked;
   uint64_t submitted, completed;
+  size_t after_end;   /* calls that used the queue after rap_host_async_end */
 } rap_host_async_view;
 int  rap_host_async_view_of(rap_resource *r, rap_host_async_view *out);
+
+/* Ends queue r as a caller ends a CUDA stream that a call-scoped resource wraps, the resource
+ * living on: work queued so far still runs and its events still answer (as CUDA events outlive
+ * their stream), but every later use of the queue itself (submit, record, synchronize, a wait
+ * queued on it) fails with RAP_ERR_BACKEND and counts in the view's after_end. */
+int  rap_host_async_end(rap_resource *r);
 
 /* The thread guard's membarrier registration, without making it: 1 registered, -1 the kernel has
  * none, 0 not asked yet (rap_manager_create asks). */

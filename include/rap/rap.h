@@ -306,6 +306,13 @@ int  rap_resource_create_host_async(rap_manager *rm, rap_resource **out);   /* a
 int  rap_resource_submit(rap_resource *r, void (*fn)(void *), void *arg);  /* enqueue work on r */
 int  rap_resource_synchronize(rap_resource *r);   /* wait until r's queued work has finished */
 int  rap_resource_destroy(rap_resource *r);   /* synchronizes r first; not the host resource */
+/* Call-scoped: r's stream may be destroyed as soon as any call given r has returned (RMM's rule
+ * for its resources). Pools then record every event they need on r before such a call returns,
+ * and never touch r's stream later; destroying r (or the manager) waits for the last event
+ * recorded on r instead of synchronizing the stream. Costs one event record per free on r. Set it
+ * before any allocator has seen r (RAP_ERR_BUSY after); not the host resource. */
+int  rap_resource_set_call_scoped(rap_resource *r, int on);
+int  rap_resource_call_scoped(const rap_resource *r);   /* 1 if set, else 0 */
 const char *rap_resource_kind(const rap_resource *r);   /* "host", "host_async", "cuda", ... */
 
 RAP_API_END

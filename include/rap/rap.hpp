@@ -511,7 +511,10 @@ inline resource resource::cuda_stream(manager &m) { return m.cuda_stream(); }
 
 namespace detail {
 /* One rap cuda resource per stream handle, made at a stream's first use and destroyed with the
- * last copy of the memory_resource that shares it. The map is read under its mutex only on a
+ * last copy of the memory_resource that shares it. A stream may be destroyed as soon as a call
+ * with it has returned (RMM's rule): each resource of a real stream is call-scoped
+ * (rap_resource_set_call_scoped: every free on it is fenced before it returns, and its destroy
+ * waits for its last event, never for the stream); the default streams, which never go, are not. The map is read under its mutex only on a
  * thread's first call for a stream: each thread remembers its last (map, stream, resource), the
  * map named by a number no other map gets, so a hit takes no lock (no lock shared by every
  * thread on the hot path, as in the pools themselves). An entry lives as long as its map. */
@@ -555,6 +558,8 @@ class stream_resources {
     rap_resource *r = nullptr;
     check(rap_resource_create_cuda(life_->rm, s, &r));
     try {
+      if (s != cudaStream_t{} && s != cudaStreamLegacy && s != cudaStreamPerThread)
+        check(rap_resource_set_call_scoped(r, 1));
       map_.emplace(s, r);
     } catch (...) {
       (void)rap_resource_destroy(r);
@@ -576,7 +581,7 @@ class stream_resources {
  * rap::pinned_memory_resource claims host_accessible too, for PINNED and UM; basic_memory_resource
  * takes any properties. A block allocated on a stream belongs to that stream's rap resource (one
  * per stream, made at its first use); deallocate on the same stream makes it pending there, on
- * another stream pending on both. The synchronous calls use the legacy default stream,
+ * another stream pending on both. A stream needs to live only until a call with it returns. The synchronous calls use the legacy default stream,
  * allocate_sync then waits for it, as RMM's resources do. Copies share the allocator and the
  * stream resources, which go with the last copy (or with the manager, if it goes first). Calls
  * from several threads need a thread-safe allocator (ThreadSafe(...)). deallocate cannot throw

@@ -132,6 +132,8 @@ class Allocator:
         if r is None:
             self._retire_streams()   # a new stream: those only this Allocator holds may go
             r = self._make_stream_resource(handle)
+            if not _stream_object(stream) and handle not in (0, 1, 2):
+                self._call_scoped(r)
             self._streams[handle] = r
         if handle not in self._kept and _stream_object(stream):
             self._kept[handle] = stream
@@ -142,6 +144,16 @@ class Allocator:
         self._check(self._lib.rap_resource_create_cuda(self._rm, ctypes.c_void_p(handle),
                                                        ctypes.byref(r)))
         return r
+
+    def _call_scoped(self, r):
+        """A bare handle's stream (an int: its object, if any, is not kept here) may be destroyed
+        by its owner whenever a call with it has returned: its resource is call-scoped (every free
+        fenced at once, its end waits for its last event, never for the stream). The default
+        streams (0, 1, 2) never go and are left alone."""
+        st = self._lib.rap_resource_set_call_scoped(r, 1)
+        if st != 0:
+            self._lib.rap_resource_destroy(r)
+            self._check(st)
 
     @staticmethod
     def _stream_idle(handle):

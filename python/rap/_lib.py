@@ -61,7 +61,7 @@ _STATUS_CALLS = {
     "rap_ipc_close": [P, P, P], "rap_ipc_revoke": [P, ctypes.POINTER(IpcDesc)],
     "rap_resource_create_host_async": [P, PP], "rap_resource_create_cuda": [P, P, PP],
     "rap_resource_submit": [P, JOB, P], "rap_resource_synchronize": [P],
-    "rap_resource_destroy": [P],
+    "rap_resource_destroy": [P], "rap_resource_set_call_scoped": [P, ctypes.c_int],
 }
 _NAME_CALLS = {"rap_version": [], "rap_last_error": [], "rap_status_name": [ctypes.c_int],
                "rap_allocator_name": [P], "rap_allocator_strategy": [P]}

@@ -1,4 +1,5 @@
-/* event_pool.c — each resource's free list of events, its lifetime, and the host-side wait.
+/* event_pool.c — each resource's free list of events, its lifetime, the newest event of a
+ * call-scoped resource, and the host-side wait.
  *
  * An event is taken from its resource's list when recorded and put back when no pending block
  * needs it; the backend creates one only when the list is empty, so after warm-up recording costs
@@ -19,6 +20,9 @@ void rapi_event_pool_init(rap_resource *r) {
   r->refs = 1;   /* the manager's */
   r->waits_queued = 0;
   r->watchers = NULL;
+  r->call_scoped = 0;
+  r->newest = NULL;
+  pthread_mutex_init(&r->newest_lock, NULL);
 }
 
 rapi_event *rapi_event_pool_get(rap_resource *r) {
@@ -48,7 +52,54 @@ void rapi_event_pool_fini(rap_resource *r, void (*destroy_handle)(void *)) {
     free(w);
   }
   r->watchers = NULL;
+  r->newest = NULL;
+  pthread_mutex_destroy(&r->newest_lock);
   pthread_mutex_destroy(&r->event_lock);
+}
+
+/* ---- a call-scoped resource: its stream may be gone between calls --------------------------
+ * Its events outlive the stream (CUDA lets an event recorded on a destroyed stream complete), so
+ * the last one recorded stands for all of its work rap knows of: every record on it is made and
+ * noted under newest_lock, so that newest is the last in stream order even when threads record
+ * at once. The event's memory stays until r's does (events only go back to r's free list). */
+
+int rapi_resource_record(rap_resource *r, rapi_event **out) {
+  if (RAPI_LIKELY(!r->call_scoped)) return r->ops->record(r, out);
+  pthread_mutex_lock(&r->newest_lock);
+  int st = r->ops->record(r, out);
+  if (st == RAP_OK) r->newest = *out;
+  pthread_mutex_unlock(&r->newest_lock);
+  return st;
+}
+
+static bool newest_copy(rap_resource *r, rapi_event *copy) {
+  pthread_mutex_lock(&r->newest_lock);
+  bool any = r->newest != NULL;
+  if (any) *copy = *r->newest;
+  pthread_mutex_unlock(&r->newest_lock);
+  return any;
+}
+
+int rapi_resource_mark(rap_resource *r, rapi_event *copy, bool *any) {
+  *any = false;
+  if (r->ops->record == NULL) return RAP_OK;
+  if (r->call_scoped) {
+    *any = newest_copy(r, copy);
+    return RAP_OK;
+  }
+  rapi_event *ev = NULL;
+  int st = rapi_resource_record(r, &ev);
+  if (st != RAP_OK) return st;
+  *copy = *ev;
+  r->ops->event_release(ev);
+  *any = true;
+  return RAP_OK;
+}
+
+int rapi_resource_wait_done(rap_resource *r) {
+  if (!r->call_scoped) return r->ops->synchronize(r);
+  rapi_event copy;
+  return newest_copy(r, &copy) ? r->ops->event_synchronize(&copy) : RAP_OK;
 }
 
 void rapi_resource_ref(rap_resource *r) { __atomic_fetch_add(&r->refs, 1, __ATOMIC_RELAXED); }

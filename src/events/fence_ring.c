@@ -17,7 +17,7 @@ int rapi_fence_ring_record(rapi_fence_ring *fr, rap_resource *r, uint64_t batch,
     fr->cap = cap;
   }
   rapi_event *ev;
-  int st = r->ops->record(r, &ev);
+  int st = rapi_resource_record(r, &ev);
   if (st != RAP_OK) return st;
   fr->f[(fr->head + fr->count++) % fr->cap] = (rapi_fence){batch, ev};
   return RAP_OK;

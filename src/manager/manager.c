@@ -73,7 +73,7 @@ static void unlink_and_free(rap_allocator *a) {
   free(a);
 }
 
-/* Every resource is synchronized before any pool goes (work queued on a leaked block still writes
+/* Every resource is synchronized (call-scoped: its newest event waited for) before any pool goes (work queued on a leaked block still writes
  * into memory that is there), then allocators go children first, then the resources. */
 int rap_manager_destroy(rap_manager *rm) {
   if (rm == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_manager_destroy: manager is NULL");
@@ -81,7 +81,7 @@ int rap_manager_destroy(rap_manager *rm) {
     return rapi_fail(RAP_ERR_BUSY, "rap_manager_destroy: a manager cannot be destroyed from the work "
                      "of one of its own queues");
   for (rap_resource *r = rm->resources; r != NULL; r = r->next)
-    if (r->ops->synchronize(r) != RAP_OK)
+    if (rapi_resource_wait_done(r) != RAP_OK)
       rap_log(RAP_LOG_WARN, "rap_manager_destroy: synchronizing a %s resource failed: %s",
               r->ops->kind, rap_last_error());
   rapi_ipc_manager_fini(rm);   /* blocks of other processes: their queued work has passed */
@@ -423,7 +423,8 @@ static unsigned deepest(const rap_resource *r) {
   return d;
 }
 
-/* Synchronizes r, so that everything it was used for has passed; refuses while r owns live blocks
+/* Synchronizes r (a call-scoped one: waits for its newest event, its stream maybe gone), so that
+ * everything it was used for has passed; refuses while r owns live blocks
  * (asking every pool that knows r before changing any) or an open import of another process's
  * block was given r (its close would use r), then every such pool drops r. Pools that
  * never saw r are not touched: other threads may be using them. The memory of r stays while a
@@ -437,7 +438,7 @@ int rap_resource_destroy(rap_resource *r) {
     return rapi_fail(RAP_ERR_BUSY, "rap_resource_destroy: a resource cannot be destroyed from its "
                      "own work");
   int st = rapi_ipc_resource_busy(r);
-  if (st == RAP_OK) st = r->ops->synchronize(r);
+  if (st == RAP_OK) st = rapi_resource_wait_done(r);   /* call-scoped: its newest event */
   if (st != RAP_OK) return st;
   rapi_held held;
   rapi_lock(&rm->lock, &held);

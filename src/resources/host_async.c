@@ -36,6 +36,9 @@ typedef struct host_async {
   uint64_t host_wait_seq;
   rap_resource *worker_waits_on;
   uint64_t worker_wait_seq;
+  /* rap_host_async_end (tests): the queue's owner ended it; uses of the queue since then. */
+  bool ended;
+  size_t after_end;
 } host_async;
 
 static const rapi_resource_ops host_async_ops;
@@ -63,6 +66,17 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* Under q's lock: a use of an ended queue (as of a destroyed stream's handle), counted and refused. */
+static bool used_after_end(host_async *q, const char *fn) {
+  if (RAPI_LIKELY(!q->ended)) return false;
+  q->after_end++;
+  pthread_mutex_unlock(&q->lock);
+  rapi_fail(RAP_ERR_BACKEND, "%s: host_async resource #%llu's queue was ended "
+            "(rap_host_async_end), as a stream destroyed under its resource", fn,
+            (unsigned long long)q->base.id);
+  return true;
+}
+
 static int ha_submit(rap_resource *r, void (*fn)(void *), void *arg) {
   host_async *q = (host_async *)r;
   job *j = rapi_malloc(sizeof *j);
@@ -71,6 +85,10 @@ static int ha_submit(rap_resource *r, void (*fn)(void *), void *arg) {
   j->arg = arg;
   j->next = NULL;
   pthread_mutex_lock(&q->lock);
+  if (used_after_end(q, "rap_resource_submit")) {
+    free(j);
+    return RAP_ERR_BACKEND;
+  }
   if (q->tail) q->tail->next = j;
   else q->head = j;
   q->tail = j;
@@ -131,7 +149,11 @@ static int wait_for(host_async *q, uint64_t seq, const char *fn) {
 }
 
 static int ha_synchronize(rap_resource *r) {
-  return wait_for((host_async *)r, 0, "rap_resource_synchronize");
+  host_async *q = (host_async *)r;
+  pthread_mutex_lock(&q->lock);
+  if (used_after_end(q, "rap_resource_synchronize")) return RAP_ERR_BACKEND;
+  pthread_mutex_unlock(&q->lock);
+  return wait_for(q, 0, "rap_resource_synchronize");
 }
 
 static int ha_record(rap_resource *r, rapi_event **out) {
@@ -144,6 +166,10 @@ static int ha_record(rap_resource *r, rapi_event **out) {
     __atomic_fetch_add(&r->events_created, 1, __ATOMIC_RELAXED);
   }
   pthread_mutex_lock(&q->lock);
+  if (used_after_end(q, "recording a host_async event")) {
+    rapi_event_pool_put(r, e);
+    return RAP_ERR_BACKEND;
+  }
   e->seq = q->submitted;
   pthread_mutex_unlock(&q->lock);
   *out = e;
@@ -240,6 +266,7 @@ int rap_host_async_view_of(rap_resource *r, rap_host_async_view *out) {
   out->submitted = q->submitted;
   out->completed = q->completed;
   out->host_blocked = q->host_waiters > 0 && q->completed < q->host_wait_seq;
+  out->after_end = q->after_end;
   rap_resource *other = q->worker_waits_on;
   uint64_t seq = q->worker_wait_seq;
   if (other != NULL) rapi_resource_ref(other);   /* alive: the waiting job holds a reference */
@@ -258,6 +285,16 @@ int rap_host_async_view_of(rap_resource *r, rap_host_async_view *out) {
 int rap_host_async_set_hooks(const rap_host_async_hooks *h) {
   static const rap_host_async_hooks none;
   hooks = h != NULL ? *h : none;
+  return RAP_OK;
+}
+
+int rap_host_async_end(rap_resource *r) {
+  if (r == NULL || r->ops != &host_async_ops)
+    return rapi_fail(RAP_ERR_INVALID, "rap_host_async_end: not a host_async resource");
+  host_async *q = (host_async *)r;
+  pthread_mutex_lock(&q->lock);
+  q->ended = true;
+  pthread_mutex_unlock(&q->lock);
   return RAP_OK;
 }
 

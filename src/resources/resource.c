@@ -44,6 +44,26 @@ int rap_resource_submit(rap_resource *r, void (*fn)(void *), void *arg) {
 
 const char *rap_resource_kind(const rap_resource *r) { return r ? r->ops->kind : NULL; }
 
+/* Before any pool has seen r (a pool fixes how it fences r when it first meets it); under the lock
+ * that pools take to watch r. What it changes is in events/event_pool.c (rapi_resource_record). */
+int rap_resource_set_call_scoped(rap_resource *r, int on) {
+  if (r == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_resource_set_call_scoped: resource is NULL");
+  if (r == &r->rm->host)
+    return rapi_fail(RAP_ERR_INVALID, "rap_resource_set_call_scoped: the host resource runs every "
+                     "call at once and has no stream to lose");
+  pthread_mutex_lock(&r->event_lock);
+  bool seen = r->watchers != NULL;
+  if (!seen) r->call_scoped = on != 0;
+  pthread_mutex_unlock(&r->event_lock);
+  if (seen)
+    return rapi_fail(RAP_ERR_BUSY, "rap_resource_set_call_scoped: %s resource #%llu has been seen "
+                     "by an allocator already; set it before the resource's first use",
+                     r->ops->kind, (unsigned long long)r->id);
+  return RAP_OK;
+}
+
+int rap_resource_call_scoped(const rap_resource *r) { return r != NULL && r->call_scoped; }
+
 /* The host resource runs work at once, in the caller's thread; its events have always passed. */
 static int host_synchronize(rap_resource *r) {
   (void)r;

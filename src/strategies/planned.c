@@ -332,12 +332,29 @@ RAPI_GUARDED_ENTRY(static int, pl_allocate, "rap_allocate", ((planned *)state)->
 /* A use beyond the one a cell keeps: fenced and waited for on the host now (rare: a block
  * recorded on two other streams). */
 static int wait_extra_use(planned *p, pl_res *u) {
-  (void)rapi_clock_stamp(&u->clock);
+  if (!u->r->call_scoped) (void)rapi_clock_stamp(&u->clock);   /* call-scoped: fenced at record */
   int st = fence_open(p, u);
   rapi_event *newest = st == RAP_OK ? rapi_clock_newest(&u->clock) : NULL;
   if (newest != NULL) st = rapi_host_wait(newest);
   if (st == RAP_OK) st = query_fences(u);
   return st;
+}
+
+/* The batch a use on u waits for, at the block's free: u's open one; on a call-scoped u, whose
+ * stream may be gone now, the last one fenced, which covers every record of a use on it (pl_record). */
+static uint64_t use_tag(pl_res *u) {
+  return u->r->call_scoped ? u->clock.open - 1 : rapi_clock_stamp(&u->clock);
+}
+
+/* The batch a call-scoped owner's free waits for, its stream maybe gone once the call returns:
+ * named, the open one, fenced now; not named (NULL: the owner's), no call with the owner, so its
+ * stream is not touched: the last one fenced (as the ResourceAwarePool's free_pending). */
+static RAPI_NOINLINE uint64_t scoped_tag(planned *p, pl_res *rs, bool named) {
+  if (!named) return rs->clock.open - 1;
+  uint64_t tag = rapi_clock_stamp(&rs->clock);
+  if (fence_open(p, rs) != RAP_OK)
+    rap_log(RAP_LOG_WARN, "%s: fencing a call-scoped resource failed: %s", nm(p), rap_last_error());
+  return tag;
 }
 
 /* The cells of e are free again, waiting for slot me's batch tag (me 0: the host, nothing to wait
@@ -371,9 +388,10 @@ static RAPI_NOINLINE int free_planned_slow(planned *p, void *ptr, size_t i, pl_r
     }
     u1 = (unsigned)s;
   }
-  uint64_t tag1 = u1 ? rapi_clock_stamp(&p->res[u1 - 1].clock) : 0;
-  release_cells(p, &p->plan.e[i], is_sync(rs) ? 0 : slot_of(p, rs), rapi_clock_stamp(&rs->clock), u1,
-                tag1);
+  uint64_t tag1 = u1 ? use_tag(&p->res[u1 - 1]) : 0;
+  uint64_t tag = RAPI_UNLIKELY(rs->r->call_scoped) ? scoped_tag(p, rs, r != NULL)
+                                                   : rapi_clock_stamp(&rs->clock);
+  release_cells(p, &p->plan.e[i], is_sync(rs) ? 0 : slot_of(p, rs), tag, u1, tag1);
   return RAP_OK;
 }
 
@@ -391,8 +409,9 @@ static RAPI_INLINE int pl_deallocate_body(void *state, void *ptr, rap_resource *
       int st = free_planned_slow(p, ptr, i, rs, r);
       if (st != RAP_OK) return st;
     } else {
-      release_cells(p, &p->plan.e[i], is_sync(rs) ? 0 : slot_of(p, rs), rapi_clock_stamp(&rs->clock),
-                    0, 0);
+      uint64_t tag = RAPI_UNLIKELY(rs->r->call_scoped) ? scoped_tag(p, rs, r != NULL)
+                                                       : rapi_clock_stamp(&rs->clock);
+      release_cells(p, &p->plan.e[i], is_sync(rs) ? 0 : slot_of(p, rs), tag, 0, 0);
     }
     bytes = p->req[i];
     rs->live--;
@@ -610,7 +629,13 @@ static int pl_record_body(void *state, void *ptr, rap_resource *r) {
     return rapi_fail(RAP_ERR_NOMEM, "rap_record_resource('%s'): it serves at most %d resources, or "
                      "host memory ran out", nm(p), PL_MAX_RES);
   size_t i = v >> 2;
-  if (!is_sync(rs) && rs != &p->res[p->owner_of[i]]) p->uses[i] |= (uint64_t)1 << (slot_of(p, rs) - 1);
+  if (is_sync(rs) || rs == &p->res[p->owner_of[i]]) return RAP_OK;
+  if (rs->r->call_scoped) {   /* fenced now: its stream may be gone by the block's free (use_tag) */
+    (void)rapi_clock_stamp(&rs->clock);
+    int st = fence_open(p, rs);
+    if (st != RAP_OK) return st;
+  }
+  p->uses[i] |= (uint64_t)1 << (slot_of(p, rs) - 1);
   return RAP_OK;
 }
 

@@ -275,9 +275,11 @@ int rapi_ra_resource_gone(void *state, rap_resource *r, int commit) {
 /* ---- sleep and wake (pool/sleep.c does the memory) ------------------------------------------- */
 
 /* Waits until nothing queued can touch the pool's memory: every pending block's fence (the blocks
- * become free), then one event recorded now on each resource that owns or was recorded on a used
- * block. Events only: other work on the device goes on. Host waits let this thread's locks go, so
- * the events are recorded first and the resources held meanwhile. */
+ * become free), then a point past the work of each resource that owns or was recorded on a used
+ * block: an event recorded now, or a call-scoped resource's newest (its stream may be gone; work
+ * queued there after rap's last call with it is the caller's to finish). Events only: other work
+ * on the device goes on. Host waits let this thread's locks go, so the points are all taken first
+ * and the resources held meanwhile. */
 static int quiesce(ra_pool *p) {
   for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next)
     if (!rs->clock.sync && rs_capturing(rs))
@@ -294,20 +296,19 @@ static int quiesce(ra_pool *p) {
   size_t n = 0;
   for (rstate *rs = p->by_key; rs != NULL; rs = rs->hh.next) n += !rs->clock.sync;
   if (n == 0) return RAP_OK;
-  rapi_event **ev = rapi_calloc(n, sizeof *ev);
+  rapi_event *ev = rapi_calloc(n, sizeof *ev);
   if (ev == NULL)
     return rapi_fail(RAP_ERR_NOMEM, "rap_allocator_sleep('%s'): out of host memory",
                      rap_allocator_name(p->bp.self));
   size_t k = 0;
   for (rstate *rs = p->by_key; rs != NULL && st == RAP_OK; rs = rs->hh.next) {
     if (rs->clock.sync || (rs->used_count == 0 && rs->uses_out == 0)) continue;
-    if ((st = rs->r->ops->record(rs->r, &ev[k])) == RAP_OK) rapi_resource_ref(ev[k++]->r);
+    bool any = false;
+    if ((st = rapi_resource_mark(rs->r, &ev[k], &any)) == RAP_OK && any) rapi_resource_ref(ev[k++].r);
   }
   for (size_t i = 0; i < k; i++) {
-    rap_resource *r = ev[i]->r;
-    if (st == RAP_OK) st = rapi_host_wait(ev[i]);
-    r->ops->event_release(ev[i]);
-    rapi_resource_unref(r);
+    if (st == RAP_OK) st = rapi_host_wait(&ev[i]);
+    rapi_resource_unref(ev[i].r);
   }
   free(ev);
   return st;

@@ -39,6 +39,7 @@ static RAPI_NOINLINE rstate *lookup_slow(ra_pool *p, rap_resource *r) {
     if (rs == NULL) return NULL;
     rs->r = r;
     rs->key = r->key;
+    rs->fence_at = r->call_scoped ? 1 : RAPI_EAGER_FENCE;
     rapi_clock_init(&rs->clock, r);
     /* The resource learns of this pool, so that its destroy visits it (the host: a no-op). */
     if (rap_resource_watch(r, p->bp.self) != RAP_OK) {
@@ -142,14 +143,14 @@ static RAPI_INLINE ra_block *merge_pending(ra_pool *p, rstate *owner, ra_block *
   return b;
 }
 
-/* After a deallocation on rs. Many blocks waiting in the open batch: fence it now, so that by the
+/* After a deallocation on rs. Many blocks waiting in the open batch (any, call-scoped): fence it now, so that by the
  * time memory is wanted the event has long completed. Otherwise, now and then, ask the oldest
  * fences: what has passed goes back to the free index and merges, so other resources find whole
  * blocks before they miss. A resource reusing one block over and over has no fence and never 16
  * pending blocks, so it still makes no driver call. A failure only delays reuse: it is logged. */
 static RAPI_INLINE void fence_or_poll(ra_pool *p, rstate *rs) {
   int st = RAP_OK;
-  if (rs->open_count >= RAPI_EAGER_FENCE) {
+  if (rs->open_count >= rs->fence_at) {
     st = rapi_ra_fence_open(p, rs);
   } else if (rs->clock.fences.count > 0 && (++rs->ticks & (RAPI_EAGER_FENCE - 1)) == 0) {
     st = rapi_ra_query_fences(rs);
@@ -208,15 +209,20 @@ static RAPI_NOINLINE void free_now(ra_pool *p, ra_block *b) {
 }
 
 /* A free on a queue (or of a block with uses), done now: b merges with its neighbours, becomes
- * pending on its owner with the open batch and the owner's hot block; then fence or poll. */
-static RAPI_NOINLINE void free_pending(ra_pool *p, rstate *owner, ra_block *b, uint64_t seq) {
+ * pending on its owner with the open batch and the owner's hot block; then fence or poll. A free
+ * that does not name a call-scoped owner (NULL: rap.hpp frees a block so after recording the
+ * stream it was freed on) is no call with the owner, whose stream may be gone: the block takes
+ * the owner's last fenced batch, and its work after that is the caller's to have ordered before
+ * the uses recorded (as RMM asks of a buffer moved to another stream). */
+static RAPI_NOINLINE void free_pending(ra_pool *p, rstate *owner, ra_block *b, uint64_t seq,
+                                       bool named) {
   char *ptr = b->base.ptr;
   size_t freed = b->base.size;
   if (b->uses == NULL) b = merge_pending(p, owner, b);
   b->seq = seq;
-  b->batch = rapi_clock_stamp(&owner->clock);
+  b->batch = named || !scoped(owner) ? rapi_clock_stamp(&owner->clock) : owner->clock.open - 1;
   for (rapi_use *u = b->uses; u != NULL; u = u->next) {
-    if (per_block(u->rs)) continue;   /* a token, not a batch */
+    if (per_block(u->rs) || scoped(u->rs)) continue;   /* a token; a batch fenced when recorded */
     u->batch = rapi_clock_stamp(&u->rs->clock);
   }
   add_pending(p, owner, b, owner->fifo_tail, true);
@@ -241,7 +247,7 @@ static void flush_parked(rapi_bp *bp, rapi_block *parked) {
   ra_block *b = ra_of(parked);
   b->base.state = RAPI_USED;   /* as its free found it */
   if (b->owner->clock.sync) free_now(p, b);
-  else free_pending(p, b->owner, b, b->seq);
+  else free_pending(p, b->owner, b, b->seq, true);
 }
 
 /* Whether b, just freed on owner without uses, may be parked: taken back by owner's next request
@@ -251,7 +257,7 @@ static void flush_parked(rapi_bp *bp, rapi_block *parked) {
  * becomes the hot block (there is none), joins no neighbour (a next one it would be kept apart
  * from, as merge_pending keeps it, counts as none: a stream that switched to this size from the
  * remainder's parks its pair too), and its free neither fences (the open batch below
- * RAPI_EAGER_FENCE with it) nor polls (no fence recorded); not while tracing, so that every free
+ * fence_at with it: never on a call-scoped owner) nor polls (no fence recorded); not while tracing, so that every free
  * of a traced run is a "pending" line. */
 static RAPI_INLINE bool may_park(const ra_pool *p, const rstate *owner, const ra_block *b) {
   const rapi_block *prev = b->base.prev, *next = b->base.next;
@@ -260,7 +266,7 @@ static RAPI_INLINE bool may_park(const ra_pool *p, const rstate *owner, const ra
            (RAPI_LIKELY(p->bp.resizable == NULL) ||
             (next != NULL && !(next->state == RAPI_FREE && next->next == NULL)));
   if (owner->hot != NULL || owner->clock.fences.count != 0 ||
-      owner->open_count + 1 >= RAPI_EAGER_FENCE || RAPI_UNLIKELY(rapi_tracing()))
+      owner->open_count + 1 >= owner->fence_at || RAPI_UNLIKELY(rapi_tracing()))
     return false;
   size_t freed = b->base.size;
   return (prev == NULL || !joins(p, owner, ra_of_const(prev), freed)) &&
@@ -297,7 +303,7 @@ static RAPI_INLINE int ra_free(ra_pool *p, void *ptr, rap_resource *r) {
     return RAP_OK;
   }
   if (owner->clock.sync && b->uses == NULL) free_now(p, b);
-  else free_pending(p, owner, b, ++p->free_seq);
+  else free_pending(p, owner, b, ++p->free_seq, r != NULL);
   return RAP_OK;
 }
 
@@ -338,6 +344,22 @@ static int record_per_block(ra_pool *p, ra_block *b, rstate *rs) {
   return RAP_OK;
 }
 
+/* A use on a call-scoped resource covers its work queued before the record returns: fenced now,
+ * as its stream may be gone by the block's free (free_pending keeps this batch). A record again
+ * moves the use to a new fence. Not while its stream captures a graph: no event can be recorded. */
+static RAPI_NOINLINE int fence_use(ra_pool *p, rapi_use *u) {
+  rstate *rs = u->rs;
+  if (rs_capturing(rs))
+    return rapi_fail(RAP_ERR_BUSY, "rap_record_resource('%s'): call-scoped %s resource #%llu is "
+                     "capturing a graph, and its use could be fenced only after its stream may be "
+                     "gone; record the use after the capture", rap_allocator_name(p->bp.self),
+                     rs->r->ops->kind, (unsigned long long)rs->r->id);
+  uint64_t batch = rapi_clock_stamp(&rs->clock);
+  int st = rapi_ra_fence_open(p, rs);
+  if (st == RAP_OK) u->batch = batch;
+  return st;
+}
+
 static RAPI_INLINE int ra_record_body(void *state, void *ptr, rap_resource *r) {
   ra_pool *p = state;
   unpark(p);
@@ -347,9 +369,10 @@ static RAPI_INLINE int ra_record_body(void *state, void *ptr, rap_resource *r) {
   if (rs == NULL) return no_rstate(p, "rap_record_resource");
   if (per_block(rs)) return record_per_block(p, b, rs);
   if (rs->clock.sync || rs == b->owner) return RAP_OK;   /* already in order */
-  for (rapi_use *u = b->uses; u != NULL; u = u->next)
-    if (u->rs == rs) return RAP_OK;
-  rapi_use *u = rapi_slab_alloc(&p->use_recs);
+  rapi_use *u = b->uses;
+  while (u != NULL && u->rs != rs) u = u->next;
+  if (u != NULL) return scoped(rs) ? fence_use(p, u) : RAP_OK;
+  u = rapi_slab_alloc(&p->use_recs);
   if (u == NULL)
     return rapi_fail(RAP_ERR_NOMEM, "%s: out of host memory for a use record",
                      rap_allocator_name(p->bp.self));
@@ -358,7 +381,13 @@ static RAPI_INLINE int ra_record_body(void *state, void *ptr, rap_resource *r) {
   u->next = b->uses;
   b->uses = u;
   rs->uses_out++;
-  return RAP_OK;
+  int st = scoped(rs) ? fence_use(p, u) : RAP_OK;
+  if (st != RAP_OK) {   /* not fenced: no use, rather than one that counts as passed */
+    b->uses = u->next;
+    rs->uses_out--;
+    rapi_slab_free(&p->use_recs, u);
+  }
+  return st;
 }
 
 static int ra_record(void *state, void *ptr, rap_resource *r) {

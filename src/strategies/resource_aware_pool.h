@@ -5,7 +5,12 @@
  * - pending: a block freed on r is pending on r; r takes it back at once (its stream order makes
  *   that safe), another resource only once r has passed its batch (free_pending, add_pending).
  * - batch: blocks freed on r carry r's open batch; one event recorded later on r fences the whole
- *   batch, at once where RAPI_EAGER_FENCE blocks wait in it (fence_or_poll, rapi_ra_fence_open).
+ *   batch, at once where fence_at (RAPI_EAGER_FENCE) blocks wait in it (fence_or_poll,
+ *   rapi_ra_fence_open).
+ * - call-scoped: r's stream may be gone once a call returns: fence_at is 1, so every free on r is
+ *   fenced before it returns and never parked, and a use of r is fenced when recorded, its batch
+ *   then kept (lookup_slow, ra_record_body); nothing later records on r (quiesce waits for its
+ *   newest event).
  * - polling: fences are asked oldest first on misses and every RAPI_EAGER_FENCE-th free; what has
  *   passed goes back to the free index and merges (rapi_ra_poll_all, rapi_ra_drain).
  * - use: rap_record_resource adds a use on another resource; a pending block with uses is free only
@@ -86,6 +91,7 @@ struct rstate {
   rapi_batch_clock clock;         /* its batches: open, passed, their fences (events/) */
   size_t open_count;              /* pending blocks of the open batch */
   unsigned ticks;                 /* deallocations, to poll now and then */
+  unsigned fence_at;              /* open_count that fences: RAPI_EAGER_FENCE, 1 if call-scoped */
   uint64_t set_aside;             /* the wait_all call that may not wait for it (rapi_ra_wait_all) */
   ra_block *fifo_head, *fifo_tail;
   ra_block *hot;                  /* the last block freed here: pending, in the FIFO, not indexed */
@@ -126,6 +132,9 @@ static inline bool passed(const rstate *rs, uint64_t batch) { return rapi_clock_
  * platform: platforms/ipc.c): a use of it carries a token, not a batch, is asked whether it passed,
  * and is never waited for. */
 static inline bool per_block(const rstate *rs) { return rs->r->ops->use_passed != NULL; }
+
+/* A resource whose stream may be gone once a call with it returns (rap_resource_set_call_scoped). */
+static inline bool scoped(const rstate *rs) { return rs->fence_at == 1; }
 
 static inline bool rs_capturing(const rstate *rs) {
   return __atomic_load_n(&rs->r->capturing, __ATOMIC_RELAXED) != 0;

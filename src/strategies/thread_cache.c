@@ -144,7 +144,10 @@ static RAPI_NOINLINE int asleep(const thread_cache *t, const char *fn) {
 static RAPI_NOINLINE int allocate_miss(thread_cache *t, void **out, size_t bytes, rap_resource *r) {
   if (RAPI_UNLIKELY(__atomic_load_n(&t->asleep, __ATOMIC_ACQUIRE))) return asleep(t, "rap_allocate");
   if (r == NULL) r = t->host;
-  if (RAPI_UNLIKELY(bytes - 1 >= t->max_size)) return locked_allocate(t, out, bytes, r);
+  /* A call-scoped resource's blocks go by uncached: one cached for it would reach the parent later,
+   * on a call that is not one with r, whose stream may be gone by then. */
+  if (RAPI_UNLIKELY(bytes - 1 >= t->max_size || r->call_scoped))
+    return locked_allocate(t, out, bytes, r);
   tc_cache *c = rapi_tc_cache_get(t);
   if (c == NULL) return locked_allocate(t, out, bytes, r);
   rapi_tc_publish(t, c);   /* for the inline hit next time */

@@ -489,3 +489,49 @@ GPU_TEST(ThreadCache, RaceDetectorAtScale) {
   RAP_CHECK_EQ(s.current_bytes, 0);
   teardown(&e);
 }
+
+/* A stream may be destroyed as soon as a free on it has returned (RMM's rule), where its resource
+ * is call-scoped: the block freed while the stream's gated kernel still writes it is fenced before
+ * the free returns, the stream goes, and the pool goes on: another stream's request is kept off
+ * the block while the kernel runs, the pool is released and checked, and the block comes back once
+ * the kernel has passed; the resource's end waits for its last event, never touching the stream. */
+static void stream_gone_after_free(const char *wrapper) {
+  env e = {0};
+  setup(&e, "ResourceAwarePool", "DEVICE", "initial_size=2MiB, next_size=1MiB");
+  rap_allocator *a = e.pool;
+  if (wrapper != NULL) RAP_CHECK_OK(rap_allocator_make(e.rm, "over", wrapper, "pool", "", &a));
+  gpuStream_t s = NULL;
+  RAP_CHECK(gpuStreamCreateWithFlags(&s, gpuStreamNonBlocking) == gpuSuccess);
+  rap_resource *r = NULL;
+  RAP_CHECK_OK(gpu_resource_create(e.rm, s, &r));
+  RAP_CHECK_OK(rap_resource_set_call_scoped(r, 1));
+  void *p = NULL, *moved = NULL, *q = NULL;
+  RAP_CHECK_OK(rap_allocate(a, &p, MiB, r));
+  RAP_CHECK_OK(rap_allocate(a, &moved, MiB / 4, r));
+  RAP_CHECK(gpu_gated_fill(s, e.gate, p, MiB, 7) == 0);
+  RAP_CHECK_OK(rap_deallocate(a, p, r));
+  RAP_CHECK(gpuStreamDestroy(s) == gpuSuccess);   /* its kernel still waits at the gate */
+  RAP_CHECK_OK(rap_record_resource(a, moved, e.r2));   /* a buffer moved to r2, freed there */
+  RAP_CHECK_OK(rap_deallocate(a, moved, NULL));
+  RAP_CHECK_OK(rap_allocate(a, &q, MiB, e.r2));
+  RAP_CHECK((char *)q + MiB <= (char *)p || (char *)p + MiB <= (char *)q);
+  RAP_CHECK_OK(rap_deallocate(a, q, e.r2));
+  RAP_CHECK_OK(rap_release(a));
+  RAP_CHECK_OK(rap_allocator_check(a));
+  gpu_gate_open(e.gate);
+  RAP_CHECK(gpuDeviceSynchronize() == gpuSuccess);
+  RAP_CHECK_OK(rap_release(a));
+  rap_stats st;
+  RAP_CHECK_OK(rap_allocator_resource_stats(e.pool, r, &st));
+  RAP_CHECK_EQ(st.pending_count, 0);   /* the kernel passed: p came back */
+  RAP_CHECK_EQ(st.allocation_count, 0);
+  RAP_CHECK_OK(rap_resource_destroy(r));
+  RAP_CHECK_OK(rap_allocator_check(a));
+  if (a != e.pool) RAP_CHECK_OK(rap_allocator_destroy(a));
+  teardown(&e);
+}
+
+GPU_TEST(CallScoped, StreamDestroyedAfterAFreeOnIt) { stream_gone_after_free(NULL); }
+GPU_TEST(CallScoped, StreamDestroyedAfterAFreeOnItThreadCache) {
+  stream_gone_after_free("ThreadCache");
+}

@@ -147,6 +147,48 @@ TEST_F(CppCuda, MemoryResourceIsStreamOrdered) {
   ASSERT_EQ(cudaStreamSynchronize(s2.stream()), cudaSuccess);
 }
 
+// RMM's rule, as RmmOverRap.StreamOrderedReuseOnTheSameStream meets it: a stream given to the
+// memory_resource may be destroyed as soon as a call with it has returned. A block freed on s while
+// s's gated kernel still writes it, a buffer of s moved to s2 (freed there after s went), s
+// destroyed: the pool goes on, keeps the block from s2 while the kernel runs, gives it back once the
+// kernel has passed, and the memory_resource's end waits for s's last event, not for s.
+TEST_F(CppCuda, AStreamMayGoOnceACallWithItReturned) {
+  rap::allocator tight(m_, "tight", "ResourceAwarePool(DEVICE, initial_size=2MiB, next_size=1MiB)");
+  gpu_gate *g = nullptr;
+  ASSERT_EQ(gpu_gate_create(&g), 0);
+  struct opener {   // opens the gate whatever happens, and waits for the kernel
+    gpu_gate *g;
+    ~opener() {
+      gpu_gate_open(g);
+      (void)cudaDeviceSynchronize();
+      gpu_gate_destroy(g);
+    }
+  } o{g};
+  rap::resource s2 = rap::resource::cuda_stream(m_);
+  cuda::stream_ref r2(s2.stream());
+  rap::memory_resource mr(m_, tight);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  void *p = mr.allocate(cuda::stream_ref(s), MiB, 256);
+  void *moved = mr.allocate(cuda::stream_ref(s), MiB / 4, 256);
+  EXPECT_EQ(rap_resource_call_scoped(mr.resource_of(cuda::stream_ref(s)).get()), 1);
+  ASSERT_EQ(gpu_gated_fill(s, g, p, MiB, 7), 0);
+  mr.deallocate(cuda::stream_ref(s), p, MiB, 256);
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);   // its kernel still waits at the gate
+  mr.deallocate(r2, moved, MiB / 4, 256);         // device_buffer::set_stream, then freed
+  void *q = mr.allocate(r2, MiB, 256);
+  EXPECT_FALSE(overlap(q, p, MiB)) << "s2 got the block that s's kernel still writes";
+  mr.deallocate(r2, q, MiB, 256);
+  tight.release();
+  tight.check();
+  gpu_gate_open(g);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  tight.release();
+  EXPECT_EQ(tight.stats().pending_count, 0u);
+  EXPECT_EQ(tight.stats().current_bytes, 0u);
+  tight.check();
+}
+
 TEST_F(CppCuda, MemoryResourceCopiesShareThePoolAndTheStreams) {
   rap::resource s1 = rap::resource::cuda_stream(m_);
   rap::resource s2 = rap::resource::cuda_stream(m_);
