@@ -19,11 +19,12 @@ need=numba
 source "$(dirname "${BASH_SOURCE[0]}")/../common/rap_python.sh"
 here=$root/integrations/numba
 log=$out/numba_log.txt
-exporting="ResourceAwarePool(DeviceVmm(device={device}, export=posix), initial_size=64MiB, next_size=2MiB, heuristic=never)"
+# The default exports (rap.DEFAULT_DEVICE_SPEC); the fallback over DEVICE does not.
+fallback="ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB, heuristic=never)"
 
 : >"$log"
 status=0
-for spec in "" "$exporting"; do
+for spec in "" "$fallback"; do
   echo "=== test_numba.py RAP_NUMBA_SPEC=${spec:-<default>}" | tee -a "$log"
   RAP_NUMBA_SPEC=$spec NUMBA_CUDA_MEMORY_MANAGER=rap.numba timeout 85 \
     "$py" -m pytest -q -rfEsxX -p no:cacheprovider "$here/test_numba.py" 2>&1 | tee -a "$log" | tail -15
