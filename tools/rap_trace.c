@@ -137,7 +137,10 @@ typedef struct replay_opts {
 /* --lag-us: the streams behind the CPU. After each free on a queue, a gate is queued behind it
  * that opens once the trace's clock has moved lag_ns past the free; the pool's events recorded
  * meanwhile sit behind it, so its pending memory comes back as late as a GPU that far behind
- * would let it. One lock and one condition for every gate: a gate is a flag and the time it opens. */
+ * would let it. One lock and one condition for every gate: a gate is a flag and the time it opens.
+ * Where the pool waits on the host for a gated queue (out of memory, cross_resource=wait), the
+ * replay stops moving and no gate would open: a gate that sees no call replayed for 50 ms opens
+ * itself, as a GPU catches up while its CPU waits. The gates live until the queues are gone. */
 typedef struct lag_gate {
   uint64_t opens_at;
   int open;
@@ -145,13 +148,26 @@ typedef struct lag_gate {
 
 static pthread_mutex_t lag_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t lag_cv = PTHREAD_COND_INITIALIZER;
+static uint64_t lag_progress;   /* calls replayed, under lag_mu */
 
-static void lag_job(void *arg) {   /* on the queue's thread: waits for its gate, then frees it */
+static void lag_job(void *arg) {   /* on the queue's thread: waits for its gate */
   lag_gate *g = arg;
   pthread_mutex_lock(&lag_mu);
-  while (!g->open) pthread_cond_wait(&lag_cv, &lag_mu);
+  uint64_t seen = lag_progress;
+  while (!g->open) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    if (pthread_cond_timedwait(&lag_cv, &lag_mu, &ts) == ETIMEDOUT && !g->open) {
+      if (lag_progress == seen) g->open = 1;   /* the replay waits on the host for this queue */
+      seen = lag_progress;
+    }
+  }
   pthread_mutex_unlock(&lag_mu);
-  free(g);
 }
 
 typedef struct lag_fifo {
@@ -159,12 +175,19 @@ typedef struct lag_fifo {
   size_t head, n, cap;
 } lag_fifo;
 
-/* Opens the gates whose time has come (now == UINT64_MAX: all of them). */
+/* Opens the gates whose time has come (now == UINT64_MAX: all of them); counts a call replayed. */
 static void lag_open_until(lag_fifo *f, uint64_t now) {
   pthread_mutex_lock(&lag_mu);
+  lag_progress++;
+  size_t head = f->head;
   while (f->head < f->n && f->g[f->head]->opens_at <= now) f->g[f->head++]->open = 1;
-  pthread_cond_broadcast(&lag_cv);
+  if (f->head != head) pthread_cond_broadcast(&lag_cv);
   pthread_mutex_unlock(&lag_mu);
+}
+
+static void lag_free(lag_fifo *f) {   /* once no queue is left */
+  for (size_t i = 0; i < f->n; i++) free(f->g[i]);
+  free(f->g);
 }
 
 static int lag_after_free(lag_fifo *f, rap_resource *r, uint64_t t, uint64_t lag) {
@@ -331,7 +354,6 @@ static int replay(const trace *t, const replay_opts *o) {
     }
   }
   lag_open_until(&lag, UINT64_MAX);
-  free(lag.g);
   rap_stats top, bottom;
   rap_allocator_stats(al, &top);
   rap_allocator_stats(root, &bottom);
@@ -368,6 +390,7 @@ static int replay(const trace *t, const replay_opts *o) {
   free(rs.r);
   pmap_free(&rs.ids);
   rap_manager_destroy(rm);
+  lag_free(&lag);
   return rc;
 }
 

@@ -352,8 +352,11 @@ static uint64_t use_tag(pl_res *u) {
 static RAPI_NOINLINE uint64_t scoped_tag(planned *p, pl_res *rs, bool named) {
   if (!named) return rs->clock.open - 1;
   uint64_t tag = rapi_clock_stamp(&rs->clock);
-  if (fence_open(p, rs) != RAP_OK)
+  if (fence_open(p, rs) != RAP_OK) {   /* the stream is still there: wait for it now */
     rap_log(RAP_LOG_WARN, "%s: fencing a call-scoped resource failed: %s", nm(p), rap_last_error());
+    if (rs->r->ops->synchronize(rs->r) == RAP_OK) rapi_clock_pass_all(&rs->clock);
+    else rap_log(RAP_LOG_WARN, "%s: synchronizing it failed too: %s", nm(p), rap_last_error());
+  }
   return tag;
 }
 

@@ -143,6 +143,23 @@ static RAPI_INLINE ra_block *merge_pending(ra_pool *p, rstate *owner, ra_block *
   return b;
 }
 
+/* A call-scoped resource's fence failed while its call runs: left open, the batch would be fenced
+ * later, on a stream that may be gone by then. Its stream is still there: synchronized, every
+ * batch has passed, and its blocks come back now. Where even that fails (a stream in error), the
+ * open batch is never fenced: its blocks stay pending, logged, and the stream is not touched again. */
+static RAPI_NOINLINE void scoped_fence_failed(ra_pool *p, rstate *rs) {
+  if (rs->r->ops->synchronize(rs->r) != RAP_OK) {
+    rap_log(RAP_LOG_WARN, "%s: synchronizing a call-scoped %s resource failed: %s; the blocks freed "
+            "on it stay pending", rap_allocator_name(p->bp.self), rs->r->ops->kind, rap_last_error());
+    rs->clock.dirty = false;
+    rs->open_count = 0;
+    return;
+  }
+  rapi_clock_pass_all(&rs->clock);
+  rs->open_count = 0;
+  rapi_ra_drain(p, rs);
+}
+
 /* After a deallocation on rs. Many blocks waiting in the open batch (any, call-scoped): fence it now, so that by the
  * time memory is wanted the event has long completed. Otherwise, now and then, ask the oldest
  * fences: what has passed goes back to the free index and merges, so other resources find whole
@@ -156,9 +173,11 @@ static RAPI_INLINE void fence_or_poll(ra_pool *p, rstate *rs) {
     st = rapi_ra_query_fences(rs);
     if (st == RAP_OK) rapi_ra_drain(p, rs);
   }
-  if (st != RAP_OK)
+  if (st != RAP_OK) {
     rap_log(RAP_LOG_WARN, "%s: fencing or polling a %s resource failed: %s",
             rap_allocator_name(p->bp.self), rs->r->ops->kind, rap_last_error());
+    if (scoped(rs)) scoped_fence_failed(p, rs);
+  }
 }
 
 /* Every allocation but the parked block's take-back: one compare finds the resource; its own

@@ -92,6 +92,32 @@ RAP_TEST(CallScoped, FreeThenEndTheQueueThePoolGoesOn) {
   gate_destroy(&f.g);
 }
 
+/* A fence that fails inside the free (here: the queue ended before the call, so recording on it
+ * fails, and so does synchronizing it) leaves no batch open for a later call to fence on the
+ * queue: allocations elsewhere, release, check and q's destroy use it no more; the block stays
+ * pending (nothing says q's work passed), and the pool serves the others. */
+RAP_TEST(CallScoped, AFenceThatFailsInTheFreeLeavesNothingForLater) {
+  fixture f;
+  setup(&f, "ResourceAwarePool(HOST, initial_size=1MiB)", true);
+  void *p, *p2;
+  RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.q));
+  RAP_CHECK_OK(rap_host_async_end(f.q));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p, f.q));   /* the fence fails: logged, the free stands */
+  size_t used = after_end(f.q);
+  RAP_CHECK(used > 0);
+  RAP_CHECK_EQ(pending_on(f.pool, f.q), 1);
+  RAP_CHECK_OK(rap_allocate(f.pool, &p2, 4 * KiB, f.r2));
+  RAP_CHECK(!overlaps(p, p2, 4 * KiB));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p2, f.r2));
+  RAP_CHECK_OK(rap_release(f.pool));
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  RAP_CHECK_EQ(after_end(f.q), used);
+  RAP_CHECK_OK(rap_resource_destroy(f.q));
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  RAP_CHECK_OK(rap_manager_destroy(f.rm));
+  gate_destroy(&f.g);
+}
+
 /* The model catches the crash's cause: without the flag the pool fences q's batch lazily, on the
  * queue, after its end (here at rap_release), and q's destroy synchronizes the ended queue. */
 RAP_TEST(CallScoped, WithoutTheFlagThePoolUsesTheEndedQueue) {
