@@ -310,7 +310,9 @@ int  rap_resource_destroy(rap_resource *r);   /* synchronizes r first; not the h
  * for its resources). Pools then record every event they need on r before such a call returns,
  * and never touch r's stream later; destroying r (or the manager) waits for the last event
  * recorded on r instead of synchronizing the stream. Costs one event record per free on r. Set it
- * before any allocator has seen r (RAP_ERR_BUSY after); not the host resource. */
+ * before any allocator has seen r (RAP_ERR_BUSY after); not the host resource. StreamOrdered is
+ * the exception: a free that names no resource frees on the block's own stream (cudaFreeAsync),
+ * so free its blocks naming a live stream, as rap.hpp's memory_resource does. */
 int  rap_resource_set_call_scoped(rap_resource *r, int on);
 int  rap_resource_call_scoped(const rap_resource *r);   /* 1 if set, else 0 */
 const char *rap_resource_kind(const rap_resource *r);   /* "host", "host_async", "cuda", ... */
