@@ -106,5 +106,10 @@ while read -r what t; do
   esac
 done < <(grep -E '^(failed|crashed) ' "$logs/rmm_tests_rap.results")
 [ -s "$logs/rmm_tests_rap.rest" ] && status=1
+# A run over rap that passed nothing (no device, a filter that matches nothing) proves nothing.
+if ! grep -qE '^passed ' "$logs/rmm_tests_rap.results" 2>/dev/null; then
+  echo "rmm-tests-over-rap: no test passed over rap"
+  status=1
+fi
 echo "rmm-tests-over-rap: $new failure(s) over rap that native has not; logs in $logs"
 exit $status

@@ -624,7 +624,10 @@ class basic_memory_resource {
     if (rap_deallocate(a_.get(), p, r) == RAP_ERR_WRONG_RESOURCE) {
       // Freed on another stream than it was allocated on (RMM's device_buffer::set_stream does
       // this): s used it too, so it stays pending until both streams have passed the free.
-      if (rap_record_resource(a_.get(), p, r) == RAP_OK) (void)rap_deallocate(a_.get(), p, nullptr);
+      // Where the record fails (out of host memory, s capturing a graph), s is still there within
+      // this call: its work is waited for, and the block freed on its owner all the same.
+      if (rap_record_resource(a_.get(), p, r) != RAP_OK) (void)cudaStreamSynchronize(s.get());
+      (void)rap_deallocate(a_.get(), p, nullptr);
     }
   }
   void *allocate_sync(std::size_t bytes, std::size_t alignment = default_alignment) {

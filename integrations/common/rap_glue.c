@@ -230,6 +230,7 @@ static int ensure_pool(int device, dev *d) {
   int st = build_spec(device, spec, sizeof spec);
   if (st != RAP_OK) return st;
   snprintf(name, sizeof name, "%s-cuda%d", glue_cfg.prefix, device);
+  d->fell_back = false;
   st = rap_allocator_make_spec(rm, name, spec, &d->pool);
   /* The default's platform refused here (no virtual memory management, no POSIX handles): the
    * same pool over cudaMalloc chunks. A spec the user named is never replaced. */

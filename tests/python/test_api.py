@@ -288,6 +288,41 @@ class DefaultSpec(unittest.TestCase):
         self.assertIn("DeviceVmm", rap.DEFAULT_DEVICE_SPEC)
         self.assertIn("export=posix", rap.DEFAULT_DEVICE_SPEC)
 
+    def test_device_pool_falls_back_only_where_the_default_is_unsupported(self):
+        """rap.device_pool makes the default; where that is refused as unsupported, the fallback;
+        any other refusal, and any refusal of a spec the caller named, is raised as it came."""
+        made = []
+        real = rap.Allocator
+        refusal = {}
+
+        class Fake:
+            def __init__(self, spec, name=None):
+                made.append((spec, name))
+                if "DeviceVmm" in spec and refusal:
+                    raise refusal["error"]
+
+        rap.Allocator = Fake
+        try:
+            refusal["error"] = rap.UnsupportedError("RAP_ERR_UNSUPPORTED", "no VMM here")
+            rap.device_pool(3, "x3")
+            self.assertEqual(made, [(rap.DEFAULT_DEVICE_SPEC.replace("{device}", "3"), "x3"),
+                                    (rap.FALLBACK_DEVICE_SPEC.replace("{device}", "3"), "x3")])
+            del made[:]
+            with self.assertRaises(rap.UnsupportedError):
+                rap.device_pool(0, "named", "ResourceAwarePool(DeviceVmm(device={device}))")
+            self.assertEqual(made, [("ResourceAwarePool(DeviceVmm(device=0))", "named")])
+            del made[:]
+            refusal["error"] = rap.OutOfMemoryError("RAP_ERR_NOMEM", "no memory")
+            with self.assertRaises(rap.OutOfMemoryError):
+                rap.device_pool(1, "x1")
+            self.assertEqual(len(made), 1)
+            del made[:]
+            refusal.clear()
+            rap.device_pool(2, "x2")
+            self.assertEqual(made, [(rap.DEFAULT_DEVICE_SPEC.replace("{device}", "2"), "x2")])
+        finally:
+            rap.Allocator = real
+
 
 class Handlers(unittest.TestCase):
     def test_the_oom_handler_frees_and_retries_and_its_errors_are_the_cause(self):
