@@ -7,9 +7,11 @@
  * view's after_end), so that a pool touching a dead stream is caught in every build. Busy queues
  * are held by gates the test opens; no sleeps.
  */
+#define _GNU_SOURCE   /* syscall(SYS_gettid), for the watchdog */
 #include "gate.h"
 #include "rap_test.h"
 #include "rap_testing.h"
+#include "watchdog.h"
 
 #include <rap/rap.h>
 #include <stdint.h>
@@ -261,6 +263,64 @@ RAP_TEST(CallScoped, ManagerEndsWithTheQueueEnded) {
   RAP_CHECK_OK(rap_log_set_handler(NULL, NULL));
   RAP_CHECK_OK(st);
   RAP_CHECK_EQ(warnings, 0);
+  gate_destroy(&f.g);
+}
+
+static int sleep_backup(void *pool) { return rap_allocator_sleep(pool, RAP_SLEEP_BACKUP); }
+
+/* Until a thread outside every queue waits for q (the sleep's host wait) or the call is done;
+ * false if neither came within the watchdog's deadline. */
+static bool host_waits_for(rap_resource *q, wd_call *c) {
+  double end = wd_now() + WD_SECONDS;
+  while (wd_now() < end) {
+    rap_host_async_view v;
+    if (rap_host_async_view_of(q, &v) != RAP_OK || v.host_blocked) return true;
+    if (wd_is_done(c)) return false;
+    sched_yield();
+  }
+  return false;
+}
+
+/* Sleep with q's stream gone: a block freed on q while q's work (the gate, then a fill of a block
+ * q still owns) runs, then q ended. The sleep waits on the host for q's fence, and for q's newest
+ * event in place of a point recorded on q now (its stream is gone): it uses q's queue no more
+ * than wake, release and the manager's end do, and what q's work wrote is what the backup kept. */
+RAP_TEST(CallScoped, SleepWithTheQueueEnded) {
+  fixture f;
+  setup(&f, "ResourceAwarePool(HostVmm(reserve=32MiB, granularity=64KiB), initial_size=1MiB)", true);
+  void *live, *gone, *p2;
+  RAP_CHECK_OK(rap_allocate(f.pool, &live, 256 * KiB, f.q));
+  RAP_CHECK_OK(rap_allocate(f.pool, &gone, 128 * KiB, f.q));
+  memset(live, 1, 256 * KiB);
+  fill late = {live, 256 * KiB, 0x5a};
+  RAP_CHECK_OK(rap_resource_submit(f.q, gate_job, &f.g));
+  RAP_CHECK_OK(rap_resource_submit(f.q, fill_job, &late));
+  RAP_CHECK_OK(rap_deallocate(f.pool, gone, f.q));
+  RAP_CHECK_OK(rap_host_async_end(f.q));
+  RAP_CHECK_EQ(pending_on(f.pool, f.q), 1);
+  wd_call *c = wd_start(sleep_backup, f.pool);
+  RAP_CHECK(c != NULL);
+  bool waited = host_waits_for(f.q, c);   /* the gate opens only once the sleep waits for q */
+  gate_open(&f.g);
+  gate *gates[] = {&f.g};
+  int st = -1000;
+  WD_FINISH(c, gates, 1, &st, "rap_allocator_sleep");
+  RAP_CHECK_OK(st);
+  RAP_CHECK(waited);
+  RAP_CHECK_EQ(gate_passed(&f.g), 1);
+  RAP_CHECK_EQ(rap_allocator_is_asleep(f.pool), 1);
+  RAP_CHECK_EQ(after_end(f.q), 0);
+  RAP_CHECK_OK(rap_allocator_wake(f.pool));
+  RAP_CHECK(all_bytes(live, 256 * KiB, 0x5a));   /* q's bytes, copied after q's work */
+  RAP_CHECK_EQ(pending_on(f.pool, f.q), 0);
+  RAP_CHECK_OK(rap_allocate(f.pool, &p2, 4 * KiB, f.r2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, p2, f.r2));
+  RAP_CHECK_OK(rap_deallocate(f.pool, live, NULL));   /* no call with q: its stream is gone */
+  RAP_CHECK_OK(rap_release(f.pool));
+  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  RAP_CHECK_EQ(after_end(f.q), 0);
+  RAP_CHECK_OK(rap_resource_destroy(f.q));
+  RAP_CHECK_OK(rap_manager_destroy(f.rm));
   gate_destroy(&f.g);
 }
 

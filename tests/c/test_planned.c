@@ -810,3 +810,112 @@ RAP_TEST(Planned, APassingRefusalOfTheArenaDoesNotEndThePlan) {
   unlink(tp);
   unlink(pp);
 }
+
+/* ---- call-scoped queues (rap_resource_set_call_scoped) ------------------------------------------ */
+
+/* Calls with the queue after rap_host_async_end (the pool must make none: its stream is gone). */
+static size_t after_end(rap_resource *r) {
+  rap_host_async_view v;
+  RAP_CHECK_OK(rap_host_async_view_of(r, &v));
+  return v.after_end;
+}
+
+/* Waits until r has run everything submitted to it, without using r's queue (it may have ended). */
+static void ran_all(rap_resource *r) {
+  rap_host_async_view v;
+  RAP_CHECK_OK(rap_host_async_view_of(r, &v));
+  bool reached = false;
+  RAP_CHECK_OK(rap_host_async_wait_until(r, v.submitted, 30, &reached));
+  RAP_CHECK(reached);
+}
+
+/* The two-stream plan (one place: stream 1's block, then stream 2's) with q2, the owner of the
+ * place, call-scoped; q1 takes the place after it. The first request (q1's) finds the iteration
+ * and goes to the parent; the second, q's, gets the place: returned. */
+static char *scoped_owner_setup(pf *f, rap_resource **u) {
+  pf_setup(f, 1);
+  RAP_CHECK_OK(rap_resource_set_call_scoped(f->q2, 1));
+  RAP_CHECK_OK(rap_resource_create_host_async(f->rm, u));
+  RAP_CHECK_OK(rap_resource_set_call_scoped(*u, 1));
+  void *p = on(f, 1024, f->q1);
+  RAP_CHECK_OK(rap_deallocate(f->a, p, f->q1));
+  return on(f, 1024, f->q2);
+}
+
+/* q1 takes b's place again, behind a wait queued for the work that still uses it (late, held by
+ * the gate): q1's own bytes must win once all of it ran. */
+static void taken_after_the_late_work(pf *f, char *b, rap_resource *late_q) {
+  char *a = on(f, 1024, f->q1);
+  RAP_CHECK(a == b);
+  fill mine = {a, 1024, 0x55};
+  RAP_CHECK_OK(rap_resource_submit(f->q1, fill_job, &mine));
+  gate_open(&f->g);
+  RAP_CHECK_OK(rap_resource_synchronize(f->q1));
+  ran_all(late_q);
+  RAP_CHECK_EQ(gate_passed(&f->g), 1);
+  RAP_CHECK(all_bytes(a, 1024, 0x55));
+  RAP_CHECK_OK(rap_deallocate(f->a, a, f->q1));
+}
+
+/* Planned's side of BlockMovedToAnotherStreamAfterItsOwnWent: a planned block of q (call-scoped),
+ * whose stream went, is used on u (call-scoped too: the use fenced when recorded), u's stream goes
+ * as well, and the block is freed naming no resource. Neither queue is used again; the place is
+ * given to q1 behind a wait for u's recorded use; the pool goes on. */
+RAP_TEST(CallScoped, BlockMovedToAnotherStreamAfterItsOwnWentPlanned) {
+  pf f;
+  rap_resource *u;
+  char *b = scoped_owner_setup(&f, &u);
+  RAP_CHECK_OK(rap_host_async_end(f.q2));
+  fill late = {b, 1024, 0xAA};
+  RAP_CHECK_OK(rap_resource_submit(u, gate_job, &f.g));   /* u's work using b */
+  RAP_CHECK_OK(rap_resource_submit(u, fill_job, &late));
+  RAP_CHECK_STATUS(rap_deallocate(f.a, b, u), RAP_ERR_WRONG_RESOURCE);
+  RAP_CHECK_OK(rap_record_resource(f.a, b, u));
+  RAP_CHECK_OK(rap_host_async_end(u));
+  RAP_CHECK_OK(rap_deallocate(f.a, b, NULL));
+  RAP_CHECK_EQ(after_end(f.q2), 0);
+  RAP_CHECK_EQ(after_end(u), 0);
+  taken_after_the_late_work(&f, b, u);
+  RAP_CHECK_OK(rap_release(f.a));
+  RAP_CHECK_OK(rap_allocator_check(f.a));
+  RAP_CHECK_EQ(after_end(f.q2), 0);
+  RAP_CHECK_EQ(after_end(u), 0);
+  RAP_CHECK_OK(rap_resource_destroy(f.q2));   /* waits for newest events, not for the queues */
+  RAP_CHECK_OK(rap_resource_destroy(u));
+  void *p = on(&f, 1024, f.q1);
+  RAP_CHECK_OK(rap_deallocate(f.a, p, f.q1));
+  f.q2 = NULL;
+  pf_teardown(&f);
+}
+
+/* A planned block of q (call-scoped), also used on u, freed on q while q's work on it is held by
+ * the gate, then q's stream ended: the free fenced q's batch then, so that nothing later (q1
+ * taking the place, release, check, q's destroy, the manager's end) uses q's queue, and q1's
+ * work on the place waits for q's. */
+RAP_TEST(CallScoped, PlannedBlockFreedOnItsQueueThenTheQueueEnded) {
+  pf f;
+  rap_resource *u;
+  char *b = scoped_owner_setup(&f, &u);
+  RAP_CHECK_OK(rap_record_resource(f.a, b, u));
+  fill late = {b, 1024, 0xAA};
+  RAP_CHECK_OK(rap_resource_submit(f.q2, gate_job, &f.g));   /* q's work using b */
+  RAP_CHECK_OK(rap_resource_submit(f.q2, fill_job, &late));
+  RAP_CHECK_OK(rap_deallocate(f.a, b, f.q2));
+  RAP_CHECK_OK(rap_host_async_end(f.q2));
+  RAP_CHECK_OK(rap_host_async_end(u));
+  RAP_CHECK_OK(rap_release(f.a));
+  RAP_CHECK_OK(rap_allocator_check(f.a));
+  RAP_CHECK_EQ(after_end(f.q2), 0);
+  RAP_CHECK_EQ(after_end(u), 0);
+  taken_after_the_late_work(&f, b, f.q2);
+  RAP_CHECK_OK(rap_release(f.a));
+  RAP_CHECK_OK(rap_allocator_check(f.a));
+  RAP_CHECK_EQ(after_end(f.q2), 0);
+  RAP_CHECK_EQ(after_end(u), 0);
+  RAP_CHECK_OK(rap_resource_destroy(f.q2));
+  RAP_CHECK_OK(rap_resource_destroy(u));
+  void *p = on(&f, 1024, f.q1);
+  RAP_CHECK_OK(rap_deallocate(f.a, p, f.q1));
+  f.q2 = NULL;
+  pf_teardown(&f);
+}
