@@ -274,7 +274,8 @@ static bool host_waits_for(rap_resource *q, wd_call *c) {
   double end = wd_now() + WD_SECONDS;
   while (wd_now() < end) {
     rap_host_async_view v;
-    if (rap_host_async_view_of(q, &v) != RAP_OK || v.host_blocked) return true;
+    if (rap_host_async_view_of(q, &v) != RAP_OK) return false;
+    if (v.host_blocked) return true;
     if (wd_is_done(c)) return false;
     sched_yield();
   }
@@ -283,8 +284,8 @@ static bool host_waits_for(rap_resource *q, wd_call *c) {
 
 /* Sleep with q's stream gone: a block freed on q while q's work (the gate, then a fill of a block
  * q still owns) runs, then q ended. The sleep waits on the host for q's fence, and for q's newest
- * event in place of a point recorded on q now (its stream is gone): it uses q's queue no more
- * than wake, release and the manager's end do, and what q's work wrote is what the backup kept. */
+ * event in place of a point recorded on q now (its stream is gone): neither it nor wake, release
+ * and the manager's end use q's queue, and the backup keeps what q's work wrote. */
 RAP_TEST(CallScoped, SleepWithTheQueueEnded) {
   fixture f;
   setup(&f, "ResourceAwarePool(HostVmm(reserve=32MiB, granularity=64KiB), initial_size=1MiB)", true);
