@@ -30,16 +30,6 @@ typedef struct bench_env {
   int driver_version, runtime_version;
 } bench_env;
 
-/* The pool rap.torch, rap_cupy, rap.numba and rap.cuda_core make when the user names none
- * (RAP_DEFAULT_DEVICE_SPEC in rap/rap.h, device 0): the "rap default" row, first in (b) and the
- * trace workloads; "rap default over DEVICE" is RAP_FALLBACK_DEVICE_SPEC, what they make where
- * the growable platform is refused (and the default until 2026-11-28). */
-#define BENCH_DEFAULT_SPEC                                                                         \
-  "ResourceAwarePool(DeviceVmm(device=0, export=posix), initial_size=64MiB, next_size=32MiB, "    \
-  "heuristic=never, cross_resource=wait, wait_above=512MiB, wait_pending_above=512MiB)"
-#define BENCH_FALLBACK_SPEC                                                                        \
-  "ResourceAwarePool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never, "              \
-  "cross_resource=wait, wait_above=512MiB, wait_pending_above=512MiB)"
 
 typedef struct bench_peer {
   char name[64];

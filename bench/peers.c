@@ -415,13 +415,28 @@ static void r_destroy(void *ctx) {
   free(c);
 }
 
+/* spec with every "{device}" (rap.h's default specs) made device 0, the device the bench runs on. */
+static int device0_spec(const char *spec, char *buf, size_t cap) {
+  size_t o = 0;
+  for (const char *s = spec; *s != '\0';) {
+    int dev = strncmp(s, "{device}", 8) == 0;
+    if (o + 2 > cap) return -1;
+    buf[o++] = dev ? '0' : *s;
+    s += dev ? 8 : 1;
+  }
+  buf[o] = '\0';
+  return 0;
+}
+
 int peer_rap(bench_peer *p, const bench_env *env, const char *label, const char *spec,
              int host_async, char *why) {
   memset(p, 0, sizeof *p);
+  char spec0[1024];
+  if (device0_spec(spec, spec0, sizeof spec0) != 0) return snprintf(why, 160, "the spec is too long"), -1;
   rap_ctx *c = calloc(1, sizeof *c);
   if (c == NULL) return snprintf(why, 160, "out of host memory"), -1;
   int st = rap_manager_create(&c->rm);
-  if (st == RAP_OK) st = rap_allocator_make_spec(c->rm, "bench", spec, &c->a);
+  if (st == RAP_OK) st = rap_allocator_make_spec(c->rm, "bench", spec0, &c->a);
   for (int s = 0; s < BENCH_STREAMS && st == RAP_OK; s++) {
 #ifdef RAP_BENCH_CUDA
     if (env->have_gpu && env->streams[s] != NULL) {

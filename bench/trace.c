@@ -9,6 +9,8 @@
  */
 #include "bench.h"
 
+#include <rap/rap.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,12 +184,17 @@ static void random_trace(const char *wl, const pdesc *peers, size_t npeers) {
   replay(wl, cas, peers, npeers, &t, opt.reps, "the trace");
 }
 
+/* "rap default", first in (b) and the trace workloads: RAP_DEFAULT_DEVICE_SPEC (rap/rap.h), what
+ * rap.torch, rap_cupy, rap.numba and rap.cuda_core make when the user names none (peer_rap makes
+ * its "{device}" 0); "rap default over DEVICE": RAP_FALLBACK_DEVICE_SPEC, what they make where the
+ * growable platform is refused (and the default until 2026-11-28). */
+
 /* ---- the workloads' peers --------------------------------------------------------------------- */
 
 void wl_b(void) {
   static const pdesc peers[] = {
-      {P_RAP, "rap default", BENCH_DEFAULT_SPEC, 0},
-      {P_RAP, "rap default over DEVICE", BENCH_FALLBACK_SPEC, 0},
+      {P_RAP, "rap default", RAP_DEFAULT_DEVICE_SPEC, 0},
+      {P_RAP, "rap default over DEVICE", RAP_FALLBACK_DEVICE_SPEC, 0},
       {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(DEVICE, initial_size=1MiB, next_size=1MiB)", 0},
       {P_RAP, "rap QuickPool", "QuickPool(DEVICE, initial_size=1MiB, next_size=1MiB)", 0},
       {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE, initial_size=1MiB, next_size=1MiB)", 0},
@@ -443,8 +450,8 @@ static void recorded_trace(const char *wl, const char *path, const pdesc *peers,
 /* Pools as rap_torch makes them (64 MiB, then 32 MiB chunks; and with max_split=128MiB), over the
  * growable platform by 2 MiB granules, and the peers. */
 static const pdesc f_peers[] = {
-    {P_RAP, "rap default", BENCH_DEFAULT_SPEC, 0},
-    {P_RAP, "rap default over DEVICE", BENCH_FALLBACK_SPEC, 0},
+    {P_RAP, "rap default", RAP_DEFAULT_DEVICE_SPEC, 0},
+    {P_RAP, "rap default over DEVICE", RAP_FALLBACK_DEVICE_SPEC, 0},
     {P_RAP, "rap ResourceAwarePool", "ResourceAwarePool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
     {P_RAP, "rap QuickPool", "QuickPool(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},
     {P_RAP, "rap DynamicPoolList", "DynamicPoolList(DEVICE, initial_size=64MiB, next_size=32MiB, heuristic=never)", 0},

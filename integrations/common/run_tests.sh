@@ -67,15 +67,7 @@ finish() {
   "$py" "$here/test_$name.py" summarize --out "$work" >"$out/${name}_summary.txt" 2>>"$log"
   local status=$?
   cat "$out/${name}_summary.txt"
-  "$py" - "$work" "$out/${name}_results.json" <<'PY'
-import glob, json, os, sys
-merged = {}
-for p in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
-    with open(p) as f:
-        merged[os.path.basename(p)[:-5]] = json.load(f)
-with open(sys.argv[2], "w") as f:
-    json.dump(merged, f, indent=1)
-PY
+  "$py" "$root/integrations/common/merge_results.py" "$work" "$out/${name}_results.json"
   rm -rf "$work"
   exit $status
 }

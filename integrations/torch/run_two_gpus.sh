@@ -41,15 +41,7 @@ done
 "$py" "$here/test_torch_capabilities.py" summarize_two_gpus --out "$work" >"$out/two_gpus_summary.txt" 2>>"$log"
 rc=$?
 cat "$out/two_gpus_summary.txt"
-"$py" - "$work" "$out/two_gpus_results.json" <<'PY'
-import glob, json, os, sys
-merged = {}
-for p in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
-    with open(p) as f:
-        merged[os.path.basename(p)[:-5]] = json.load(f)
-with open(sys.argv[2], "w") as f:
-    json.dump(merged, f, indent=1)
-PY
+"$py" "$root/integrations/common/merge_results.py" "$work" "$out/two_gpus_results.json"
 cat "$work"/nccl-cap.*.log >>"$log" 2>/dev/null
 rm -rf "$work"
 exit "$rc"

@@ -64,6 +64,17 @@ static int overlaps(const void *a, const void *b, size_t n) {
   return x < y + n && y < x + n;
 }
 
+/* The pool goes on for another queue: r2 allocates (away from kept, a block q's work may still
+ * use, where given) and frees, the pool is released and checked. */
+static void others_go_on(fixture *f, const void *kept) {
+  void *p2;
+  RAP_CHECK_OK(rap_allocate(f->pool, &p2, 4 * KiB, f->r2));
+  if (kept != NULL) RAP_CHECK(!overlaps(kept, p2, 4 * KiB));
+  RAP_CHECK_OK(rap_deallocate(f->pool, p2, f->r2));
+  RAP_CHECK_OK(rap_release(f->pool));
+  RAP_CHECK_OK(rap_allocator_check(f->pool));
+}
+
 /* The RMM case: a block freed on q while q's work (the gate) still runs, then q's stream ended.
  * The pool goes on: another queue allocates, the pool is released and checked, q's resource is
  * destroyed. Nothing may use q's queue after its end; the block comes back once the work passed. */
@@ -75,11 +86,7 @@ RAP_TEST(CallScoped, FreeThenEndTheQueueThePoolGoesOn) {
   RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.q));
   RAP_CHECK_OK(rap_deallocate(f.pool, p, f.q));
   RAP_CHECK_OK(rap_host_async_end(f.q));
-  RAP_CHECK_OK(rap_allocate(f.pool, &p2, 4 * KiB, f.r2));
-  RAP_CHECK(!overlaps(p, p2, 4 * KiB));   /* q's work may still use p */
-  RAP_CHECK_OK(rap_deallocate(f.pool, p2, f.r2));
-  RAP_CHECK_OK(rap_release(f.pool));
-  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  others_go_on(&f, p);   /* q's work may still use p */
   RAP_CHECK_EQ(pending_on(f.pool, f.q), 1);
   RAP_CHECK_EQ(after_end(f.q), 0);
   let_q_finish(&f);
@@ -101,18 +108,14 @@ RAP_TEST(CallScoped, FreeThenEndTheQueueThePoolGoesOn) {
 RAP_TEST(CallScoped, AFenceThatFailsInTheFreeLeavesNothingForLater) {
   fixture f;
   setup(&f, "ResourceAwarePool(HOST, initial_size=1MiB)", true);
-  void *p, *p2;
+  void *p;
   RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.q));
   RAP_CHECK_OK(rap_host_async_end(f.q));
   RAP_CHECK_OK(rap_deallocate(f.pool, p, f.q));   /* the fence fails: logged, the free stands */
   size_t used = after_end(f.q);
   RAP_CHECK(used > 0);
   RAP_CHECK_EQ(pending_on(f.pool, f.q), 1);
-  RAP_CHECK_OK(rap_allocate(f.pool, &p2, 4 * KiB, f.r2));
-  RAP_CHECK(!overlaps(p, p2, 4 * KiB));
-  RAP_CHECK_OK(rap_deallocate(f.pool, p2, f.r2));
-  RAP_CHECK_OK(rap_release(f.pool));
-  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  others_go_on(&f, p);
   RAP_CHECK_EQ(after_end(f.q), used);
   RAP_CHECK_OK(rap_resource_destroy(f.q));
   RAP_CHECK_OK(rap_allocator_check(f.pool));
@@ -144,17 +147,13 @@ RAP_TEST(CallScoped, WithoutTheFlagThePoolUsesTheEndedQueue) {
 RAP_TEST(CallScoped, UseRecordedThenQueueEndedBeforeTheOwnersFree) {
   fixture f;
   setup(&f, "ResourceAwarePool(HOST, initial_size=1MiB)", true);
-  void *p, *p2;
+  void *p;
   RAP_CHECK_OK(rap_allocate(f.pool, &p, 4 * KiB, f.r2));
   RAP_CHECK_OK(rap_resource_submit(f.q, gate_job, &f.g));   /* q's work using p */
   RAP_CHECK_OK(rap_record_resource(f.pool, p, f.q));
   RAP_CHECK_OK(rap_host_async_end(f.q));
   RAP_CHECK_OK(rap_deallocate(f.pool, p, f.r2));
-  RAP_CHECK_OK(rap_allocate(f.pool, &p2, 4 * KiB, f.r2));
-  RAP_CHECK(!overlaps(p, p2, 4 * KiB));   /* q's use has not passed */
-  RAP_CHECK_OK(rap_deallocate(f.pool, p2, f.r2));
-  RAP_CHECK_OK(rap_release(f.pool));
-  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  others_go_on(&f, p);   /* q's use has not passed */
   RAP_CHECK_EQ(after_end(f.q), 0);
   let_q_finish(&f);
   RAP_CHECK_OK(rap_resource_synchronize(f.r2));
@@ -221,11 +220,7 @@ RAP_TEST(CallScoped, ThreadCacheKeepsNothingOfTheQueue) {
     RAP_CHECK_OK(rap_deallocate(f.pool, p, f.q));
   }
   RAP_CHECK_OK(rap_host_async_end(f.q));
-  void *p2;
-  RAP_CHECK_OK(rap_allocate(f.pool, &p2, 4 * KiB, f.r2));
-  RAP_CHECK_OK(rap_deallocate(f.pool, p2, f.r2));
-  RAP_CHECK_OK(rap_release(f.pool));
-  RAP_CHECK_OK(rap_allocator_check(f.pool));
+  others_go_on(&f, NULL);
   RAP_CHECK_EQ(after_end(f.q), 0);
   let_q_finish(&f);
   RAP_CHECK_OK(rap_resource_destroy(f.q));
