@@ -279,14 +279,19 @@ def cmd_nccl(args):
     dist.destroy_process_group()
 
 
+# Memory NCCL cannot register: cudaMalloc chunks.
+UNREGISTRABLE_SPEC = "ResourceAwarePool(DEVICE::{device}, initial_size=64MiB, next_size=32MiB)"
+
+
 def cmd_bad(args):
-    """A MemPool over rap's default spec (DEVICE::N: cudaMalloc) cannot be registered: the check
-    answers before NCCL is asked, with rap's sentence."""
+    """A MemPool over a spec whose memory NCCL cannot register (a pool over DEVICE::N, cudaMalloc
+    chunks: the fallback's platform) is refused: the check answers before NCCL is asked, with
+    rap's sentence. (rap's default spec is registrable: the registration test runs on it.)"""
     import torch
     import rap_torch
     r = {}
     try:
-        pool = torch.cuda.MemPool(rap_torch.allocator())   # the default spec
+        pool = torch.cuda.MemPool(rap_torch.allocator(UNREGISTRABLE_SPEC))
         with torch.cuda.use_mem_pool(pool):
             x = torch.ones(1 << 20, device="cuda")
         r["why"] = rap_torch.registrable(x.data_ptr())
@@ -471,7 +476,7 @@ def cmd_report(args):
     bad = _load_all(out, "nccl_bad.json")
     if bad:
         summary["bad"] = bad[0]
-        print("bad input, a MemPool over rap's default spec: refused %s: %s" % (
+        print("bad input, a MemPool over cudaMalloc chunks (DEVICE): refused %s: %s" % (
             bad[0].get("refused"), bad[0].get("sentence", bad[0].get("error", ""))[:300]))
         summary["ok"] &= bool(bad[0].get("ok"))
     for alloc in ("native", "rap"):
