@@ -140,7 +140,9 @@ static inline bool rapi_bp_may_cut(const rapi_bp *bp, size_t block_size, size_t 
   if (RAPI_LIKELY(bp->max_split == SIZE_MAX) || block_size == size) return true;
   return size < bp->max_split ? block_size < bp->max_split : block_size - size <= bp->next_size;
 }
-rapi_block *rapi_bp_find_free(rapi_bp *bp, size_t size);     /* what take_free would take */
+/* What take_free would take: the best fit; over a growable parent (without unmap_free), a chunk's
+ * free tail only where no other free block fits (before_the_tail in block_pool.c). */
+rapi_block *rapi_bp_find_free(rapi_bp *bp, size_t size);
 rapi_block *rapi_bp_take_this(rapi_bp *bp, rapi_block *b, size_t size);   /* b from find_free */
 /* A new chunk for a miss of size bytes, split, the remainder indexed free; if the parent is dry,
  * releases wholly free chunks and asks once more. */

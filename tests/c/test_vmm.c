@@ -207,6 +207,39 @@ RAP_TEST_VMM(VmmPool, ReleaseGivesBackTheFreeTail) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+/* The free tail of the range is the last place a request goes: a hole that fits serves first, even
+ * where the tail fits tighter, so a block does not land where the tail's size (small while the pool
+ * grows, a whole free range a step later) decided. DynamicPoolList keeps its exact best fit. */
+RAP_TEST(VmmPool, AHoleServesBeforeTheFreeTail) {
+  for (size_t k = 0; k < sizeof vmm_pools / sizeof *vmm_pools; k++) {
+    if (strcmp(vmm_pools[k].strategy, "DynamicPoolList") == 0) continue;
+    rap_manager *rm = tu_manager();
+    rap_allocator *v = vmm_make(rm, "v", 16 * MiB);
+    rap_allocator *pool = pool_make(rm, &vmm_pools[k], "v", "heuristic=never");
+    char *x = tu_alloc(pool, 2 * G), *y = tu_alloc(pool, G);   /* the tail: one granule, free */
+    RAP_CHECK(y == x + 2 * G);
+    RAP_CHECK_OK(rap_deallocate(pool, x, NULL));              /* a hole of two */
+    char *w = tu_alloc(pool, G);
+    RAP_CHECK(w == x);                                         /* not y + G, the exact fit */
+    char *z = tu_alloc(pool, G);                               /* the rest of the hole */
+    RAP_CHECK(z == x + G);
+    char *t = tu_alloc(pool, G);                               /* no hole left: the tail */
+    RAP_CHECK(t == y + G);
+    rap_stats s = tu_stats(pool);
+    RAP_CHECK_EQ(s.actual_bytes, 4 * G);
+    RAP_CHECK_EQ(s.chunk_count, 1);
+    TU_CHECK(pool);
+    RAP_CHECK_OK(rap_deallocate(pool, w, NULL));
+    RAP_CHECK_OK(rap_deallocate(pool, z, NULL));
+    RAP_CHECK_OK(rap_deallocate(pool, t, NULL));
+    RAP_CHECK_OK(rap_deallocate(pool, y, NULL));
+    TU_CHECK(pool);
+    RAP_CHECK_OK(rap_allocator_destroy(pool));
+    RAP_CHECK_EQ(tu_stats(v).actual_bytes, 0);
+    RAP_CHECK_OK(rap_manager_destroy(rm));
+  }
+}
+
 RAP_TEST_VMM(VmmPool, PercentHeuristicTrimsTheTail) {
   rap_manager *rm = tu_manager();
   rap_allocator *v = vmm_make(rm, "v", 64 * MiB);
