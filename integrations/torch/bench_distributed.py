@@ -111,6 +111,7 @@ def _one(torch, dist, rank, mode, allocator, pool=None):
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
+    at_start = torch.cuda.memory_reserved()   # what the configuration before left held
     model, cfg = _model(torch)
     ctx = torch.cuda.use_mem_pool(pool) if pool is not None else _null()
     with ctx:
@@ -129,7 +130,8 @@ def _one(torch, dist, rank, mode, allocator, pool=None):
         times, losses = _steps(torch, model, opt, rank, cfg.vocab_size)
     r = {"mode": mode, "allocator": allocator, "rank": rank, "world": dist.get_world_size(),
          "steps": STEPS, "step_ms": times, "median_ms": statistics.median(times[SKIP:]), "losses": losses,
-         "peak_reserved": torch.cuda.max_memory_reserved(), "peak_allocated": torch.cuda.max_memory_allocated()}
+         "peak_reserved": torch.cuda.max_memory_reserved(), "peak_allocated": torch.cuda.max_memory_allocated(),
+         "reserved_at_start": at_start}
     r.update(_rap_figures(allocator))
     del model, opt
     dist.barrier()
