@@ -13,8 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#define STAGE_THREADS_DEFAULT 8u
+/* By default one thread a CPU besides the caller, from 8 to 32: the host's side (first touch of the
+ * backup's pages, the copies out of the ring) is what limits a first sleep, and it grows with
+ * threads to about one a CPU (docs/DESIGN.md, "The copies"). */
+#define STAGE_THREADS_LEAST 8u
+#define STAGE_THREADS_MOST 32u
 #define STAGE_THREADS_MAX 64u
 
 typedef struct job {
@@ -38,15 +43,21 @@ typedef struct engine {
   char why[512];
 } engine;
 
+static unsigned default_threads(void) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  unsigned n = cpus > 1 ? (unsigned)(cpus - 1) : 0;
+  return n < STAGE_THREADS_LEAST ? STAGE_THREADS_LEAST : n > STAGE_THREADS_MOST ? STAGE_THREADS_MOST : n;
+}
+
 unsigned rapi_stage_threads(void) {
   const char *v = getenv("RAP_SLEEP_THREADS");
-  if (v == NULL || *v == '\0') return STAGE_THREADS_DEFAULT;
+  if (v == NULL || *v == '\0') return default_threads();
   char *end = NULL;
   unsigned long n = strtoul(v, &end, 10);
   if (*end != '\0' || n > STAGE_THREADS_MAX) {
     rap_log(RAP_LOG_WARN, "RAP_SLEEP_THREADS='%s' is not a number of threads from 0 to %u: %u are "
-            "used", v, STAGE_THREADS_MAX, STAGE_THREADS_DEFAULT);
-    return STAGE_THREADS_DEFAULT;
+            "used", v, STAGE_THREADS_MAX, default_threads());
+    return default_threads();
   }
   return (unsigned)n;
 }
