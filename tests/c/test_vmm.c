@@ -240,6 +240,32 @@ RAP_TEST(VmmPool, AHoleServesBeforeTheFreeTail) {
   }
 }
 
+/* Where the tail last is off, best fit stands and the exact fit at the tail serves: in
+ * DynamicPoolList (its exact best fit) and in pools whose free pieces go back (unmap_free, over a
+ * platform made with piece=), where cutting the hole would map its pieces again. */
+RAP_TEST(VmmPool, TheTailServesAnExactFitWhereTheTailLastIsOff) {
+  const char *platforms[] = {"reserve=16MiB granularity=64KiB", "reserve=16MiB granularity=64KiB piece=64KiB"};
+  for (size_t k = 0; k < sizeof vmm_pools / sizeof *vmm_pools; k++)
+    for (unsigned with_pieces = 0; with_pieces < 2; with_pieces++) {
+      bool list = strcmp(vmm_pools[k].strategy, "DynamicPoolList") == 0;
+      if (!list && !with_pieces) continue;   /* the tail last: AHoleServesBeforeTheFreeTail */
+      rap_manager *rm = tu_manager();
+      rap_allocator *v = tu_make(rm, "v", "HostVmm", NULL, platforms[with_pieces]);
+      rap_allocator *pool = pool_make(rm, &vmm_pools[k], "v", "heuristic=never");
+      char *x = tu_alloc(pool, 2 * G), *y = tu_alloc(pool, G);   /* the tail: one granule, free */
+      RAP_CHECK(y == x + 2 * G);
+      RAP_CHECK_OK(rap_deallocate(pool, x, NULL));              /* a hole of two */
+      char *w = tu_alloc(pool, G);
+      RAP_CHECK(w == y + G);                                     /* the exact fit, not the hole */
+      TU_CHECK(pool);
+      RAP_CHECK_OK(rap_deallocate(pool, w, NULL));
+      RAP_CHECK_OK(rap_deallocate(pool, y, NULL));
+      RAP_CHECK_OK(rap_allocator_destroy(pool));
+      RAP_CHECK_EQ(tu_stats(v).actual_bytes, 0);
+      RAP_CHECK_OK(rap_manager_destroy(rm));
+    }
+}
+
 RAP_TEST_VMM(VmmPool, PercentHeuristicTrimsTheTail) {
   rap_manager *rm = tu_manager();
   rap_allocator *v = vmm_make(rm, "v", 64 * MiB);
