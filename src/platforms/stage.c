@@ -10,14 +10,15 @@
 #include "platforms/stage.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* By default one thread a CPU besides the caller, from 8 to 32: the host's side (first touch of the
- * backup's pages, the copies out of the ring) is what limits a first sleep, and it grows with
- * threads to about one a CPU (docs/DESIGN.md, "The copies"). */
+/* By default one thread a CPU the caller may run on besides the caller, from 8 to 32: the host's
+ * side (first touch of the backup's pages, the copies out of the ring) is what limits a first
+ * sleep, and it grows with threads to about one a CPU (docs/DESIGN.md, "The copies"). */
 #define STAGE_THREADS_LEAST 8u
 #define STAGE_THREADS_MOST 32u
 #define STAGE_THREADS_MAX 64u
@@ -43,11 +44,23 @@ typedef struct engine {
   char why[512];
 } engine;
 
-static unsigned default_threads(void) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  unsigned n = cpus > 1 ? (unsigned)(cpus - 1) : 0;
-  return n < STAGE_THREADS_LEAST ? STAGE_THREADS_LEAST : n > STAGE_THREADS_MOST ? STAGE_THREADS_MOST : n;
+unsigned rapi_stage_threads_for(long cpus) {
+  unsigned long n = cpus > 1 ? (unsigned long)cpus - 1 : 0;
+  return n < STAGE_THREADS_LEAST ? STAGE_THREADS_LEAST
+         : n > STAGE_THREADS_MOST ? STAGE_THREADS_MOST : (unsigned)n;
 }
+
+/* The CPUs the caller may run on (its threads inherit its affinity: a rank bound to 16 CPUs of a
+ * host of 128 starts 15), else those online; -1 where neither is known. */
+static long usable_cpus(void) {
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+#endif
+  return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+static unsigned default_threads(void) { return rapi_stage_threads_for(usable_cpus()); }
 
 unsigned rapi_stage_threads(void) {
   const char *v = getenv("RAP_SLEEP_THREADS");

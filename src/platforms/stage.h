@@ -45,8 +45,9 @@ typedef struct rapi_stage {
  * Returns once nothing of it is running any more, with the first failure's status and sentence. */
 int rapi_stage_copy(const rapi_stage *sg, char *host, size_t touched, rapi_runs *runs,
                     bool to_host);
-/* RAP_SLEEP_THREADS (0..64; default one a CPU besides the caller, at least 8, at most 32): the
- * threads a staged copy starts besides its caller. */
+/* RAP_SLEEP_THREADS (0..64; default one a CPU the caller may run on besides the caller, at least
+ * 8, at most 32): the threads a staged copy starts besides its caller. */
 unsigned rapi_stage_threads(void);
+unsigned rapi_stage_threads_for(long cpus);   /* the default for cpus usable (-1: unknown) */
 
 #endif /* RAP_STAGE_H */

@@ -6,12 +6,13 @@
  * caller's thread, prefaults exactly of the bytes never touched, and after a failure (the
  * platform's, or a thread's prefault) the first sentence, nothing left queued, no thread left.
  */
-#define _DEFAULT_SOURCE 1   /* setenv, strdup */
+#define _GNU_SOURCE 1   /* setenv, strdup, sched_setaffinity */
 #include "platforms/stage.h"
 #include "test_util.h"
 
 #include <dirent.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -260,8 +261,21 @@ RAP_TEST(Stage, ThreadsComeFromTheEnvironment) {
   const char *saved = getenv("RAP_SLEEP_THREADS");
   char *keep = saved ? strdup(saved) : NULL;
   unsetenv("RAP_SLEEP_THREADS");
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);   /* one a CPU besides the caller, 8 to 32 */
-  unsigned want = cpus - 1 < 8 ? 8u : cpus - 1 > 32 ? 32u : (unsigned)(cpus - 1);
+  /* One a CPU the caller may run on besides the caller, 8 to 32: the caller held to one CPU
+   * starts 8, however many the host has. */
+  cpu_set_t all, one;
+  RAP_CHECK(sched_getaffinity(0, sizeof all, &all) == 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &all)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  RAP_CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
+  unsigned held = rapi_stage_threads();
+  RAP_CHECK(sched_setaffinity(0, sizeof all, &all) == 0);
+  RAP_CHECK_EQ(held, 8);
+  unsigned want = rapi_stage_threads_for(CPU_COUNT(&all));
   RAP_CHECK_EQ(rapi_stage_threads(), want);
   setenv("RAP_SLEEP_THREADS", "3", 1);
   RAP_CHECK_EQ(rapi_stage_threads(), 3);
@@ -274,4 +288,10 @@ RAP_TEST(Stage, ThreadsComeFromTheEnvironment) {
   if (keep) setenv("RAP_SLEEP_THREADS", keep, 1);
   else unsetenv("RAP_SLEEP_THREADS");
   free(keep);
+}
+
+RAP_TEST(Stage, DefaultThreadsAreOneACpuBesidesTheCallerFrom8To32) {
+  const long cpus[] = {-1, 0, 1, 2, 9, 10, 16, 33, 34, 128, 1L << 40};
+  const unsigned want[] = {8, 8, 8, 8, 8, 9, 15, 32, 32, 32, 32};
+  for (size_t i = 0; i < sizeof cpus / sizeof *cpus; i++) RAP_CHECK_EQ(rapi_stage_threads_for(cpus[i]), want[i]);
 }
