@@ -119,12 +119,17 @@ rapi_block *rapi_index_find_if(rapi_index *ix, size_t size, unsigned limit,
   mapping(size - 1, &fl, &sl);
   for (; fl < RAPI_FL_COUNT; fl++, sl = 0) {
     if (!(ix->fl_bitmap & ((uint64_t)1 << fl))) continue;
-    for (uint32_t slmap = ix->sl_bitmap[fl] & (~0u << sl); slmap != 0; slmap &= slmap - 1)
+    for (uint32_t slmap = ix->sl_bitmap[fl] & (~0u << sl); slmap != 0; slmap &= slmap - 1) {
+      unsigned small = 0;   /* only the request's own class holds blocks too small: a few of them */
       for (rapi_block *b = ix->heads[fl][__builtin_ctz(slmap)]; b != NULL; b = b->link_next) {
-        if (b->size < size) continue;
+        if (b->size < size) {
+          if (++small == RAPI_FALLBACK_SCAN) break;
+          continue;
+        }
         if (ok(ctx, b, size)) return b;
         if (--limit == 0) return NULL;
       }
+    }
   }
   return NULL;
 }

@@ -67,7 +67,8 @@ rapi_block *rapi_index_find(rapi_index *ix, size_t size);   /* a block of at lea
 void        rapi_index_replace(rapi_index *ix, rapi_block *old, size_t old_size, rapi_block *nb);
 size_t      rapi_index_largest(const rapi_index *ix);
 /* The first block of at least size, smallest classes first, for which ok(ctx, b, size) holds,
- * looking at no more than limit blocks that fit: a slow path's search for a block of a kind. */
+ * looking at no more than limit blocks that fit (and stepping over at most a few dozen too small in
+ * the request's own class): a slow path's search for a block of a kind. */
 rapi_block *rapi_index_find_if(rapi_index *ix, size_t size, unsigned limit,
                                bool (*ok)(const void *ctx, const rapi_block *b, size_t size),
                                const void *ctx);
