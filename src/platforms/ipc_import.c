@@ -1,6 +1,6 @@
 /* ipc_import.c — memory across processes, the importer's half: opening in this process a block
  * another process exported (rap_ipc_import) and telling it when the block is closed here
- * (rap_ipc_close). The exporter's half (the control block, the tickets, the ipc resource, export,
+ * (rap_ipc_close, in ipc_close.c). The exporter's half (the control block, the tickets, the ipc resource, export,
  * revoke) is ipc.c; what both share is ipc.h.
  *
  * This file holds the importer's state, one per manager (rapi_ipc_importer): an importer opens an
@@ -12,7 +12,7 @@
  * open here (stream_ordered.c makes the CUDA calls). The manager's end closes what is still open
  * (rapi_ipc_manager_fini).
  */
-#include "platforms/ipc.h"
+#include "platforms/ipc_import.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -23,89 +23,16 @@
 
 /* ---- the importer ------------------------------------------------------------------------------ */
 
-typedef struct imp_extent {       /* one row of the exporter's table, as mapped here */
-  uint64_t serial;                /* 0: nothing mapped here for this row */
-  uint64_t offset, size;
-  unsigned refs;                  /* open blocks that use it */
-  uint64_t users;                 /* device: other devices given access to it here (bits) */
-} imp_extent;
-
-typedef struct imp_event {        /* an interprocess event this process recorded for a close */
-  void *event;
-  unsigned char handle[64];
-  unsigned ticket;
-  uint64_t word;                  /* the ticket's word it was recorded for */
-  struct imp_event *next;
-} imp_event;
-
-/* A pool's allocation imported here (cudaMemPoolImportPointer) while blocks of it are open: freed
- * at the close of its last one, after the work of the earlier closes (notes: their events). */
-typedef struct imp_note {
-  unsigned ticket;
-  uint64_t word;                  /* the ticket's word when its event was recorded */
-  imp_event *e;
-} imp_note;
-
-typedef struct imp_alloc {
-  uint64_t id;                    /* the exporter's id of the allocation */
-  char *ptr;                      /* imported here */
-  unsigned refs;                  /* open imports of blocks in it */
-  imp_note *notes;
-  unsigned nnotes, cap;
-  struct imp_alloc *next;
-} imp_alloc;
-
-typedef struct imp_pool {
-  uint64_t pool_id;
-  int32_t pid;
-  int pidfd;
-  ipc_ctl *ctl;                   /* the exporter's control block, mapped here */
-  uint32_t kind;
-  int device;                     /* device kind: the device here */
-  char *base, *raw;               /* the range reserved here (raw: host, with slack) */
-  size_t reserve, raw_size;
-  imp_extent *rows;               /* IPC_EXTENTS */
-  imp_event *events;
-  void *mempool;                  /* a pool's: the exporter's pool imported here */
-  uint64_t granted;               /* a pool's: other devices given access to it here (bits) */
-  uint64_t reach;                 /* device: other devices found able to access its memory (bits) */
-  imp_alloc *allocs;              /* a pool's: its allocations imported here */
-  int slot;                       /* its row in the exporter's mappers (a range's), or -1 */
-  struct imp_pool *next;
-} imp_pool;
-
-typedef struct imp_ticket {
-  unsigned ticket;
-  uint64_t word;                  /* CLAIMED by this process */
-  rap_resource *r;                /* given at import: a close without one closes there */
-  struct imp_ticket *next;
-} imp_ticket;
-
-typedef struct imp_block {
-  void *ptr;                      /* key */
-  imp_pool *pool;
-  imp_ticket *tickets;            /* one per import of the block still open */
-  unsigned *rows, nrows;
-  imp_alloc *alloc;               /* a pool's block: the allocation it lies in */
-  UT_hash_handle hh;
-} imp_block;
-
-struct rapi_ipc_importer {
-  pthread_mutex_t lock;
-  imp_pool *pools;
-  imp_block *blocks;
-};
-
-static pthread_mutex_t importer_make_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t rapi_imp_make_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct rapi_ipc_importer *importer(rap_manager *rm) {
-  pthread_mutex_lock(&importer_make_lock);
+  pthread_mutex_lock(&rapi_imp_make_lock);
   if (rm->ipc == NULL) {
     struct rapi_ipc_importer *im = rapi_calloc(1, sizeof *im);
     if (im != NULL) pthread_mutex_init(&im->lock, NULL);
     rm->ipc = im;
   }
-  pthread_mutex_unlock(&importer_make_lock);
+  pthread_mutex_unlock(&rapi_imp_make_lock);
   return rm->ipc;
 }
 
@@ -168,7 +95,7 @@ static void row_unmap(imp_pool *p, unsigned i) {
 /* Row i, mapped here and used by no open block, unmapped if the exporter gave it back, or (a
  * platform whose pools sleep) as soon as no close of it may still be queued: otherwise it is kept
  * for the next import, and the exporter cannot sleep it. */
-static void row_let_go(imp_pool *p, unsigned i) {
+void rapi_imp_row_let_go(imp_pool *p, unsigned i) {
   imp_extent *e = &p->rows[i];
   if (e->serial == 0 || e->refs > 0) return;
   if (LOAD(&p->ctl->extents[i].serial) == e->serial && !LOAD(&p->ctl->sleeps)) return;
@@ -176,13 +103,13 @@ static void row_let_go(imp_pool *p, unsigned i) {
 }
 
 /* Every row mapped here that no open block uses, where pools of the platform sleep. */
-static void rows_sweep(imp_pool *p) {
+void rapi_imp_rows_sweep(imp_pool *p) {
   if (p->rows == NULL || p->slot < 0 || !LOAD(&p->ctl->sleeps)) return;
   unsigned top = LOAD(&p->ctl->extents_top);
-  for (unsigned i = 0; i < top && i < IPC_EXTENTS; i++) row_let_go(p, i);
+  for (unsigned i = 0; i < top && i < IPC_EXTENTS; i++) rapi_imp_row_let_go(p, i);
 }
 
-static void pool_free(imp_pool *p) {
+void rapi_imp_pool_free(imp_pool *p) {
   if (p->rows != NULL && p->base != NULL)
     for (unsigned i = 0; i < IPC_EXTENTS; i++)
       if (p->rows[i].serial != 0) row_unmap(p, i);
@@ -278,7 +205,7 @@ static int pool_open(const ipc_desc *d, imp_pool **out) {
     }
   }
   if (st != RAP_OK) {
-    pool_free(p);
+    rapi_imp_pool_free(p);
     return st;
   }
   *out = p;
@@ -366,11 +293,11 @@ static int rows_take(imp_pool *p, uint64_t off, uint64_t size, int user, unsigne
     uint64_t serial = LOAD(&p->ctl->extents[i].serial);
     uint64_t xo = p->ctl->extents[i].offset, xs = p->ctl->extents[i].size;
     if (serial == 0 || xo >= end || xo + xs <= off) {
-      if (sweep) row_let_go(p, i);   /* pools there sleep: what no block here uses goes */
+      if (sweep) rapi_imp_row_let_go(p, i);   /* pools there sleep: what no block here uses goes */
       continue;
     }
     if (p->rows[i].serial != serial) {
-      row_let_go(p, i);
+      rapi_imp_row_let_go(p, i);
       if (p->rows[i].serial != 0) {
         st = rapi_fail(RAP_ERR_BUSY, "rap_ipc_import: the exporter mapped new memory where a "
                        "block still open here lies; close it first");
@@ -398,7 +325,7 @@ static int rows_take(imp_pool *p, uint64_t off, uint64_t size, int user, unsigne
   if (st != RAP_OK) {
     for (unsigned j = 0; j < k; j++) {
       p->rows[got[j]].refs--;
-      row_let_go(p, got[j]);
+      rapi_imp_row_let_go(p, got[j]);
     }
     free(got);
     return st;
@@ -435,7 +362,7 @@ static int alloc_take(imp_pool *p, const ipc_ticket *t, imp_alloc **out) {
   return RAP_OK;
 }
 
-static void alloc_drop(imp_pool *p, imp_alloc *a) {
+void rapi_imp_alloc_drop(imp_pool *p, imp_alloc *a) {
   imp_alloc **pp = &p->allocs;
   while (*pp != a) pp = &(*pp)->next;
   *pp = a->next;
@@ -446,7 +373,7 @@ static void alloc_drop(imp_pool *p, imp_alloc *a) {
 /* Frees an allocation imported here, its last block closing on r (a CUDA resource; NULL: on the
  * host, waited for): after the work of earlier closes of its blocks on other streams, whose
  * events are still the ones the exporter waits for (a ticket that moved on has passed). */
-static int alloc_free(imp_pool *p, imp_alloc *a, rap_resource *r) {
+int rapi_imp_alloc_free(imp_pool *p, imp_alloc *a, rap_resource *r) {
   void **events = a->nnotes ? rapi_malloc(a->nnotes * sizeof *events) : NULL;
   if (a->nnotes && events == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_ipc_close: out of host memory");
   unsigned n = 0;
@@ -459,7 +386,7 @@ static int alloc_free(imp_pool *p, imp_alloc *a, rap_resource *r) {
 }
 
 /* Notes the event of a close that left blocks of a open; notes whose tickets moved on go. */
-static int alloc_note(imp_pool *p, imp_alloc *a, unsigned ticket, uint64_t word, imp_event *e) {
+int rapi_imp_alloc_note(imp_pool *p, imp_alloc *a, unsigned ticket, uint64_t word, imp_event *e) {
   unsigned k = 0;
   for (unsigned i = 0; i < a->nnotes; i++)
     if (LOAD(&p->ctl->tickets[a->notes[i].ticket].word) == a->notes[i].word) a->notes[k++] = a->notes[i];
@@ -590,209 +517,10 @@ int rap_ipc_import(rap_manager *rm, const rap_ipc_desc *desc, rap_resource *r, v
       if (rapi_ipc_pool_free(p->device, al->ptr, NULL, NULL, 0) != RAP_OK)
         rap_log(RAP_LOG_WARN, "rap_ipc_import: giving back an allocation it imported: %s",
                 rap_last_error());
-      alloc_drop(p, al);
+      rapi_imp_alloc_drop(p, al);
     }
     if (claimed != 0) unclaim(p, d.ticket, claimed);
   }
   rapi_unlock(&held);
   return st;
-}
-
-/* ---- close ------------------------------------------------------------------------------------- */
-
-typedef struct close_job {
-  uint64_t *word;
-  uint64_t from, to;
-} close_job;
-
-static void close_on_queue(void *arg) {
-  close_job *j = arg;
-  (void)cas(j->word, j->from, j->to);
-  free(j);
-}
-
-/* Tells the exporter the block is closed, in r's order: at once on the host, by an interprocess
- * event on a CUDA stream (device memory), else by a job queued on r (a CPU queue; a stream's host
- * function for host memory, which kernels do not reach). */
-static int signal_close(imp_pool *p, imp_ticket *tk, rap_resource *r, imp_event **used) {
-  ipc_ticket *t = &p->ctl->tickets[tk->ticket];
-  uint64_t serial = tw_serial(tk->word);
-  uint32_t pid = tw_pid(tk->word);
-  if (r == NULL || r->ops->record == NULL) {
-    (void)cas(&t->word, tk->word, tword(serial, pid, T_DONE));
-    return RAP_OK;
-  }
-  if (p->kind != RAPI_IPC_HOST && strcmp(r->ops->kind, "cuda") == 0) {
-    imp_event *e = p->events;   /* one whose ticket moved on may be recorded again */
-    while (e != NULL && LOAD(&p->ctl->tickets[e->ticket].word) == e->word) e = e->next;
-    bool made = e == NULL;
-    if (made && (e = rapi_calloc(1, sizeof *e)) == NULL)
-      return rapi_fail(RAP_ERR_NOMEM, "rap_ipc_close: out of host memory");
-    int st = rapi_gpu_ipc_event_record(r, e->handle, &e->event);
-    if (st != RAP_OK) {
-      if (made) free(e);
-      return st;
-    }
-    e->ticket = tk->ticket;
-    e->word = tword(serial, pid, T_EVENT);
-    if (made) {
-      e->next = p->events;
-      p->events = e;
-    }
-    memcpy(t->event, e->handle, sizeof t->event);
-    (void)cas(&t->word, tk->word, e->word);
-    *used = e;
-    return RAP_OK;
-  }
-  close_job *j = rapi_malloc(sizeof *j);
-  if (j == NULL) return rapi_fail(RAP_ERR_NOMEM, "rap_ipc_close: out of host memory");
-  *j = (close_job){&t->word, tword(serial, pid, T_CLOSING), tword(serial, pid, T_DONE)};
-  if (!cas(&t->word, tk->word, j->from)) {   /* the exporter took it back: nothing to tell */
-    free(j);
-    return RAP_OK;
-  }
-  int st = rap_resource_submit(r, close_on_queue, j);
-  if (st != RAP_OK) {
-    free(j);
-    (void)cas(&t->word, tword(serial, pid, T_CLOSING), tk->word);
-  }
-  return st;
-}
-
-static void block_forget(struct rapi_ipc_importer *im, imp_block *b) {
-  for (unsigned j = 0; j < b->nrows; j++) {
-    b->pool->rows[b->rows[j]].refs--;
-    row_let_go(b->pool, b->rows[j]);
-  }
-  rows_sweep(b->pool);
-  HASH_DEL(im->blocks, b);
-  free(b->rows);
-  free(b);
-}
-
-/* Closes the newest open import of b on r (a CUDA stream, the host, NULL: the host). A pool's block
- * that is the last open one of its allocation frees the imported allocation first, in r's order,
- * so that the exporter's free, which waits for this close, comes after it (CUDA's rule). */
-static int close_one(struct rapi_ipc_importer *im, imp_block *b, rap_resource *r) {
-  imp_ticket *tk = b->tickets;
-  imp_pool *p = b->pool;
-  imp_alloc *al = b->alloc;
-  bool cuda = r != NULL && r->ops->record != NULL && strcmp(r->ops->kind, "cuda") == 0;
-  if (al != NULL && r != NULL && r->ops->record != NULL && !cuda)
-    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_close: a block of a StreamOrdered pool is closed on "
-                     "a CUDA stream or on the host, not on a %s resource", r->ops->kind);
-  bool last = al != NULL && al->refs == 1;
-  int st = last ? alloc_free(p, al, cuda ? r : NULL) : RAP_OK;
-  if (st != RAP_OK) return st;
-  imp_event *used = NULL;
-  st = signal_close(p, tk, al != NULL && !cuda ? NULL : r, &used);
-  if (st != RAP_OK && last) {
-    /* The allocation is given back already: the close is told once r's work is done. */
-    rap_log(RAP_LOG_WARN, "rap_ipc_close: %s; waiting for the stream instead", rap_last_error());
-    (void)rap_resource_synchronize(r);
-    ipc_ticket *t = &p->ctl->tickets[tk->ticket];
-    (void)cas(&t->word, tk->word, tword(tw_serial(tk->word), tw_pid(tk->word), T_DONE));
-    st = RAP_OK;
-  }
-  if (st != RAP_OK) return st;
-  if (last) {
-    alloc_drop(p, al);
-  } else if (al != NULL) {
-    al->refs--;
-    if (used != NULL && alloc_note(p, al, tk->ticket, used->word, used) != RAP_OK)
-      (void)rap_resource_synchronize(r);   /* no room to note it: its work is done instead */
-  }
-  b->tickets = tk->next;
-  free(tk);
-  if (b->tickets == NULL) block_forget(im, b);
-  return RAP_OK;
-}
-
-int rap_ipc_close(rap_manager *rm, void *ptr, rap_resource *r) {
-  if (rm == NULL) return rapi_fail(RAP_ERR_INVALID, "rap_ipc_close: manager is NULL");
-  if (r != NULL && r->rm != rm)
-    return rapi_fail(RAP_ERR_INVALID, "rap_ipc_close: the resource belongs to another manager");
-  struct rapi_ipc_importer *im = rm->ipc;
-  imp_block *b = NULL;
-  rapi_held held;
-  if (im != NULL) {
-    rapi_lock(&im->lock, &held);
-    HASH_FIND_PTR(im->blocks, &ptr, b);
-  }
-  if (b == NULL) {
-    if (im != NULL) rapi_unlock(&held);
-    return rapi_fail(RAP_ERR_UNKNOWN_POINTER, "rap_ipc_close: %p is not a block this manager "
-                     "imported, or it was closed already", ptr);
-  }
-  int st = close_one(im, b, r != NULL ? r : b->tickets->r);
-  rapi_unlock(&held);
-  return st;
-}
-
-/* An import keeps the resource it was given for its close, as a block keeps the resource that
- * owns it: while one is open, r is not destroyed. */
-int rapi_ipc_resource_busy(rap_resource *r) {
-  pthread_mutex_lock(&importer_make_lock);
-  struct rapi_ipc_importer *im = r->rm->ipc;
-  pthread_mutex_unlock(&importer_make_lock);
-  if (im == NULL) return RAP_OK;
-  size_t n = 0;
-  void *first = NULL;
-  rapi_held held;
-  rapi_lock(&im->lock, &held);
-  for (imp_block *b = im->blocks; b != NULL; b = b->hh.next)
-    for (imp_ticket *tk = b->tickets; tk != NULL; tk = tk->next)
-      if (tk->r == r && n++ == 0) first = b->ptr;
-  rapi_unlock(&held);
-  if (n == 0) return RAP_OK;
-  return rapi_fail(RAP_ERR_BUSY, "rap_resource_destroy: %zu import%s of another process's block "
-                   "(rap_ipc_import) %s this %s resource for %s close, the first at %p; "
-                   "rap_ipc_close %s first", n, n == 1 ? "" : "s", n == 1 ? "was given" : "were given",
-                   r->ops->kind, n == 1 ? "its" : "their", first, n == 1 ? "it" : "them");
-}
-
-/* The manager goes, its resources synchronized: what is still open here is closed (its work has
- * passed), events are waited for and the exporter told, and every pool is let go. */
-void rapi_ipc_manager_fini(rap_manager *rm) {
-  struct rapi_ipc_importer *im = rm->ipc;
-  if (im == NULL) return;
-  imp_block *b, *tmp;
-  HASH_ITER(hh, im->blocks, b, tmp) {
-    if (b->tickets == NULL) {
-      block_forget(im, b);
-      continue;
-    }
-    rap_log(RAP_LOG_WARN, "rap_manager_destroy: an imported block at %p was not closed; closed "
-              "now", b->ptr);
-    bool gone = false;
-    while (!gone && b->tickets != NULL) {
-      gone = b->tickets->next == NULL;   /* the last close forgets b */
-      if (close_one(im, b, NULL) == RAP_OK) continue;
-      rap_log(RAP_LOG_WARN, "rap_manager_destroy: %s", rap_last_error());
-      imp_ticket *tk = b->tickets;   /* told as closed: this process's work on it is done */
-      imp_event *used = NULL;
-      (void)signal_close(b->pool, tk, NULL, &used);
-      if (b->alloc != NULL && --b->alloc->refs == 0) alloc_drop(b->pool, b->alloc);
-      b->tickets = tk->next;
-      free(tk);
-      if (b->tickets == NULL) block_forget(im, b);
-    }
-  }
-  while (im->pools != NULL) {
-    imp_pool *p = im->pools;
-    im->pools = p->next;
-    while (p->events != NULL) {
-      imp_event *e = p->events;
-      p->events = e->next;
-      ipc_ticket *t = &p->ctl->tickets[e->ticket];
-      if (rapi_gpu_ipc_event_synchronize(e->event) == RAP_OK)
-        (void)cas(&t->word, e->word, tword(tw_serial(e->word), tw_pid(e->word), T_DONE));
-      rapi_gpu_ipc_event_destroy(e->event);
-      free(e);
-    }
-    pool_free(p);
-  }
-  pthread_mutex_destroy(&im->lock);
-  free(im);
-  rm->ipc = NULL;
 }
