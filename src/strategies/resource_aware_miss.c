@@ -146,8 +146,8 @@ static RAPI_NOINLINE int past_peak(ra_pool *p, rapi_block **fp, size_t size, boo
 /* A large request (at least 32 MiB) whose own pending block and free block fit equally takes the
  * one at the lower address: a step repeated finds the last step's frees pending on its stream (the
  * first step found them free), and ties broken by state placed the step's large blocks elsewhere
- * each time, so that the range grew in later steps (docs/DESIGN.md, "The tail last"). Below
- * 24 MiB the rule cost f1 (host replays); smaller ties keep the pending block. */
+ * each time, so that the range grew in later steps (docs/DESIGN.md, "The tail last"). At 16 MiB
+ * it cost f1 (host replays); smaller ties keep the pending block. */
 #define RA_TIE_BY_ADDRESS ((size_t)32 << 20)
 static inline bool free_fits_better(const rapi_block *f, const ra_block *b, size_t size) {
   return b == NULL || f->size < b->base.size ||
