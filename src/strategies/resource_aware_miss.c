@@ -137,12 +137,23 @@ static RAPI_NOINLINE int past_peak(ra_pool *p, rapi_block **fp, size_t size, boo
 }
 
 /* The better fit of r's own pending blocks (reused with no event: r's stream order makes it safe)
- * and the free blocks, the pending one on a tie, and also where the free one's holes would be
- * mapped past the pool's peak (past_peak: memory the pool maps already serves before memory it
+ * and the free blocks, the pending one on a tie (below RA_TIE_BY_ADDRESS), and also where the
+ * free one's holes would be mapped past the pool's peak (past_peak: memory the pool maps already serves before memory it
  * would map anew). Carving a small request out of a large pending block while a free one fits
  * better would chop up blocks that are about to merge back into whole
  * chunks, and the pool would grow for the next large request; preferring free memory over an
  * equally good pending block would let pending memory pile up on a stream the CPU runs ahead of. */
+/* A large request (at least 32 MiB) whose own pending block and free block fit equally takes the
+ * one at the lower address: a step repeated finds the last step's frees pending on its stream (the
+ * first step found them free), and ties broken by state placed the step's large blocks elsewhere
+ * each time, so that the range grew in later steps (docs/DESIGN.md, "The tail last"). At 16 MiB
+ * it cost f1 (host replays); smaller ties keep the pending block. */
+#define RA_TIE_BY_ADDRESS ((size_t)32 << 20)
+static inline bool free_fits_better(const rapi_block *f, const ra_block *b, size_t size) {
+  return b == NULL || f->size < b->base.size ||
+         (size >= RA_TIE_BY_ADDRESS && f->size == b->base.size && f->ptr < b->base.ptr);
+}
+
 ra_block *rapi_ra_take_own_or_free(ra_pool *p, rstate *rs, size_t size) {
   ra_block *b = rs->hot;
   if (b != NULL && b->base.size == size) {   /* take_pending, for the hot block taken whole */
@@ -158,9 +169,9 @@ again:
     if (b != NULL && !rapi_bp_may_cut(&p->bp, b->base.size, size)) b = NULL;
   }
   if (b == NULL || b->base.size < size || (ix != NULL && ix->base.size < b->base.size)) b = ix;
-  if (b == NULL || b->base.size > size) {
+  if (b == NULL || b->base.size > size || size >= RA_TIE_BY_ADDRESS) {
     rapi_block *f = rapi_bp_find_free(&p->bp, size);
-    if (f != NULL && (b == NULL || f->size < b->base.size)) {
+    if (f != NULL && free_fits_better(f, b, size)) {
       int how = RAPI_LIKELY(!f->holes) ? RA_TAKE_FREE : past_peak(p, &f, size, b != NULL);
       if (how == RA_LOOK_AGAIN) goto again;
       if (how == RA_TAKE_FREE) {

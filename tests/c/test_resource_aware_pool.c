@@ -1140,3 +1140,40 @@ RAP_TEST(ResourceAwarePool, OwnPendingBlocksAndTheFreeAfterThemServeTheNextStep)
   own_pending_and_free_make_room("HOST_VMM", 40 * MiB, 8 * MiB);
   own_pending_and_free_make_room("HOST_VMM", 663486464, 64 * MiB);
 }
+
+/* In one chunk: a free block of n bytes, then one of n pending on busy r1 (and a small pending
+ * block freed after it, r1's hot one); r1 then asks for n. Returns whether the free block served. */
+static int tie_takes_free(size_t n) {
+  fixture f;
+  setup(&f, "HOST", "initial_size=160MiB heuristic=never");
+  void *a, *s1, *b, *s2, *c, *s3, *got;
+  RAP_CHECK_OK(rap_resource_submit(f.r1, gate_job, &f.g1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &a, n, NULL));
+  RAP_CHECK_OK(rap_allocate(f.pool, &s1, 64 * KiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &b, n, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &s2, 64 * KiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &c, 64 * KiB, f.r1));
+  RAP_CHECK_OK(rap_allocate(f.pool, &s3, 64 * KiB, f.r1));
+  RAP_CHECK((char *)a < (char *)b);
+  RAP_CHECK_OK(rap_deallocate(f.pool, a, NULL));   /* the host's: free at once */
+  RAP_CHECK_OK(rap_deallocate(f.pool, b, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, c, f.r1));
+  RAP_CHECK_EQ(rstats(f.pool, f.r1).pending_bytes, n + 64 * KiB);
+  RAP_CHECK_OK(rap_allocate(f.pool, &got, n, f.r1));
+  RAP_CHECK(got == a || got == b);
+  int took_free = got == a;
+  RAP_CHECK_OK(rap_deallocate(f.pool, got, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, s1, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, s2, f.r1));
+  RAP_CHECK_OK(rap_deallocate(f.pool, s3, f.r1));
+  teardown(&f);
+  return took_free;
+}
+
+/* A large request that its own pending block and a free block fit equally takes the lower address
+ * (here the free one), so that a repeated step finding its last frees pending is placed as the
+ * first, which found them free; a small one keeps its own pending block. */
+RAP_TEST(ResourceAwarePool, LargeTieTakesTheLowerAddress) {
+  RAP_CHECK(tie_takes_free(32 * MiB));
+  RAP_CHECK(!tie_takes_free(1 * MiB));
+}
