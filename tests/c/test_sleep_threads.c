@@ -6,6 +6,7 @@
  * Threads move in steps the test opens (a stage and an arrival count under one mutex), no sleeps.
  */
 #include "test_util.h"
+#include "thread_steps.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -14,35 +15,7 @@
 #define THREADS 4
 #define BLOCKS 64
 
-typedef struct stage {
-  pthread_mutex_t m;
-  pthread_cond_t c;
-  int now, arrived;
-} stage;
-
-static stage st_ = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
-
-static void arrive_and_wait(int next) {   /* a worker: done with this step, waits for the next */
-  pthread_mutex_lock(&st_.m);
-  st_.arrived++;
-  pthread_cond_broadcast(&st_.c);
-  while (st_.now < next) pthread_cond_wait(&st_.c, &st_.m);
-  pthread_mutex_unlock(&st_.m);
-}
-
-static void wait_all(void) {   /* the test: every worker arrived at the end of its step */
-  pthread_mutex_lock(&st_.m);
-  while (st_.arrived < THREADS) pthread_cond_wait(&st_.c, &st_.m);
-  st_.arrived = 0;
-  pthread_mutex_unlock(&st_.m);
-}
-
-static void open_step(int next) {
-  pthread_mutex_lock(&st_.m);
-  st_.now = next;
-  pthread_cond_broadcast(&st_.c);
-  pthread_mutex_unlock(&st_.m);
-}
+static steps st_ = STEPS_INIT(THREADS);
 
 typedef struct worker {
   rap_allocator *tc;
@@ -70,10 +43,10 @@ static void *work(void *arg) {
     w->live[k] = NULL;
   }
   if (rap_allocate(w->tc, (void **)&w->given, 500, NULL) != RAP_OK) w->errors++;
-  arrive_and_wait(1);
+  steps_arrive_and_wait(&st_, 1);
   /* Another thread's block, freed here: it goes to that thread's list of others' frees. */
   if (rap_deallocate(w->tc, w->taken, NULL) != RAP_OK) w->errors++;
-  arrive_and_wait(2);   /* the test sleeps the chain */
+  steps_arrive_and_wait(&st_, 2);   /* the test sleeps the chain */
   for (unsigned k = 0; k < 8; k++) {   /* every size a bin held: refused, nothing handed out */
     void *p = NULL;
     int st = rap_allocate(w->tc, &p, size_of(w->id, 2 * k + 1), NULL);
@@ -83,7 +56,7 @@ static void *work(void *arg) {
   int st = rap_deallocate(w->tc, w->live[0], NULL);   /* live at sleep time: refused, kept */
   w->refused += st == RAP_ERR_BUSY;
   w->wrong_sentence += strstr(rap_last_error(), "asleep") == NULL;
-  arrive_and_wait(3);   /* the test wakes it */
+  steps_arrive_and_wait(&st_, 3);   /* the test wakes it */
   for (unsigned k = 0; k < BLOCKS; k += 2) {
     if (!tu_intact(w->live[k], w->size[k], w->id * 100 + k)) w->errors++;
     if (rap_deallocate(w->tc, w->live[k], NULL) != RAP_OK) w->errors++;
@@ -93,7 +66,7 @@ static void *work(void *arg) {
     if (rap_allocate(w->tc, &p, size_of(w->id, k), NULL) != RAP_OK) w->errors++;
     else if (rap_deallocate(w->tc, p, NULL) != RAP_OK) w->errors++;
   }
-  arrive_and_wait(4);
+  steps_arrive_and_wait(&st_, 4);
   return NULL;
 }
 
@@ -104,17 +77,17 @@ RAP_TEST(ThreadCacheSleep, SettlesEveryThreadsCacheRefusesWhileAsleepAndServesAf
                                        "reserve=64MiB, granularity=64KiB), initial_size=1MiB))", &tc));
   rap_allocator *pool = rap_allocator_parent(tc), *v = rap_allocator_parent(pool);
   pthread_t t[THREADS];
-  st_.now = st_.arrived = 0;
+  steps_reset(&st_);
   for (unsigned i = 0; i < THREADS; i++) {
     memset(&w_[i], 0, sizeof w_[i]);
     w_[i].tc = tc;
     w_[i].id = i;
     RAP_CHECK(pthread_create(&t[i], NULL, work, &w_[i]) == 0);
   }
-  wait_all();
+  steps_wait_all(&st_);
   for (unsigned i = 0; i < THREADS; i++) w_[i].taken = w_[(i + THREADS - 1) % THREADS].given;
-  open_step(1);   /* each frees the block of the one before it */
-  wait_all();
+  steps_open(&st_, 1);   /* each frees the block of the one before it */
+  steps_wait_all(&st_);
   rap_stats before = tu_stats(tc);
   RAP_CHECK(before.cached_count >= THREADS * BLOCKS / 2);   /* the bins hold what was freed */
   RAP_CHECK_OK(rap_allocator_sleep(tc, RAP_SLEEP_BACKUP));
@@ -127,8 +100,8 @@ RAP_TEST(ThreadCacheSleep, SettlesEveryThreadsCacheRefusesWhileAsleepAndServesAf
   RAP_CHECK_OK(rap_allocator_check(tc));
   RAP_CHECK_STATUS(rap_allocator_sleep(tc, RAP_SLEEP_BACKUP), RAP_ERR_BUSY);   /* twice */
   RAP_CHECK_STATUS(rap_allocator_destroy(tc), RAP_ERR_BUSY);
-  open_step(2);   /* every thread tries while asleep */
-  wait_all();
+  steps_open(&st_, 2);   /* every thread tries while asleep */
+  steps_wait_all(&st_);
   for (unsigned i = 0; i < THREADS; i++) {
     RAP_CHECK_EQ(w_[i].refused, 9);
     RAP_CHECK_EQ(w_[i].wrong_sentence, 0);
@@ -137,9 +110,9 @@ RAP_TEST(ThreadCacheSleep, SettlesEveryThreadsCacheRefusesWhileAsleepAndServesAf
   RAP_CHECK_EQ(tu_stats(tc).cached_count, 0);
   RAP_CHECK_OK(rap_allocator_wake(tc));
   RAP_CHECK_EQ(rap_allocator_is_asleep(pool), 0);
-  open_step(3);
-  wait_all();
-  open_step(4);
+  steps_open(&st_, 3);
+  steps_wait_all(&st_);
+  steps_open(&st_, 4);
   for (unsigned i = 0; i < THREADS; i++) {
     pthread_join(t[i], NULL);
     RAP_CHECK_EQ(w_[i].errors, 0);

@@ -11,6 +11,7 @@
 #include "../c/rap_test.h"
 #include "../c/shared_helpers.h"
 #include "../c/test_util.h"
+#include "../c/thread_steps.h"
 #include "kernels.h"
 
 #include <cuda_runtime_api.h>
@@ -23,35 +24,7 @@
 #define THREADS 4
 #define BLOCKS 24
 
-typedef struct stage {
-  pthread_mutex_t m;
-  pthread_cond_t c;
-  int now, arrived;
-} stage;
-
-static stage st_ = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
-
-static void arrive_and_wait(int next) {
-  pthread_mutex_lock(&st_.m);
-  st_.arrived++;
-  pthread_cond_broadcast(&st_.c);
-  while (st_.now < next) pthread_cond_wait(&st_.c, &st_.m);
-  pthread_mutex_unlock(&st_.m);
-}
-
-static void wait_all(void) {
-  pthread_mutex_lock(&st_.m);
-  while (st_.arrived < THREADS) pthread_cond_wait(&st_.c, &st_.m);
-  st_.arrived = 0;
-  pthread_mutex_unlock(&st_.m);
-}
-
-static void open_step(int next) {
-  pthread_mutex_lock(&st_.m);
-  st_.now = next;
-  pthread_cond_broadcast(&st_.c);
-  pthread_mutex_unlock(&st_.m);
-}
+static steps st_ = STEPS_INIT(THREADS);
 
 typedef struct worker {
   rap_allocator *tc;
@@ -85,9 +58,9 @@ static void *work(void *arg) {
     w->live[k] = NULL;
   }
   if (rap_allocate(w->tc, &w->given, 500, w->r) != RAP_OK) w->errors++;
-  arrive_and_wait(1);
+  steps_arrive_and_wait(&st_, 1);
   if (rap_deallocate(w->tc, w->taken, NULL) != RAP_OK) w->errors++;   /* another thread's block */
-  arrive_and_wait(2);   /* the test sleeps the pool, the streams' kernels still queued */
+  steps_arrive_and_wait(&st_, 2);   /* the test sleeps the pool, the streams' kernels still queued */
   for (unsigned k = 0; k < 6; k++) {   /* sizes the bins held: refused, nothing handed out */
     void *p = NULL;
     int st = rap_allocate(w->tc, &p, size_of(w->id, 2 * k + 1), w->r);
@@ -97,7 +70,7 @@ static void *work(void *arg) {
   int st = rap_deallocate(w->tc, w->live[0], w->r);   /* live at sleep time: refused, kept */
   w->refused += st == RAP_ERR_BUSY;
   w->wrong_sentence += strstr(rap_last_error(), "asleep") == NULL;
-  arrive_and_wait(3);   /* the test wakes it */
+  steps_arrive_and_wait(&st_, 3);   /* the test wakes it */
   for (unsigned k = 0; k < BLOCKS; k += 2) {
     if (!gpu_all_bytes(w->live[k], w->size[k], value_of(w->id, k))) w->errors++;
     if (rap_deallocate(w->tc, w->live[k], w->r) != RAP_OK) w->errors++;
@@ -111,7 +84,7 @@ static void *work(void *arg) {
     }
   }
   if (cudaStreamSynchronize(s) != cudaSuccess) w->errors++;
-  arrive_and_wait(4);
+  steps_arrive_and_wait(&st_, 4);
   return NULL;
 }
 
@@ -152,7 +125,7 @@ RAP_TEST(CudaSleepThreads, ThreadCacheOverTheDefaultSettlesRefusesAndServesStrea
   gpu_gate *g = NULL;
   RAP_CHECK(gpu_gate_create(&g) == 0);
   pthread_t t[THREADS];
-  st_.now = st_.arrived = 0;
+  steps_reset(&st_);
   for (unsigned i = 0; i < THREADS; i++) {
     memset(&w_[i], 0, sizeof w_[i]);
     w_[i].tc = tc;
@@ -160,10 +133,10 @@ RAP_TEST(CudaSleepThreads, ThreadCacheOverTheDefaultSettlesRefusesAndServesStrea
     RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &w_[i].r));
   }
   for (unsigned i = 0; i < THREADS; i++) RAP_CHECK(pthread_create(&t[i], NULL, work, &w_[i]) == 0);
-  wait_all();
+  steps_wait_all(&st_);
   for (unsigned i = 0; i < THREADS; i++) w_[i].taken = w_[(i + THREADS - 1) % THREADS].given;
-  open_step(1);
-  wait_all();
+  steps_open(&st_, 1);
+  steps_wait_all(&st_);
   /* Thread 0's stream is held by a gated kernel, which then rewrites its first block: the sleep
    * must copy what the kernel wrote, so it waits for the stream; the gate opens only once the
    * sleep has begun (another thread is refused). */
@@ -184,8 +157,8 @@ RAP_TEST(CudaSleepThreads, ThreadCacheOverTheDefaultSettlesRefusesAndServesStrea
   RAP_CHECK_EQ(asleep.allocation_count, THREADS * BLOCKS / 2);   /* the live ones, nothing else */
   RAP_CHECK_OK(rap_allocator_check(tc));
   RAP_CHECK_STATUS(rap_allocator_destroy(tc), RAP_ERR_BUSY);
-  open_step(2);
-  wait_all();
+  steps_open(&st_, 2);
+  steps_wait_all(&st_);
   for (unsigned i = 0; i < THREADS; i++) {
     RAP_CHECK_EQ(w_[i].refused, 7);
     RAP_CHECK_EQ(w_[i].wrong_sentence, 0);
@@ -196,9 +169,9 @@ RAP_TEST(CudaSleepThreads, ThreadCacheOverTheDefaultSettlesRefusesAndServesStrea
   RAP_CHECK(gpu_all_bytes(w_[0].live[0], w_[0].size[0], 0x6b));   /* the gated kernel's bytes */
   RAP_CHECK(gpu_fill(s0, w_[0].live[0], w_[0].size[0], value_of(0, 0)) == 0);
   RAP_CHECK(cudaStreamSynchronize(s0) == cudaSuccess);
-  open_step(3);
-  wait_all();
-  open_step(4);
+  steps_open(&st_, 3);
+  steps_wait_all(&st_);
+  steps_open(&st_, 4);
   for (unsigned i = 0; i < THREADS; i++) {
     pthread_join(t[i], NULL);
     RAP_CHECK_EQ(w_[i].errors, 0);
