@@ -137,13 +137,18 @@ typedef struct replay_opts {
 /* --lag-us: the streams behind the CPU. After each free on a queue, a gate is queued behind it
  * that opens once the trace's clock has moved lag_ns past the free; the pool's events recorded
  * meanwhile sit behind it, so its pending memory comes back as late as a GPU that far behind
- * would let it. One lock and one condition for every gate: a gate is a flag and the time it opens.
- * Where the pool waits on the host for a gated queue (out of memory, cross_resource=wait), the
- * replay stops moving and no gate would open: a gate that sees no call replayed for 50 ms opens
- * itself, as a GPU catches up while its CPU waits. The gates live until the queues are gone. */
+ * would let it. When gates open, the replay waits until each queue has run past the last one
+ * opened, up to its next gate, before its next call: the events behind them have then passed, as
+ * a GPU's have by the time its events are seen passed, so a replay's figures do not hang on how
+ * soon the queues' threads run (left to run on their own, a 1 µs lag gave one chunk or two from
+ * run to run). One lock and one condition for every gate. Where the pool waits on the host for a
+ * gated queue (out of memory, cross_resource=wait), the replay stops moving and no gate would
+ * open: a gate that sees no call replayed for 50 ms opens itself, as a GPU catches up while its
+ * CPU waits (the one place where the host's timing still shows in the figures). The gates live until the queues are gone. */
 typedef struct lag_gate {
   uint64_t opens_at;
-  int open;
+  int open, started, passed;     /* passed: the queue ran past it */
+  struct lag_gate *next;         /* the next gate on the same queue, once there is one */
 } lag_gate;
 
 static pthread_mutex_t lag_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -153,6 +158,8 @@ static uint64_t lag_progress;   /* calls replayed, under lag_mu */
 static void lag_job(void *arg) {   /* on the queue's thread: waits for its gate */
   lag_gate *g = arg;
   pthread_mutex_lock(&lag_mu);
+  g->started = 1;
+  pthread_cond_broadcast(&lag_cv);
   uint64_t seen = lag_progress;
   while (!g->open) {
     struct timespec ts;
@@ -167,46 +174,96 @@ static void lag_job(void *arg) {   /* on the queue's thread: waits for its gate 
       seen = lag_progress;
     }
   }
+  g->passed = 1;
+  pthread_cond_broadcast(&lag_cv);
   pthread_mutex_unlock(&lag_mu);
 }
 
-typedef struct lag_fifo {
+/* A queue's gates in the order they were queued; the replay's queues side by side. */
+typedef struct lag_queue {
+  rap_resource *r;
   lag_gate **g;
   size_t head, n, cap;
+} lag_queue;
+
+typedef struct lag_fifo {
+  lag_queue *q;
+  size_t n, cap;
+  lag_gate **all;                /* every gate, freed at the end */
+  size_t nall, capall;
 } lag_fifo;
 
-/* Opens the gates whose time has come (now == UINT64_MAX: all of them); counts a call replayed. */
+/* Opens the gates whose time has come (now == UINT64_MAX: all of them) and waits until each queue
+ * ran past the last one opened, up to its next gate: what the pool queued behind a gate (its
+ * events) has then run, as a GPU's work has by the time its events are seen passed. Counts a call
+ * replayed. */
 static void lag_open_until(lag_fifo *f, uint64_t now) {
   pthread_mutex_lock(&lag_mu);
   lag_progress++;
-  size_t head = f->head;
-  while (f->head < f->n && f->g[f->head]->opens_at <= now) f->g[f->head++]->open = 1;
-  if (f->head != head) pthread_cond_broadcast(&lag_cv);
+  int opened = 0;
+  for (size_t k = 0; k < f->n; k++) {
+    lag_queue *q = &f->q[k];
+    while (q->head < q->n && q->g[q->head]->opens_at <= now) {
+      q->g[q->head++]->open = 1;
+      opened = 1;
+    }
+  }
+  if (opened) pthread_cond_broadcast(&lag_cv);
+  for (size_t k = 0; opened && k < f->n; k++) {
+    lag_queue *q = &f->q[k];
+    lag_gate *last = q->head > 0 ? q->g[q->head - 1] : NULL;
+    while (last != NULL && !(last->passed && (last->next == NULL || last->next->started)))
+      pthread_cond_wait(&lag_cv, &lag_mu);
+  }
   pthread_mutex_unlock(&lag_mu);
 }
 
 static void lag_free(lag_fifo *f) {   /* once no queue is left */
-  for (size_t i = 0; i < f->n; i++) free(f->g[i]);
-  free(f->g);
+  for (size_t i = 0; i < f->nall; i++) free(f->all[i]);
+  for (size_t k = 0; k < f->n; k++) free(f->q[k].g);
+  free(f->all);
+  free(f->q);
+}
+
+static int grow_array(void **arr, size_t *cap, size_t n, size_t size) {
+  if (n < *cap) return RAP_OK;
+  size_t ncap = *cap ? *cap * 2 : 64;
+  void *grown = realloc(*arr, ncap * size);
+  if (grown == NULL) return RAP_ERR_NOMEM;
+  *arr = grown;
+  *cap = ncap;
+  return RAP_OK;
+}
+
+static lag_queue *queue_for(lag_fifo *f, rap_resource *r) {
+  for (size_t k = 0; k < f->n; k++)
+    if (f->q[k].r == r) return &f->q[k];
+  if (grow_array((void **)&f->q, &f->cap, f->n, sizeof *f->q) != RAP_OK) return NULL;
+  f->q[f->n] = (lag_queue){r, NULL, 0, 0, 0};
+  return &f->q[f->n++];
 }
 
 static int lag_after_free(lag_fifo *f, rap_resource *r, uint64_t t, uint64_t lag) {
-  if (f->n == f->cap) {
-    size_t ncap = f->cap ? f->cap * 2 : 1024;
-    lag_gate **grown = realloc(f->g, ncap * sizeof *grown);
-    if (grown == NULL) return RAP_ERR_NOMEM;
-    f->g = grown;
-    f->cap = ncap;
-  }
+  lag_queue *q = queue_for(f, r);
+  if (q == NULL || grow_array((void **)&q->g, &q->cap, q->n, sizeof *q->g) != RAP_OK ||
+      grow_array((void **)&f->all, &f->capall, f->nall, sizeof *f->all) != RAP_OK)
+    return RAP_ERR_NOMEM;
   lag_gate *g = calloc(1, sizeof *g);
   if (g == NULL) return RAP_ERR_NOMEM;
   g->opens_at = t + lag;
+  pthread_mutex_lock(&lag_mu);   /* the queue's thread reads next */
+  if (q->n > 0) q->g[q->n - 1]->next = g;
+  pthread_mutex_unlock(&lag_mu);
   int st = rap_resource_submit(r, lag_job, g);
   if (st != RAP_OK) {
+    pthread_mutex_lock(&lag_mu);
+    if (q->n > 0) q->g[q->n - 1]->next = NULL;
+    pthread_mutex_unlock(&lag_mu);
     free(g);
     return st;
   }
-  f->g[f->n++] = g;
+  q->g[q->n++] = g;
+  f->all[f->nall++] = g;
   return RAP_OK;
 }
 
@@ -296,7 +353,7 @@ static int replay(const trace *t, const replay_opts *o) {
   pmap ptrs = {0}, sizes = {0}, rids = {0};   /* rids: the resource id each block was allocated on */
   double loop = 0;
   int rc = 0;
-  lag_fifo lag = {NULL, 0, 0, 0};
+  lag_fifo lag = {NULL, 0, 0, NULL, 0, 0};
   for (size_t i = 0; i < t->n && rc == 0; i++) {
     const te *e = &t->ev[i];
     if (!user_call(e, a)) continue;
