@@ -364,17 +364,20 @@ RAP_TEST(TraceTool, HelpVersionAndUnreadableFile) {
 }
 
 /* --lag-us: once a gate's time has come, the replay's next call finds the pool's events behind it
- * passed. Stream 1's block, freed with 1 µs of lag, serves stream 2 a millisecond later in every
- * run; with the queues left to run on their own the next call often came first, and the pool
- * grew (one chunk in 9 runs of 20, two in 11). */
+ * passed. Stream 1 frees 16 blocks apart from each other (the pool fences them at the 16th, so
+ * their event sits before the last gate) with 1 µs of lag; a millisecond later stream 2 asks for
+ * one of their size: it is served from them, in every run, and the pool does not grow. With the
+ * queues left to run on their own the call often came before the event had passed (one chunk in
+ * 6 runs of 40). */
 RAP_TEST(TraceTool, LagReplayGivesTheSameFiguresEveryTime) {
   char path[256], args[640];
-  const char *spec = "'ResourceAwarePool(HOST, initial_size=1MiB, next_size=1MiB, heuristic=never)'";
+  const char *spec = "'ResourceAwarePool(HOST, initial_size=2MiB, next_size=1MiB, heuristic=never)'";
   FILE *f = trace_file(path, sizeof path, "lag-same.jsonl");
-  line(f, 1000, "alloc", "pool", 1, 0x100000, 1 << 20, NULL);
-  line(f, 2000, "dealloc", "pool", 1, 0x100000, 0, NULL);
-  line(f, 1000000, "alloc", "pool", 2, 0x200000, 1 << 20, NULL);
-  line(f, 1001000, "dealloc", "pool", 2, 0x200000, 0, NULL);
+  unsigned long long t = 1000;
+  for (unsigned k = 0; k < 32; k++, t += 10) line(f, t, "alloc", "pool", 1, 0x100000 + 0x10000ull * k, 1 << 16, NULL);
+  for (unsigned k = 0; k < 32; k += 2, t += 10) line(f, t, "dealloc", "pool", 1, 0x100000 + 0x10000ull * k, 0, NULL);
+  line(f, 1000000, "alloc", "pool", 2, 0x900000, 1 << 16, NULL);
+  line(f, 1001000, "dealloc", "pool", 2, 0x900000, 0, NULL);
   RAP_CHECK(fclose(f) == 0);
   snprintf(args, sizeof args, "replay %s --spec %s --lag-us 1 --json", path, spec);
   for (int run = 0; run < 10; run++) {
