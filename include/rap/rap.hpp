@@ -16,6 +16,7 @@
 #define RAP_RAP_HPP
 
 #include <rap/rap.h>
+#include <rap/strategy.h>   // rap_log: a free refused where nothing can throw
 
 #include <cstddef>
 #include <cstdint>
@@ -110,6 +111,12 @@ namespace detail {
 }
 inline void check(int status) {
   if (status != RAP_OK) throw_status(status);
+}
+/* A free that cannot throw (a destructor's, a noexcept deallocate) and was refused: the block stays
+ * as it was, and the sentence goes to rap's logger at the error level, as well as to
+ * rap_last_error(), so that it is not lost. */
+inline void refused_free(int status, const char *who, void *p) noexcept {
+  if (status != RAP_OK) rap_log(RAP_LOG_ERROR, "%s: deallocate(%p) refused: %s", who, p, rap_last_error());
 }
 /* Whether a manager still lives: shared by the manager and the handles it made, so that a handle
  * that outlives its manager (closed, destroyed) destroys nothing. */
@@ -473,7 +480,8 @@ inline allocator::allocator(manager &m, const char *name, const char *strategy, 
  * rap::pmr_resource: an allocator of host memory (HOST, PINNED, UM, pools over them) as a
  * std::pmr::memory_resource, for std::pmr containers. Blocks belong to r (default: the host).
  * Alignments above the allocator's are refused (rap::error, RAP_ERR_INVALID); deallocate does not
- * throw, since containers call it from destructors: a refused one leaves rap_last_error().
+ * throw, since containers call it from destructors: a refused one leaves rap_last_error() and
+ * logs it (rap's logger, error level).
  * ------------------------------------------------------------------------------------------- */
 class pmr_resource : public std::pmr::memory_resource {
  public:
@@ -493,7 +501,7 @@ class pmr_resource : public std::pmr::memory_resource {
     return p;
   }
   void do_deallocate(void *p, std::size_t, std::size_t) override {
-    (void)rap_deallocate(a_.get(), p, r_.get());
+    detail::refused_free(rap_deallocate(a_.get(), p, r_.get()), "rap::pmr_resource", p);
   }
   bool do_is_equal(const std::pmr::memory_resource &o) const noexcept override {
     auto *other = dynamic_cast<const pmr_resource *>(&o);
@@ -585,7 +593,8 @@ class stream_resources {
  * allocate_sync then waits for it, as RMM's resources do. Copies share the allocator and the
  * stream resources, which go with the last copy (or with the manager, if it goes first). Calls
  * from several threads need a thread-safe allocator (ThreadSafe(...)). deallocate cannot throw
- * (CCCL declares it noexcept): a refused one leaves its sentence in rap_last_error().
+ * (CCCL declares it noexcept): a refused one leaves its sentence in rap_last_error() and logs it
+ * (rap's logger, error level).
  * ------------------------------------------------------------------------------------------- */
 template <class... Properties>
 class basic_memory_resource {
@@ -621,14 +630,16 @@ class basic_memory_resource {
     } catch (...) {
       r = nullptr;   // no resource for s could be made: the block's owner takes it back
     }
-    if (rap_deallocate(a_.get(), p, r) == RAP_ERR_WRONG_RESOURCE) {
+    int st = rap_deallocate(a_.get(), p, r);
+    if (st == RAP_ERR_WRONG_RESOURCE) {
       // Freed on another stream than it was allocated on (RMM's device_buffer::set_stream does
       // this): s used it too, so it stays pending until both streams have passed the free.
       // Where the record fails (out of host memory, s capturing a graph), s is still there within
       // this call: its work is waited for, and the block freed on its owner all the same.
       if (rap_record_resource(a_.get(), p, r) != RAP_OK) (void)cudaStreamSynchronize(s.get());
-      (void)rap_deallocate(a_.get(), p, nullptr);
+      st = rap_deallocate(a_.get(), p, nullptr);
     }
+    detail::refused_free(st, "rap::memory_resource", p);
   }
   void *allocate_sync(std::size_t bytes, std::size_t alignment = default_alignment) {
     void *p = allocate(cuda::stream_ref(cudaStream_t{}), bytes, alignment);
@@ -680,7 +691,8 @@ using pinned_memory_resource =
  * rap::thrust_allocator<T>: Thrust's allocator over a rap allocator and one rap resource (a cuda
  * stream): thrust::device_vector<T, rap::thrust_allocator<T>>, and temporary storage through
  * thrust::cuda::par_nosync(alloc).on(alloc.stream()). Blocks belong to the resource; deallocate
- * cannot throw (Thrust calls it from destructors): a refused one leaves rap_last_error().
+ * cannot throw (Thrust calls it from destructors): a refused one leaves rap_last_error() and logs
+ * it (rap's logger, error level).
  * ------------------------------------------------------------------------------------------- */
 template <class T>
 class thrust_allocator : public thrust::device_malloc_allocator<T> {
@@ -704,7 +716,8 @@ class thrust_allocator : public thrust::device_malloc_allocator<T> {
     return pointer(static_cast<T *>(a_.allocate(n * sizeof(T), r_)));
   }
   void deallocate(pointer p, size_type) noexcept {
-    (void)rap_deallocate(a_.get(), thrust::raw_pointer_cast(p), r_.get());
+    void *raw = thrust::raw_pointer_cast(p);
+    detail::refused_free(rap_deallocate(a_.get(), raw, r_.get()), "rap::thrust_allocator", raw);
   }
   allocator_ref allocator() const noexcept { return a_; }
   resource_ref resource() const noexcept { return r_; }

@@ -363,6 +363,35 @@ TEST(CppAllocator, ObserversSeeSegmentsAndTraceRecordsCalls) {
 }
 
 #if RAP_HPP_PMR
+namespace {
+std::string logged;   // what rap's logger was given at the error level
+void keep_errors(int level, const char *message, void *) {
+  if (level == RAP_LOG_ERROR) logged += message;
+}
+}  // namespace
+
+/* A free std::pmr cannot be told of (deallocate is called from destructors) is refused, changes
+ * nothing, and is not lost: rap's logger has it at the error level, with rap's sentence. */
+TEST(CppPmr, ARefusedFreeIsLogged) {
+  rap::manager m;
+  rap::allocator pool(m, "pool", "QuickPool(HOST, initial_size=1MiB)");
+  rap::pmr_resource res(pool);
+  void *p = res.allocate(64, 8);
+  size_t before = pool.stats().allocation_count;
+  logged.clear();
+  ASSERT_EQ(rap_log_set_handler(keep_errors, nullptr), RAP_OK);
+  int elsewhere = 0;
+  res.deallocate(&elsewhere, 64, 8);
+  ASSERT_EQ(rap_log_set_handler(nullptr, nullptr), RAP_OK);
+  EXPECT_NE(logged.find("rap::pmr_resource: deallocate("), std::string::npos) << logged;
+  EXPECT_NE(logged.find("was not handed out by this allocator"), std::string::npos) << logged;
+  EXPECT_EQ(pool.stats().allocation_count, before);
+  res.deallocate(p, 64, 8);
+  EXPECT_EQ(pool.stats().allocation_count, before - 1);
+}
+#endif
+
+#if RAP_HPP_PMR
 TEST(CppPmr, StdContainersTakeTheirMemoryFromAPool) {
   rap::manager m;
   rap::allocator pool(m, "pool", "QuickPool(HOST, initial_size=1MiB)");
