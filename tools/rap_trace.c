@@ -189,8 +189,6 @@ typedef struct lag_queue {
 typedef struct lag_fifo {
   lag_queue *q;
   size_t n, cap;
-  lag_gate **all;                /* every gate, freed at the end */
-  size_t nall, capall;
 } lag_fifo;
 
 /* Opens the gates whose time has come (now == UINT64_MAX: all of them) and waits until each queue
@@ -219,35 +217,24 @@ static void lag_open_until(lag_fifo *f, uint64_t now) {
 }
 
 static void lag_free(lag_fifo *f) {   /* once no queue is left */
-  for (size_t i = 0; i < f->nall; i++) free(f->all[i]);
-  for (size_t k = 0; k < f->n; k++) free(f->q[k].g);
-  free(f->all);
+  for (size_t k = 0; k < f->n; k++) {
+    for (size_t i = 0; i < f->q[k].n; i++) free(f->q[k].g[i]);
+    free(f->q[k].g);
+  }
   free(f->q);
-}
-
-static int grow_array(void **arr, size_t *cap, size_t n, size_t size) {
-  if (n < *cap) return RAP_OK;
-  size_t ncap = *cap ? *cap * 2 : 64;
-  void *grown = realloc(*arr, ncap * size);
-  if (grown == NULL) return RAP_ERR_NOMEM;
-  *arr = grown;
-  *cap = ncap;
-  return RAP_OK;
 }
 
 static lag_queue *queue_for(lag_fifo *f, rap_resource *r) {
   for (size_t k = 0; k < f->n; k++)
     if (f->q[k].r == r) return &f->q[k];
-  if (grow_array((void **)&f->q, &f->cap, f->n, sizeof *f->q) != RAP_OK) return NULL;
+  if (trace_room((void **)&f->q, &f->cap, f->n, sizeof *f->q) != 0) return NULL;
   f->q[f->n] = (lag_queue){r, NULL, 0, 0, 0};
   return &f->q[f->n++];
 }
 
 static int lag_after_free(lag_fifo *f, rap_resource *r, uint64_t t, uint64_t lag) {
   lag_queue *q = queue_for(f, r);
-  if (q == NULL || grow_array((void **)&q->g, &q->cap, q->n, sizeof *q->g) != RAP_OK ||
-      grow_array((void **)&f->all, &f->capall, f->nall, sizeof *f->all) != RAP_OK)
-    return RAP_ERR_NOMEM;
+  if (q == NULL || trace_room((void **)&q->g, &q->cap, q->n, sizeof *q->g) != 0) return RAP_ERR_NOMEM;
   lag_gate *g = calloc(1, sizeof *g);
   if (g == NULL) return RAP_ERR_NOMEM;
   g->opens_at = t + lag;
@@ -263,7 +250,6 @@ static int lag_after_free(lag_fifo *f, rap_resource *r, uint64_t t, uint64_t lag
     return st;
   }
   q->g[q->n++] = g;
-  f->all[f->nall++] = g;
   return RAP_OK;
 }
 
@@ -353,7 +339,7 @@ static int replay(const trace *t, const replay_opts *o) {
   pmap ptrs = {0}, sizes = {0}, rids = {0};   /* rids: the resource id each block was allocated on */
   double loop = 0;
   int rc = 0;
-  lag_fifo lag = {NULL, 0, 0, NULL, 0, 0};
+  lag_fifo lag = {NULL, 0, 0};
   for (size_t i = 0; i < t->n && rc == 0; i++) {
     const te *e = &t->ev[i];
     if (!user_call(e, a)) continue;

@@ -48,22 +48,12 @@ typedef struct calls {
   size_t nids;
 } calls;
 
-static int push(void **v, size_t *cap, size_t n, size_t size) {
-  if (n < *cap) return 0;
-  size_t ncap = *cap ? *cap * 2 : 1024;
-  void *g = realloc(*v, ncap * size);
-  if (g == NULL) return -1;
-  *v = g;
-  *cap = ncap;
-  return 0;
-}
-
 static int collect(const trace *t, int a, calls *cs, char *err, size_t cap) {
   pmap live = {0};   /* pointer -> index + 1 of its allocation */
   for (size_t i = 0; i < t->n; i++) {
     const te *e = &t->ev[i];
     if (e->kind == TE_STEP) {
-      if (push((void **)&cs->steps, &cs->steps_cap, cs->nsteps, sizeof *cs->steps) != 0) goto oom;
+      if (trace_room((void **)&cs->steps, &cs->steps_cap, cs->nsteps, sizeof *cs->steps) != 0) goto oom;
       cs->steps[cs->nsteps++] = cs->n;
       continue;
     }
@@ -84,7 +74,7 @@ static int collect(const trace *t, int a, calls *cs, char *err, size_t cap) {
       }
       cs->ids[cs->nids++] = e->r;
     }
-    if (push((void **)&cs->c, &cs->cap, cs->n, sizeof *cs->c) != 0) goto oom;
+    if (trace_room((void **)&cs->c, &cs->cap, cs->n, sizeof *cs->c) != 0) goto oom;
     cs->c[cs->n] = (call){e->n, PLAN_NONE, (uint32_t)s};
     if (e->p != 0 && pmap_put(&live, e->p, cs->n + 1) != 0) goto oom;
     cs->n++;

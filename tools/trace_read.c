@@ -350,6 +350,16 @@ void pmap_free(pmap *m) {
   memset(m, 0, sizeof *m);
 }
 
+int trace_room(void **v, size_t *cap, size_t n, size_t size) {
+  if (n < *cap) return 0;
+  size_t ncap = *cap ? *cap * 2 : 1024;
+  void *g = realloc(*v, ncap * size);
+  if (g == NULL) return -1;
+  *v = g;
+  *cap = ncap;
+  return 0;
+}
+
 /* ---- map by pointer, allocator and thread ------------------------------------------------ */
 
 static struct kmap_key kmap_key(uint64_t p, uint32_t a, uint32_t b) {

@@ -83,6 +83,10 @@ uint64_t *pmap_get(pmap *m, uint64_t key);
 int       pmap_del(pmap *m, uint64_t key, uint64_t *val);  /* 1 if it was there */
 void      pmap_free(pmap *m);
 
+/* Room for one more element of size bytes in the array *v, n of *cap used (grown by doubling):
+ * 0, or -1 out of memory (*v unchanged). */
+int       trace_room(void **v, size_t *cap, size_t n, size_t size);
+
 int       kmap_put(kmap *m, uint64_t p, uint32_t a, uint32_t b, uint64_t val);   /* 0, or -1 out of memory */
 uint64_t *kmap_get(kmap *m, uint64_t p, uint32_t a, uint32_t b);
 int       kmap_del(kmap *m, uint64_t p, uint32_t a, uint32_t b, uint64_t *val);  /* 1 if it was there */

@@ -13,11 +13,7 @@
  */
 #include "platforms/vmm.h"
 
-#include <errno.h>
-#include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 /* ---- extents ---------------------------------------------------------------------------------- */
 

@@ -6,7 +6,6 @@
 #include "platforms/vmm.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>

@@ -138,8 +138,8 @@ static RAPI_NOINLINE int past_peak(ra_pool *p, rapi_block **fp, size_t size, boo
 
 /* The better fit of r's own pending blocks (reused with no event: r's stream order makes it safe)
  * and the free blocks, the pending one on a tie (below RA_TIE_BY_ADDRESS), and also where the
- * free one's holes would be mapped past the pool's peak (past_peak: memory the pool maps already serves before memory it
- * would map anew). Carving a small request out of a large pending block while a free one fits
+ * free one's holes would be mapped past the pool's peak (past_peak: memory the pool maps already
+ * serves before memory it would map anew). Carving a small request out of a large pending block while a free one fits
  * better would chop up blocks that are about to merge back into whole
  * chunks, and the pool would grow for the next large request; preferring free memory over an
  * equally good pending block would let pending memory pile up on a stream the CPU runs ahead of. */
