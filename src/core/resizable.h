@@ -30,6 +30,7 @@ typedef struct rapi_backup {
   rapi_backup_kind kind;
 } rapi_backup;
 enum { RAPI_UNHOLD, RAPI_HOLD, RAPI_HOLD_NOTICE };   /* rapi_resizable.hold */
+enum { RAPI_PIECES_MAPPED, RAPI_PIECES_UNMAPPED, RAPI_PIECES_MEETING };   /* rapi_resizable.pieces */
 /* A run of touching used blocks of a sleeping pool: the runs lie packed, in order, in the backup.
  * A copy walks them with next (false after the last); total is their bytes; at is the walker's. */
 typedef struct rapi_run {
@@ -67,16 +68,21 @@ typedef struct rapi_resizable {
    * RAPI_UNHOLD publishes it again (a sleep that did not happen, a wake that is done);
    * RAPI_HOLD_NOTICE (ptr NULL) tells importers that pools here sleep. OK where nothing exports. */
   int  (*hold)(rap_allocator *a, void *ptr, int how);
-  /* Pages inside a live allocation (docs/DESIGN.md, "Free pages inside a chunk"): a platform made
-   * with piece= maps growth in pieces at multiples of `piece` (0: it cannot, and the three are
-   * NULL). unmap_inside gives back every mapped piece wholly inside [lo, hi) (observers of the
-   * platform told first), stopping at the first failure; map_inside maps again every unmapped
-   * piece that meets [lo, hi), all or nothing; both add the bytes they changed to *bytes.
-   * unmapped_inside counts the unmapped bytes of pieces wholly inside [lo, hi). */
+  /* Pages inside a live allocation (docs/DESIGN.md, "Free pages inside a chunk"). A piece is one
+   * mapping: a platform made with piece= maps growth in pieces at multiples of `piece`; one made
+   * without it (piece 0) has the mappings its growth made, where only it knows (pieces). unmap_inside gives back every mapped piece wholly inside [lo, hi)
+   * (observers of the platform told first; on an exporting platform not one another process
+   * maps), stopping at the first failure; map_inside maps again every unmapped piece that meets
+   * [lo, hi), all or nothing; both add the bytes they changed to *bytes. unmapped_inside counts
+   * the unmapped bytes of pieces that meet [lo, hi); pieces narrows [*lo, *hi) to the span of
+   * the pieces wholly inside it that are mapped (RAPI_PIECES_MAPPED) or not (RAPI_PIECES_UNMAPPED),
+   * or widens it to every piece that meets it (RAPI_PIECES_MEETING), and says whether there is
+   * one. */
   size_t piece;
   int  (*unmap_inside)(rap_allocator *a, void *lo, void *hi, size_t *bytes);
   int  (*map_inside)(rap_allocator *a, void *lo, void *hi, size_t *bytes);
   size_t (*unmapped_inside)(rap_allocator *a, void *lo, void *hi);
+  bool (*pieces)(rap_allocator *a, char **lo, char **hi, int how);
 } rapi_resizable;
 
 #endif

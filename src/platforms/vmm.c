@@ -396,6 +396,24 @@ static rapi_vmm_extent *extent_from(rapi_vmm *v, const char *addr) {
 static bool goes(const rapi_vmm_extent *e, const char *lo, const char *hi) {
   return !e->asleep && e->addr >= lo && extent_end(e) <= hi;
 }
+
+/* An exporting platform's mapping leaves the table before it goes: held first, as a sleep holds,
+ * so that no importer maps it from now on; false (kept, published again) while another process
+ * maps it, since unmapped here it would live on there and not come back to the device. */
+static bool unpublish(rapi_vmm *v, rapi_vmm_extent *e) {
+  if (v->ipc == NULL) return true;
+  if (rapi_ipc_hold(v, e->addr, extent_end(e), RAPI_HOLD) != RAP_OK) {
+    rap_log(RAP_LOG_DEBUG, "%s: a free mapping stays: %s", rap_allocator_name(v->self), rap_last_error());
+    return false;
+  }
+  rapi_ipc_extent_remove(v, e);
+  return true;
+}
+
+/* The other way: a mapping that came back (or stayed) is published again. */
+static int publish(rapi_vmm *v, rapi_vmm_extent *e) {
+  return v->ipc != NULL ? rapi_ipc_extent_add(v, e, false) : RAP_OK;
+}
 static bool joins_run(const rapi_vmm *v, const rapi_vmm_extent *e, const rapi_vmm_extent *n) {
   return v->ops->runs && n != NULL && n->addr == extent_end(e);
 }
@@ -408,7 +426,7 @@ int rapi_vmm_unmap_inside(rap_allocator *a, void *lo, void *hi, size_t *bytes) {
   int st = RAP_OK;
   rapi_vmm_extent *e = extent_from(v, lo);
   while (e != NULL && e->addr < (char *)hi) {
-    if (!goes(e, lo, hi)) {
+    if (!goes(e, lo, hi) || !unpublish(v, e)) {
       e = e->next;
       continue;
     }
@@ -424,6 +442,8 @@ int rapi_vmm_unmap_inside(rap_allocator *a, void *lo, void *hi, size_t *bytes) {
     if ((st = backend_unmap(v, e->addr, run, &e->share, true)) != RAP_OK) {
       for (rapi_vmm_extent *u = e; u != stop; u = u->next)   /* kept */
         rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
+      if (publish(v, e) != RAP_OK)
+        rap_log(RAP_LOG_ERROR, "%s: %s", rap_allocator_name(v->self), rap_last_error());
       break;
     }
     for (rapi_vmm_extent *u = e; u != stop; u = u->next) u->asleep = true;
@@ -456,6 +476,10 @@ int rapi_vmm_map_inside(rap_allocator *a, void *lo, void *hi, size_t *bytes) {
       run += last->size;
     }
     if ((st = backend_map(v, e->addr, run, &e->share)) != RAP_OK) break;
+    if ((st = publish(v, e)) != RAP_OK) {   /* an exporting platform maps no runs: e alone */
+      (void)backend_unmap(v, e->addr, run, &e->share, false);
+      break;
+    }
     rapi_vmm_extent *stop = last->next;
     for (rapi_vmm_extent *u = e; u != stop; u = u->next) {
       u->asleep = false;
@@ -476,8 +500,11 @@ int rapi_vmm_map_inside(rap_allocator *a, void *lo, void *hi, size_t *bytes) {
       rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
       continue;
     }
+    if (v->ipc != NULL) rapi_ipc_extent_remove(v, u);   /* no importer saw it: just published */
     if (backend_unmap(v, u->addr, u->size, &u->share, true) != RAP_OK) {   /* kept: valid */
       rapi_segment_notify(v->self, RAP_SEGMENT_MAP, u->addr, u->size, u->addr, u->size);
+      if (publish(v, u) != RAP_OK)
+        rap_log(RAP_LOG_ERROR, "%s: %s", rap_allocator_name(v->self), rap_last_error());
       continue;
     }
     u->asleep = true;
@@ -496,9 +523,29 @@ size_t rapi_vmm_unmapped_inside(rap_allocator *a, void *lo, void *hi) {
   rapi_lock(&p->lock, &held);
   size_t n = 0;
   for (rapi_vmm_extent *e = extent_from(v, lo); e != NULL && e->addr < (char *)hi; e = e->next)
-    if (e->asleep && e->addr >= (char *)lo && extent_end(e) <= (char *)hi) n += e->size;
+    if (e->asleep) n += e->size;
   rapi_unlock(&held);
   return n;
+}
+
+bool rapi_vmm_pieces(rap_allocator *a, char **lo, char **hi, int how) {
+  rapi_tracked *p = a->state;
+  rapi_vmm *v = p->impl;
+  rapi_held held;
+  rapi_lock(&p->lock, &held);
+  char *from = NULL, *to = NULL;
+  for (rapi_vmm_extent *e = extent_from(v, *lo); e != NULL && e->addr < *hi; e = e->next) {
+    if (how != RAPI_PIECES_MEETING &&
+        (e->addr < *lo || extent_end(e) > *hi || e->asleep != (how == RAPI_PIECES_UNMAPPED)))
+      continue;
+    if (from == NULL) from = e->addr;
+    to = extent_end(e);
+  }
+  rapi_unlock(&held);
+  if (from == NULL) return false;
+  *lo = from;
+  *hi = to;
+  return true;
 }
 
 int rapi_vmm_calls(rap_allocator *a, size_t *maps, size_t *unmaps) {
@@ -556,12 +603,11 @@ int rapi_vmm_start(rap_allocator *self, void *state, rapi_vmm *v) {
   v->resizable.suspend = rapi_vmm_suspend;
   v->resizable.resume = rapi_vmm_resume;
   v->resizable.hold = rapi_vmm_hold;
-  if (v->piece != 0) {
-    v->resizable.piece = v->piece;
-    v->resizable.unmap_inside = rapi_vmm_unmap_inside;
-    v->resizable.map_inside = rapi_vmm_map_inside;
-    v->resizable.unmapped_inside = rapi_vmm_unmapped_inside;
-  }
+  v->resizable.piece = v->piece;
+  v->resizable.unmap_inside = rapi_vmm_unmap_inside;
+  v->resizable.map_inside = rapi_vmm_map_inside;
+  v->resizable.unmapped_inside = rapi_vmm_unmapped_inside;
+  v->resizable.pieces = rapi_vmm_pieces;
   int st = rapi_tracked_init(state, self, v, vmm_raw_alloc, vmm_raw_free, false, v->granularity);
   if (st != RAP_OK) {
     saved.ops->unreserve(&saved);

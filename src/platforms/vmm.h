@@ -106,6 +106,7 @@ void rapi_vmm_fail_unmap_at(long nth);
 int  rapi_vmm_unmap_inside(rap_allocator *a, void *lo, void *hi, size_t *bytes);
 int  rapi_vmm_map_inside(rap_allocator *a, void *lo, void *hi, size_t *bytes);
 size_t rapi_vmm_unmapped_inside(rap_allocator *a, void *lo, void *hi);
+bool rapi_vmm_pieces(rap_allocator *a, char **lo, char **hi, int how);
 /* A test's and the bench's count of backend map and unmap calls made by platform a so far. */
 int  rapi_vmm_calls(rap_allocator *a, size_t *maps, size_t *unmaps);
 

@@ -80,10 +80,9 @@ static void bp_walk(rap_allocator *a, void *ctx, void (*locked)(void *arg),
      * holes, as the pool told when they went, so that a late observer knows them too. */
     for (rapi_block *b = c->first; c->unmapped != 0 && b != NULL; b = b->next) {
       if (!b->holes) continue;
-      size_t piece = bp->resizable->piece;
-      char *lo = (char *)rapi_align_up((uintptr_t)b->ptr, piece);
-      char *hi = (char *)((uintptr_t)(b->ptr + b->size) & ~(uintptr_t)(piece - 1));
-      if (hi > lo) visit(arg, RAP_SEGMENT_HOLE, c->base, c->size, lo, (size_t)(hi - lo));
+      char *lo, *hi;
+      if (rapi_bp_pieces_in(bp, b->ptr, b->size, RAPI_PIECES_UNMAPPED, &lo, &hi))
+        visit(arg, RAP_SEGMENT_HOLE, c->base, c->size, lo, (size_t)(hi - lo));
     }
   }
   if (a->guard_lock != NULL) rapi_unlock(&held);
@@ -381,13 +380,13 @@ int rapi_bp_grow_for(rapi_bp *bp, size_t size, rapi_block **out) {
     return RAP_OK;
   /* Coalesce on a miss: wholly free chunks that together hold the request, but none of which
    * fits it, go back first, so the pool trades them for one chunk instead of holding both. */
-  if (bp->releasable_usable >= size) rapi_bp_release(bp);
+  if (bp->releasable_usable >= size) rapi_bp_release(bp, false);
   int st = grow(bp, size, &b);
   if (st == RAP_ERR_NOMEM && (bp->releasable_chunks > 0 || bp->resizable != NULL)) {
     /* The first try held chunks, so it asked for max(next_size, size): ask for that again, even
      * if the release leaves no chunk (where grow would use the larger initial_size). Over a
      * resizable parent the release also gives back the free ends of chunks that stay. */
-    rapi_bp_release(bp);
+    rapi_bp_release(bp, true);
     st = rapi_bp_grow_exact(bp, rapi_align_up(size > bp->next_size ? size : bp->next_size,
                                               bp->alignment), &b);
   }
@@ -398,12 +397,12 @@ int rapi_bp_grow_for(rapi_bp *bp, size_t size, rapi_block **out) {
   return RAP_OK;
 }
 
-size_t rapi_bp_release(rapi_bp *bp) {
+size_t rapi_bp_release(rapi_bp *bp, bool inside) {
   rapi_bp_flush(bp, false);
   size_t released = rapi_bp_release_whole_chunks(bp);
   if (bp->resizable != NULL)
     for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) released += rapi_bp_trim_tail(bp, c, 0);
-  if (bp->unmap_free != SIZE_MAX) {   /* and the pieces inside free blocks */
+  if (bp->unmap_free != SIZE_MAX || (inside && bp->resizable != NULL)) {   /* and inside free blocks */
     size_t held = bp->actual;
     rapi_bp_punch_all(bp);
     released += held - bp->actual;

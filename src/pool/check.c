@@ -17,16 +17,35 @@ void rapi_bp_reset_peaks(rapi_bp *bp) {
   bp->actual_hwm = bp->actual;
 }
 
+/* Pages inside free blocks given back (holes) are not held: free bytes are what is mapped, and the
+ * largest free block is the largest that serves without a map. */
+static size_t unmapped_bytes(const rapi_bp *bp) {
+  size_t n = 0;
+  for (const rapi_chunk *c = bp->chunks; c != NULL; c = c->next) n += c->unmapped;
+  return n;
+}
+
+static size_t largest_whole(const rapi_bp *bp) {
+  size_t most = 0;
+  for (const rapi_chunk *c = bp->chunks; c != NULL; c = c->next)
+    for (const rapi_block *b = c->first; b != NULL; b = b->next)
+      if (b->state == RAPI_FREE && !b->holes && b->size > most) most = b->size;
+  return most;
+}
+
 void rapi_bp_stats(rapi_bp *bp, rap_stats *out) {
   rapi_bp_flush(bp, false);   /* figures as if the deferred block had merged at once */
+  size_t unmapped = unmapped_bytes(bp);
   out->current_bytes = bp->current;
   out->high_watermark = bp->hwm;
   out->actual_bytes = bp->actual;
   out->actual_high_watermark = bp->actual_hwm;
   out->releasable_bytes = bp->releasable_bytes;
-  out->free_bytes = bp->free.bytes;
+  out->free_bytes = bp->free.bytes - unmapped;
   out->pending_bytes = bp->pending_bytes;
-  out->largest_free_block = bp->list ? rapi_list_largest(&bp->free) : rapi_index_largest(&bp->free);
+  out->largest_free_block = unmapped != 0 ? largest_whole(bp)
+                            : bp->list    ? rapi_list_largest(&bp->free)
+                                          : rapi_index_largest(&bp->free);
   out->allocation_count = bp->allocation_count;
   out->block_count = bp->block_count;
   out->pending_count = bp->pending_count;

@@ -1,7 +1,8 @@
 /* pieces.c — pieces inside free blocks, given back to the parent and mapped again (unmap_free).
  *
  * Over a parent made with piece= (HostVmm, DeviceVmm), a free block's whole pieces can go back
- * while the block stays: it is then marked as having holes. Offers the others: the sweep that gives
+ * while the block stays: it is then marked as having holes. Over one made without it, a release
+ * gives back the mappings growth made wholly inside free blocks the same way. Offers the others: the sweep that gives
  * them back (rapi_bp_make_room, which rapi_bp_before_mapping runs at the peak, and
  * rapi_bp_punch_all, which a release runs), the mapping again of what a taker needs (rapi_bp_fill_slow), the counts after a chunk's
  * end or a wake (rapi_bp_holes_cut, rapi_bp_holes_filled), and the wait before anything goes back
@@ -24,12 +25,23 @@ void rapi_bp_sync_before_unmap(rapi_bp *bp) {
     bp->resizable->sync_before_unmap(bp->parent);
 }
 
-/* Where the whole pieces inside [ptr, ptr + size) lie. */
-static bool inside(const rapi_bp *bp, const char *ptr, size_t size, char **lo, char **hi) {
+bool rapi_bp_pieces_in(const rapi_bp *bp, const char *ptr, size_t size, int how, char **lo,
+                       char **hi) {
   size_t piece = bp->resizable->piece;
+  if (piece == 0) {   /* the parent's own mappings: it knows where they lie */
+    *lo = (char *)ptr;
+    *hi = (char *)ptr + size;
+    return bp->resizable->pieces(bp->parent, lo, hi, how);
+  }
   *lo = (char *)rapi_align_up((uintptr_t)ptr, piece);
   *hi = (char *)((uintptr_t)(ptr + size) & ~(uintptr_t)(piece - 1));
-  return *hi > *lo && (size_t)(*hi - *lo) >= bp->unmap_free;
+  return *hi > *lo;
+}
+
+/* Where the whole pieces inside [ptr, ptr + size) lie, if there are enough of them to go. */
+static bool inside(const rapi_bp *bp, const char *ptr, size_t size, char **lo, char **hi) {
+  return rapi_bp_pieces_in(bp, ptr, size, RAPI_PIECES_MAPPED, lo, hi) &&
+         (bp->unmap_free == SIZE_MAX || (size_t)(*hi - *lo) >= bp->unmap_free);
 }
 
 /* The whole pieces inside [from, from + n), a part of the free block b, go back. */
@@ -66,28 +78,36 @@ static bool kept(const rapi_block *b, const rapi_block *skip, const char *keep_l
          b->ptr + b->size <= keep_hi;
 }
 
-/* Free blocks give their pieces back, largest first, until the pool maps at most `keep` bytes
- * (0: every free piece): skip's bytes outside [keep_lo, keep_hi) first, the blocks inside that
- * range never (they are about to be mapped and taken). */
-static void give_back(rapi_bp *bp, size_t keep, rapi_block *skip, char *keep_lo, char *keep_hi) {
+/* Free blocks of at least `least` bytes give their pieces back, largest first, until the pool maps
+ * at most `keep` bytes (0: every free piece): skip's bytes outside [keep_lo, keep_hi) first, the
+ * blocks inside that range never (they are about to be mapped and taken). */
+static void give_back(rapi_bp *bp, size_t least, size_t keep, rapi_block *skip, char *keep_lo,
+                      char *keep_hi) {
   if (skip != NULL && keep_lo != NULL) {   /* skip's bytes outside what is about to be taken */
     if (keep_lo > skip->ptr) punch_in(bp, skip, skip->ptr, (size_t)(keep_lo - skip->ptr));
     if (keep_hi < skip->ptr + skip->size) punch_in(bp, skip, keep_hi, (size_t)(skip->ptr + skip->size - keep_hi));
   }
   if (bp->list) {   /* DynamicPoolList: address order, no classes */
     for (rapi_block *b = bp->free.heads[0][0]; b != NULL && bp->actual > keep; b = b->link_next)
-      if (b != skip && b->size >= bp->unmap_free && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
+      if (b != skip && b->size >= least && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
     return;
   }
   for (unsigned fl = RAPI_FL_COUNT; fl-- > 0 && bp->actual > keep;) {
     if (!(bp->free.fl_bitmap & ((uint64_t)1 << fl))) continue;
     for (unsigned sl = RAPI_SL_COUNT; sl-- > 0 && bp->actual > keep;)
       for (rapi_block *b = bp->free.heads[fl][sl]; b != NULL && bp->actual > keep; b = b->link_next)
-        if (b != skip && b->size >= bp->unmap_free && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
+        if (b != skip && b->size >= least && !kept(b, skip, keep_lo, keep_hi)) punch(bp, b);
   }
 }
 
-void rapi_bp_punch_all(rapi_bp *bp) { give_back(bp, 0, NULL, NULL, NULL); }
+/* Every free piece (unmap_free); else, at a release over a parent with mappings of its own, every
+ * mapping wholly inside a free block (unless unmap_free=0 said no): what a release of the free
+ * tail alone would keep (docs/DESIGN.md, "A release gives back the inside too"). */
+void rapi_bp_punch_all(rapi_bp *bp) {
+  if (bp->unmap_free != SIZE_MAX) give_back(bp, bp->unmap_free, 0, NULL, NULL, NULL);
+  else if (bp->resizable != NULL && !bp->unmap_given)
+    give_back(bp, bp->resizable->granularity, 0, NULL, NULL, NULL);
+}
 
 /* Before mapping `more` bytes past the most the pool ever mapped: free blocks give their pieces
  * back, largest first, until the mapping stays within that peak (or nothing is left to give).
@@ -97,15 +117,21 @@ void rapi_bp_punch_all(rapi_bp *bp) { give_back(bp, 0, NULL, NULL, NULL); }
  * rapi_bp_before_mapping stays small where it is inlined. */
 RAPI_NOINLINE void rapi_bp_make_room(rapi_bp *bp, size_t more, rapi_block *skip, char *keep_lo,
                                      char *keep_hi) {
-  give_back(bp, bp->map_peak > more ? bp->map_peak - more : 0, skip, keep_lo, keep_hi);
+  give_back(bp, bp->unmap_free, bp->map_peak > more ? bp->map_peak - more : 0, skip, keep_lo, keep_hi);
 }
 
 /* The pieces that the size bytes from b's start lie in, within b's chunk. */
 static void fill_range(const rapi_bp *bp, const rapi_block *b, size_t size, char **lo, char **hi) {
   const rapi_chunk *c = b->chunk;
   size_t piece = bp->resizable->piece;
-  *lo = (char *)((uintptr_t)b->ptr & ~(uintptr_t)(piece - 1));
-  *hi = (char *)rapi_align_up((uintptr_t)(b->ptr + size), piece);
+  *lo = b->ptr;
+  *hi = b->ptr + size;
+  if (piece == 0) {   /* the parent's own mappings: every one that meets the range */
+    (void)bp->resizable->pieces(bp->parent, lo, hi, RAPI_PIECES_MEETING);
+  } else {
+    *lo = (char *)((uintptr_t)*lo & ~(uintptr_t)(piece - 1));
+    *hi = (char *)rapi_align_up((uintptr_t)*hi, piece);
+  }
   if (*lo < c->base) *lo = c->base;   /* a piece is never shared by two chunks: they are mappings */
   if (*hi > c->base + c->size) *hi = c->base + c->size;
 }

@@ -185,8 +185,10 @@ static inline void rapi_bp_unmark_used(rapi_bp *bp, rapi_block *b, size_t slot) 
 rapi_block *rapi_bp_make_free(rapi_bp *bp, rapi_block *b);   /* merge with free neighbours, index */
 void  rapi_bp_absorb_next(rapi_bp *bp, rapi_block *b);        /* b takes in b->next's bytes */
 void  rapi_bp_unfree(rapi_bp *bp, rapi_block *b);             /* a free block out of the index */
-/* Wholly free chunks, free chunk ends and free pieces go back; the bytes given back. */
-size_t rapi_bp_release(rapi_bp *bp);
+/* Wholly free chunks, free chunk ends and free pieces (unmap_free) go back; the bytes given back.
+ * inside: also every mapping of a growable parent wholly inside a free block (a release the user
+ * asked for, or one before growth fails: not one a miss makes on the pool's own path). */
+size_t rapi_bp_release(rapi_bp *bp, bool inside);
 void  rapi_bp_after_free(rapi_bp *bp, rapi_block *merged);   /* runs the coalesce heuristic */
 void  rapi_bp_flush(rapi_bp *bp, bool heuristic);   /* merges the deferred block */
 /* The O(1) part of coalesce's test: with one wholly free chunk, and nothing smaller to shrink to
@@ -272,6 +274,11 @@ size_t rapi_bp_release_whole_chunks(rapi_bp *bp);   /* every wholly free chunk; 
 void  rapi_bp_sync_before_unmap(rapi_bp *bp);
 /* Every free block large enough gives its pieces back (a release). */
 void  rapi_bp_punch_all(rapi_bp *bp);
+/* Where the whole pieces inside [ptr, ptr + size) lie: at multiples of piece= (mapped or not),
+ * else the span of the parent's mappings there that are mapped or not (how: RAPI_PIECES_MAPPED
+ * or _UNMAPPED); false if there is none. */
+bool  rapi_bp_pieces_in(const rapi_bp *bp, const char *ptr, size_t size, int how, char **lo,
+                        char **hi);
 /* Before the pool maps `more` bytes (growth, or pieces mapped again): where that would take what
  * it maps past the most it ever mapped, free pieces go back first, largest blocks first, as many
  * as keep it there (rapi_bp_make_room; of skip, the block about to be taken, only what lies outside

@@ -111,7 +111,7 @@ int rapi_bp_prepare(rapi_bp *bp) {
 }
 
 int rapi_bp_sleep(rapi_bp *bp, int mode) {
-  rapi_bp_release(bp);   /* what no pointer refers to goes back for good */
+  rapi_bp_release(bp, false);   /* what no pointer refers to goes back for good */
   int st = RAP_OK;
   size_t live = live_bytes(bp);
   if (mode == RAP_SLEEP_BACKUP && live > 0) {

@@ -77,7 +77,7 @@ RAPI_GUARDED_ENTRY(int, rapi_quick_pool_deallocate, "rap_deallocate", ((rapi_bp 
                    quick_deallocate_body, (void *state, void *ptr, rap_resource *r), (state, ptr, r))
 
 static RAPI_INLINE int quick_release_body(void *state) {
-  rapi_bp_release(state);
+  rapi_bp_release(state, true);
   return RAP_OK;
 }
 

@@ -19,7 +19,7 @@ static RAPI_INLINE int ra_release_body(void *state) {
   if (p->bp.asleep) return RAP_OK;   /* nothing is mapped; the chunks keep their addresses */
   unpark(p);
   int st = rapi_ra_poll_all(p, true);
-  rapi_bp_release(&p->bp);
+  rapi_bp_release(&p->bp, true);
   return st;
 }
 

@@ -101,6 +101,59 @@ RAP_TEST(CudaVmm, ReleaseUnmapsTheFreeTail) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+/* The default's release gives back the mappings inside free blocks, not only the free tail. A
+ * block whose kernel (held by a gate) still writes it after its free is pending, so it stays
+ * mapped at a release; once the stream passed, the next release unmaps it, the device has the
+ * memory back, and a block taken there again is mapped again: kernels write and read it. */
+RAP_TEST(CudaVmm, TheDefaultsReleaseGivesBackTheInsideOnceTheStreamPassed) {
+  rap_manager *rm = manager();
+  char spec[512];
+  const char *d = RAP_DEFAULT_DEVICE_SPEC, *at = strstr(d, "{device}");
+  RAP_CHECK(at != NULL);
+  snprintf(spec, sizeof spec, "%.*s0%s", (int)(at - d), d, at + strlen("{device}"));
+  rap_allocator *pool = make_or_skip(rm, "pool", spec);
+  rap_allocator *vmm = rap_allocator_parent(pool);
+  rap_resource *r = NULL;
+  RAP_CHECK_OK(rap_resource_create_cuda_stream(rm, &r));
+  cudaStream_t s = rap_resource_cuda_stream(r);
+  gpu_gate *gate = NULL;
+  RAP_CHECK(gpu_gate_create(&gate) == 0);
+  char *a, *b, *c, *e;
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&a, 64 * MiB, r));    /* the first mapping */
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&b, 256 * MiB, r));   /* grown in place: a second */
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&c, 32 * MiB, r));    /* and a third, at the top */
+  RAP_CHECK(b == a + 64 * MiB && c == b + 256 * MiB);
+  RAP_CHECK(gpu_fill(s, c, 32 * MiB, 0x3C) == 0);
+  RAP_CHECK(gpu_gated_fill(s, gate, b, 256 * MiB, 0x11) == 0);
+  RAP_CHECK_OK(rap_deallocate(pool, a, r));
+  RAP_CHECK_OK(rap_deallocate(pool, b, r));
+  RAP_CHECK_OK(rap_release(pool));   /* pending behind the gated kernel: nothing goes */
+  RAP_CHECK_EQ(stats(vmm).actual_bytes, 352 * MiB);
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  gpu_gate_open(gate);
+  RAP_CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+  size_t free_before = 0, free_after = 0, total = 0;
+  RAP_CHECK(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
+  RAP_CHECK_OK(rap_release(pool));
+  RAP_CHECK(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
+  RAP_CHECK_EQ(stats(pool).actual_bytes, 32 * MiB);
+  RAP_CHECK_EQ(stats(vmm).actual_bytes, 32 * MiB);
+  RAP_CHECK(free_after >= free_before + 256 * MiB);   /* the device has the pages back */
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&e, 300 * MiB, r));
+  RAP_CHECK(e == a);
+  RAP_CHECK_EQ(stats(vmm).actual_bytes, 352 * MiB);
+  RAP_CHECK(gpu_fill(s, e, 300 * MiB, 0x22) == 0);
+  RAP_CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+  RAP_CHECK(gpu_all_bytes(e, 300 * MiB, 0x22));
+  RAP_CHECK(gpu_all_bytes(c, 32 * MiB, 0x3C));
+  RAP_CHECK_OK(rap_deallocate(pool, e, r));
+  RAP_CHECK_OK(rap_deallocate(pool, c, r));
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  gpu_gate_destroy(gate);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 /* r1's kernel, held by a gate, still writes its block after the free: r2 must not be given it,
  * though it lies across the old end of the chunk, and r2's own block keeps r2's bytes. */
 RAP_TEST(CudaVmm, ResourceAwarePoolKeepsAStreamsBlockAcrossTheOldEnd) {

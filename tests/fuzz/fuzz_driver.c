@@ -595,8 +595,12 @@ static void verify(void) {
     EXPECT(below.pending_count == 0, "the pool under the pool, which only the host uses, has %zu pending "
            "blocks", below.pending_count);
   }
-  EXPECT(h.current_bytes == below.actual_bytes, "HOST holds %zu bytes for the pool, the pool says %zu",
-         h.current_bytes, below.actual_bytes);
+  /* A growable platform maps whole granules (so at least what it hands out), except where a pool
+   * right over it gave pages back from inside free blocks: those stay addresses of its allocation,
+   * not memory the pool holds. */
+  size_t held = h.actual_bytes < h.current_bytes ? h.actual_bytes : h.current_bytes;
+  EXPECT(held == below.actual_bytes, "HOST holds %zu bytes for the pool, the pool says %zu", held,
+         below.actual_bytes);
   if (R.inner.kind == W_FAULT || R.inner.kind == W_LIMITER)
     EXPECT(stats(R.inner.a).current_bytes == below.actual_bytes, "the inner %s holds %zu bytes, the pool %zu",
            rap_allocator_strategy(R.inner.a), stats(R.inner.a).current_bytes, below.actual_bytes);

@@ -1,0 +1,194 @@
+/* test_vmm_release.c — a release gives back the inside too: over a growable platform made without
+ * piece= (the default's kind), the mappings growth made that lie wholly inside a free block go back
+ * at rap_release, not only the range's free tail; the block keeps its addresses and maps them again
+ * when it is taken. Observers hear of the hole before the pages go and of the fill after they came.
+ * unmap_free=0 keeps them. On an exporting platform (HostVmm(export=posix)) a mapping another
+ * process still maps stays until it let go, and a later import reads the memory mapped again. The
+ * importer is rap_ipc_peer, driven through pipes (ipc_driver.h).
+ */
+#define _GNU_SOURCE   /* pipe2, fdopen */
+#include "ipc_driver.h"
+#include "test_util.h"
+
+#include <stdio.h>
+
+#define G ((size_t)64 * 1024)   /* the platform's granularity */
+
+typedef struct release_pool {
+  const char *label;
+  const char *strategy;
+} release_pool;
+
+static const release_pool release_pools[] = {
+    {"QuickPool", "QuickPool"}, {"DynamicPoolList", "DynamicPoolList"},
+    {"ResourceAwarePool", "ResourceAwarePool"},
+};
+
+typedef struct holes_seen {
+  int hole, fill;
+  char *hole_at, *fill_at;
+  size_t hole_bytes, fill_bytes;
+} holes_seen;
+
+static void on_pool(const rap_segment_event *ev, void *user) {
+  holes_seen *s = user;
+  if (ev->replay) return;
+  if (ev->kind == RAP_SEGMENT_HOLE) {
+    s->hole++;
+    s->hole_at = ev->addr;
+    s->hole_bytes += ev->bytes;
+    memset(ev->addr, 0x5A, ev->bytes);   /* told before: faults if the pages were gone already */
+  } else if (ev->kind == RAP_SEGMENT_FILL) {
+    s->fill++;
+    s->fill_at = ev->addr;
+    s->fill_bytes += ev->bytes;
+    memset(ev->addr, 0xA5, ev->bytes);   /* told after: faults if not mapped yet */
+  }
+}
+
+/* Three growths: a (4 granules) and b (4) one after the other, then c (1) at the top. */
+static rap_allocator *grown(rap_manager *rm, const release_pool *P, const char *extra, char **a,
+                            char **b, char **c) {
+  char opts[128];
+  tu_make(rm, "v", "HostVmm", NULL, "reserve=16MiB granularity=64KiB");
+  snprintf(opts, sizeof opts, "initial_size=%zu next_size=%zu heuristic=never %s", G, G, extra);
+  rap_allocator *pool = tu_make(rm, "pool", P->strategy, "v", opts);
+  *a = tu_alloc(pool, 4 * G);
+  *b = tu_alloc(pool, 4 * G);
+  *c = tu_alloc(pool, G);
+  RAP_CHECK(*b == *a + 4 * G && *c == *b + 4 * G);
+  return pool;
+}
+
+RAP_TEST_P(VmmRelease, TheMappingsInsideAFreeBlockGoBackAndComeBack, release_pool, release_pools) {
+  rap_manager *rm = tu_manager();
+  char *a, *b, *c;
+  rap_allocator *pool = grown(rm, param, "", &a, &b, &c);
+  rap_allocator *v = tu_get(rm, "v");
+  holes_seen seen = {0};
+  RAP_CHECK_OK(rap_allocator_observe(pool, on_pool, &seen));
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));   /* one free block of 8 below c, live at the top */
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, 9 * G);
+  RAP_CHECK_OK(rap_release(pool));
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, G);   /* the tail alone would have kept all nine */
+  RAP_CHECK_EQ(tu_stats(v).actual_bytes, G);
+  RAP_CHECK_EQ(seen.hole, 1);
+  RAP_CHECK(seen.hole_at == a && seen.hole_bytes == 8 * G);
+  TU_CHECK(pool);
+  /* A part of the block: the mapping it lies in comes back (a's four granules), no more. */
+  char *d = tu_alloc(pool, 2 * G);
+  RAP_CHECK(d == a);
+  memset(d, 1, 2 * G);
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, 5 * G);
+  RAP_CHECK_EQ(seen.fill, 1);
+  RAP_CHECK(seen.fill_at == a && seen.fill_bytes == 4 * G);   /* the whole mapping */
+  /* The rest of it, across the mapping still gone: all of it mapped, writable. */
+  char *e = tu_alloc(pool, 6 * G);
+  RAP_CHECK(e == a + 2 * G);
+  memset(e, 2, 6 * G);
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, 9 * G);
+  RAP_CHECK_EQ(tu_stats(v).actual_bytes, 9 * G);
+  TU_CHECK(pool);
+  /* Given back again, then a release with nothing inside: the same counts, no new hole. */
+  RAP_CHECK_OK(rap_deallocate(pool, d, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, e, NULL));
+  RAP_CHECK_OK(rap_release(pool));
+  RAP_CHECK_EQ(tu_stats(v).actual_bytes, G);
+  int holes = seen.hole;
+  RAP_CHECK_OK(rap_release(pool));
+  RAP_CHECK_EQ(seen.hole, holes);
+  RAP_CHECK_EQ(tu_stats(v).actual_bytes, G);
+  RAP_CHECK_OK(rap_allocator_unobserve(pool, on_pool, &seen));
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+  RAP_CHECK_OK(rap_release(pool));
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_allocator_destroy(pool));
+  RAP_CHECK_EQ(tu_stats(v).actual_bytes, 0);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* unmap_free=0 says no pages go back from inside free blocks: a release keeps them. */
+RAP_TEST_P(VmmRelease, UnmapFreeZeroKeepsTheInside, release_pool, release_pools) {
+  rap_manager *rm = tu_manager();
+  char *a, *b, *c;
+  rap_allocator *pool = grown(rm, param, "unmap_free=0", &a, &b, &c);
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  RAP_CHECK_OK(rap_release(pool));
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, 9 * G);
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* A pool with holes sleeps and wakes whole: the wake maps the holes again with the rest. */
+RAP_TEST(VmmRelease, APoolWithHolesSleepsAndWakes) {
+  rap_manager *rm = tu_manager();
+  char *a, *b, *c;
+  rap_allocator *pool = grown(rm, &release_pools[2], "", &a, &b, &c);
+  tu_fill(c, G, 7);
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_release(pool));
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, 5 * G);
+  RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_BACKUP));
+  RAP_CHECK_OK(rap_allocator_wake(pool));
+  RAP_CHECK(tu_intact(c, G, 7));
+  TU_CHECK(pool);
+  char *d = tu_alloc(pool, 4 * G);
+  RAP_CHECK(d == a);
+  memset(d, 3, 4 * G);
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_deallocate(pool, d, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* ---- an exporting platform -------------------------------------------------------------------- */
+
+#define EXPORTING "ResourceAwarePool(HostVmm(export=posix, reserve=1GiB, granularity=64KiB), " \
+                  "initial_size=64KiB, next_size=64KiB)"
+
+static size_t mapped(rap_allocator *pool) { return stats(rap_allocator_parent(pool)).actual_bytes; }
+
+RAP_TEST(VmmRelease, AMappingAnotherProcessMapsStaysUntilItLetGo) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", EXPORTING, &pool));
+  char *a = tu_alloc(pool, 4 * G), *b = tu_alloc(pool, 4 * G), *c = tu_alloc(pool, G);
+  RAP_CHECK(b == a + 4 * G && c == b + 4 * G);
+  rap_ipc_desc da, dc;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &da));
+  peer p;
+  peer_start(&p);
+  PEER_OK(&p, "close %llu host", import(&p, &da, "host"));   /* closed, its mapping kept */
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);   /* a release: b's mapping goes, a's stays */
+  RAP_CHECK_EQ(mapped(pool), 5 * G);
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_ipc_export(pool, c, &dc));   /* the importer's next call lets a's go */
+  unsigned long long i = import(&p, &dc, "host");
+  PEER_OK(&p, "close %llu host", i);
+  RAP_CHECK_OK(rap_release(pool));
+  RAP_CHECK_EQ(mapped(pool), G);
+  /* Taken again: new memory, published, so that an import reads what the exporter writes now. */
+  uint64_t *x = NULL;
+  RAP_CHECK_OK(rap_allocate(pool, (void **)&x, 8 * G, NULL));
+  RAP_CHECK((char *)x == a);
+  x[0] = 0xFEED;
+  x[G / 2] = 0xBEEF;   /* in b's granules: a mapping of its own */
+  rap_ipc_desc dx;
+  RAP_CHECK_OK(rap_ipc_export(pool, x, &dx));
+  unsigned long long j = import(&p, &dx, "host");
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu 0", j), 0xFEED);
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu %zu", j, 4 * G), 0xBEEF);
+  PEER_OK(&p, "write %llu 8 %d", j, 0xD00D);
+  RAP_CHECK_EQ(x[1], 0xD00D);
+  PEER_OK(&p, "close %llu host", j);
+  peer_end(&p, true);
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_deallocate(pool, x, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
