@@ -418,6 +418,13 @@ int rapi_ipc_extent_add(rapi_vmm *v, rapi_vmm_extent *e, bool held) {
                    "granularity= or next_size= makes fewer", rap_allocator_name(v->self), IPC_EXTENTS);
 }
 
+void rapi_ipc_extent_shared(rapi_vmm *v, rapi_vmm_extent *e) {
+  if (e->share.slot == NO_SLOT) return;
+  ipc_extent *r = &v->ipc->ctl->extents[e->share.slot];
+  memcpy(r->fabric, e->share.fabric, sizeof r->fabric);
+  STORE(&r->fd, e->share.fd);
+}
+
 void rapi_ipc_extent_remove(rapi_vmm *v, rapi_vmm_extent *e) {
   if (e->share.slot == NO_SLOT) return;
   STORE(&v->ipc->ctl->extents[e->share.slot].serial, 0);

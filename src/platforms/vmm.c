@@ -68,6 +68,7 @@ static int map_extent(rapi_vmm *v, char *addr, size_t size, rapi_vmm_extent *aft
   e->size = size;
   e->asleep = false;
   e->fresh = false;
+  e->exported = false;
   /* An exporting platform publishes the mapping, so that importers can open it (ipc.c). */
   if (v->ipc != NULL && (st = rapi_ipc_extent_add(v, e, false)) != RAP_OK) {
     (void)backend_unmap(v, addr, size, &e->share, false);
@@ -104,6 +105,16 @@ static int unmap_extent(rapi_vmm *v, rapi_vmm_extent *e) {
   else v->last = e->prev;
   v->extents--;
   free(e);
+  return RAP_OK;
+}
+
+/* Makes what another process opens e by, where the backend leaves it to the first export. */
+static int share_extent(rapi_vmm *v, rapi_vmm_extent *e) {
+  if (v->ops->share == NULL || e->share.shared) return RAP_OK;
+  int st = v->ops->share(v, &e->share, e->size);
+  if (st != RAP_OK) return st;
+  e->exported = true;
+  rapi_ipc_extent_shared(v, e);
   return RAP_OK;
 }
 
@@ -316,8 +327,10 @@ int rapi_vmm_resume(rap_allocator *a, void *ptr) {
       run += last->size;
     }
     if ((st = backend_map(v, e->addr, run, &e->share)) != RAP_OK) break;
-    /* Published once the wake copied its bytes back (the pool's unhold). */
-    if (v->ipc != NULL && (st = rapi_ipc_extent_add(v, e, true)) != RAP_OK) {
+    /* Published once the wake copied its bytes back (the pool's unhold); shared at once where a
+     * block in it was exported (a descriptor made before the sleep opens the new memory). */
+    if (v->ipc != NULL && ((e->exported && (st = share_extent(v, e)) != RAP_OK) ||
+                           (st = rapi_ipc_extent_add(v, e, true)) != RAP_OK)) {
       (void)backend_unmap(v, e->addr, run, &e->share, false);
       break;
     }
@@ -581,14 +594,23 @@ static void vmm_walk(rap_allocator *a, void *ctx, void (*locked)(void *arg),
 static rapi_ipc_export *vmm_export_state(rap_allocator *root) { return root->platform->vmm->ipc; }
 
 /* ipc.c asks, when a pool over this platform exports [ptr, ptr+bytes): its offset in the range. */
+/* Where the block lies; the mappings it lies in are shared now if they were not yet. */
 static int vmm_locate(rap_allocator *root, void *ptr, size_t bytes, rapi_ipc_place *out) {
-  const rapi_vmm *v = root->platform->vmm;
-  (void)bytes;
+  rapi_tracked *p = root->state;
+  rapi_vmm *v = root->platform->vmm;
   if ((char *)ptr < v->base || (char *)ptr >= v->base + v->reserve)
     return rapi_fail(RAP_ERR_INVALID, "rap_ipc_export: %p is not in the range of '%s'", ptr,
                      rap_allocator_name(root));
   out->offset = (uint64_t)((char *)ptr - v->base);
-  return RAP_OK;
+  rapi_held held;
+  rapi_lock(&p->lock, &held);
+  int st = RAP_OK;
+  char *end = (char *)ptr + (bytes ? bytes : 1);
+  for (rapi_vmm_extent *e = extent_from(v, ptr); st == RAP_OK && e != NULL && e->addr < end;
+       e = e->next)
+    if (!e->asleep) st = share_extent(v, e);
+  rapi_unlock(&held);
+  return st;
 }
 
 static const rapi_platform_export vmm_export = {"export=posix", vmm_export_state, vmm_locate};

@@ -27,6 +27,8 @@ typedef struct rapi_vmm_share {
                                       or a wake that has not copied back yet): serial 0 there */
   uint64_t handle;                 /* device: the CUmemGenericAllocationHandle */
   unsigned char fabric[64];        /* device, export=fabric: the CUmemFabricHandle */
+  bool shared;                     /* device: fd and fabric made (at the first export that needs
+                                      them: cuMemExportToShareableHandle costs about 0.6 ms) */
 } rapi_vmm_share;
 
 /* Each call fails with a status and a sentence naming the allocator. map makes [addr, addr+size)
@@ -40,6 +42,9 @@ typedef struct rapi_vmm_backend {
   /* map and unmap also take a run of touching extents in one call, with no share (the host's
    * plain backend): pages inside an allocation go back and come again a run per call. */
   bool runs;
+  /* An exporting backend whose map keeps only the handle (the device's): makes what another
+   * process opens the mapping by (share->fd, fabric); NULL where map makes them (the host's). */
+  int  (*share)(rapi_vmm *v, rapi_vmm_share *share, size_t size);
 } rapi_vmm_backend;
 
 typedef struct rapi_vmm_extent {
@@ -47,6 +52,7 @@ typedef struct rapi_vmm_extent {
   size_t size;
   bool asleep;                     /* unmapped by a sleeping pool: its addresses stay taken */
   bool fresh;                      /* mapped again by the resume under way (vmm.c) */
+  bool exported;                   /* a block in it was exported: a wake shares it at once */
   rapi_vmm_share share;            /* an exporting platform's handles for this mapping */
   struct rapi_vmm_extent *prev, *next;   /* address order */
 } rapi_vmm_extent;
@@ -168,6 +174,7 @@ int  rapi_ipc_pool_free(int device, void *ptr, rap_resource *r, void *const *eve
  * one a wake maps again is added held (published by the wake's unhold, once its bytes are back). */
 int  rapi_ipc_extent_add(rapi_vmm *v, rapi_vmm_extent *e, bool held);
 void rapi_ipc_extent_remove(rapi_vmm *v, rapi_vmm_extent *e);
+void rapi_ipc_extent_shared(rapi_vmm *v, rapi_vmm_extent *e);   /* its row names fd and fabric */
 /* rapi_resizable.hold for the extents in [lo, hi) of an exporting platform (under its lock). */
 int  rapi_ipc_hold(rapi_vmm *v, char *lo, char *hi, int how);
 /* The importer's side of a backend: reserve a range, map what an exporter's descriptor of one

@@ -113,8 +113,11 @@ static CUmemAllocationProp export_prop(const rapi_vmm *v) {
 
 /* create, map, set access, then release the handle (the mapping keeps the memory); each step
  * undone if a later one fails. */
-/* An exporting platform keeps the handle (released when the mapping goes) and the descriptor of
- * its POSIX handle, and its fabric handle where asked for (ipc.c publishes them). */
+/* An exporting platform keeps the handle (released when the mapping goes). The descriptor of its
+ * POSIX handle, and its fabric handle where asked for (ipc.c publishes them), are made when a
+ * block in the mapping is first exported: made at each growth they cost more than the growth
+ * (cuMemExportToShareableHandle, about 0.6 ms on an H200, against 0.05-0.17 ms to create, map
+ * and set access; docs/DESIGN.md "Shared when first exported"). */
 static int device_share(rapi_vmm *v, CUmemGenericAllocationHandle h, size_t size,
                         rapi_vmm_share *share) {
   CUresult r = CUDA_SUCCESS;
@@ -133,8 +136,19 @@ static int device_share(rapi_vmm *v, CUmemGenericAllocationHandle h, size_t size
     memcpy(share->fabric, &fab, sizeof share->fabric);
   }
   share->fd = fd;
-  share->handle = (uint64_t)h;
+  share->shared = true;
   return RAP_OK;
+}
+
+/* The backend's share: what another process opens a mapping by, made at its first export. */
+static int device_share_later(rapi_vmm *v, rapi_vmm_share *share, size_t size) {
+  if (share->shared || share->handle == 0) return RAP_OK;
+  int saved = 0;
+  int st = rapi_device_vmm_enter(v, &saved);
+  if (st != RAP_OK) return st;
+  st = device_share(v, (CUmemGenericAllocationHandle)share->handle, size, share);
+  rapi_device_vmm_leave(v, saved);
+  return st;
 }
 
 static int device_map_here(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *share) {
@@ -165,13 +179,11 @@ static int device_map_here(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share 
     (void)drv.release(h);
     return cu_fail(v, "cuMemSetAccess", r, size);
   }
-  if (v->handle_types) {
-    int st = device_share(v, h, size, share);
-    if (st != RAP_OK) {
-      (void)drv.unmap(d, size);
-      (void)drv.release(h);
-    }
-    return st;
+  if (v->handle_types) {   /* kept; shared at the first export (device_share_later) */
+    share->handle = (uint64_t)h;
+    share->fd = -1;
+    share->shared = false;
+    return RAP_OK;
   }
   r = drv.release(h);
   if (r != CUDA_SUCCESS) {
@@ -198,6 +210,7 @@ static int device_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *sh
   if (r == CUDA_SUCCESS && v->handle_types && share->handle != 0) {   /* the kept handle goes too */
     if (share->fd >= 0) close(share->fd);
     share->fd = -1;
+    share->shared = false;
     r = drv.release((CUmemGenericAllocationHandle)share->handle);
     share->handle = 0;
     rapi_device_vmm_leave(v, saved);
@@ -219,7 +232,8 @@ static void device_unreserve(rapi_vmm *v) {
   }
 }
 
-static const rapi_vmm_backend device_backend = {device_map, device_unmap, device_unreserve, false};
+static const rapi_vmm_backend device_backend = {device_map, device_unmap, device_unreserve, false,
+                                                 device_share_later};
 
 /* The device's granularities and total memory, with the device current. */
 static int device_sizes(rapi_vmm *v, size_t *least, size_t *recommended, size_t *total) {

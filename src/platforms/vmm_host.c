@@ -73,7 +73,7 @@ static void host_unreserve(rapi_vmm *v) {
             strerror(errno));
 }
 
-static const rapi_vmm_backend host_backend = {host_map, host_unmap, host_unreserve, true};
+static const rapi_vmm_backend host_backend = {host_map, host_unmap, host_unreserve, true, NULL};
 
 /* HostVmm(export=posix): each mapping is its own memfd mapped shared at its place in the range, so
  * that another process can map the same pages (ipc.c); giving it back puts the reservation
@@ -106,7 +106,7 @@ static int host_share_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share
 }
 
 static const rapi_vmm_backend host_share_backend = {host_share_map, host_share_unmap, host_unreserve,
-                                                     false};
+                                                     false, NULL};
 
 /* HostVmm(reserve=SIZE, granularity=SIZE): reserve defaults to twice the host's memory (address
  * space is cheap, and the slack keeps holes left by freed allocations from filling the range), the

@@ -514,7 +514,7 @@ static int capped_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *sh
   return real_backend->unmap(v, addr, size, share);
 }
 static void capped_unreserve(rapi_vmm *v) { real_backend->unreserve(v); }
-static const rapi_vmm_backend capped = {capped_map, capped_unmap, capped_unreserve, false};
+static const rapi_vmm_backend capped = {capped_map, capped_unmap, capped_unreserve, false, NULL};
 
 /* Out of memory with free pages at the end of an older chunk: the pool's one retry gives them back
  * first (a device full of mappings has room again), then asks once more. */
@@ -575,7 +575,7 @@ static int failing_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *s
   if (addr == fail_unmap_at) return rapi_fail(RAP_ERR_BACKEND, "stand-in device: unmap failed");
   return real_backend->unmap(v, addr, size, share);
 }
-static const rapi_vmm_backend failing = {capped_map, failing_unmap, capped_unreserve, false};
+static const rapi_vmm_backend failing = {capped_map, failing_unmap, capped_unreserve, false, NULL};
 
 /* An unmap that fails half way through giving a grown chunk back: the upper extent is gone, the
  * lower not. The pool must not hand out the chunk again (its upper pages are unmapped). */

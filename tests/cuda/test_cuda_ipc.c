@@ -21,6 +21,7 @@
 #include <string.h>
 
 static bool import_on_host;   /* the importer imports and closes with no resource */
+static bool sleep_first;      /* the pool sleeps and wakes between the first export and its send */
 static int import_second = -1; /* >= 0: the importer uses every other block on this device */
 
 /* importer: the device of the importer's stream and kernels, or -1 for this process's current one
@@ -63,6 +64,10 @@ static void race_on(const char *spec, int steps, size_t size, int importer) {
     RAP_CHECK(cudaStreamSynchronize(s) == cudaSuccess);
     rap_ipc_desc d;
     RAP_CHECK_OK(rap_ipc_export(pool, p, &d));
+    if (sleep_first && k == 0) {   /* nothing imported yet: the pool sleeps */
+      RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_BACKUP));
+      RAP_CHECK_OK(rap_allocator_wake(pool));
+    }
     RAP_CHECK(write(in[1], &d, sizeof d) == (ssize_t)sizeof d && write(in[1], &tag, sizeof tag) == 4);
     RAP_CHECK_OK(rap_deallocate(pool, p, r));   /* runs ahead: the next step may want it */
   }
@@ -89,7 +94,20 @@ static void race_on(const char *spec, int steps, size_t size, int importer) {
 static void race(const char *spec, int steps, size_t size) {
   import_on_host = false;   /* every entry sets the importer's modes (a failed case leaves them) */
   import_second = -1;
+  sleep_first = false;
   race_on(spec, steps, size, -1);
+}
+
+/* A descriptor made before a sleep opens the woken memory: the mappings a block was exported from
+ * are made again by the wake, and shared at once (the platform shares a mapping at its first
+ * export, not as it grows), so the importer maps them as it would have before the sleep. */
+RAP_TEST(CudaIpc, ADescriptorMadeBeforeASleepOpensTheWokenMemory) {
+  import_on_host = false;
+  import_second = -1;
+  sleep_first = true;
+  race_on("ResourceAwarePool(DeviceVmm(export=posix, reserve=8GiB), initial_size=4MiB, next_size=2MiB)",
+          6, (size_t)4 << 20, -1);
+  sleep_first = false;
 }
 
 RAP_TEST(CudaIpc, TwoProcessesOneGpuNoBlockReusedBeforeTheImporterPassed) {
@@ -196,6 +214,7 @@ static void across(const char *platform, const char *options, int pool_dev, int 
   RAP_CHECK(cudaSetDevice(pool_dev) == cudaSuccess);
   import_on_host = on_host;
   import_second = second;
+  sleep_first = false;
   race_on(spec, 16, (size_t)2 << 20, importer);
   import_on_host = false;
   import_second = -1;
