@@ -156,7 +156,12 @@ int rapi_bp_grow_in_place(rapi_bp *bp, size_t size, rapi_block **out) {
   size_t have = last->state == RAPI_FREE ? last->size : 0;
   RAPI_ASSERT(have < size);
   size_t need = size - have;
-  size_t add = need > bp->next_size ? need : bp->next_size;
+  /* Beyond what the request lacks, a growth adds next_size, or a 32nd of what the pool holds where
+   * that is less (at least a granule): the free end a growth leaves stays a small part of what a
+   * small pool holds (docs/DESIGN.md, "Growth in proportion"). */
+  size_t step = bp->actual / RAPI_GROW_SHARE;
+  if (step > bp->next_size) step = bp->next_size;
+  size_t add = need > step ? need : step;
   add = rapi_align_up(add, bp->resizable->granularity);
   /* The record first, so that nothing needs undoing once the parent has mapped. */
   rapi_block *b = have ? last : rapi_slab_alloc(&bp->block_recs);

@@ -258,7 +258,9 @@ static inline void rapi_bp_unindex_free(rapi_bp *bp, rapi_block *b) {
  * granularity rounds them up). */
 int   rapi_bp_grow_exact(rapi_bp *bp, size_t usable, rapi_block **out);
 /* The newest chunk maps more at its end, so that its last block, free, holds size bytes (it held
- * fewer): *out is that block, grown or new after a used one, free and not indexed. */
+ * fewer), and beyond that next_size or a RAPI_GROW_SHARE-th of what the pool holds, the less:
+ * *out is that block, grown or new after a used one, free and not indexed. */
+#define RAPI_GROW_SHARE 32
 int   rapi_bp_grow_in_place(rapi_bp *bp, size_t size, rapi_block **out);
 /* Gives back what c maps past keep bytes (rounded up to the granularity, and never the start of
  * its last block): only the free pages at its end. Returns the bytes given back. */

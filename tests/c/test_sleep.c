@@ -64,7 +64,7 @@ RAP_TEST(Sleep, BackupKeepsEveryByteAtTheSameAddress) {
   char *hole = tu_alloc(pool, 300 * KiB);
   RAP_CHECK_OK(rap_deallocate(pool, hole, NULL));
   rap_stats before = tu_stats(pool);
-  RAP_CHECK(mapped(rm) >= 3 * MiB);
+  RAP_CHECK(mapped(rm) >= 2 * MiB + 500 * KiB);   /* what the blocks and the hole need */
   RAP_CHECK(tu_stats(tu_get(rm, "v")).chunk_count > before.chunk_count);   /* grown in pieces */
   for (int cycle = 0; cycle < 3; cycle++) {
     RAP_CHECK_OK(rap_allocator_sleep(pool, RAP_SLEEP_BACKUP));

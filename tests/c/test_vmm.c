@@ -177,6 +177,37 @@ RAP_TEST_VMM(VmmPool, ChunksMergeAsTheyGrow) {
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
+/* Beyond what a request lacks, a growth adds next_size, or a 32nd of what the pool holds where that
+ * is less (at least a granule): a small pool is not left with a free end of next_size. */
+RAP_TEST_VMM(VmmPool, GrowthIsAShareOfWhatThePoolHoldsUpToNextSize) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *v = vmm_make(rm, "v", 512 * MiB);
+  char opts[128];
+  snprintf(opts, sizeof opts, "initial_size=%zu next_size=%zu heuristic=never", G, 64 * G);
+  rap_allocator *pool = tu_make(rm, "pool", param->strategy, "v", opts);
+  char *p[8];
+  for (int i = 0; i < 8; i++) p[i] = tu_alloc(pool, G);   /* a 32nd of what it holds: below a granule */
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, 8 * G);        /* with next_size alone: 1 + 7 × 64 */
+  char *big = tu_alloc(pool, 88 * G);
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, 96 * G);       /* the request's lack, above the step */
+  char *x = tu_alloc(pool, G);
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, 99 * G);       /* 96 / 32 = 3 granules */
+  char *y = tu_alloc(pool, 2 * G);                          /* the free end: no growth */
+  char *z = tu_alloc(pool, 2101 * G);
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, 2200 * G);
+  char *w = tu_alloc(pool, G);
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, 2264 * G);     /* 2200 / 32 > 64: next_size */
+  RAP_CHECK_EQ(tu_stats(pool).chunk_count, 1);
+  TU_CHECK(pool);
+  char *all[] = {big, x, y, z, w};
+  for (size_t i = 0; i < 5; i++) RAP_CHECK_OK(rap_deallocate(pool, all[i], NULL));
+  for (int i = 0; i < 8; i++) RAP_CHECK_OK(rap_deallocate(pool, p[i], NULL));
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_allocator_destroy(pool));
+  RAP_CHECK_EQ(tu_stats(v).actual_bytes, 0);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
 RAP_TEST_VMM(VmmPool, ReleaseGivesBackTheFreeTail) {
   rap_manager *rm = tu_manager();
   rap_allocator *v = vmm_make(rm, "v", 64 * MiB);
@@ -331,15 +362,16 @@ RAP_TEST_VMM(VmmPool, HwmHeuristicShrinksAWhollyFreeChunkInPlace) {
   rap_manager *rm = tu_manager();
   rap_allocator *v = vmm_make(rm, "v", 64 * MiB);
   rap_allocator *pool = tu_make(rm, "pool", param->strategy, "v", "initial_size=64KiB next_size=4MiB");
-  char *a = tu_alloc(pool, G), *b = tu_alloc(pool, G);   /* b grows the chunk by next_size */
-  RAP_CHECK(b == a + G);
-  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, G + 4 * MiB);
+  /* b grows the chunk by a 32nd of what it holds (below next_size): 8 granules */
+  char *a = tu_alloc(pool, 256 * G), *b = tu_alloc(pool, G);
+  RAP_CHECK(b == a + 256 * G);
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, 264 * G);
   RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
   RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
   rap_stats s = tu_stats(pool);
-  RAP_CHECK_EQ(s.actual_bytes, 2 * G);   /* the peak of used bytes */
+  RAP_CHECK_EQ(s.actual_bytes, 257 * G);   /* the peak of used bytes */
   RAP_CHECK_EQ(s.chunk_count, 1);
-  RAP_CHECK_EQ(tu_stats(v).actual_bytes, 2 * G);
+  RAP_CHECK_EQ(tu_stats(v).actual_bytes, 257 * G);
   char *c = tu_alloc(pool, 100);   /* the chunk kept its address */
   RAP_CHECK(c == a);
   RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
