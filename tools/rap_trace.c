@@ -38,7 +38,7 @@ static int usage(FILE *f) {
   fprintf(f,
           "usage: rap-trace summary TRACE\n"
           "       rap-trace replay TRACE --spec SPEC [--allocator NAME] [--resources host_async|cuda]\n"
-          "                        [--max-resources N (256)] [--lag-us N] [--json]\n"
+          "                        [--max-resources N (256)] [--lag-us N] [--releases] [--json]\n"
           "       rap-trace plot TRACE -o FILE.svg|FILE.html [--allocator NAME] [--title TEXT]\n"
           "       rap-trace plan TRACE -o PLAN [--allocator NAME] [--alignment N (256)] [--skip N (0)]\n"
           "                        [--place-dynamic]\n"
@@ -132,6 +132,8 @@ typedef struct replay_opts {
   int json;
   size_t max_resources;
   uint64_t lag_ns;   /* --lag-us: a queue's work passes this long (trace time) after a free */
+  int releases;      /* --releases: the allocator's release lines replayed as rap_release (an
+                        empty_cache), and the peak held after the last one reported */
 } replay_opts;
 
 /* --lag-us: the streams behind the CPU. After each free on a queue, a gate is queued behind it
@@ -340,8 +342,20 @@ static int replay(const trace *t, const replay_opts *o) {
   double loop = 0;
   int rc = 0;
   lag_fifo lag = {NULL, 0, 0};
+  size_t released = 0, peak_after = 0;   /* --releases: how many, the peak held after the last */
   for (size_t i = 0; i < t->n && rc == 0; i++) {
     const te *e = &t->ev[i];
+    if (o->releases && e->kind == TE_RELEASE && (a < 0 || e->a == a)) {
+      if (o->lag_ns) lag_open_until(&lag, e->t);
+      rap_stats now;
+      if ((st = rap_release(al)) != RAP_OK || (st = rap_allocator_stats(root, &now)) != RAP_OK) {
+        rc = fail("rap_release", st);
+        break;
+      }
+      released++;
+      peak_after = now.current_bytes;
+      continue;
+    }
     if (!user_call(e, a)) continue;
     if (o->lag_ns) lag_open_until(&lag, e->t);
     rap_resource *r = NULL;
@@ -370,6 +384,9 @@ static int replay(const trace *t, const replay_opts *o) {
       }
       live += e->n;
       if (live > peak_live) peak_live = live;
+      rap_stats now;
+      if (released > 0 && rap_allocator_stats(root, &now) == RAP_OK && now.current_bytes > peak_after)
+        peak_after = now.current_bytes;
     } else {
       uint64_t p, n = 0;
       if (!pmap_del(&ptrs, e->p, &p)) {   /* allocated before the trace began, or failed here */
@@ -413,8 +430,9 @@ static int replay(const trace *t, const replay_opts *o) {
     if (o->json) {
       printf("{\"spec\":\"%s\",\"calls\":%zu,\"allocations\":%zu,\"failed\":%zu,\"skipped\":%zu,"
              "\"peak_live\":%zu,\"peak_held\":%zu,\"held_at_end\":%zu,\"chunks_at_end\":%zu,"
-             "\"first_held\":%zu,\"ns_per_call\":%.1f}\n",
-             o->spec, calls, allocs, failed, skipped, peak_live, peak_held, held_end, chunks, first_held, ns);
+             "\"first_held\":%zu,\"releases\":%zu,\"peak_held_after_release\":%zu,\"ns_per_call\":%.1f}\n",
+             o->spec, calls, allocs, failed, skipped, peak_live, peak_held, held_end, chunks, first_held,
+             released, peak_after, ns);
     } else {
       char l[32], h[32], e[32];
       mib(l, sizeof l, (double)peak_live);
@@ -424,6 +442,10 @@ static int replay(const trace *t, const replay_opts *o) {
              a >= 0 ? t->names[a] : "", a >= 0 ? "'" : "", o->spec);
       printf("  peak live   %s\n  peak held   %s (held/live %.3f)\n  held at end %s, %zu chunks\n",
              l, h, peak_live ? (double)peak_held / (double)peak_live : 0.0, e, chunks);
+      if (released > 0) {
+        mib(h, sizeof h, (double)peak_after);
+        printf("  peak held after the last of %zu releases %s\n", released, h);
+      }
       printf("  %.1f ns per call (the allocator's calls alone)\n", ns);
       first_chunk_note(peak_live, peak_held, first_held);
       if (failed) printf("  %zu calls failed here (out of memory?): %s\n", failed, rap_last_error());
@@ -526,7 +548,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (argc < 3) return usage(stderr);
   const char *path = argv[2];
-  replay_opts ro = {NULL, NULL, "host_async", 0, 256, 0};
+  replay_opts ro = {NULL, NULL, "host_async", 0, 256, 0, 0};
   plot_opts po = {NULL, NULL, NULL};
   plan_cli pc = {NULL, NULL, {256, 0, 0}};
   size_t top = 10;
@@ -534,6 +556,10 @@ int main(int argc, char **argv) {
     const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(arg, "--json") == 0) {
       ro.json = 1;
+      continue;
+    }
+    if (strcmp(arg, "--releases") == 0) {
+      ro.releases = 1;
       continue;
     }
     if (strcmp(arg, "--place-dynamic") == 0) {

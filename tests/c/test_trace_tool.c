@@ -249,6 +249,39 @@ RAP_TEST(TraceTool, LagHoldsAStreamsFreedMemoryBack) {
   }
 }
 
+/* --releases replays the allocator's release lines as rap_release (a process that called
+ * empty_cache between two phases), and reports the peak held after the last one: a 4 MiB block
+ * freed, a release, then 1 MiB: 4 MiB held at the peak, 1 MiB after the release. Without the
+ * option the release is not replayed, so the 1 MiB comes from the chunk still held. */
+RAP_TEST(TraceTool, ReleasesReplaysAReleaseAndPeaksAfterIt) {
+  char path[256], args[640];
+  const char *spec = "'QuickPool(HOST, initial_size=1MiB, next_size=1MiB, heuristic=never)'";
+  FILE *f = trace_file(path, sizeof path, "releases.jsonl");
+  line(f, 1000, "alloc", "pool", -1, 0x100000, 4 << 20, NULL);
+  line(f, 2000, "dealloc", "pool", -1, 0x100000, 0, NULL);
+  line(f, 3000, "release", "pool", -1, 0x100000, 4 << 20, ",\"held\":0");
+  line(f, 4000, "alloc", "pool", -1, 0x200000, 1 << 20, NULL);
+  line(f, 5000, "dealloc", "pool", -1, 0x200000, 0, NULL);
+  RAP_CHECK(fclose(f) == 0);
+  tool_run r;
+  snprintf(args, sizeof args, "replay %s --spec %s --releases --json", path, spec);
+  run_tool_measured(&r, args);
+  RAP_CHECK_EQ(r.status, 0);
+  /* HOST adds its alignment to each chunk: 4 MiB and 1 MiB and a few hundred bytes. */
+  RAP_CHECK_STR(r.out, "\"peak_held\":41945");
+  RAP_CHECK_STR(r.out, "\"releases\":1,\"peak_held_after_release\":10488");
+  snprintf(args, sizeof args, "replay %s --spec %s --releases", path, spec);
+  run_tool_measured(&r, args);
+  RAP_CHECK_EQ(r.status, 0);
+  RAP_CHECK_STR(r.out, "peak held after the last of 1 releases 1.00 MiB");
+  snprintf(args, sizeof args, "replay %s --spec %s --json", path, spec);
+  run_tool_measured(&r, args);
+  RAP_CHECK_EQ(r.status, 0);
+  RAP_CHECK_STR(r.out, "\"held_at_end\":41945");
+  RAP_CHECK_STR(r.out, "\"releases\":0,\"peak_held_after_release\":0,");
+  remove(path);
+}
+
 /* Three iterations between step lines of allocator a: in each, `together` blocks of n bytes live
  * at once on each of `streams` resources in turn. */
 static void plan_trace(const char *path_what, char *path, size_t cap, const char *a, int streams,
