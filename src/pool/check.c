@@ -17,11 +17,13 @@ void rapi_bp_reset_peaks(rapi_bp *bp) {
   bp->actual_hwm = bp->actual;
 }
 
-/* Pages inside free blocks given back (holes) are not held: free bytes are what is mapped, and the
- * largest free block is the largest that serves without a map. */
-static size_t unmapped_bytes(const rapi_bp *bp) {
+/* Pages inside free blocks given back (holes) are not held: free bytes are what is mapped, the
+ * largest free block is the largest that serves without a map, and the releasable bytes are what
+ * a release would give back (a wholly free chunk's holes went already). */
+static size_t unmapped_releasable(const rapi_bp *bp) {
   size_t n = 0;
-  for (const rapi_chunk *c = bp->chunks; c != NULL; c = c->next) n += c->unmapped;
+  for (const rapi_chunk *c = bp->chunks; c != NULL; c = c->next)
+    if (c->first->state == RAPI_FREE && rapi_bp_whole_chunk(c->first)) n += c->unmapped;
   return n;
 }
 
@@ -35,12 +37,12 @@ static size_t largest_whole(const rapi_bp *bp) {
 
 void rapi_bp_stats(rapi_bp *bp, rap_stats *out) {
   rapi_bp_flush(bp, false);   /* figures as if the deferred block had merged at once */
-  size_t unmapped = unmapped_bytes(bp);
+  size_t unmapped = bp->unmapped;
   out->current_bytes = bp->current;
   out->high_watermark = bp->hwm;
   out->actual_bytes = bp->actual;
   out->actual_high_watermark = bp->actual_hwm;
-  out->releasable_bytes = bp->releasable_bytes;
+  out->releasable_bytes = bp->releasable_bytes - (unmapped != 0 ? unmapped_releasable(bp) : 0);
   out->free_bytes = bp->free.bytes - unmapped;
   out->pending_bytes = bp->pending_bytes;
   out->largest_free_block = unmapped != 0 ? largest_whole(bp)
@@ -139,13 +141,14 @@ static int check_list(rapi_bp *bp, size_t *indexed, size_t *indexed_bytes) {
 int rapi_bp_check(rapi_bp *bp) {
   const char *who = rap_allocator_name(bp->self);
   size_t sums[4] = {0, 0, 0, 0}, counts[4] = {0, 0, 0, 0}, requested = 0, chunks = 0, actual = 0;
-  size_t rel_bytes = 0, rel_chunks = 0;
+  size_t rel_bytes = 0, rel_chunks = 0, unmapped = 0;
   for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
     if (c->next && c->next->prev != c) return CORRUPT("%s: the chunk list is broken", who);
     int st = check_chunk(bp, c, sums, counts, &requested);
     if (st != RAP_OK) return st;
     chunks++;
     actual += c->size - c->unmapped;
+    unmapped += c->unmapped;
     if (c->first->state == RAPI_FREE && rapi_bp_whole_chunk(c->first)) {
       rel_bytes += c->size;
       rel_chunks++;
@@ -172,6 +175,8 @@ int rapi_bp_check(rapi_bp *bp) {
       bp->block_recs.live != total_blocks || bp->chunk_recs.live != chunks)
     return CORRUPT("%s: %zu chunks and %zu blocks found, %zu and %zu counted", who, chunks,
                    total_blocks, bp->chunk_count, bp->block_count);
+  if (unmapped != bp->unmapped)
+    return CORRUPT("%s: its chunks have %zu bytes unmapped, %zu counted", who, unmapped, bp->unmapped);
   size_t usable = 0, rel_usable = 0;
   for (rapi_chunk *c = bp->chunks; c != NULL; c = c->next) {
     usable += c->usable;

@@ -82,6 +82,7 @@ static void drop_chunk(rapi_bp *bp, rapi_chunk *c) {
   else bp->chunks = c->next;
   if (c->next) c->next->prev = c->prev;
   bp->actual -= c->size - c->unmapped;   /* its unmapped pieces were not counted */
+  bp->unmapped -= c->unmapped;
   bp->usable -= c->usable;
   bp->chunk_count--;
   RAPI_TRACE("release", bp->self, NULL, c->base, c->size, ",\"held\":%zu", bp->actual);

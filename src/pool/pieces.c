@@ -67,6 +67,7 @@ static void punch_in(rapi_bp *bp, rapi_block *b, char *from, size_t n) {
   }
   b->holes = 1;
   c->unmapped += bytes;
+  bp->unmapped += bytes;
   bp->actual -= bytes;
 }
 
@@ -152,6 +153,7 @@ int rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size) {
   int st = bp->resizable->map_inside(bp->parent, lo, hi, &bytes);
   /* A failure undoes its maps, but a piece whose undoing was refused stays mapped: held again. */
   c->unmapped -= bytes;
+  bp->unmapped -= bytes;
   bp->actual += bytes;
   if (bp->actual > bp->actual_hwm) bp->actual_hwm = bp->actual;
   if (bp->actual > bp->map_peak) bp->map_peak = bp->actual;
@@ -164,6 +166,7 @@ void rapi_bp_holes_cut(rapi_bp *bp, rapi_chunk *c) {
   if (c->unmapped == 0) return;
   size_t stay = bp->resizable->unmapped_inside(bp->parent, c->base, c->base + c->size);
   bp->actual += c->unmapped - stay;
+  bp->unmapped -= c->unmapped - stay;
   c->unmapped = stay;
 }
 

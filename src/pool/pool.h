@@ -111,6 +111,7 @@ typedef struct rapi_bp {
   rapi_slab block_recs, chunk_recs;
   size_t record_size;                /* of a block record, the engine's part first */
   size_t current, hwm, used_bytes, used_hwm, actual, actual_hwm;
+  size_t unmapped;                   /* the chunks' unmapped bytes (holes): their c->unmapped summed */
   size_t map_peak;                   /* the most it ever mapped: giving pieces back keeps to it
                                         (actual_hwm is the user's: rap_allocator_reset_peaks) */
   size_t releasable_bytes, releasable_usable, releasable_chunks, pending_bytes, pending_count;

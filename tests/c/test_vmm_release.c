@@ -192,3 +192,27 @@ RAP_TEST(VmmRelease, AMappingAnotherProcessMapsStaysUntilItLetGo) {
   RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* ---- what the pool's figures say with holes ---------------------------------------------------- */
+
+/* A chunk that became wholly free with holes in it: what a release gives back is what it maps, so
+ * releasable bytes stay within the free bytes and the held bytes. */
+RAP_TEST_P(VmmRelease, AWhollyFreeChunkWithHolesCountsItsMappedBytesReleasable, release_pool,
+           release_pools) {
+  rap_manager *rm = tu_manager();
+  char *a, *b, *c;
+  rap_allocator *pool = grown(rm, param, "", &a, &b, &c);
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_release(pool));   /* a's four granules go */
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));   /* the chunk is free whole, with the holes */
+  rap_stats s = tu_stats(pool);
+  RAP_CHECK_EQ(s.actual_bytes, 5 * G);
+  RAP_CHECK_EQ(s.free_bytes, 5 * G);
+  RAP_CHECK_EQ(s.releasable_bytes, 5 * G);
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_release(pool));
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, 0);
+  RAP_CHECK_EQ(tu_stats(tu_get(rm, "v")).actual_bytes, 0);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
