@@ -417,11 +417,15 @@ size_t rapi_bp_release(rapi_bp *bp, bool inside) {
  * needs beyond the chunks still held, never below initial_size. It fires only when that changes
  * something, so it can never fire twice in a row on the same state, and it never recurses. */
 
+/* The bytes of the pool's chunks, mapped or not: what releasable_bytes is a share of (holes inside
+ * free blocks are not held, but a chunk free whole with holes is releasable whole). */
+static size_t chunk_bytes(const rapi_bp *bp) { return bp->actual + bp->unmapped; }
+
 static bool heuristic_fires(const rapi_bp *bp) {
   const rapi_heuristic *h = &bp->heuristic;
   if (h->kind == RAPI_H_PERCENT)
-    return h->value == 100 ? bp->releasable_bytes == bp->actual
-                           : (double)bp->releasable_bytes * 100.0 >= (double)h->value * (double)bp->actual;
+    return h->value == 100 ? bp->releasable_bytes == chunk_bytes(bp)
+                           : (double)bp->releasable_bytes * 100.0 >= (double)h->value * (double)chunk_bytes(bp);
   if (h->kind == RAPI_H_BLOCKS) return bp->releasable_chunks >= h->value;
   return false;
 }
@@ -484,7 +488,7 @@ static RAPI_NOINLINE void trim_by_heuristic(rapi_bp *bp, rapi_block *last) {
   size_t start = rapi_align_up((size_t)(last->ptr - c->base), bp->resizable->granularity);
   if (start >= c->size) return;
   size_t tail = c->size - start;
-  if ((double)(bp->releasable_bytes + tail) * 100.0 < (double)h->value * (double)bp->actual) return;
+  if ((double)(bp->releasable_bytes + tail) * 100.0 < (double)h->value * (double)chunk_bytes(bp)) return;
   size_t keep = start;
   if (h->hwm) {
     size_t target = bp->used_hwm > bp->initial_size ? bp->used_hwm : bp->initial_size;

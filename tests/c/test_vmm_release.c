@@ -216,3 +216,32 @@ RAP_TEST_P(VmmRelease, AWhollyFreeChunkWithHolesCountsItsMappedBytesReleasable, 
   RAP_CHECK_EQ(tu_stats(tu_get(rm, "v")).actual_bytes, 0);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* percent_releasable:100 fires once every chunk is free whole, holes or not: the two chunks go back
+ * and one of their size is taken, as without the holes. */
+RAP_TEST_P(VmmRelease, AHeuristicAtAHundredPercentFiresOverAChunkWithHoles, release_pool,
+           release_pools) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *v = tu_make(rm, "v", "HostVmm", NULL, "reserve=16MiB granularity=64KiB");
+  char opts[128];
+  snprintf(opts, sizeof opts, "initial_size=%zu next_size=%zu heuristic=percent_releasable:100", G, G);
+  rap_allocator *pool = tu_make(rm, "pool", param->strategy, "v", opts);
+  char *a = tu_alloc(pool, 4 * G), *b = tu_alloc(pool, 4 * G), *c = tu_alloc(pool, G);
+  RAP_CHECK(b == a + 4 * G && c == b + 4 * G);
+  void *x = tu_alloc(v, G);   /* right after the chunk: the next growth makes a second chunk */
+  RAP_CHECK((char *)x == c + G);
+  char *d = tu_alloc(pool, G);
+  RAP_CHECK_EQ(tu_stats(pool).chunk_count, 2);
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_release(pool));   /* a's four granules go; the chunk stays (b, c live) */
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, 6 * G);
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, d, NULL));   /* every chunk free whole: the heuristic fires */
+  RAP_CHECK_EQ(tu_stats(pool).chunk_count, 1);
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_deallocate(v, x, NULL));
+  RAP_CHECK_OK(rap_allocator_destroy(pool));
+  RAP_CHECK_EQ(tu_stats(v).actual_bytes, 0);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
