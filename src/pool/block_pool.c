@@ -254,6 +254,7 @@ rapi_block *rapi_bp_take_this(rapi_bp *bp, rapi_block *b, size_t size) {
   rapi_bp_releasable_add(bp, b, -1);
   size_t old_size = b->size;
   rapi_block *rem = rapi_bp_split(bp, b, size);
+  if (RAPI_UNLIKELY(b->holes) && rem != NULL) rapi_bp_holes_left(bp, rem);
   if (rem) {
     /* The remainder takes b's index entry (its neighbours were not free: no merge). */
     rem->state = RAPI_FREE;
@@ -367,6 +368,7 @@ static int take_at_end(rapi_bp *bp, size_t size, rapi_block **out) {
     return st;
   }
   rapi_block *rem = rapi_bp_split(bp, b, size);   /* the remainder keeps the mark */
+  if (b->holes && rem != NULL) rapi_bp_holes_left(bp, rem);
   b->holes = 0;
   if (rem) rapi_bp_index_free(bp, rem);
   *out = b;

@@ -162,6 +162,10 @@ int rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size) {
   return RAP_OK;
 }
 
+void rapi_bp_holes_left(const rapi_bp *bp, rapi_block *rem) {
+  if (bp->resizable->unmapped_inside(bp->parent, rem->ptr, rem->ptr + rem->size) == 0) rem->holes = 0;
+}
+
 void rapi_bp_holes_cut(rapi_bp *bp, rapi_chunk *c) {
   if (c->unmapped == 0) return;
   size_t stay = bp->resizable->unmapped_inside(bp->parent, c->base, c->base + c->size);

@@ -302,6 +302,9 @@ int   rapi_bp_fill_slow(rapi_bp *bp, rapi_block *b, size_t size);
  * past its high-water mark (false for a block without holes). Walks the parent's pieces there: for
  * the slow paths that meet a block with holes. */
 bool  rapi_bp_fill_passes_peak(const rapi_bp *bp, const rapi_block *b, size_t size);
+/* What a taker left of a block with holes (it mapped every piece its bytes meet): the mark stays
+ * only where a piece there is still unmapped, so that the largest free block counts it. */
+void  rapi_bp_holes_left(const rapi_bp *bp, rapi_block *rem);
 /* A chunk's end went back (c->size is the new size): its unmapped pieces there went with it,
  * which actual, lowered by every byte of the end, did not count as mapped. Also after a resume,
  * which maps every piece of the chunk again. */

@@ -245,3 +245,29 @@ RAP_TEST_P(VmmRelease, AHeuristicAtAHundredPercentFiresOverAChunkWithHoles, rele
   RAP_CHECK_EQ(tu_stats(v).actual_bytes, 0);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* A taker maps every mapping its bytes meet: what is left of the block may then be mapped whole,
+ * and counts among the blocks that serve without a map while another block still has holes. */
+RAP_TEST_P(VmmRelease, WhatATakerLeavesMappedCountsAsAWholeFreeBlock, release_pool, release_pools) {
+  rap_manager *rm = tu_manager();
+  char *a, *b, *c;
+  rap_allocator *pool = grown(rm, param, "", &a, &b, &c);   /* mappings of 1, 3, 4 and 1 granules */
+  char *d = tu_alloc(pool, 4 * G), *e = tu_alloc(pool, G);  /* and of 4 and 1 more */
+  RAP_CHECK(d == c + G && e == d + 4 * G);
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, d, NULL));
+  RAP_CHECK_OK(rap_release(pool));   /* a and b's three mappings go, and d's */
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, 2 * G);
+  char *x = tu_alloc(pool, 6 * G);   /* maps a and b's three again: 2 granules left, mapped */
+  RAP_CHECK(x == a);
+  rap_stats s = tu_stats(pool);
+  RAP_CHECK_EQ(s.actual_bytes, 10 * G);
+  RAP_CHECK_EQ(s.free_bytes, 2 * G);
+  RAP_CHECK_EQ(s.largest_free_block, 2 * G);
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_deallocate(pool, x, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, e, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
