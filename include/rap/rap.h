@@ -258,8 +258,8 @@ int  rap_ipc_revoke(rap_allocator *a, const rap_ipc_desc *desc);   /* exporter: 
  * DynamicPoolList, ResourceAwarePool) or each mapping of a growable platform (DEVICE_VMM,
  * HOST_VMM) when it is mapped or grows (after) and before it shrinks or is unmapped (a sleep, a
  * release, the allocator's destroy), so that a registrant can deregister first; a pool over a
- * platform made with piece= tells HOLE before free pages inside a chunk go and FILL after they are
- * mapped again. rap never unmaps memory without telling its observers. observe replays a MAP (replay 1) for every segment there
+ * growable platform tells HOLE before free pages inside a chunk go (at rap_release, and with
+ * piece= before it would map past its peak) and FILL after they are mapped again. rap never unmaps memory without telling its observers. observe replays a MAP (replay 1) for every segment there
  * is, and a HOLE (replay 1) for each range of a chunk whose free pages went. fn runs under the allocator's lock, on the thread that mapped or unmapped: it must not call
  * into the allocator's chain (observe and unobserve from fn are RAP_ERR_BUSY; to ask whether the
  * memory is registrable there, use rap_allocator_registrable(a), which takes no lock, not
