@@ -44,6 +44,32 @@ static bool inside(const rapi_bp *bp, const char *ptr, size_t size, char **lo, c
          (bp->unmap_free == SIZE_MAX || (size_t)(*hi - *lo) >= bp->unmap_free);
 }
 
+/* The first run of mapped pieces in [at, hi), a range of whole pieces: [*lo, *hi); false if none. */
+static bool mapped_run(const rapi_bp *bp, char *at, char *hi, char **lo, char **end) {
+  const rapi_resizable *z = bp->resizable;
+  if (z->piece != 0) {
+    while (at < hi && z->unmapped_inside(bp->parent, at, at + z->piece) != 0) at += z->piece;
+    *lo = *end = at;
+    while (*end < hi && z->unmapped_inside(bp->parent, *end, *end + z->piece) == 0) *end += z->piece;
+    return *end > *lo;
+  }
+  char *u_lo, *u_hi;
+  if (!rapi_bp_pieces_in(bp, at, (size_t)(hi - at), RAPI_PIECES_MAPPED, lo, end)) return false;
+  *end = rapi_bp_pieces_in(bp, *lo, (size_t)(hi - *lo), RAPI_PIECES_UNMAPPED, &u_lo, &u_hi) ? u_lo : hi;
+  return true;
+}
+
+/* Observers were told [lo, hi) goes: the pieces there that stayed mapped (another process maps
+ * them, an unmap failed, or nothing went) are told back as fills, run by run. */
+static void stayed_mapped(rapi_bp *bp, rapi_chunk *c, char *lo, char *hi) {
+  if (bp->resizable->unmapped_inside(bp->parent, lo, hi) == (size_t)(hi - lo)) return;
+  char *at = lo, *from, *to;
+  while (at < hi && mapped_run(bp, at, hi, &from, &to)) {
+    rapi_segment_notify(bp->self, RAP_SEGMENT_FILL, c->base, c->size, from, (size_t)(to - from));
+    at = to;
+  }
+}
+
 /* The whole pieces inside [from, from + n), a part of the free block b, go back. */
 static void punch_in(rapi_bp *bp, rapi_block *b, char *from, size_t n) {
   /* By default only where giving back needs no wait: a pool fenced by events, or a platform with
@@ -60,11 +86,8 @@ static void punch_in(rapi_bp *bp, rapi_block *b, char *from, size_t n) {
   if (st != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: giving back free pages inside a chunk of '%s' failed: %s",
             rap_allocator_name(bp->self), rap_allocator_name(bp->parent), rap_last_error());
-  if (bytes == 0) {   /* nothing went (all gone before, or the first failed): as it was */
-    if (!b->holes)
-      rapi_segment_notify(bp->self, RAP_SEGMENT_FILL, c->base, c->size, lo, (size_t)(hi - lo));
-    return;
-  }
+  stayed_mapped(bp, c, lo, hi);
+  if (bytes == 0) return;   /* nothing went (all gone before, kept, or the first failed) */
   b->holes = 1;
   c->unmapped += bytes;
   bp->unmapped += bytes;

@@ -271,3 +271,48 @@ RAP_TEST_P(VmmRelease, WhatATakerLeavesMappedCountsAsAWholeFreeBlock, release_po
   RAP_CHECK_OK(rap_deallocate(pool, e, NULL));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* Observers hear of a hole only where pages went: a mapping another process keeps inside the free
+ * block was told as part of the hole, and is told back as a fill when it stays, so that a
+ * registrant does not take a block handed out there for unmapped memory. */
+static void on_span(const rap_segment_event *ev, void *user) {
+  long *holed = user;   /* granules told as a hole and not filled since, by index */
+  if (ev->replay) return;
+  for (size_t g = 0; g < ev->bytes / G; g++) {
+    size_t i = ((size_t)((char *)ev->addr - (char *)holed[64]) / G) + g;
+    if (i >= 64) continue;
+    if (ev->kind == RAP_SEGMENT_HOLE) holed[i] = 1;
+    else if (ev->kind == RAP_SEGMENT_FILL) holed[i] = 0;
+  }
+}
+
+RAP_TEST(VmmRelease, AMappingKeptForAnotherProcessIsNotLeftToldAsAHole) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", EXPORTING, &pool));
+  char *a = tu_alloc(pool, G), *b = tu_alloc(pool, G), *c = tu_alloc(pool, G), *d = tu_alloc(pool, G);
+  RAP_CHECK(b == a + G && c == b + G && d == c + G);   /* four mappings of a granule */
+  long holed[65] = {0};
+  holed[64] = (long)(intptr_t)a;
+  RAP_CHECK_OK(rap_allocator_observe(pool, on_span, holed));
+  rap_ipc_desc db;
+  RAP_CHECK_OK(rap_ipc_export(pool, b, &db));
+  peer p;
+  peer_start(&p);
+  PEER_OK(&p, "close %llu host", import(&p, &db, "host"));   /* b's mapping kept there */
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);   /* a release: a's and c's go, b's stays */
+  RAP_CHECK_EQ(mapped(pool), 2 * G);
+  RAP_CHECK(holed[0] == 1 && holed[1] == 0 && holed[2] == 1);
+  char *x = tu_alloc(pool, 3 * G);   /* all three again: none is told as a hole now */
+  RAP_CHECK(x == a);
+  RAP_CHECK(holed[0] == 0 && holed[1] == 0 && holed[2] == 0);
+  peer_end(&p, true);
+  RAP_CHECK_OK(rap_allocator_unobserve(pool, on_span, holed));
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_deallocate(pool, x, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, d, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
