@@ -214,7 +214,14 @@ static int device_unmap(rapi_vmm *v, char *addr, size_t size, rapi_vmm_share *sh
     r = drv.release((CUmemGenericAllocationHandle)share->handle);
     share->handle = 0;
     rapi_device_vmm_leave(v, saved);
-    return r == CUDA_SUCCESS ? RAP_OK : cu_fail(v, "cuMemRelease", r, size);
+    /* The addresses are unmapped whatever the release says: answered as kept, the mapping would
+     * be handed out again and fault. The handle's memory stays the driver's: said, not returned. */
+    if (r != CUDA_SUCCESS) {
+      (void)cu_fail(v, "cuMemRelease", r, size);
+      rap_log(RAP_LOG_ERROR, "%s (the mapping is gone; its memory may stay held until the process "
+              "ends)", rap_last_error());
+    }
+    return RAP_OK;
   }
   rapi_device_vmm_leave(v, saved);
   return r == CUDA_SUCCESS ? RAP_OK : cu_fail(v, "cuMemUnmap", r, size);
