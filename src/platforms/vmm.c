@@ -13,6 +13,7 @@
  */
 #include "platforms/vmm.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ---- extents ---------------------------------------------------------------------------------- */
@@ -415,8 +416,11 @@ static bool goes(const rapi_vmm_extent *e, const char *lo, const char *hi) {
  * maps it, since unmapped here it would live on there and not come back to the device. */
 static bool unpublish(rapi_vmm *v, rapi_vmm_extent *e) {
   if (v->ipc == NULL) return true;
+  char kept[512];   /* the caller's sentence: a mapping that stays is no failure of the release */
+  snprintf(kept, sizeof kept, "%s", rap_last_error());
   if (rapi_ipc_hold(v, e->addr, extent_end(e), RAPI_HOLD) != RAP_OK) {
     rap_log(RAP_LOG_DEBUG, "%s: a free mapping stays: %s", rap_allocator_name(v->self), rap_last_error());
+    (void)rapi_fail(RAP_OK, "%s", kept);
     return false;
   }
   rapi_ipc_extent_remove(v, e);

@@ -164,6 +164,12 @@ RAP_TEST(VmmRelease, AMappingAnotherProcessMapsStaysUntilItLetGo) {
   PEER_OK(&p, "close %llu host", import(&p, &da, "host"));   /* closed, its mapping kept */
   RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
   RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  /* A release that keeps a mapping answers OK and leaves the sentence before it as it was. */
+  RAP_CHECK_STATUS(rap_deallocate(pool, (char *)c + 8, NULL), RAP_ERR_UNKNOWN_POINTER);
+  char before[512];
+  snprintf(before, sizeof before, "%s", rap_last_error());
+  RAP_CHECK_OK(rap_release(pool));
+  RAP_CHECK(strcmp(rap_last_error(), before) == 0);
   RAP_CHECK_EQ(pending_after_poll(pool), 0);   /* a release: b's mapping goes, a's stays */
   RAP_CHECK_EQ(mapped(pool), 5 * G);
   TU_CHECK(pool);
