@@ -70,9 +70,10 @@ typedef struct rapi_resizable {
   int  (*hold)(rap_allocator *a, void *ptr, int how);
   /* Pages inside a live allocation (docs/DESIGN.md, "Free pages inside a chunk"). A piece is one
    * mapping: a platform made with piece= maps growth in pieces at multiples of `piece`; one made
-   * without it (piece 0) has the mappings its growth made, where only it knows (pieces). unmap_inside gives back every mapped piece wholly inside [lo, hi)
-   * (observers of the platform told first; on an exporting platform not one another process
-   * maps), stopping at the first failure; map_inside maps again every unmapped piece that meets
+   * without it (piece 0) has the mappings its growth made, where only it knows (pieces).
+   * unmap_inside gives back every mapped piece wholly inside [lo, hi) (observers of the platform
+   * told first; on an exporting platform not one another process maps), stopping at the first
+   * failure; map_inside maps again every unmapped piece that meets
    * [lo, hi), all or nothing; both add the bytes they changed to *bytes. unmapped_inside counts
    * the unmapped bytes of pieces that meet [lo, hi); pieces narrows [*lo, *hi) to the span of
    * the pieces wholly inside it that are mapped (RAPI_PIECES_MAPPED) or not (RAPI_PIECES_UNMAPPED),

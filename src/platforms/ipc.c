@@ -442,23 +442,24 @@ void rapi_ipc_extent_remove(rapi_vmm *v, rapi_vmm_extent *e) {
 
 /* The first importer still running that maps a held row in [lo, hi): its slot, how many of those
  * rows it maps (*rows) and how many blocks there it has open (*open); -1 if none. */
-static int first_mapper(rapi_vmm *v, char *lo, char *hi, unsigned *rows, unsigned *open) {
+static int first_mapper(rapi_vmm *v, rapi_vmm_extent *from, char *lo, char *hi, unsigned *rows,
+                        unsigned *open) {
   ipc_ctl *c = v->ipc->ctl;
   uint64_t seen = 0;
-  for (rapi_vmm_extent *e = v->first; e != NULL && e->addr < hi; e = e->next)
+  for (rapi_vmm_extent *e = from; e != NULL && e->addr < hi; e = e->next)
     if (e->addr >= lo && e->share.held) seen |= LOAD(&c->extents[e->share.slot].mappers);
   for (unsigned s = 0; s < IPC_MAPPERS; s++) {
     if (!(seen >> s & 1)) continue;
     int32_t pid = LOAD(&c->mappers[s].pid);
     if (pid <= 0 || !rapi_ipc_process_alive((uint32_t)pid, LOAD(&c->mappers[s].start))) continue;
     *rows = *open = 0;
-    for (rapi_vmm_extent *e = v->first; e != NULL && e->addr < hi; e = e->next)
+    for (rapi_vmm_extent *e = from; e != NULL && e->addr < hi; e = e->next)
       if (e->addr >= lo && e->share.held) *rows += LOAD(&c->extents[e->share.slot].mappers) >> s & 1;
-    uint64_t from = (uint64_t)(lo - v->base), to = (uint64_t)(hi - v->base);
+    uint64_t off_lo = (uint64_t)(lo - v->base), off_hi = (uint64_t)(hi - v->base);
     for (unsigned t = 0; t < IPC_TICKETS; t++) {
       uint64_t w = LOAD(&c->tickets[t].word);
-      if (tw_state(w) == T_CLAIMED && tw_pid(w) == (uint32_t)pid && c->tickets[t].offset >= from &&
-          c->tickets[t].offset < to)
+      if (tw_state(w) == T_CLAIMED && tw_pid(w) == (uint32_t)pid && c->tickets[t].offset >= off_lo &&
+          c->tickets[t].offset < off_hi)
         (*open)++;
     }
     return (int)s;
@@ -466,20 +467,21 @@ static int first_mapper(rapi_vmm *v, char *lo, char *hi, unsigned *rows, unsigne
   return -1;
 }
 
-int rapi_ipc_hold(rapi_vmm *v, char *lo, char *hi, int how) {
+int rapi_ipc_hold(rapi_vmm *v, rapi_vmm_extent *from, char *lo, char *hi, int how) {
   ipc_ctl *c = v->ipc->ctl;
   if (how != RAPI_UNHOLD) STORE(&c->sleeps, 1);
   if (how == RAPI_HOLD_NOTICE) return RAP_OK;
-  for (rapi_vmm_extent *e = v->first; e != NULL && e->addr < hi; e = e->next) {
+  if (from == NULL) from = v->first;
+  for (rapi_vmm_extent *e = from; e != NULL && e->addr < hi; e = e->next) {
     if (e->addr < lo || e->share.slot == NO_SLOT || e->share.held == (how == RAPI_HOLD)) continue;
     e->share.held = how == RAPI_HOLD;
     STORE(&c->extents[e->share.slot].serial, how == RAPI_HOLD ? 0 : e->share.serial);
   }
   unsigned rows = 0, open = 0;
-  int s = how == RAPI_HOLD ? first_mapper(v, lo, hi, &rows, &open) : -1;
+  int s = how == RAPI_HOLD ? first_mapper(v, from, lo, hi, &rows, &open) : -1;
   if (s < 0) return RAP_OK;
   int32_t pid = LOAD(&c->mappers[s].pid);
-  (void)rapi_ipc_hold(v, lo, hi, RAPI_UNHOLD);
+  (void)rapi_ipc_hold(v, from, lo, hi, RAPI_UNHOLD);
   if (open > 0)
     return rapi_fail(RAP_ERR_BUSY, "process %d maps %u of its mappings of '%s', where it holds %u "
                      "imported block%s open: unmapped here they would live on there, and a wake "

@@ -381,7 +381,7 @@ int rapi_vmm_hold(rap_allocator *a, void *ptr, int how) {
   rapi_lock(&p->lock, &held);
   char *end = NULL;
   int st = how == RAPI_HOLD_NOTICE ? RAP_OK : sleep_target(a, p, ptr, &end, "hold");
-  if (st == RAP_OK) st = rapi_ipc_hold(v, ptr, end, how);
+  if (st == RAP_OK) st = rapi_ipc_hold(v, NULL, ptr, end, how);
   rapi_unlock(&held);
   return st;
 }
@@ -418,7 +418,7 @@ static bool unpublish(rapi_vmm *v, rapi_vmm_extent *e) {
   if (v->ipc == NULL) return true;
   char kept[512];   /* the caller's sentence: a mapping that stays is no failure of the release */
   snprintf(kept, sizeof kept, "%s", rap_last_error());
-  if (rapi_ipc_hold(v, e->addr, extent_end(e), RAPI_HOLD) != RAP_OK) {
+  if (rapi_ipc_hold(v, e, e->addr, extent_end(e), RAPI_HOLD) != RAP_OK) {
     rap_log(RAP_LOG_DEBUG, "%s: a free mapping stays: %s", rap_allocator_name(v->self), rap_last_error());
     (void)rapi_fail(RAP_OK, "%s", kept);
     return false;

@@ -175,8 +175,10 @@ int  rapi_ipc_pool_free(int device, void *ptr, rap_resource *r, void *const *eve
 int  rapi_ipc_extent_add(rapi_vmm *v, rapi_vmm_extent *e, bool held);
 void rapi_ipc_extent_remove(rapi_vmm *v, rapi_vmm_extent *e);
 void rapi_ipc_extent_shared(rapi_vmm *v, rapi_vmm_extent *e);   /* its row names fd and fabric */
-/* rapi_resizable.hold for the extents in [lo, hi) of an exporting platform (under its lock). */
-int  rapi_ipc_hold(rapi_vmm *v, char *lo, char *hi, int how);
+/* rapi_resizable.hold for the extents in [lo, hi) of an exporting platform (under its lock),
+ * walked from `from` (an extent at or below lo; NULL: the first), so that a release holding its
+ * mappings one at a time does not walk the table from its start for each. */
+int  rapi_ipc_hold(rapi_vmm *v, rapi_vmm_extent *from, char *lo, char *hi, int how);
 /* The importer's side of a backend: reserve a range, map what an exporter's descriptor of one
  * mapping names at addr (fd: a descriptor this process owns, which the call does not close;
  * fabric: a device's fabric handle), give back. The host's is in ipc_import.c, the device's in

@@ -2,11 +2,12 @@
  *
  * Over a parent made with piece= (HostVmm, DeviceVmm), a free block's whole pieces can go back
  * while the block stays: it is then marked as having holes. Over one made without it, a release
- * gives back the mappings growth made wholly inside free blocks the same way. Offers the others: the sweep that gives
- * them back (rapi_bp_make_room, which rapi_bp_before_mapping runs at the peak, and
- * rapi_bp_punch_all, which a release runs), the mapping again of what a taker needs (rapi_bp_fill_slow), the counts after a chunk's
- * end or a wake (rapi_bp_holes_cut, rapi_bp_holes_filled), and the wait before anything goes back
- * to a parent whose unmap does not wait for queued work (rapi_bp_sync_before_unmap).
+ * gives back the mappings growth made wholly inside free blocks the same way. Offers the others:
+ * the sweep that gives them back (rapi_bp_make_room, which rapi_bp_before_mapping runs at the
+ * peak, and rapi_bp_punch_all, which a release runs), the mapping again of what a taker needs
+ * (rapi_bp_fill_slow), the counts after a chunk's end or a wake (rapi_bp_holes_cut,
+ * rapi_bp_holes_filled), and the wait before anything goes back to a parent whose unmap does not
+ * wait for queued work (rapi_bp_sync_before_unmap).
  */
 #include "pool/pool.h"
 
