@@ -73,12 +73,11 @@ typedef struct rapi_resizable {
    * without it (piece 0) has the mappings its growth made, where only it knows (pieces).
    * unmap_inside gives back every mapped piece wholly inside [lo, hi) (observers of the platform
    * told first; on an exporting platform not one another process maps), stopping at the first
-   * failure; map_inside maps again every unmapped piece that meets
-   * [lo, hi), all or nothing; both add the bytes they changed to *bytes. unmapped_inside counts
-   * the unmapped bytes of pieces that meet [lo, hi); pieces narrows [*lo, *hi) to the span of
-   * the pieces wholly inside it that are mapped (RAPI_PIECES_MAPPED) or not (RAPI_PIECES_UNMAPPED),
-   * or widens it to every piece that meets it (RAPI_PIECES_MEETING), and says whether there is
-   * one. */
+   * failure; map_inside maps again every unmapped piece that meets [lo, hi), all or nothing; both
+   * add the bytes they changed to *bytes. unmapped_inside counts the unmapped bytes of pieces that
+   * meet [lo, hi); pieces narrows [*lo, *hi) to the span of the pieces wholly inside it that are
+   * mapped (RAPI_PIECES_MAPPED) or not (RAPI_PIECES_UNMAPPED), or widens it to every piece that
+   * meets it (RAPI_PIECES_MEETING), and says whether there is one. */
   size_t piece;
   int  (*unmap_inside)(rap_allocator *a, void *lo, void *hi, size_t *bytes);
   int  (*map_inside)(rap_allocator *a, void *lo, void *hi, size_t *bytes);

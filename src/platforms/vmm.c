@@ -597,8 +597,8 @@ static void vmm_walk(rap_allocator *a, void *ctx, void (*locked)(void *arg),
 
 static rapi_ipc_export *vmm_export_state(rap_allocator *root) { return root->platform->vmm->ipc; }
 
-/* ipc.c asks, when a pool over this platform exports [ptr, ptr+bytes): its offset in the range. */
-/* Where the block lies; the mappings it lies in are shared now if they were not yet. */
+/* ipc.c asks, when a pool over this platform exports [ptr, ptr+bytes): its offset in the range;
+ * the mappings it lies in are shared now if they were not yet. */
 static int vmm_locate(rap_allocator *root, void *ptr, size_t bytes, rapi_ipc_place *out) {
   rapi_tracked *p = root->state;
   rapi_vmm *v = root->platform->vmm;

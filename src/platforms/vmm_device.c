@@ -117,7 +117,7 @@ static CUmemAllocationProp export_prop(const rapi_vmm *v) {
  * POSIX handle, and its fabric handle where asked for (ipc.c publishes them), are made when a
  * block in the mapping is first exported: made at each growth they cost more than the growth
  * (cuMemExportToShareableHandle, about 0.6 ms on an H200, against 0.05-0.17 ms to create, map
- * and set access; docs/DESIGN.md "Shared when first exported"). */
+ * and set access; docs/DESIGN.md, "Memory across processes", exporting memory). */
 static int device_share(rapi_vmm *v, CUmemGenericAllocationHandle h, size_t size,
                         rapi_vmm_share *share) {
   CUresult r = CUDA_SUCCESS;
@@ -140,9 +140,10 @@ static int device_share(rapi_vmm *v, CUmemGenericAllocationHandle h, size_t size
   return RAP_OK;
 }
 
-/* The backend's share: what another process opens a mapping by, made at its first export. */
+/* The backend's share: what another process opens a mapping by, made at its first export (the
+ * engine asks once a mapping: share->shared). */
 static int device_share_later(rapi_vmm *v, rapi_vmm_share *share, size_t size) {
-  if (share->shared || share->handle == 0) return RAP_OK;
+  if (share->handle == 0) return RAP_OK;
   int saved = 0;
   int st = rapi_device_vmm_enter(v, &saved);
   if (st != RAP_OK) return st;
