@@ -175,6 +175,7 @@ typedef struct pdesc {
 
 /* Makes the peer on run_env or records why it was skipped (-1). */
 int open_peer(const char *wl, const pdesc *d, bench_peer *p);
+int open_peer_quietly(const pdesc *d, bench_peer *p);   /* the same, saying nothing when it fails */
 /* Records that p failed an allocation during what, with rap's last error. */
 void peer_failed(const char *wl, const bench_peer *p, const char *during);
 

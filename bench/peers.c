@@ -696,6 +696,11 @@ static int peer_wanted(const pdesc *d) {
   return 0;
 }
 
+int open_peer_quietly(const pdesc *d, bench_peer *p) {
+  char why[160] = "";
+  return peer_wanted(d) && make_peer(d, p, why) == 0 ? 0 : -1;
+}
+
 int open_peer(const char *wl, const pdesc *d, bench_peer *p) {
   char why[160] = "";
   if (!peer_wanted(d)) return -1;
