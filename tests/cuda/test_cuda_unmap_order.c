@@ -11,6 +11,8 @@
 #include "kernels.h"
 
 #include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <string.h>
 #include <rap/cuda.h>
 #include <rap/strategy.h>   /* rap_allocator_alignment: the granularity */
 
@@ -77,9 +79,16 @@ static void pages_wait_for(rap_manager *rm, rap_allocator *pool, rap_resource *r
   (void)rm;
 }
 
-static rap_allocator *pool_or_skip(rap_manager *rm) {
-  rap_allocator *pool = make_or_skip(rm, "pool", "ResourceAwarePool(DeviceVmm(piece=2MiB), "
-                                                 "initial_size=64MiB, next_size=2MiB)");
+/* The pool over pieces (piece=2MiB), or the default one (RAP_DEFAULT_DEVICE_SPEC on device 0: its
+ * release gives back the mappings wholly inside free blocks). */
+static rap_allocator *pool_or_skip(rap_manager *rm, bool the_default) {
+  char spec[512] = "ResourceAwarePool(DeviceVmm(piece=2MiB), initial_size=64MiB, next_size=2MiB)";
+  if (the_default) {
+    const char *d = RAP_DEFAULT_DEVICE_SPEC, *at = strstr(d, "{device}");
+    RAP_CHECK(at != NULL);
+    snprintf(spec, sizeof spec, "%.*s0%s", (int)(at - d), d, at + strlen("{device}"));
+  }
+  rap_allocator *pool = make_or_skip(rm, "pool", spec);
   if (rap_allocator_alignment(rap_allocator_parent(pool)) != 2 * MiB) {
     RAP_CHECK_OK(rap_manager_destroy(rm));
     RAP_SKIP("the device's granularity is not the 2 MiB piece this test is sized for");
@@ -87,15 +96,15 @@ static rap_allocator *pool_or_skip(rap_manager *rm) {
   return pool;
 }
 
-RAP_TEST(CudaUnmapOrder, PagesWaitForAnotherStreamsKernel) {
+static void on_another_stream(bool the_default) {
   rap_manager *rm = NULL;
   RAP_CHECK_OK(rap_manager_create(&rm));
-  rap_allocator *pool = pool_or_skip(rm);
+  rap_allocator *pool = pool_or_skip(rm, the_default);
   pages_wait_for(rm, pool, stream_on(rm, 0), stream_on(rm, 0), 0);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
 
-RAP_TEST(CudaUnmapOrder, PagesWaitForAnotherDevicesKernel) {
+static void on_another_device(bool the_default) {
   int n = 0, can = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2 ||
       cudaDeviceCanAccessPeer(&can, 1, 0) != cudaSuccess || !can) {
@@ -104,8 +113,14 @@ RAP_TEST(CudaUnmapOrder, PagesWaitForAnotherDevicesKernel) {
   }
   rap_manager *rm = NULL;
   RAP_CHECK_OK(rap_manager_create(&rm));
-  rap_allocator *pool = pool_or_skip(rm);
+  rap_allocator *pool = pool_or_skip(rm, the_default);
   RAP_CHECK_OK(rap_allocator_set_peer_access(pool, 1, 1));
   pages_wait_for(rm, pool, stream_on(rm, 0), stream_on(rm, 1), 1);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+RAP_TEST(CudaUnmapOrder, PagesWaitForAnotherStreamsKernel) { on_another_stream(false); }
+RAP_TEST(CudaUnmapOrder, PagesWaitForAnotherDevicesKernel) { on_another_device(false); }
+/* The default pool has no pieces: its release gives back whole mappings inside free blocks. */
+RAP_TEST(CudaUnmapOrder, TheDefaultsPagesWaitForAnotherStreamsKernel) { on_another_stream(true); }
+RAP_TEST(CudaUnmapOrder, TheDefaultsPagesWaitForAnotherDevicesKernel) { on_another_device(true); }
