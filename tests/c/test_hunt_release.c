@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE   /* process_vm_readv */
 #include "gate.h"
+#include "ipc_driver.h"
 #include "test_util.h"
 
 #include <stdarg.h>
@@ -42,9 +43,9 @@ typedef struct hr_param {
 #define HV64 "HostVmm(granularity=64KiB, reserve=24MiB)"
 static const hr_param hr_params[] = {
     {"RAP_64KiB", "ResourceAwarePool(" HV64 ", initial_size=64KiB, next_size=192KiB, heuristic=never)",
-     64 << 10, 1 << 20, true, true, false, false, 1500, 1},
+     64 << 10, 1 << 20, true, true, false, false, 1200, 1},
     {"RAP_2MiB_odd", "ResourceAwarePool(HostVmm(granularity=2MiB, reserve=512MiB), initial_size=3MiB, "
-     "next_size=5000000, heuristic=never)", 2 << 20, 24 << 20, true, true, false, false, 800, 2},
+     "next_size=5000000, heuristic=never)", 2 << 20, 24 << 20, true, true, false, false, 400, 2},
     {"RAP_hwm70", "ResourceAwarePool(" HV64 ", initial_size=1, next_size=100000, "
      "heuristic=percent_releasable_hwm:70)", 64 << 10, 1 << 20, true, true, false, false, 1500, 3},
     {"QuickPool_hwm50", "QuickPool(" HV64 ", initial_size=100000, next_size=70000, "
@@ -55,7 +56,7 @@ static const hr_param hr_params[] = {
      "heuristic=never))", 64 << 10, 1 << 20, true, true, true, false, 1200, 6},
     {"RAP_export", "ResourceAwarePool(HostVmm(export=posix, granularity=64KiB, reserve=24MiB), "
      "initial_size=64KiB, next_size=128KiB, heuristic=never)", 64 << 10, 1 << 20, true, true, false,
-     true, 1200, 7},
+     true, 1000, 7},
 };
 
 /* ---- what observers were told, granule by granule -------------------------------------------- */
@@ -90,7 +91,6 @@ static const char *hr_kind(int k) {
 }
 
 static void hr_told(hr_model *m, int who, const rap_segment_event *ev) {
-  if (getenv("HR_TRACE")) fprintf(stderr, "  %s %s base+%zu size %zu at +%zu bytes %zu%s\n", who ? "plat" : "pool", hr_kind(ev->kind), (size_t)((char *)ev->base - m->base)/m->gran, ev->size/m->gran, (size_t)((char *)ev->addr - m->base)/m->gran, ev->bytes/m->gran, ev->replay ? " replay" : "");
   size_t off = (size_t)((char *)ev->addr - m->base);
   if ((char *)ev->addr < m->base || off % m->gran != 0 || ev->bytes % m->gran != 0 ||
       off / m->gran + ev->bytes / m->gran > m->granules) {
@@ -250,12 +250,10 @@ static void hr_allocate(hr *h, int slot, long refuse_map) {
     return;
   }
   *b = (hr_block){p, bytes, ++h->seeds};
-  if (getenv("HR_TRACE")) fprintf(stderr, " alloc +%zu (%zu bytes)\n", (size_t)((char *)p - h->m.base) / h->m.gran, bytes);
   hr_stamp(h, b);
 }
 
 static void hr_free(hr *h, int slot) {
-  if (getenv("HR_TRACE")) fprintf(stderr, " free +%zu (%zu bytes)\n", (size_t)(h->live[slot].ptr - h->m.base) / h->m.gran, h->live[slot].bytes);
   RAP_CHECK_OK(rap_deallocate(h->top, h->live[slot].ptr, NULL));
   h->live[slot].ptr = NULL;
 }
@@ -333,7 +331,6 @@ static void hr_step(hr *h) {
   uint64_t r = tu_rand(&h->rng);
   int slot = (int)((r >> 16) % HR_SLOTS), qi = (int)((r >> 24) % HR_QUEUES);
   unsigned op = (unsigned)(r % 100);
-  if (getenv("HR_TRACE")) fprintf(stderr, "step %u op %u slot %d (%s)\n", h->step, op, slot, h->live[slot].ptr ? "live" : "empty");
   if (op < 34) {
     if (h->live[slot].ptr == NULL) hr_allocate(h, slot, 0);
     else hr_free(h, slot);
@@ -508,5 +505,91 @@ RAP_TEST(HuntRelease, ASleepRefusedForAnExportNobodyImportedSaysSo) {
   RAP_CHECK_OK(rap_allocator_wake(pool));
   RAP_CHECK(tu_intact(y, G, 3));
   RAP_CHECK_OK(rap_deallocate(pool, y, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* Requests near a quarter of the address space, and past it, over a growable platform whose
+ * chunk has holes: refused with a sentence, nothing changed, the pool serving after. */
+static const hr_param hr_huge[] = {
+    {"ResourceAwarePool", "ResourceAwarePool(" HV64 ", initial_size=64KiB, next_size=1MiB)", G, 0,
+     false, false, false, false, 0, 0},
+    {"QuickPool", "QuickPool(" HV64 ", initial_size=64KiB, next_size=1MiB)", G, 0, false, false,
+     false, false, 0, 0},
+    {"ThreadCache", "ThreadCache(ResourceAwarePool(" HV64 ", initial_size=64KiB))", G, 0, false,
+     false, false, false, 0, 0},
+};
+
+RAP_TEST_P(HuntRelease, HugeRequestsAreRefusedWithASentence, hr_param, hr_huge) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", param->spec, &pool));
+  char *a = tu_alloc(pool, 4 * G), *b = tu_alloc(pool, G);
+  tu_fill(b, G, 9);
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_release(pool));   /* a hole below b */
+  rap_stats before = tu_stats(pool);
+  const size_t sizes[] = {SIZE_MAX / 4 - 1, SIZE_MAX / 4, SIZE_MAX / 4 + 1, SIZE_MAX / 2, SIZE_MAX - 4096,
+                          SIZE_MAX, (size_t)24 << 20};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    void *p = NULL;
+    RAP_CHECK_STATUS(rap_allocate(pool, &p, sizes[i], NULL), RAP_ERR_NOMEM);
+    RAP_CHECK(p == NULL && rap_last_error()[0] != '\0');
+    TU_CHECK(pool);
+    rap_stats now = tu_stats(pool);
+    RAP_CHECK_EQ(now.current_bytes, before.current_bytes);
+    RAP_CHECK_EQ(now.used_bytes + now.free_bytes + now.pending_bytes, now.actual_bytes);
+  }
+  RAP_CHECK(tu_intact(b, G, 9));
+  char *c = tu_alloc(pool, 4 * G);   /* the hole serves again */
+  memset(c, 1, 4 * G);
+  RAP_CHECK_OK(rap_deallocate(pool, c, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, b, NULL));
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* ---- an exporting platform, with the importer in another process ------------------------------ */
+
+/* A descriptor made before a release opens after it, and reads what the exporter wrote; a block
+ * freed while imported stays pending, and mapped, through releases, until the importer closed it. */
+RAP_TEST(HuntRelease, AnExportOutlivesReleasesAroundIt) {
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", "ResourceAwarePool(HostVmm(export=posix, "
+                                       "reserve=64MiB, granularity=64KiB), initial_size=64KiB, "
+                                       "next_size=64KiB)", &pool));
+  uint64_t *x = tu_alloc(pool, 4 * G);
+  char *y = tu_alloc(pool, 4 * G), *z = tu_alloc(pool, G);
+  RAP_CHECK(y == (char *)x + 4 * G && z == y + 4 * G);
+  x[0] = 0xC0FFEE;
+  x[G / 8] = 0xBADCAFE;
+  rap_ipc_desc dx;
+  RAP_CHECK_OK(rap_ipc_export(pool, x, &dx));
+  RAP_CHECK_OK(rap_deallocate(pool, y, NULL));
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);   /* a release: y's mapping goes */
+  RAP_CHECK(!hr_mapped(y));
+  peer p;
+  peer_start(&p);
+  unsigned long long i = import(&p, &dx, "host");   /* made before the release, opened after */
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu 0", i), 0xC0FFEE);
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu %zu", i, G), 0xBADCAFE);
+  RAP_CHECK_OK(rap_deallocate(pool, x, NULL));   /* freed while imported: pending */
+  RAP_CHECK_OK(rap_release(pool));
+  RAP_CHECK(tu_stats(pool).pending_bytes >= 4 * G);
+  RAP_CHECK(hr_mapped(x));
+  PEER_OK(&p, "write %llu 16 %d", i, 0x5EED);
+  RAP_CHECK_EQ(x[2], 0x5EED);   /* one memory, both sides */
+  TU_CHECK(pool);
+  PEER_OK(&p, "close %llu host", i);
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  TU_CHECK(pool);
+  peer_end(&p, true);
+  RAP_CHECK_OK(rap_release(pool));   /* the importer is gone: x's mappings go too */
+  RAP_CHECK_EQ(tu_stats(pool).actual_bytes, G);
+  char *w = tu_alloc(pool, 8 * G);   /* x and y again, mapped anew */
+  RAP_CHECK(w == (char *)x);
+  memset(w, 7, 8 * G);
+  TU_CHECK(pool);
+  RAP_CHECK_OK(rap_deallocate(pool, w, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, z, NULL));
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
