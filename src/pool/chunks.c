@@ -196,16 +196,25 @@ int rapi_bp_grow_in_place(rapi_bp *bp, size_t size, rapi_block **out) {
   return RAP_OK;
 }
 
-/* Observers hear of a shrink before the parent unmaps: the bytes past keep (rounded up as the
- * parent rounds) may go. Where the parent kept more (whole mappings only), what stayed is told
- * as a GROW after. */
-static void shrink_told(rapi_bp *bp, rapi_chunk *c, size_t keep) {
+/* Where a shrink that keeps `keep` bytes of c ends: the parent unmaps whole mappings only, so a
+ * mapping the line crosses stays, mapped or not (a release may have unmapped it inside a free
+ * block, and told it as a hole: it must not be told back as grown). */
+static size_t shrink_line(const rapi_bp *bp, const rapi_chunk *c, size_t keep) {
   size_t k = rapi_align_up(keep, bp->resizable->granularity);
+  char *lo = c->base + k, *hi = lo + 1;
+  if (k < c->size && bp->resizable->pieces != NULL &&
+      bp->resizable->pieces(bp->parent, &lo, &hi, RAPI_PIECES_MEETING) && lo < c->base + k)
+    k = (size_t)(hi - c->base);
+  return k;
+}
+
+/* Observers hear of a shrink before the parent unmaps: the bytes past k (shrink_line) go. Where
+ * the parent kept more (an unmap failed), what stayed is told as a GROW after. */
+static void shrink_told(rapi_bp *bp, rapi_chunk *c, size_t k) {
   if (k < c->size) rapi_segment_notify(bp->self, RAP_SEGMENT_SHRINK, c->base, c->size, c->base + k, c->size - k);
 }
 
-static void stayed_told(rapi_bp *bp, rapi_chunk *c, size_t keep, size_t now) {
-  size_t k = rapi_align_up(keep, bp->resizable->granularity);
+static void stayed_told(rapi_bp *bp, rapi_chunk *c, size_t k, size_t now) {
   if (k < c->size && now > k)
     rapi_segment_notify(bp->self, RAP_SEGMENT_GROW, c->base, now, c->base + k, now - k);
 }
@@ -216,13 +225,13 @@ size_t rapi_bp_trim_tail(rapi_bp *bp, rapi_chunk *c, size_t keep) {
   size_t start = rapi_align_up((size_t)(last->ptr - c->base), bp->resizable->granularity);
   if (keep < start) keep = start;
   if (keep >= c->size) return 0;
-  size_t bytes = c->size;
+  size_t bytes = c->size, k = shrink_line(bp, c, keep);
   rapi_bp_sync_before_unmap(bp);
-  shrink_told(bp, c, keep);
+  shrink_told(bp, c, k);
   if (bp->resizable->resize(bp->parent, c->base, &bytes, keep) != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: giving back the end of a chunk to '%s' failed: %s",
             rap_allocator_name(bp->self), rap_allocator_name(bp->parent), rap_last_error());
-  stayed_told(bp, c, keep, bytes);
+  stayed_told(bp, c, k, bytes);
   if (bytes >= c->size) return 0;
   size_t cut = c->size - bytes;
   rapi_bp_unindex_free(bp, last);   /* not a whole chunk: the counters of releasable chunks stay */
@@ -244,13 +253,13 @@ bool rapi_bp_shrink_free_chunk(rapi_bp *bp, size_t want) {
   rapi_chunk *c = bp->chunks;
   while (c != NULL && !(c->first->state == RAPI_FREE && rapi_bp_whole_chunk(c->first))) c = c->next;
   if (c == NULL) return false;
-  size_t bytes = c->size;
+  size_t bytes = c->size, k = shrink_line(bp, c, want);
   rapi_bp_sync_before_unmap(bp);
-  shrink_told(bp, c, want);
+  shrink_told(bp, c, k);
   if (bp->resizable->resize(bp->parent, c->base, &bytes, want) != RAP_OK)
     rap_log(RAP_LOG_WARN, "%s: shrinking a free chunk in '%s' failed: %s", rap_allocator_name(bp->self),
             rap_allocator_name(bp->parent), rap_last_error());
-  stayed_told(bp, c, want, bytes);
+  stayed_told(bp, c, k, bytes);
   if (bytes >= c->size) return false;
   rapi_block *b = c->first;
   rapi_bp_unindex_free(bp, b);

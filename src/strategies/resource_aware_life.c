@@ -274,6 +274,20 @@ int rapi_ra_resource_gone(void *state, rap_resource *r, int commit) {
 
 /* ---- sleep and wake (pool/sleep.c does the memory) ------------------------------------------- */
 
+/* Pending blocks that wait for an export of theirs to end (a use of the ipc resource, which sleep
+ * cannot wait for: its importer closes, or the exporter revokes). */
+static size_t pending_on_exports(ra_pool *p) {
+  size_t n = 0;
+  for (rapi_chunk *c = p->bp.chunks; c != NULL; c = c->next)
+    for (rapi_block *b = c->first; b != NULL; b = b->next)
+      for (rapi_use *u = b->state == RAPI_PENDING ? ra_of(b)->uses : NULL; u != NULL; u = u->next)
+        if (per_block(u->rs)) {
+          n++;
+          break;
+        }
+  return n;
+}
+
 /* Waits until nothing queued can touch the pool's memory: every pending block's fence (the blocks
  * become free), then a point past the work of each resource that owns or was recorded on a used
  * block: an event recorded now, or a call-scoped resource's newest (its stream may be gone; work
@@ -289,6 +303,12 @@ static int quiesce(ra_pool *p) {
                        (unsigned long long)rs->r->id);
   int st = rapi_ra_wait_all(p);
   if (st != RAP_OK) return st;
+  size_t exported = p->bp.pending_count > 0 ? pending_on_exports(p) : 0;
+  if (exported > 0)
+    return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): %zu freed blocks wait for their "
+                     "exports (rap_ipc_export) to end: sleep once each importer closed its block, "
+                     "and take back with rap_ipc_revoke a descriptor nobody will import",
+                     rap_allocator_name(p->bp.self), exported);
   if (p->bp.pending_count > 0)
     return rapi_fail(RAP_ERR_BUSY, "rap_allocator_sleep('%s'): %zu blocks are still pending on "
                      "the queue whose work is calling; sleep from elsewhere",
