@@ -168,7 +168,6 @@ extern _Thread_local tc_thread rapi_tc_tls;
 /* Tests only: runs while a batch is on its way to the parent; runs when a resource's end waits for
  * such a batch; caches made while set always take the spin (as where there is no membarrier). */
 extern void (*rapi_tc_transit_hook)(void);
-extern void (*rapi_tc_transit_hook)(void);
 extern bool rapi_tc_spin_only;
 
 /* A cache's spin: a leaf lock, never held while anything else is taken or the parent is called. */

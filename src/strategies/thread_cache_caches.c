@@ -20,8 +20,9 @@ static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 static int exit_key_ok;
 void (*rapi_tc_xpush_hook)(void);   /* tests only: runs between a foreign free's look and its push */
-void (*rapi_tc_transit_hook)(void);  /* tests only: runs while a batch is on its way to the parent */
-void (*rapi_tc_transit_hook)(void);   /* tests only: runs when a resource's end waits for such a batch */
+/* Tests only: runs while a batch is on its way to the parent, and when a resource's end waits for
+ * such a batch. */
+void (*rapi_tc_transit_hook)(void);
 bool rapi_tc_spin_only;   /* tests only: caches made now take the spin always, as without membarrier */
 
 static void thread_exit(void *arg);

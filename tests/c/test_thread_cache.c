@@ -1341,7 +1341,6 @@ RAP_TEST(ThreadCache, ManagerDestroyCountsOnlyLiveBlocks) {
  * in that window the blocks are nobody's live blocks, so statistics count them as cached, the
  * queue (which owns no live block) can be destroyed, and so can the allocator. */
 extern void (*rapi_tc_transit_hook)(void);
-extern void (*rapi_tc_transit_hook)(void);
 typedef struct transit {
   rap_allocator *tc;
   rap_resource *r;
@@ -1387,7 +1386,6 @@ static transit *transit_start(rap_allocator *tc, rap_resource *r) {
 static void transit_end(transit *t) {
   gate_open(&t->resume);
   pthread_join(t->th, NULL);
-  rapi_tc_transit_hook = NULL;
   rapi_tc_transit_hook = NULL;
   gate_destroy(&t->cached);
   gate_destroy(&t->in_window);
