@@ -456,3 +456,51 @@ RAP_TEST_P(HuntThreads, HostileThreadsKeepEveryInvariant, ht_param, ht_params) {
   RAP_CHECK_OK(rap_manager_destroy(h.rm));
   rap_log_set_level(level);
 }
+
+/* ---- targeted: a thread outlives the manager ---------------------------------------------------- */
+
+typedef struct ht_outlive {
+  rap_allocator *a[2];
+  rap_resource *q;
+  gate go, end;
+  int status;
+} ht_outlive;
+
+/* Fills its caches of both instances (blocks freed on the host and on q), lets the test go on, and
+ * ends only when the test says so: after the manager, and with it both instances, is gone. */
+static void *ht_outlive_main(void *arg) {
+  ht_outlive *o = arg;
+  for (int k = 0; k < 2 && o->status == RAP_OK; k++)
+    for (int i = 0; i < 6 && o->status == RAP_OK; i++) {
+      void *p = NULL;
+      rap_resource *r = i % 2 ? o->q : NULL;
+      o->status = rap_allocate(o->a[k], &p, 64 + 64 * (size_t)i, r);
+      if (o->status == RAP_OK) o->status = rap_deallocate(o->a[k], p, r);
+    }
+  gate_open(&o->go);
+  gate_job(&o->end);
+  return NULL;
+}
+
+RAP_TEST(HuntThreads, AThreadWithCachesOutlivesTheManager) {
+  for (int round = 0; round < 2; round++) {   /* round 1: the process-wide registry, used again */
+    ht_outlive o = {.status = RAP_OK};
+    gate_init(&o.go);
+    gate_init(&o.end);
+    rap_manager *rm = tu_manager();
+    RAP_CHECK_OK(rap_allocator_make_spec(rm, "a", "ThreadCache(ResourceAwarePool(" HT_VMM "))", &o.a[0]));
+    RAP_CHECK_OK(rap_allocator_make_spec(rm, "b", "ThreadCache(ResourceAwarePool(HOST))", &o.a[1]));
+    RAP_CHECK_OK(rap_resource_create_host_async(rm, &o.q));
+    pthread_t t;
+    RAP_CHECK(pthread_create(&t, NULL, ht_outlive_main, &o) == 0);
+    gate_job(&o.go);
+    RAP_CHECK_OK(o.status);
+    rap_stats s = tu_stats(o.a[0]);
+    RAP_CHECK(s.cached_count > 0);
+    RAP_CHECK_OK(rap_manager_destroy(rm));   /* the thread's caches go with their instances */
+    gate_open(&o.end);
+    pthread_join(t, NULL);   /* its end finds no cache of either */
+    gate_destroy(&o.go);
+    gate_destroy(&o.end);
+  }
+}
