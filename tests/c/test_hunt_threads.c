@@ -356,10 +356,15 @@ static void *ht_chaos_main(void *arg) {
       case 4: ht_remake_spare(h, (int)((r >> 8) % HT_SPARES)); break;
       case 5:
         if (h->P->sleeps && (r >> 8) % 16 == 0) ht_sleep_wake(h);   /* a BACKUP copies every live byte */
+        else if (h->P->sleeps && (r >> 8) % 16 == 1)   /* no sleep: a backup made or given back */
+          ht_expect(h, rap_allocator_sleep(h->top, (r >> 12) % 2 ? RAP_SLEEP_PREPARE : RAP_SLEEP_RELEASE),
+                    "sleep(PREPARE or RELEASE)");
         break;
       case 6: {
         int st = rap_allocator_destroy(h->top);   /* the chaos thread holds a block: busy */
         if (st != RAP_ERR_BUSY) ht_error(h, "rap_allocator_destroy under the workers: %s", rap_status_name(st));
+        st = rap_allocator_destroy(h->pool);   /* the wrapper over it lives */
+        if (st != RAP_ERR_BUSY) ht_error(h, "rap_allocator_destroy of the pool: %s", rap_status_name(st));
         break;
       }
       default: ht_expect(h, rap_allocator_resource_stats(h->top, h->q[(r >> 8) % HT_WORKERS], &s), "resource stats");
