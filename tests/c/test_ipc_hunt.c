@@ -1,0 +1,155 @@
+/* test_ipc_hunt.c — memory across processes attacked from outside: what an importer keeps mapped
+ * when the exporter gives memory back and maps new memory over the same addresses (a release, a
+ * pool destroyed under an open import), and descriptors corrupted in every byte. The importer is
+ * rap_ipc_peer (ipc_peer.c) driven through pipes (ipc_driver.h); a peer a failed check left
+ * behind is killed and waited for by the next test here and at exit, so nothing is orphaned.
+ */
+#define _GNU_SOURCE   /* pipe2, fdopen */
+#include "ipc_driver.h"
+#include "test_util.h"
+
+#include <signal.h>
+
+#define KIB ((size_t)1024)
+#define PLATFORM "HostVmm(export=posix, reserve=64MiB, granularity=64KiB)"
+#define POOL "ResourceAwarePool(" PLATFORM ", initial_size=64KiB, next_size=64KiB)"
+
+/* ---- peers that a failed check leaves behind are reaped ---------------------------------------- */
+
+static peer *started[4];
+
+static void reap_left(void) {
+  for (unsigned k = 0; k < 4; k++) {
+    if (started[k] == NULL) continue;
+    kill(started[k]->pid, SIGKILL);
+    (void)waitpid(started[k]->pid, NULL, 0);
+    fclose(started[k]->in);
+    fclose(started[k]->out);
+    close(started[k]->gate);
+    started[k] = NULL;
+  }
+}
+__attribute__((destructor)) static void reap_at_exit(void) { reap_left(); }
+
+static void start(peer *p) {
+  peer_start(p);
+  for (unsigned k = 0; k < 4; k++)
+    if (started[k] == NULL) {
+      started[k] = p;
+      return;
+    }
+}
+
+static void end(peer *p, bool quit) {
+  for (unsigned k = 0; k < 4; k++)
+    if (started[k] == p) started[k] = NULL;
+  peer_end(p, quit);
+}
+
+static const char *hexof(const rap_ipc_desc *d, char *h) {
+  hex(d, h);
+  return h;
+}
+
+/* ---- what the importer keeps mapped ----------------------------------------------------------- */
+
+/* An importer keeps a mapping after its last block there closed, for its next import. The exporter
+ * gave that memory back (a release) and mapped new memory over it under another row of its table:
+ * the importer's next imports must not unmap the old row's addresses under a block open in the new
+ * one. (Before, importing y unmapped the second half of x there: the peer's read of it crashed.) */
+RAP_TEST(IpcHunt, AMappingKeptAfterItsBlocksClosedIsNotUnmappedOverANewOne) {
+  reap_left();
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", POOL, &pool));
+  uint64_t *a0 = tu_alloc(pool, 64 * KIB), *a = tu_alloc(pool, 64 * KIB);   /* rows 0 and 1 */
+  rap_ipc_desc d;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+  peer p;
+  start(&p);
+  PEER_OK(&p, "close %llu host", import(&p, &d, "host"));   /* row 1 stays mapped there */
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, a0, NULL));
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);   /* both given back */
+  RAP_CHECK_EQ(stats(pool).actual_bytes, 0);
+  /* x: one new mapping over both old ones (row 0); y: above them (row 1 again). */
+  uint64_t *x = tu_alloc(pool, 128 * KIB), *y = tu_alloc(pool, 64 * KIB);
+  RAP_CHECK(x == a0 && (char *)y == (char *)x + 128 * KIB);
+  x[0] = 11;
+  x[8 * KIB] = 22;   /* in what was a's mapping */
+  y[0] = 33;
+  rap_ipc_desc dx, dy;
+  RAP_CHECK_OK(rap_ipc_export(pool, x, &dx));
+  RAP_CHECK_OK(rap_ipc_export(pool, y, &dy));
+  unsigned long long ix = import(&p, &dx, "host");
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu %zu", ix, 64 * KIB), 22);
+  unsigned long long iy = import(&p, &dy, "host");
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu 0", iy), 33);
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu 0", ix), 11);
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu %zu", ix, 64 * KIB), 22);
+  PEER_OK(&p, "write %llu %zu 44", ix, 64 * KIB + 8);
+  RAP_CHECK_EQ(x[8 * KIB + 1], 44);
+  PEER_OK(&p, "close %llu host", ix);
+  PEER_OK(&p, "close %llu host", iy);
+  end(&p, true);
+  RAP_CHECK_OK(rap_deallocate(pool, x, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, y, NULL));
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
+
+/* Destroying the exporting pool drops its tickets, and what the importer has open stays its own
+ * (docs/DESIGN.md, "Teardown"). A new pool over the same platform maps new memory on the same
+ * addresses: an import of its blocks must neither serve the old memory for a block at the same
+ * address nor map the new memory under the block still open there. Refused (RAP_ERR_BUSY: close
+ * it first) while it is open; after its close the new blocks open and read the new bytes. (Before,
+ * the first import read the old bytes, and the second turned the open block's bytes into the new
+ * pool's.) */
+RAP_TEST(IpcHunt, ABlockOpenWhenItsPoolWentKeepsItsMemoryAndNewBlocksWait) {
+  reap_left();
+  rap_manager *rm = tu_manager();
+  rap_allocator *platform = tu_make(rm, "platform", "HostVmm", NULL,
+                                    "export=posix, reserve=64MiB, granularity=64KiB");
+  rap_allocator *old = tu_make(rm, "old", "ResourceAwarePool", "platform",
+                               "initial_size=64KiB, next_size=64KiB");
+  uint64_t *a0 = tu_alloc(old, 64 * KIB), *a = tu_alloc(old, 64 * KIB);
+  a0[0] = 1;
+  a[0] = 2;
+  rap_ipc_desc d0, d;
+  RAP_CHECK_OK(rap_ipc_export(old, a0, &d0));
+  RAP_CHECK_OK(rap_ipc_export(old, a, &d));
+  peer p;
+  start(&p);
+  unsigned long long i0 = import(&p, &d0, "host"), i = import(&p, &d, "host");
+  RAP_CHECK_OK(rap_deallocate(old, a0, NULL));
+  RAP_CHECK_OK(rap_deallocate(old, a, NULL));
+  RAP_CHECK_OK(rap_allocator_destroy(old));   /* the peer still has both open */
+  rap_allocator *pool = tu_make(rm, "pool", "ResourceAwarePool", "platform",
+                                "initial_size=128KiB, next_size=64KiB");
+  uint64_t *x = tu_alloc(pool, 64 * KIB), *y = tu_alloc(pool, 64 * KIB);
+  RAP_CHECK(x == a0 && y == a);   /* one new mapping (row 0) over both old ones */
+  x[0] = 3;
+  y[0] = 4;
+  rap_ipc_desc dx, dy;
+  RAP_CHECK_OK(rap_ipc_export(pool, x, &dx));
+  RAP_CHECK_OK(rap_ipc_export(pool, y, &dy));
+  char h[129];
+  PEER_ERR(&p, "RAP_ERR_BUSY", "close it first", "import %s host", hexof(&dx, h));
+  PEER_ERR(&p, "RAP_ERR_BUSY", "close it first", "import %s host", hexof(&dy, h));
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu 0", i0), 1);   /* the old bytes, still its own */
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu 0", i), 2);
+  RAP_CHECK_EQ(tu_stats(platform).actual_bytes, 128 * KIB);
+  PEER_OK(&p, "close %llu host", i0);
+  PEER_ERR(&p, "RAP_ERR_BUSY", "close it first", "import %s host", hexof(&dx, h));
+  PEER_OK(&p, "close %llu host", i);
+  unsigned long long ix = import(&p, &dx, "host"), iy = import(&p, &dy, "host");
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu 0", ix), 3);
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu 0", iy), 4);
+  PEER_OK(&p, "close %llu host", ix);
+  PEER_OK(&p, "close %llu host", iy);
+  end(&p, true);
+  RAP_CHECK_OK(rap_deallocate(pool, x, NULL));
+  RAP_CHECK_OK(rap_deallocate(pool, y, NULL));
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
