@@ -153,3 +153,54 @@ RAP_TEST(IpcHunt, ABlockOpenWhenItsPoolWentKeepsItsMemoryAndNewBlocksWait) {
   RAP_CHECK_EQ(pending_after_poll(pool), 0);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* ---- descriptors ------------------------------------------------------------------------------ */
+
+/* Every byte of a descriptor matters: each changed alone (four ways), with its check left as it
+ * was and made to match again, is refused with a sentence, by an importer that has the pool open
+ * already (so that a field only a first opening reads is checked too); nothing changes for the
+ * exporter, and the real descriptor still opens the block. (Before, its last 8 bytes and, with the
+ * check made to match, its descriptor number of the shared table were not read: such descriptors
+ * were imported.) */
+RAP_TEST(IpcHunt, EveryByteOfADescriptorIsChecked) {
+  reap_left();
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", POOL, &pool));
+  uint64_t *a = tu_alloc(pool, 64 * KIB);
+  a[1] = 0xD00D;
+  rap_ipc_desc d;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+  peer p;
+  start(&p);
+  PEER_OK(&p, "close %llu host", import(&p, &d, "host"));   /* the pool is open there now */
+  rap_stats before = stats(pool);
+  const unsigned char flips[] = {0x01, 0x80, 0xff, 0x10};
+  char h[129], b[1024];
+  for (int fix = 0; fix < 2; fix++)
+    for (size_t at = 0; at < sizeof d.bytes; at++)
+      for (size_t k = 0; k < sizeof flips; k++) {
+        RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+        rap_ipc_desc c = d;
+        c.bytes[at] ^= flips[k];
+        if (fix && at < 48) {   /* the check: FNV-1a over the 48 bytes before it */
+          uint64_t check = fnv(c.bytes, 48);
+          memcpy(c.bytes + 48, &check, 8);
+        }
+        const char *ans = peer_say(&p, b, sizeof b, "import %s host", hexof(&c, h));
+        if (strncmp(ans, "err RAP_ERR_", 12) != 0 || strstr(ans, " rap_ipc_import: ") == NULL)
+          rap_test_fail(__FILE__, __LINE__, "byte %zu ^ 0x%02x (check %s) answered '%s'", at,
+                        flips[k], fix ? "made to match" : "as it was", ans);
+        RAP_CHECK_OK(rap_ipc_revoke(pool, &d));
+      }
+  RAP_CHECK_OK(rap_allocator_check(pool));
+  same_stats(before, stats(pool));
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &d));
+  unsigned long long i = import(&p, &d, "host");
+  RAP_CHECK_EQ(PEER_OK(&p, "read %llu 8", i), 0xD00D);
+  PEER_OK(&p, "close %llu host", i);
+  end(&p, true);
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
