@@ -613,11 +613,14 @@ int rapi_ipc_desc_read(const char *who, const rap_ipc_desc *desc, ipc_desc *d) {
     return rapi_fail(RAP_ERR_INVALID, "%s: the descriptor was made by another version of rap "
                      "(descriptor version %u, this rap reads %u); exporter and importer need the "
                      "same", who, (unsigned)d->version, IPC_VERSION);
-  if (d->magic != DESC_MAGIC || d->version != IPC_VERSION || d->check != desc_check(d) ||
-      d->ticket >= IPC_TICKETS ||
-      (d->kind != RAPI_IPC_HOST && d->kind != RAPI_IPC_DEVICE && d->kind != RAPI_IPC_POOL))
+  if (d->magic != DESC_MAGIC || d->version != IPC_VERSION || d->check != desc_check(d) || d->pad != 0)
     return rapi_fail(RAP_ERR_INVALID, "%s: not a descriptor rap_ipc_export made (truncated, forged "
                      "or corrupted: its check does not match)", who);
+  if (d->ticket >= IPC_TICKETS ||
+      (d->kind != RAPI_IPC_HOST && d->kind != RAPI_IPC_DEVICE && d->kind != RAPI_IPC_POOL))
+    return rapi_fail(RAP_ERR_INVALID, "%s: not a descriptor rap_ipc_export made: its ticket (%u) or "
+                     "kind (%u) is out of range, though its check matches (forged)", who,
+                     (unsigned)d->ticket, (unsigned)d->kind);
   if (d->pid <= 0)
     return rapi_fail(RAP_ERR_INVALID, "%s: not a descriptor rap_ipc_export made: it names no "
                      "process (pid %d), though its check matches (forged)", who, (int)d->pid);

@@ -139,6 +139,7 @@ static int pool_open(const ipc_desc *d, imp_pool **out) {
   p->pidfd = -1;
   p->slot = -1;
   p->pid = d->pid;
+  p->ctl_fd = d->ctl_fd;
   p->pool_id = d->pool_id;
   int st = RAP_OK;
   if ((p->rows = rapi_calloc(IPC_EXTENTS, sizeof *p->rows)) == NULL) {
@@ -452,7 +453,7 @@ static int claim(imp_pool *p, const ipc_desc *d, uint64_t *claimed) {
     return rapi_fail(RAP_ERR_BUSY, "rap_ipc_import: this descriptor was imported already (by "
                      "process %u); each importer needs a descriptor of its own (rap_ipc_export "
                      "again)", tw_pid(w));
-  if (t->offset != d->offset || t->size != d->size)
+  if (t->offset != d->offset || t->size != d->size || d->ctl_fd != p->ctl_fd || d->kind != p->kind)
     return rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: the descriptor does not match what process "
                      "%d exported (forged)", d->pid);
   uint64_t to = tword(d->serial, (uint32_t)getpid(), T_CLAIMED);
