@@ -73,7 +73,7 @@ static int getfd_fail(int err, int32_t pid, const char *what) {
     return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_import: pidfd_getfd needs Linux 5.6 or later");
   if (err == EBADF)
     return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the pool this descriptor names is gone "
-                     "from process %d (its %s is closed)", pid, what);
+                     "from process %d (its descriptor of %s is closed)", pid, what);
   return rapi_fail(RAP_ERR_BACKEND, "rap_ipc_import: pidfd_getfd on process %d (%s): %s", pid, what,
                    strerror(err));
 }
