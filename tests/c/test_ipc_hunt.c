@@ -204,3 +204,40 @@ RAP_TEST(IpcHunt, EveryByteOfADescriptorIsChecked) {
   RAP_CHECK_EQ(pending_after_poll(pool), 0);
   RAP_CHECK_OK(rap_manager_destroy(rm));
 }
+
+/* An export ends once its importer closed it, or ended (docs/DESIGN.md, "A descriptor nobody
+ * imported"): revoking it then is RAP_ERR_NOT_FOUND, "no longer exported", as for a revoked one.
+ * (Before, RAP_ERR_BUSY said the block was held until the importer closes it, which it had.) An
+ * import still open is RAP_ERR_BUSY, naming the importer. */
+RAP_TEST(IpcHunt, RevokingAnExportItsImporterClosedOrLeftSaysItEnded) {
+  reap_left();
+  rap_manager *rm = tu_manager();
+  rap_allocator *pool = NULL;
+  RAP_CHECK_OK(rap_allocator_make_spec(rm, "pool", POOL, &pool));
+  void *a = tu_alloc(pool, 64 * KIB);
+  rap_ipc_desc closed, left, open;
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &closed));
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &left));
+  RAP_CHECK_OK(rap_ipc_export(pool, a, &open));
+  peer p, q;
+  start(&p);
+  start(&q);
+  PEER_OK(&p, "close %llu host", import(&p, &closed, "host"));
+  unsigned long long i = import(&p, &open, "host");
+  import(&q, &left, "host");
+  end(&q, false);   /* ends without closing */
+  char want[64];
+  snprintf(want, sizeof want, "process %d imported", (int)p.pid);
+  RAP_CHECK_STATUS(rap_ipc_revoke(pool, &open), RAP_ERR_BUSY);
+  RAP_CHECK_STR(rap_last_error(), want);
+  RAP_CHECK_STATUS(rap_ipc_revoke(pool, &closed), RAP_ERR_NOT_FOUND);
+  RAP_CHECK_STR(rap_last_error(), "no longer exported");
+  RAP_CHECK_STATUS(rap_ipc_revoke(pool, &left), RAP_ERR_NOT_FOUND);
+  RAP_CHECK_STR(rap_last_error(), "no longer exported");
+  RAP_CHECK_OK(rap_deallocate(pool, a, NULL));
+  RAP_CHECK(pending_after_poll(pool) >= 64 * KIB);   /* the open import holds it */
+  PEER_OK(&p, "close %llu host", i);
+  RAP_CHECK_EQ(pending_after_poll(pool), 0);
+  end(&p, true);
+  RAP_CHECK_OK(rap_manager_destroy(rm));
+}
