@@ -645,8 +645,12 @@ int rap_ipc_revoke(rap_allocator *a, const rap_ipc_desc *desc) {
                    "exported (revoked already, or its block was freed and passed)", a->name);
   } else if (tw_state(w) != T_SENT || !cas(&t->word, w, tword(d.serial, 0, T_REVOKED))) {
     w = LOAD(&t->word);
-    st = rapi_fail(RAP_ERR_BUSY, "rap_ipc_revoke('%s'): process %u imported the descriptor "
-                   "already; the block is held until it closes it (or ends)", a->name, tw_pid(w));
+    if (tw_serial(w) != d.serial || ended(w) || imported_passed(x, t, w))   /* closed, or left */
+      st = rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_revoke('%s'): the descriptor is no longer "
+                     "exported (process %u imported it and closed it, or ended)", a->name, tw_pid(w));
+    else
+      st = rapi_fail(RAP_ERR_BUSY, "rap_ipc_revoke('%s'): process %u imported the descriptor "
+                     "already; the block is held until it closes it (or ends)", a->name, tw_pid(w));
   }
   pthread_mutex_unlock(&x->lock);
   return st;
