@@ -613,11 +613,14 @@ int rapi_ipc_desc_read(const char *who, const rap_ipc_desc *desc, ipc_desc *d) {
     return rapi_fail(RAP_ERR_INVALID, "%s: the descriptor was made by another version of rap "
                      "(descriptor version %u, this rap reads %u); exporter and importer need the "
                      "same", who, (unsigned)d->version, IPC_VERSION);
-  if (d->magic != DESC_MAGIC || d->version != IPC_VERSION || d->check != desc_check(d) ||
-      d->ticket >= IPC_TICKETS ||
-      (d->kind != RAPI_IPC_HOST && d->kind != RAPI_IPC_DEVICE && d->kind != RAPI_IPC_POOL))
+  if (d->magic != DESC_MAGIC || d->version != IPC_VERSION || d->check != desc_check(d) || d->pad != 0)
     return rapi_fail(RAP_ERR_INVALID, "%s: not a descriptor rap_ipc_export made (truncated, forged "
                      "or corrupted: its check does not match)", who);
+  if (d->ticket >= IPC_TICKETS ||
+      (d->kind != RAPI_IPC_HOST && d->kind != RAPI_IPC_DEVICE && d->kind != RAPI_IPC_POOL))
+    return rapi_fail(RAP_ERR_INVALID, "%s: not a descriptor rap_ipc_export made: its ticket (%u) or "
+                     "kind (%u) is out of range, though its check matches (forged)", who,
+                     (unsigned)d->ticket, (unsigned)d->kind);
   if (d->pid <= 0)
     return rapi_fail(RAP_ERR_INVALID, "%s: not a descriptor rap_ipc_export made: it names no "
                      "process (pid %d), though its check matches (forged)", who, (int)d->pid);
@@ -642,8 +645,12 @@ int rap_ipc_revoke(rap_allocator *a, const rap_ipc_desc *desc) {
                    "exported (revoked already, or its block was freed and passed)", a->name);
   } else if (tw_state(w) != T_SENT || !cas(&t->word, w, tword(d.serial, 0, T_REVOKED))) {
     w = LOAD(&t->word);
-    st = rapi_fail(RAP_ERR_BUSY, "rap_ipc_revoke('%s'): process %u imported the descriptor "
-                   "already; the block is held until it closes it (or ends)", a->name, tw_pid(w));
+    if (tw_serial(w) != d.serial || ended(w) || imported_passed(x, t, w))   /* closed, or left */
+      st = rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_revoke('%s'): the descriptor is no longer "
+                     "exported (process %u imported it and closed it, or ended)", a->name, tw_pid(w));
+    else
+      st = rapi_fail(RAP_ERR_BUSY, "rap_ipc_revoke('%s'): process %u imported the descriptor "
+                     "already; the block is held until it closes it (or ends)", a->name, tw_pid(w));
   }
   pthread_mutex_unlock(&x->lock);
   return st;

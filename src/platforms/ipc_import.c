@@ -73,7 +73,7 @@ static int getfd_fail(int err, int32_t pid, const char *what) {
     return rapi_fail(RAP_ERR_UNSUPPORTED, "rap_ipc_import: pidfd_getfd needs Linux 5.6 or later");
   if (err == EBADF)
     return rapi_fail(RAP_ERR_NOT_FOUND, "rap_ipc_import: the pool this descriptor names is gone "
-                     "from process %d (its %s is closed)", pid, what);
+                     "from process %d (its descriptor of %s is closed)", pid, what);
   return rapi_fail(RAP_ERR_BACKEND, "rap_ipc_import: pidfd_getfd on process %d (%s): %s", pid, what,
                    strerror(err));
 }
@@ -139,6 +139,7 @@ static int pool_open(const ipc_desc *d, imp_pool **out) {
   p->pidfd = -1;
   p->slot = -1;
   p->pid = d->pid;
+  p->ctl_fd = d->ctl_fd;
   p->pool_id = d->pool_id;
   int st = RAP_OK;
   if ((p->rows = rapi_calloc(IPC_EXTENTS, sizeof *p->rows)) == NULL) {
@@ -282,6 +283,39 @@ static int row_reach(imp_pool *p, unsigned i, int user) {
   return st;
 }
 
+/* Whether row i of the exporter's table, now at [off, off+size), may be mapped here: every row
+ * mapped here on those addresses (i's earlier mapping, or another row's that the exporter gave
+ * back before it mapped i there) is let go first. The exporter's live rows never overlap, so such
+ * a row is stale; false where one stays (a block opened here still lies in it, or its close is
+ * still queued), since mapping over it would change that block's memory under it. */
+static bool room_for(imp_pool *p, unsigned i, uint64_t off, uint64_t size) {
+  for (unsigned j = 0; j < IPC_EXTENTS; j++) {
+    imp_extent *e = &p->rows[j];
+    if (e->serial == 0 || (j != i && (e->offset >= off + size || e->offset + e->size <= off))) continue;
+    rapi_imp_row_let_go(p, j);
+    if (e->serial != 0) return false;
+  }
+  return true;
+}
+
+/* Whether the rows of a block open here (at the address a new import names) are still the
+ * exporter's mappings and cover [off, off+size): else the new block lies in other memory. */
+static bool rows_current(const imp_pool *p, const imp_block *b, uint64_t off, uint64_t size) {
+  uint64_t end = off + (size ? size : 1), covered = 0;
+  for (unsigned j = 0; j < b->nrows; j++) {
+    const imp_extent *e = &p->rows[b->rows[j]];
+    if (LOAD(&p->ctl->extents[b->rows[j]].serial) != e->serial) return false;
+    uint64_t lo = e->offset > off ? e->offset : off, hi = e->offset + e->size < end ? e->offset + e->size : end;
+    if (hi > lo) covered += hi - lo;
+  }
+  return covered == end - off;
+}
+
+static int busy_here(void) {
+  return rapi_fail(RAP_ERR_BUSY, "rap_ipc_import: the exporter mapped new memory where a block "
+                   "opened here still lies (open, or its close still queued); close it first");
+}
+
 /* Every row that covers [off, off+size) mapped here, reached from user and counted for the block. */
 static int rows_take(imp_pool *p, uint64_t off, uint64_t size, int user, unsigned **rows, unsigned *n) {
   uint64_t end = off + (size ? size : 1), covered = 0;
@@ -297,10 +331,8 @@ static int rows_take(imp_pool *p, uint64_t off, uint64_t size, int user, unsigne
       continue;
     }
     if (p->rows[i].serial != serial) {
-      rapi_imp_row_let_go(p, i);
-      if (p->rows[i].serial != 0) {
-        st = rapi_fail(RAP_ERR_BUSY, "rap_ipc_import: the exporter mapped new memory where a "
-                       "block still open here lies; close it first");
+      if (!room_for(p, i, xo, xs)) {
+        st = busy_here();
         break;
       }
       if ((st = row_map(p, i, serial, user)) != RAP_OK) break;
@@ -421,7 +453,7 @@ static int claim(imp_pool *p, const ipc_desc *d, uint64_t *claimed) {
     return rapi_fail(RAP_ERR_BUSY, "rap_ipc_import: this descriptor was imported already (by "
                      "process %u); each importer needs a descriptor of its own (rap_ipc_export "
                      "again)", tw_pid(w));
-  if (t->offset != d->offset || t->size != d->size)
+  if (t->offset != d->offset || t->size != d->size || d->ctl_fd != p->ctl_fd || d->kind != p->kind)
     return rapi_fail(RAP_ERR_INVALID, "rap_ipc_import: the descriptor does not match what process "
                      "%d exported (forged)", d->pid);
   uint64_t to = tword(d->serial, (uint32_t)getpid(), T_CLAIMED);
@@ -484,6 +516,7 @@ int rap_ipc_import(rap_manager *rm, const rap_ipc_desc *desc, rap_resource *r, v
     HASH_FIND_PTR(im->blocks, &ptr, b);
     if (tk == NULL) st = rapi_fail(RAP_ERR_NOMEM, "rap_ipc_import: out of host memory");
   }
+  if (st == RAP_OK && b != NULL && al == NULL && !rows_current(p, b, d.offset, d.size)) st = busy_here();
   for (unsigned j = 0; st == RAP_OK && b != NULL && j < b->nrows; j++) st = row_reach(p, b->rows[j], user);
   if (st == RAP_OK && b == NULL) {
     imp_block *nb = rapi_calloc(1, sizeof *nb);

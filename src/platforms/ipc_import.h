@@ -42,6 +42,7 @@ typedef struct imp_alloc {
 typedef struct imp_pool {
   uint64_t pool_id;
   int32_t pid;
+  int32_t ctl_fd;                 /* the exporter's descriptor number of the control block */
   int pidfd;
   ipc_ctl *ctl;                   /* the exporter's control block, mapped here */
   uint32_t kind;
