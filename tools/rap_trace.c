@@ -357,6 +357,7 @@ static int replay(const trace *t, const replay_opts *o) {
       continue;
     }
     if (!user_call(e, a)) continue;
+    if (e->kind == TE_ALLOC && e->p == 0) continue;   /* no allocation returns NULL: not a call */
     if (o->lag_ns) lag_open_until(&lag, e->t);
     rap_resource *r = NULL;
     if (e->r >= 0 && (st = resource_for(rm, o, &rs, e->r, &r)) != RAP_OK) {
@@ -365,6 +366,13 @@ static int replay(const trace *t, const replay_opts *o) {
     }
     calls++;
     if (e->kind == TE_ALLOC) {
+      uint64_t was, was_n = 0;   /* the pointer is live already: the trace lost its free */
+      if (pmap_del(&ptrs, e->p, &was)) {
+        pmap_del(&sizes, e->p, &was_n);
+        pmap_del(&rids, e->p, NULL);
+        live -= was_n;
+        if (rap_deallocate(al, (void *)(uintptr_t)was, NULL) != RAP_OK) failed++;
+      }
       void *p = NULL;
       double t0 = now_s();
       st = rap_allocate(al, &p, e->n, r);
