@@ -445,3 +445,25 @@ RAP_TEST(TraceTool, ReplayOfAPointerAllocatedTwiceLeavesNothingLive) {
   RAP_CHECK_STR(r.out, "\"peak_live\":1048576,");
   remove(path);
 }
+
+/* A block on the largest resource id a trace line can carry (a damaged file: strtoll stops at
+ * 2^63 - 1), then its free: plot gave the id back through id + 1 - 1 in signed arithmetic, an
+ * overflow (the sanitizer build stopped there, status 1). */
+RAP_TEST(TraceTool, PlotOfTheLargestResourceIdIsDrawn) {
+  char path[256], svg[256], args[640];
+  FILE *f = trace_file(path, sizeof path, "big-id.jsonl");
+  line(f, 1, "alloc", "pool", 9223372036854775807LL, 0x1000, 4096, NULL);
+  line(f, 2, "dealloc", "pool", 9223372036854775807LL, 0x1000, 0, NULL);
+  fputs("{\"t\":3,\"th\":1,\"ev\":\"alloc\",\"a\":\"pool\",\"d\":0,\"r\":99999999999999999999,"
+        "\"p\":\"0x2000\",\"n\":64}\n{\"t\":4,\"th\":1,\"ev\":\"dealloc\",\"a\":\"pool\",\"d\":0,"
+        "\"r\":99999999999999999999,\"p\":\"0x2000\",\"n\":0}\n", f);
+  RAP_CHECK(fclose(f) == 0);
+  tt_path(svg, sizeof svg, "big-id.svg");
+  snprintf(args, sizeof args, "plot %s -o %s", path, svg);
+  tool_run r;
+  run_tool_measured(&r, args);
+  RAP_CHECK_EQ(r.status, 0);
+  RAP_CHECK_STR(r.out, "wrote");
+  remove(path);
+  remove(svg);
+}
