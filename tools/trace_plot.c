@@ -132,7 +132,7 @@ static int build(plot *pl, const trace *t, int a) {
         uint64_t n = 0, o = 0;
         if (!pmap_del(&sizes, e->p, &n)) continue;
         pmap_del(&owner, e->p, &o);
-        if ((s = find(pl, 0, (int64_t)o - 1, -1, t, e)) != NULL) v = s->now - n;
+        if ((s = find(pl, 0, (int64_t)(o - 1), -1, t, e)) != NULL) v = s->now - n;
       }
     } else if ((e->kind == TE_PENDING || e->kind == TE_READY || e->kind == TE_REUSE) && in_chain(t, a, e->a)) {
       s = find(pl, 1, e->r < 0 ? 0 : e->r, -1, t, e);
