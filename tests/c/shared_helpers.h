@@ -24,6 +24,17 @@ static inline rap_allocator *make_or_skip(rap_manager *rm, const char *name, con
   return a;
 }
 
+/* RAP_DEFAULT_DEVICE_SPEC on device 0 ("{device}" made 0), inside wrap ("%s" for the spec). */
+static inline void default_spec_on_0(char *buf, size_t cap, const char *wrap) {
+  const char *d = RAP_DEFAULT_DEVICE_SPEC, *at = strstr(d, "{device}");
+  RAP_CHECK(at != NULL);
+  char spec[512];
+  int n = snprintf(spec, sizeof spec, "%.*s0%s", (int)(at - d), d, at + strlen("{device}"));
+  RAP_CHECK(n > 0 && (size_t)n < sizeof spec);
+  n = snprintf(buf, cap, wrap, spec);
+  RAP_CHECK(n > 0 && (size_t)n < cap);
+}
+
 /* A helper program: beside this test binary (a build carried to another machine keeps them
  * together), else where CMake built it. */
 static inline void peer_path(char *buf, size_t cap, const char *name, const char *built) {

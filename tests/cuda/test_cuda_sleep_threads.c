@@ -88,11 +88,9 @@ static void *work(void *arg) {
   return NULL;
 }
 
-/* RAP_DEFAULT_DEVICE_SPEC with "{device}" made 0, under a ThreadCache. */
+/* RAP_DEFAULT_DEVICE_SPEC on device 0, under a ThreadCache. */
 static void default_under_thread_cache(char *buf, size_t cap) {
-  const char *d = RAP_DEFAULT_DEVICE_SPEC, *at = strstr(d, "{device}");
-  RAP_CHECK(at != NULL);
-  snprintf(buf, cap, "ThreadCache(%.*s0%s)", (int)(at - d), d, at + strlen("{device}"));
+  default_spec_on_0(buf, cap, "ThreadCache(%s)");
 }
 
 typedef struct prober {

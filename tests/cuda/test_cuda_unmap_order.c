@@ -83,11 +83,7 @@ static void pages_wait_for(rap_manager *rm, rap_allocator *pool, rap_resource *r
  * release gives back the mappings wholly inside free blocks). */
 static rap_allocator *pool_or_skip(rap_manager *rm, bool the_default) {
   char spec[512] = "ResourceAwarePool(DeviceVmm(piece=2MiB), initial_size=64MiB, next_size=2MiB)";
-  if (the_default) {
-    const char *d = RAP_DEFAULT_DEVICE_SPEC, *at = strstr(d, "{device}");
-    RAP_CHECK(at != NULL);
-    snprintf(spec, sizeof spec, "%.*s0%s", (int)(at - d), d, at + strlen("{device}"));
-  }
+  if (the_default) default_spec_on_0(spec, sizeof spec, "%s");
   rap_allocator *pool = make_or_skip(rm, "pool", spec);
   if (rap_allocator_alignment(rap_allocator_parent(pool)) != 2 * MiB) {
     RAP_CHECK_OK(rap_manager_destroy(rm));

@@ -108,9 +108,7 @@ RAP_TEST(CudaVmm, ReleaseUnmapsTheFreeTail) {
 RAP_TEST(CudaVmm, TheDefaultsReleaseGivesBackTheInsideOnceTheStreamPassed) {
   rap_manager *rm = manager();
   char spec[512];
-  const char *d = RAP_DEFAULT_DEVICE_SPEC, *at = strstr(d, "{device}");
-  RAP_CHECK(at != NULL);
-  snprintf(spec, sizeof spec, "%.*s0%s", (int)(at - d), d, at + strlen("{device}"));
+  default_spec_on_0(spec, sizeof spec, "%s");
   rap_allocator *pool = make_or_skip(rm, "pool", spec);
   rap_allocator *vmm = rap_allocator_parent(pool);
   rap_resource *r = NULL;
